@@ -1,0 +1,44 @@
+# pplx_nb — every command creates .venv on first use and installs the project into it.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-dev
+
+.PHONY: test test-fast lint bench demo mcp sim clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet -e '.[dev,lab]'
+	touch $(STAMP)
+
+## test: the whole suite — unit, simulator, store, jobs, MCP, notebooks (nbval), browser
+test: $(STAMP)
+	PPLX_NB_OFFLINE=1 $(PY) -m pytest tests
+	@if ls notebooks/*.ipynb >/dev/null 2>&1; then \
+		PPLX_NB_OFFLINE=1 $(PY) -m pytest -p no:cacheprovider --nbval --sanitize-with notebooks/sanitize.cfg notebooks/; \
+	fi
+
+## test-fast: the suite without multi-process stress and browser tests
+test-fast: $(STAMP)
+	PPLX_NB_OFFLINE=1 $(PY) -m pytest tests -m 'not slow and not browser' -x -q
+
+lint: $(STAMP)
+	$(PY) -m ruff check pplx_nb tests bench
+	$(PY) -m ruff format --check pplx_nb tests bench
+	$(PY) -m mypy
+
+## bench: compare pplx_nb with the alternatives; writes bench/RESULTS.md
+bench: $(STAMP)
+	$(PY) -m bench
+
+sim: $(STAMP)
+	$(PY) -m pplx_nb.sim
+
+mcp: $(STAMP)
+	$(PY) -m pplx_nb.mcp
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -1,0 +1,132 @@
+"""Settings: the one place that reads environment variables.
+
+Every component takes a :class:`Settings` (or builds the default one with :func:`Settings.from_env`).
+An explicit keyword argument always wins over the environment::
+
+    Settings(api_key="pplx-...", offline=False)
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Any, Literal, NamedTuple
+
+from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+__all__ = ["DEFAULT_BASE_URL", "Endpoint", "Settings"]
+
+DEFAULT_BASE_URL = "https://api.perplexity.ai"
+
+
+def _env(name: str, field: str) -> Any:
+    return AliasChoices(field, name)
+
+
+class Endpoint(NamedTuple):
+    """Where the client sends requests: a base URL and the key (``None`` for keyless servers)."""
+
+    base_url: str
+    api_key: SecretStr | None
+    offline: bool
+
+
+class Settings(BaseSettings):
+    """pplx_nb configuration; each field names the environment variable it reads.
+
+    ``offline`` left unset means: offline when no API key is set and the base URL is the real API,
+    so a fresh install answers from the built-in simulator instead of failing.
+    """
+
+    model_config = SettingsConfigDict(
+        extra="ignore",
+        validate_by_name=True,
+        validate_by_alias=True,
+        frozen=True,
+        env_ignore_empty=True,
+    )
+
+    api_key: SecretStr | None = Field(None, validation_alias=_env("PERPLEXITY_API_KEY", "api_key"))
+    base_url: str = Field(DEFAULT_BASE_URL, validation_alias=_env("PERPLEXITY_BASE_URL", "base_url"))
+    api_style: Literal["agent", "sonar"] = Field(
+        "agent", validation_alias=_env("PERPLEXITY_API_STYLE", "api_style")
+    )
+    model: str = Field("sonar-pro", validation_alias=_env("PERPLEXITY_MODEL", "model"))
+    timeout_ms: int = Field(30_000, gt=0, validation_alias=_env("PERPLEXITY_TIMEOUT", "timeout_ms"))
+    deep_research_timeout_ms: int = Field(
+        900_000,
+        gt=0,
+        validation_alias=_env("PERPLEXITY_DEEP_RESEARCH_TIMEOUT", "deep_research_timeout_ms"),
+    )
+    max_retries: int = Field(3, ge=0, validation_alias=_env("PERPLEXITY_MAX_RETRIES", "max_retries"))
+    cache_ttl: float = Field(3600, ge=0, validation_alias=_env("PERPLEXITY_CACHE_TTL", "cache_ttl"))
+    cache_max_size: int = Field(
+        100, ge=0, validation_alias=_env("PERPLEXITY_CACHE_MAX_SIZE", "cache_max_size")
+    )
+    enable_async_deep_research: bool | None = Field(
+        None,
+        validation_alias=_env("PERPLEXITY_ENABLE_ASYNC_DEEP_RESEARCH", "enable_async_deep_research"),
+        description="None: each face picks its default (MCP blocks, notebooks queue).",
+    )
+    max_job_retries: int = Field(
+        2, ge=0, validation_alias=_env("PERPLEXITY_MAX_JOB_RETRIES", "max_job_retries")
+    )
+    job_lease_seconds: float = Field(
+        60, gt=0, validation_alias=_env("PPLX_NB_JOB_LEASE_SECONDS", "job_lease_seconds")
+    )
+    conversation_logs_dir: Path = Field(
+        Path("conversation-logs"),
+        validation_alias=_env("CONVERSATION_LOGS_DIR", "conversation_logs_dir"),
+    )
+    offline: bool | None = Field(None, validation_alias=_env("PPLX_NB_OFFLINE", "offline"))
+    file_roots: Annotated[tuple[Path, ...], NoDecode] = Field(
+        (), validation_alias=_env("PPLX_NB_FILE_ROOTS", "file_roots")
+    )
+    log_level: str = Field("info", validation_alias=_env("LOG_LEVEL", "log_level"))
+    log_format: Literal["text", "json"] = Field(
+        "text", validation_alias=_env("LOG_FORMAT", "log_format")
+    )
+
+    @field_validator("file_roots", mode="before")
+    @classmethod
+    def _split_roots(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(Path(part) for part in value.split(os.pathsep) if part)
+        return value
+
+    @field_validator("base_url")
+    @classmethod
+    def _strip_slash(cls, value: str) -> str:
+        return value.rstrip("/")
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> Settings:
+        """Read the environment now; keyword arguments override it."""
+        return cls(**overrides)
+
+    @property
+    def is_offline(self) -> bool:
+        """Whether requests go to the built-in simulator instead of ``base_url``."""
+        if self.offline is not None:
+            return self.offline
+        return self.api_key is None and self.base_url == DEFAULT_BASE_URL
+
+    def endpoint(self) -> Endpoint:
+        """The URL and key to use, starting the in-process simulator first when offline."""
+        if self.is_offline:
+            from pplx_nb.sim import shared_server_url
+
+            return Endpoint(shared_server_url(), None, True)
+        return Endpoint(self.base_url, self.api_key, False)
+
+    def logs_dir(self) -> Path:
+        """The conversation-logs directory as an absolute path."""
+        return self.conversation_logs_dir.expanduser().resolve()
+
+    def redacted(self) -> dict[str, Any]:
+        """All settings as a dict for display, with the key shown only as set / not set."""
+        data = self.model_dump()
+        data["api_key"] = "set (hidden)" if self.api_key is not None else "not set"
+        data["offline_in_effect"] = self.is_offline
+        return data

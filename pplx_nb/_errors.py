@@ -1,0 +1,205 @@
+"""The pplx_nb exception tree.
+
+Every failure that reaches a user is a :class:`PplxError` with a stable ``code`` and a message that
+says what to do next. Each class also derives from the builtin a user would naturally catch::
+
+    PplxError (Exception)                      code
+    ├── ValidationError (ValueError)           VALIDATION_ERROR
+    ├── ConversationNotFound (KeyError)        CONVERSATION_NOT_FOUND
+    ├── ConversationCorrupted (ValueError)     CONVERSATION_CORRUPTED
+    ├── FilesystemError (OSError)              FILESYSTEM_ERROR
+    ├── JobInProgress (RuntimeError)           JOB_IN_PROGRESS
+    ├── CacheError                             CACHE_ERROR
+    └── APIError                               (status_code, request_id)
+        ├── APIKeyInvalid (PermissionError)    API_KEY_INVALID      401 / 403
+        ├── APIQuotaExceeded                   API_QUOTA_EXCEEDED   429 after retries
+        ├── APIServerError                     API_SERVER_ERROR     5xx after retries, failed runs
+        ├── InvalidInput (ValueError)          INVALID_INPUT        400 / 404 / 413 from the API
+        ├── APITimeoutError (TimeoutError)     TIMEOUT_ERROR
+        └── NetworkError (ConnectionError)     NETWORK_ERROR
+
+Errors are picklable with their details (jobs carry them across processes) and never contain the
+API key: :func:`redact` scrubs a message before it is stored.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, ClassVar
+
+__all__ = [
+    "APIError",
+    "APIKeyInvalid",
+    "APIQuotaExceeded",
+    "APIServerError",
+    "APITimeoutError",
+    "CacheError",
+    "ConversationCorrupted",
+    "ConversationNotFound",
+    "FilesystemError",
+    "InvalidInput",
+    "JobInProgress",
+    "NetworkError",
+    "PplxError",
+    "ValidationError",
+    "error_from_code",
+    "redact",
+]
+
+_SECRET_PATTERNS = (
+    re.compile(r"pplx-[A-Za-z0-9_\-]{8,}"),
+    re.compile(r"(?i)(bearer\s+)[A-Za-z0-9_\-\.]{8,}"),
+)
+
+
+def redact(text: str, *secrets: str | None) -> str:
+    """Return ``text`` with API keys (the given ones and anything key-shaped) replaced by ``***``."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "***")
+    text = _SECRET_PATTERNS[0].sub("***", text)
+    return _SECRET_PATTERNS[1].sub(r"\1***", text)
+
+
+class PplxError(Exception):
+    """Base of every pplx_nb error: a stable ``code`` and a message saying what to do next."""
+
+    code: ClassVar[str] = "PPLX_ERROR"
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details: dict[str, Any] = details
+
+    def __str__(self) -> str:
+        return self.message
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(code={self.code!r}, message={self.message!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.message, self.details))
+
+    def to_dict(self) -> dict[str, str]:
+        """The ``{code, message}`` shape stored in status.json and returned to MCP clients."""
+        return {"code": self.code, "message": self.message}
+
+
+def _rebuild(cls: type[PplxError], message: str, details: dict[str, Any]) -> PplxError:
+    return cls(message, **details)
+
+
+class ValidationError(PplxError, ValueError):
+    """Input that pplx_nb refuses before doing any work (bad id, empty query, bad option)."""
+
+    code = "VALIDATION_ERROR"
+
+
+class ConversationNotFound(PplxError, KeyError):
+    """No conversation with that id exists in the store."""
+
+    code = "CONVERSATION_NOT_FOUND"
+
+
+class ConversationCorrupted(PplxError, ValueError):
+    """A conversation file exists but cannot be parsed or does not match the schema."""
+
+    code = "CONVERSATION_CORRUPTED"
+
+
+class FilesystemError(PplxError, OSError):
+    """Reading or writing the store failed (permissions, disk full, ...); names the path and reason."""
+
+    code = "FILESYSTEM_ERROR"
+
+    def __init__(self, message: str, **details: Any) -> None:
+        PplxError.__init__(self, message, **details)
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class JobInProgress(PplxError, RuntimeError):
+    """A follow-up was asked while the conversation's research job is still pending or running."""
+
+    code = "JOB_IN_PROGRESS"
+
+
+class CacheError(PplxError):
+    """The response cache could not store or return an entry."""
+
+    code = "CACHE_ERROR"
+
+
+class APIError(PplxError):
+    """A failure talking to the Perplexity API (or the simulator); carries ``status_code``."""
+
+    code = "API_ERROR"
+
+    @property
+    def status_code(self) -> int | None:
+        """The HTTP status of the failed response, when there was one."""
+        value = self.details.get("status_code")
+        return int(value) if value is not None else None
+
+
+class APIKeyInvalid(APIError, PermissionError):
+    """The API refused the key (401/403)."""
+
+    code = "API_KEY_INVALID"
+
+
+class APIQuotaExceeded(APIError):
+    """Rate limited (429) even after the retries."""
+
+    code = "API_QUOTA_EXCEEDED"
+
+
+class APIServerError(APIError):
+    """The API failed on its side (5xx after retries, or a run that ended ``failed``)."""
+
+    code = "API_SERVER_ERROR"
+
+
+class InvalidInput(APIError, ValueError):
+    """The API rejected the request as invalid (400, 404 unknown id, 413 too large)."""
+
+    code = "INVALID_INPUT"
+
+
+class APITimeoutError(APIError, TimeoutError):
+    """No answer within the configured timeout."""
+
+    code = "TIMEOUT_ERROR"
+
+
+class NetworkError(APIError, ConnectionError):
+    """The connection failed or broke (also: a stream cut off midway)."""
+
+    code = "NETWORK_ERROR"
+
+
+_BY_CODE: dict[str, type[PplxError]] = {
+    cls.code: cls
+    for cls in (
+        PplxError,
+        ValidationError,
+        ConversationNotFound,
+        ConversationCorrupted,
+        FilesystemError,
+        JobInProgress,
+        CacheError,
+        APIError,
+        APIKeyInvalid,
+        APIQuotaExceeded,
+        APIServerError,
+        InvalidInput,
+        APITimeoutError,
+        NetworkError,
+    )
+}
+
+
+def error_from_code(code: str, message: str, **details: Any) -> PplxError:
+    """Rebuild the error class for a stored ``{code, message}`` (unknown codes give PplxError)."""
+    return _BY_CODE.get(code, PplxError)(message, **details)

@@ -1,0 +1,157 @@
+"""File primitives shared by the store and the job queue.
+
+Conversation ids, atomic JSON writes (temp file in the same directory, one write, ``os.replace``),
+the per-conversation lock, and the translation of ``OSError`` into :class:`FilesystemError`.
+Directories are created 0700 and files 0600.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pplx_nb._errors import FilesystemError, ValidationError
+
+__all__ = [
+    "CONVERSATION_ID_RE",
+    "LOCK_NAME",
+    "atomic_write_bytes",
+    "atomic_write_json",
+    "ensure_dir",
+    "fs_errors",
+    "id_from_ms",
+    "locked",
+    "read_bytes",
+    "validate_conversation_id",
+]
+
+CONVERSATION_ID_RE = re.compile(r"^\d{8}-\d{13}$")
+LOCK_NAME = ".lock"
+_DIR_MODE = 0o700
+_FILE_MODE = 0o600
+
+
+def validate_conversation_id(conversation_id: object) -> str:
+    """Return the id if it has the form ``yyyymmdd-<13-digit unix ms>``; else VALIDATION_ERROR.
+
+    This runs before any file access, so ``../x`` or an absolute path never reaches the disk.
+    """
+    if not isinstance(conversation_id, str) or len(conversation_id) != 22:
+        shown = repr(conversation_id)[:40]
+        raise ValidationError(
+            f"Invalid conversation id {shown}: expected the form yyyymmdd-<13-digit unix ms>, "
+            "e.g. 20250124-1706102400123, as returned when the conversation was created.",
+            conversation_id=shown,
+        )
+    if not CONVERSATION_ID_RE.match(conversation_id):
+        raise ValidationError(
+            f"Invalid conversation id {conversation_id!r}: expected the form "
+            "yyyymmdd-<13-digit unix ms>, e.g. 20250124-1706102400123.",
+            conversation_id=conversation_id,
+        )
+    return conversation_id
+
+
+def id_from_ms(unix_ms: int) -> str:
+    """The conversation id for an instant: its UTC date and the 13-digit unix milliseconds."""
+    day = datetime.fromtimestamp(unix_ms / 1000, UTC).strftime("%Y%m%d")
+    return f"{day}-{unix_ms:013d}"
+
+
+@contextlib.contextmanager
+def fs_errors(path: Path | str, action: str = "access") -> Iterator[None]:
+    """Turn an ``OSError`` inside the block into FILESYSTEM_ERROR naming the path and the reason."""
+    try:
+        yield
+    except FilesystemError:
+        raise
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise FilesystemError(
+            f"Could not {action} {path}: {reason}. Check that the directory exists, is writable "
+            "and the disk is not full (CONVERSATION_LOGS_DIR sets where conversations live).",
+            path=str(path),
+            reason=reason,
+        ) from exc
+
+
+def ensure_dir(path: Path) -> Path:
+    """Create ``path`` (and parents) with mode 0700 if it does not exist."""
+    with fs_errors(path, "create directory"):
+        path.mkdir(mode=_DIR_MODE, parents=True, exist_ok=True)
+    return path
+
+
+def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = False) -> None:
+    """Replace ``path`` with ``data`` atomically: readers see the old or the new file, never half.
+
+    With ``durable`` the file and its directory are fsynced, so the write survives a power loss.
+    """
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{time.monotonic_ns()}.tmp")
+    with fs_errors(path, "write"):
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _FILE_MODE)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            if durable:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        if durable:
+            dir_fd = os.open(path.parent, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+
+
+def atomic_write_json(path: Path, data: Any, *, durable: bool = False) -> None:
+    """Serialise ``data`` with ``json.dumps`` and write it with :func:`atomic_write_bytes`."""
+    payload = json.dumps(data, ensure_ascii=False, indent=2).encode("utf-8")
+    atomic_write_bytes(path, payload, durable=durable)
+
+
+def read_bytes(path: Path) -> bytes:
+    """Read a whole file, translating OS failures into FILESYSTEM_ERROR (FileNotFoundError passes)."""
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        with fs_errors(path, "read"):
+            raise exc
+
+
+@contextlib.contextmanager
+def locked(directory: Path, timeout: float = 30.0) -> Iterator[None]:
+    """Hold the exclusive lock of one conversation directory (a ``.lock`` file, ``flock``-based).
+
+    Serialises read-modify-write cycles across threads and processes; the lock is released by the
+    OS if the holder dies, so a killed writer never blocks the others.
+    """
+    from filelock import FileLock, Timeout
+
+    lock = FileLock(directory / LOCK_NAME, timeout=timeout, mode=_FILE_MODE)
+    try:
+        with fs_errors(directory, "lock"), lock:
+            yield
+    except Timeout as exc:
+        raise FilesystemError(
+            f"Could not lock {directory} within {timeout:.0f} s: another process holds it. "
+            "Retry; if it persists, look for a stuck pplx_nb process.",
+            path=str(directory),
+        ) from exc

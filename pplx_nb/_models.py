@@ -1,0 +1,248 @@
+"""Pydantic models shared by every layer.
+
+Stored models (:class:`Message`, :class:`Conversation`, :class:`JobStatus` and what they hold) use the
+camelCase keys of the conversation-logs files and keep unknown keys, so files written by other tools
+(the TypeScript perplexity-mcp-server) load and round-trip unchanged. :class:`Answer` is what users get
+back from a question.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+__all__ = [
+    "Answer",
+    "Conversation",
+    "ConversationSummary",
+    "Cost",
+    "ErrorInfo",
+    "JobState",
+    "JobStatus",
+    "Message",
+    "Progress",
+    "Role",
+    "Source",
+    "Usage",
+    "now_iso",
+]
+
+Role = Literal["system", "user", "assistant"]
+JobState = Literal["pending", "in_progress", "completed", "failed", "cancelled"]
+
+
+def now_iso(moment: datetime | None = None) -> str:
+    """An ISO 8601 UTC timestamp with milliseconds and ``Z``, as the files use."""
+    moment = moment or datetime.now(UTC)
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+class _Stored(BaseModel):
+    """Base for on-disk models: camelCase on disk, snake_case in Python, unknown keys kept."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        validate_by_name=True,
+        validate_by_alias=True,
+        serialize_by_alias=True,
+        extra="allow",
+    )
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The dict written to disk: camelCase keys, ``None`` fields left out."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+class Source(_Stored):
+    """A web page an answer cites."""
+
+    url: str
+    title: str | None = None
+    date: str | None = None
+    snippet: str | None = None
+    last_updated: str | None = None
+
+    @property
+    def domain(self) -> str:
+        """The host name without a leading ``www.``."""
+        host = urlsplit(self.url).hostname or ""
+        return host.removeprefix("www.")
+
+
+class Usage(_Stored):
+    """Token counts as reported by the API."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+    reasoning_tokens: int | None = None
+    citation_tokens: int | None = None
+    num_search_queries: int | None = None
+    search_context_size: str | None = None
+
+
+class Cost(_Stored):
+    """What a request cost in USD; ``estimated`` when computed from the price table, not the API."""
+
+    input_cost: float = 0.0
+    output_cost: float = 0.0
+    request_cost: float = 0.0
+    total_cost: float = 0.0
+    currency: str = "USD"
+    estimated: bool = False
+
+
+class Message(_Stored):
+    """One turn of a conversation, with optional metadata on assistant turns."""
+
+    role: Role
+    content: str
+    timestamp: str | None = None
+    tool: str | None = None
+    model: str | None = None
+    sources: list[Source] | None = None
+    usage: Usage | None = None
+    cost: Cost | None = None
+    files: list[dict[str, Any]] | None = None
+    reformulated_query: str | None = None
+    related_questions: list[str] | None = None
+    thinking: str | None = None
+
+
+class Conversation(_Stored):
+    """A conversation as stored in ``conversation-logs/<id>/conversation.json``."""
+
+    conversation_id: str
+    created_at: str
+    updated_at: str
+    message_count: int = 0
+    messages: list[Message] = Field(default_factory=list)
+    parent_conversation_id: str | None = None
+    path: str | None = Field(None, exclude=True)
+
+    def first_query(self) -> str | None:
+        """The first user message, or ``None``."""
+        return next((m.content for m in self.messages if m.role == "user"), None)
+
+    def last_answer(self) -> Message | None:
+        """The newest assistant message, or ``None``."""
+        return next((m for m in reversed(self.messages) if m.role == "assistant"), None)
+
+
+class ConversationSummary(_Stored):
+    """A light view of a conversation, as returned by ``ConversationStore.list()``."""
+
+    conversation_id: str
+    created_at: str
+    updated_at: str
+    message_count: int = 0
+    first_query: str | None = None
+    tools: list[str] = Field(default_factory=list)
+    models: list[str] = Field(default_factory=list)
+    parent_conversation_id: str | None = None
+    job_status: JobState | None = None
+    path: str | None = None
+
+
+class ErrorInfo(_Stored):
+    """An error as kept in status.json: code, message, and when and on which attempt it happened."""
+
+    code: str
+    message: str
+    at: str | None = None
+    attempt: int | None = None
+
+
+class Progress(_Stored):
+    """How far a job has come: percentage, what it is doing, elapsed time and attempt."""
+
+    percentage: int = 0
+    message: str = ""
+    elapsed_ms: int = 0
+    attempt: int = 1
+
+
+class JobStatus(_Stored):
+    """The contents of ``status.json`` for a conversation whose research runs as a job."""
+
+    conversation_id: str
+    status: JobState
+    tool_name: str
+    started_at: str
+    updated_at: str
+    attempts: int = 0
+    completed_at: str | None = None
+    error: ErrorInfo | None = None
+    error_history: list[ErrorInfo] = Field(default_factory=list)
+    progress: Progress | None = None
+    worker_id: str | None = None
+    heartbeat_at: str | None = None
+    priority: int = 0
+    remote_id: str | None = None
+
+    @property
+    def done(self) -> bool:
+        """True once the job has ended (completed, failed or cancelled)."""
+        return self.status in ("completed", "failed", "cancelled")
+
+
+_CITATION = re.compile(r"\[(\d{1,3})\]")
+
+
+class Answer(BaseModel):
+    """A cited answer: text, sources, related questions, usage and cost, and where it is stored."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    text: str
+    sources: list[Source] = Field(default_factory=list)
+    related_questions: list[str] = Field(default_factory=list)
+    images: list[dict[str, Any]] = Field(default_factory=list)
+    thinking: str | None = None
+    model: str | None = None
+    usage: Usage | None = None
+    cost: Cost | None = None
+    response_id: str | None = None
+    finish_reason: str | None = None
+    conversation_id: str | None = None
+    conversation_path: str | None = None
+    reformulated_query: str | None = None
+    cached: bool = False
+
+    def linked_text(self) -> str:
+        """The text with ``[n]`` markers turned into Markdown links to their sources."""
+
+        def link(match: re.Match[str]) -> str:
+            index = int(match.group(1)) - 1
+            if 0 <= index < len(self.sources):
+                return f"[[{index + 1}]]({self.sources[index].url})"
+            return match.group(0)
+
+        return _CITATION.sub(link, self.text)
+
+    def to_markdown(self) -> str:
+        """A readable Markdown rendering: linked answer, numbered sources, related questions."""
+        parts = [self.linked_text()]
+        if self.sources:
+            lines = ["**Sources**", ""]
+            for number, source in enumerate(self.sources, 1):
+                extra = " · ".join(x for x in (source.domain, source.date) if x)
+                title = source.title or source.url
+                lines.append(f"{number}. [{title}]({source.url})" + (f" — {extra}" if extra else ""))
+            parts.append("\n".join(lines))
+        if self.related_questions:
+            parts.append("**Related**\n\n" + "\n".join(f"- {q}" for q in self.related_questions))
+        if self.conversation_id:
+            parts.append(f"<sub>Conversation `{self.conversation_id}`</sub>")
+        return "\n\n".join(parts)
+
+    def _repr_markdown_(self) -> str:
+        return self.to_markdown()
+
+    def __str__(self) -> str:
+        return self.text
