@@ -1,0 +1,54 @@
+"""Small helpers shared by the benchmark modules: medians, ratios, fresh-interpreter timings."""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+
+__all__ = ["fresh_interpreter_seconds", "median", "ratio", "table", "timed"]
+
+
+def median(values: Sequence[float]) -> float:
+    """The median of ``values``."""
+    return statistics.median(values)
+
+
+def ratio(ours: float, theirs: float) -> str:
+    """``ours / theirs`` formatted as ``1.23×``."""
+    return f"{ours / theirs:.2f}×" if theirs else "n/a"
+
+
+def timed(fn: Callable[[], object], repeat: int = 5) -> list[float]:
+    """Wall-clock seconds of ``repeat`` calls of ``fn``."""
+    out = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - start)
+    return out
+
+
+def fresh_interpreter_seconds(code: str, repeat: int = 5) -> list[float]:
+    """Seconds that ``code`` takes in each of ``repeat`` fresh interpreters (interpreter start excluded)."""
+    probe = (
+        "import time; _t0 = time.perf_counter()\n"
+        + code
+        + "\nprint(time.perf_counter() - _t0)"
+    )
+    results = []
+    for _ in range(repeat):
+        out = subprocess.run(
+            [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+        ).stdout
+        results.append(float(out.strip().splitlines()[-1]))
+    return results
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A Markdown table."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
