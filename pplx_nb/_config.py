@@ -83,6 +83,14 @@ class Settings(BaseSettings):
     file_roots: Annotated[tuple[Path, ...], NoDecode] = Field(
         (), validation_alias=_env("PPLX_NB_FILE_ROOTS", "file_roots")
     )
+    sim_latency_ms: int = Field(
+        300, ge=0, validation_alias=_env("PPLX_NB_SIM_LATENCY_MS", "sim_latency_ms")
+    )
+    sim_deep_research_seconds: float = Field(
+        5.0,
+        ge=0,
+        validation_alias=_env("PPLX_NB_SIM_DEEP_RESEARCH_SECONDS", "sim_deep_research_seconds"),
+    )
     log_level: str = Field("info", validation_alias=_env("LOG_LEVEL", "log_level"))
     log_format: Literal["text", "json"] = Field(
         "text", validation_alias=_env("LOG_FORMAT", "log_format")
@@ -117,7 +125,11 @@ class Settings(BaseSettings):
         if self.is_offline:
             from pplx_nb.sim import shared_server_url
 
-            return Endpoint(shared_server_url(), None, True)
+            url = shared_server_url(
+                latency_ms=self.sim_latency_ms,
+                deep_research_seconds=self.sim_deep_research_seconds,
+            )
+            return Endpoint(url, None, True)
         return Endpoint(self.base_url, self.api_key, False)
 
     def logs_dir(self) -> Path:

@@ -1,0 +1,43 @@
+"""Fixtures shared by the whole suite: a fresh simulator over loopback and settings pointing at it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pplx_nb import Settings
+
+TEST_KEY = "pplx-test-SECRETKEY-0123456789abcdef"
+
+
+@pytest.fixture
+def sim_url() -> Iterator[str]:
+    """A fresh in-process simulator (no added latency, 0.3 s deep research) and its base URL."""
+    from pplx_nb.sim import serve
+
+    with serve(latency_ms=0, deep_research_seconds=0.3) as url:
+        yield url
+
+
+@pytest.fixture
+def logs_dir(tmp_path: Path) -> Path:
+    """An empty conversation-logs directory for one test."""
+    path = tmp_path / "conversation-logs"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def settings(sim_url: str, logs_dir: Path) -> Settings:
+    """Settings talking to the fresh simulator with a test key, storing under ``logs_dir``."""
+    return Settings(
+        api_key=TEST_KEY,
+        base_url=sim_url,
+        offline=False,
+        conversation_logs_dir=logs_dir,
+        max_retries=3,
+        timeout_ms=5_000,
+        job_lease_seconds=2,
+    )
