@@ -1,0 +1,932 @@
+"""Researcher: the one façade over the API client, the store, the job queue and context.
+
+Notebook magics and MCP tools are thin adapters over this class; it is the only place where a
+question becomes an API request and an answer becomes stored turns. Async methods are the core; each
+has a sync twin that runs on one background event-loop thread, so it also works inside a running
+Jupyter kernel.
+
+    r = Researcher()
+    answer = r.search("How do I cancel an asyncio task?")
+    more = r.followup(answer.conversation_id, "and wait for it to finish?")
+    job = r.deep_research("Compare asyncio, trio and curio", wait=False)
+    report = r.wait(job.conversation_id)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import os
+import threading
+import time
+import weakref
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pplx_nb import __version__
+from pplx_nb._config import Settings
+from pplx_nb._errors import (
+    APITimeoutError,
+    InvalidInput,
+    JobInProgress,
+    PplxError,
+    ValidationError,
+    error_from_code,
+)
+from pplx_nb._metrics import Metrics
+from pplx_nb._models import (
+    Answer,
+    Conversation,
+    ConversationSummary,
+    JobStatus,
+    Message,
+    Progress,
+    now_iso,
+)
+from pplx_nb._pricing import estimate_cost
+
+if TYPE_CHECKING:
+    from pplx_nb.api import AsyncClient, Request
+    from pplx_nb.jobs import Job, JobContext, JobQueue, Worker
+    from pplx_nb.store import ConversationStore
+
+__all__ = [
+    "DEEP_RESEARCH_MODEL",
+    "MAX_QUERY_CHARS",
+    "SEARCH_OPTIONS",
+    "SYSTEM_PROMPT",
+    "Mode",
+    "Researcher",
+]
+
+logger = logging.getLogger("pplx_nb.research")
+
+Mode = Literal["search", "research"]
+ProgressCallback = Callable[[Progress], object]
+
+SYSTEM_PROMPT = (
+    "You are an advanced research assistant. Answer accurately and concisely, ground every claim "
+    "in your search results and cite them with [n] markers. When the conversation continues, use "
+    "its earlier turns as context."
+)
+DEEP_RESEARCH_MODEL = "sonar-deep-research"
+MAX_QUERY_CHARS = 32_000
+SEARCH_OPTIONS = frozenset(
+    {
+        "model",
+        "search_domain_filter",
+        "search_recency_filter",
+        "search_after_date_filter",
+        "search_before_date_filter",
+        "search_mode",
+        "return_related_questions",
+        "return_images",
+        "reasoning_effort",
+        "show_thinking",
+        "use_cache",
+    }
+)
+_REQUEST_FIELDS = SEARCH_OPTIONS - {"model", "show_thinking"}
+_TOOLS = {
+    ("search", False): "perplexity_search",
+    ("research", False): "perplexity_deep_research",
+    ("search", True): "perplexity_search_followup",
+    ("research", True): "perplexity_deep_research_followup",
+}
+_PROGRESS_EVERY = 5.0
+
+
+@dataclass
+class _Turn:
+    """One question on its way to the API, and what to store once it is answered."""
+
+    conversation_id: str | None
+    messages: list[dict[str, str]]
+    user: Message
+    tool: str
+    model: str
+    opts: dict[str, Any]
+    seed: list[Message] = field(default_factory=list)
+    started: float = field(default_factory=time.perf_counter)
+
+    @property
+    def show_thinking(self) -> bool:
+        return bool(self.opts.get("show_thinking"))
+
+
+class _ProgressTracker:
+    """Turns a growing answer into the seed's progress steps and reports them at least every 5 s."""
+
+    def __init__(self, callback: ProgressCallback | None) -> None:
+        self._callback = callback
+        self._started = time.monotonic()
+        self.current = Progress(percentage=25, message="Querying Perplexity API...", attempt=1)
+
+    def update(self, percentage: int, message: str) -> None:
+        elapsed = int((time.monotonic() - self._started) * 1000)
+        self.current = Progress(
+            percentage=percentage, message=message, elapsed_ms=elapsed, attempt=1
+        )
+        self.emit()
+
+    def emit(self) -> None:
+        if self._callback is not None:
+            self.current.elapsed_ms = int((time.monotonic() - self._started) * 1000)
+            self._callback(self.current)
+
+    def text_grew(self, chars: int) -> None:
+        if self.current.percentage < 50:
+            self.update(50, "Processing response...")
+        elif chars > 0:
+            pct = 75 + min(20, int(20 * (1 - math.exp(-chars / 4000))))
+            if pct != self.current.percentage:
+                self.update(pct, "Finalizing research report...")
+
+    async def ticker(self) -> None:
+        while True:
+            await asyncio.sleep(_PROGRESS_EVERY)
+            self.emit()
+
+
+class Researcher:
+    """Ask, research, follow up and look back: the façade shared by notebooks and the MCP server.
+
+    Args:
+        settings: configuration (default: read from the environment).
+        store: the conversation store (default: one over ``settings.conversation_logs_dir``).
+        client: an API client to use for every call (default: one per event loop, sharing a cache).
+        async_deep_research: queue deep research as background jobs (default: the
+            PERPLEXITY_ENABLE_ASYNC_DEEP_RESEARCH setting, else False).
+    """
+
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        store: ConversationStore | None = None,
+        client: AsyncClient | None = None,
+        async_deep_research: bool | None = None,
+    ) -> None:
+        from pplx_nb.store import ConversationStore
+
+        self._settings = settings or Settings.from_env()
+        self._store = store or ConversationStore(settings=self._settings)
+        self._fixed_client = client
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncClient] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._cache: Any = None
+        self._lock = threading.Lock()
+        self._queue: JobQueue | None = None
+        self._worker: Worker | None = None
+        self._metrics = Metrics()
+        if async_deep_research is None:
+            async_deep_research = bool(self._settings.enable_async_deep_research)
+        self._async = async_deep_research
+
+    def __repr__(self) -> str:
+        return (
+            f"Researcher(store={str(self._store.root)!r}, async_deep_research={self._async}, "
+            f"offline={self._settings.is_offline})"
+        )
+
+    # -- properties -------------------------------------------------------------------------
+
+    @property
+    def settings(self) -> Settings:
+        """The settings in use."""
+        return self._settings
+
+    @property
+    def store(self) -> ConversationStore:
+        """The conversation store every exchange lands in."""
+        return self._store
+
+    @property
+    def async_deep_research(self) -> bool:
+        """Whether deep research is queued as a background job by default."""
+        return self._async
+
+    @property
+    def queue(self) -> JobQueue:
+        """The job queue over the store's directory."""
+        if self._queue is None:
+            from pplx_nb.jobs import JobQueue
+
+            with self._lock:
+                if self._queue is None:
+                    self._queue = JobQueue(
+                        self._store.root,
+                        max_job_retries=self._settings.max_job_retries,
+                        lease_seconds=self._settings.job_lease_seconds,
+                    )
+        return self._queue
+
+    # -- the client, one per event loop -------------------------------------------------------
+
+    def _client(self) -> AsyncClient:
+        if self._fixed_client is not None:
+            return self._fixed_client
+        from pplx_nb.api import AsyncClient, ResponseCache
+
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            client = self._clients.get(loop)
+            if client is None:
+                if self._cache is None:
+                    self._cache = ResponseCache(
+                        ttl=self._settings.cache_ttl, max_size=self._settings.cache_max_size
+                    )
+                client = AsyncClient(self._settings, cache=self._cache)
+                self._clients[loop] = client
+        return client
+
+    # -- building turns -------------------------------------------------------------------------
+
+    @staticmethod
+    def _check_query(query: object) -> str:
+        if not isinstance(query, str) or not query.strip():
+            raise ValidationError("The query is empty: ask a question in words.")
+        if len(query) > MAX_QUERY_CHARS:
+            raise ValidationError(
+                f"The query is {len(query):,} characters; the limit is {MAX_QUERY_CHARS:,}. "
+                "Shorten it, or attach long material as a file."
+            )
+        return query.strip()
+
+    @staticmethod
+    def _check_opts(opts: dict[str, Any]) -> dict[str, Any]:
+        unknown = set(opts) - SEARCH_OPTIONS
+        if unknown:
+            raise ValidationError(
+                f"Unknown option(s) {', '.join(sorted(unknown))}; valid options are "
+                f"{', '.join(sorted(SEARCH_OPTIONS))}."
+            )
+        return {key: value for key, value in opts.items() if value is not None}
+
+    def _model(self, mode: Mode, opts: dict[str, Any]) -> str:
+        model = opts.get("model")
+        if model:
+            return str(model)
+        return DEEP_RESEARCH_MODEL if mode == "research" else self._settings.model
+
+    def _build_request(
+        self, messages: list[dict[str, str]], model: str, opts: dict[str, Any]
+    ) -> Request:
+        from pplx_nb.api import Request
+
+        fields = {key: value for key, value in opts.items() if key in _REQUEST_FIELDS}
+        return Request(messages=messages, model=model, **fields)
+
+    def _attach(
+        self, query: str, files: Sequence[str | Path] | None, history: Sequence[Message]
+    ) -> tuple[str, list[dict[str, Any]] | None, list[str]]:
+        """The question with new files embedded, the file records to store, and notes."""
+        if not files:
+            return query, None, []
+        from pplx_nb import context
+
+        roots = list(self._settings.file_roots) or None
+        prepared = context.prepare_files(files, history, roots=roots)
+        content = f"{query}\n\n{prepared.text}" if prepared.text else query
+        return content, list(prepared.records) or None, list(prepared.notes)
+
+    def _new_turn(
+        self, query: str, mode: Mode, files: Sequence[str | Path] | None, opts: dict[str, Any]
+    ) -> _Turn:
+        query = self._check_query(query)
+        opts = self._check_opts(opts)
+        model = self._model(mode, opts)
+        content, records, notes = self._attach(query, files, [])
+        system = Message(role="system", content=SYSTEM_PROMPT, timestamp=now_iso())
+        user = Message(role="user", content=content, timestamp=now_iso(), files=records)
+        sent = content if not notes else f"{content}\n\n" + "\n".join(notes)
+        messages = [
+            {"role": "system", "content": SYSTEM_PROMPT},
+            {"role": "user", "content": sent},
+        ]
+        return _Turn(None, messages, user, _TOOLS[mode, False], model, opts, seed=[system])
+
+    async def _followup_turn(
+        self,
+        conversation_id: str,
+        query: str,
+        mode: Mode,
+        fork: bool,
+        files: Sequence[str | Path] | None,
+        opts: dict[str, Any],
+    ) -> _Turn:
+        from pplx_nb import context
+
+        query = self._check_query(query)
+        opts = self._check_opts(opts)
+        self._refuse_if_running(conversation_id)
+        if fork:
+            conversation_id = self._store.fork(conversation_id).conversation_id
+        history = context.chain_messages(self._store, conversation_id)
+        model = self._model(mode, opts)
+        content, records, notes = self._attach(query, files, history)
+
+        search_query = query
+        reformulated: str | None = None
+        if context.is_follow_up(query, history):
+            use_model = not self._settings.is_offline
+            client = self._client() if use_model else None
+            candidate = await context.areformulate(query, history, client, use_model=use_model)
+            if candidate and candidate.strip() != query:
+                reformulated = search_query = candidate.strip()
+
+        user = Message(
+            role="user",
+            content=content,
+            timestamp=now_iso(),
+            files=records,
+            reformulated_query=reformulated,
+        )
+        self._store.append(conversation_id, user)
+        sent = content.replace(query, search_query, 1) if reformulated else content
+        if notes:
+            sent = f"{sent}\n\n" + "\n".join(notes)
+        fitted = context.fit_history([*history, user], model)
+        messages = _wire_messages(fitted.messages)
+        if fitted.note and messages and messages[0]["role"] == "system":
+            messages[0] = {
+                "role": "system",
+                "content": f"{messages[0]['content']}\n\n{fitted.note}",
+            }
+        messages[-1] = {"role": "user", "content": sent}
+        return _Turn(conversation_id, messages, user, _TOOLS[mode, True], model, opts)
+
+    def _refuse_if_running(self, conversation_id: str) -> None:
+        status = self.queue.status(conversation_id)
+        if status is not None and status.status in ("pending", "in_progress"):
+            raise JobInProgress(
+                f"Conversation {conversation_id} has a research job that is {status.status}. "
+                "Wait for it to complete (`get_conversation_history` or `%pplx_wait` shows when), "
+                "then follow up.",
+                conversation_id=conversation_id,
+            )
+
+    # -- running turns --------------------------------------------------------------------------
+
+    def _assistant_message(self, turn: _Turn, answer: Answer, **extra: Any) -> Message:
+        return Message(
+            role="assistant",
+            content=answer.text,
+            timestamp=now_iso(),
+            tool=turn.tool,
+            model=answer.model or turn.model,
+            sources=answer.sources or None,
+            usage=answer.usage,
+            cost=answer.cost,
+            related_questions=answer.related_questions or None,
+            thinking=answer.thinking if turn.show_thinking else None,
+            **extra,
+        )
+
+    def _complete(self, turn: _Turn, answer: Answer) -> Answer:
+        if answer.cost is None:
+            answer.cost = estimate_cost(answer.model or turn.model, answer.usage)
+        assistant = self._assistant_message(turn, answer)
+        if turn.conversation_id is None:
+            conversation = self._store.create([*turn.seed, turn.user, assistant])
+        else:
+            conversation = self._store.append(turn.conversation_id, assistant)
+        answer.conversation_id = conversation.conversation_id
+        answer.conversation_path = str(self._store.path(conversation.conversation_id))
+        answer.reformulated_query = turn.user.reformulated_query
+        if not turn.show_thinking:
+            answer.thinking = None
+        self._record(turn.started, answer, ok=True)
+        return answer
+
+    def _record(self, started: float, answer: Answer | None, *, ok: bool) -> None:
+        tokens = answer.usage.total_tokens if answer and answer.usage else 0
+        cost = answer.cost.total_cost if answer and answer.cost else 0.0
+        cached = bool(answer and answer.cached)
+        self._metrics.record(
+            time.perf_counter() - started,
+            ok=ok,
+            cached=cached,
+            api_calls=0 if cached or not ok else 1,
+            tokens=tokens,
+            cost=0.0 if cached else cost,
+        )
+
+    async def _run(
+        self, turn: _Turn, *, stream: bool, on_progress: ProgressCallback | None = None
+    ) -> AsyncIterator[str | Answer]:
+        client = self._client()
+        request = self._build_request(turn.messages, turn.model, turn.opts)
+        tracker = _ProgressTracker(on_progress) if on_progress else None
+        ticker = asyncio.ensure_future(tracker.ticker()) if tracker else None
+        try:
+            if tracker:
+                tracker.emit()
+            if not stream:
+                answer = await client.ask(request)
+            else:
+                answer = None
+                chars = 0
+                async for item in client.stream(request):
+                    if isinstance(item, str):
+                        chars += len(item)
+                        if tracker:
+                            tracker.text_grew(chars)
+                        yield item
+                    else:
+                        answer = item
+                if answer is None:
+                    raise PplxError("The answer stream ended without a final answer; retry.")
+        except BaseException:
+            self._record(turn.started, None, ok=False)
+            raise
+        finally:
+            if ticker:
+                ticker.cancel()
+        if tracker:
+            tracker.update(100, "Completed")
+        yield self._complete(turn, answer)
+
+    @staticmethod
+    async def _last(items: AsyncIterator[str | Answer]) -> Answer:
+        answer: Answer | None = None
+        async for item in items:
+            if isinstance(item, Answer):
+                answer = item
+        assert answer is not None
+        return answer
+
+    # -- async core -----------------------------------------------------------------------------
+
+    async def asearch(
+        self, query: str, *, files: Sequence[str | Path] | None = None, **opts: Any
+    ) -> Answer:
+        """Ask a question with web search; starts and stores a NEW conversation."""
+        turn = self._new_turn(query, "search", files, opts)
+        return await self._last(self._run(turn, stream=False))
+
+    async def astream_search(
+        self, query: str, *, files: Sequence[str | Path] | None = None, **opts: Any
+    ) -> AsyncIterator[str | Answer]:
+        """Like :meth:`asearch`, yielding text deltas as they arrive, then the stored Answer."""
+        turn = self._new_turn(query, "search", files, opts)
+        async for item in self._run(turn, stream=True):
+            yield item
+
+    async def adeep_research(
+        self,
+        query: str,
+        *,
+        wait: bool | None = None,
+        files: Sequence[str | Path] | None = None,
+        on_progress: ProgressCallback | None = None,
+        **opts: Any,
+    ) -> Answer | JobStatus:
+        """Exhaustive research on a NEW conversation.
+
+        Queued as a background job (returns its :class:`JobStatus` at once) when ``wait`` is False,
+        or when it is None and async deep research is on; otherwise blocks, reporting progress.
+        """
+        turn = self._new_turn(query, "research", files, opts)
+        if self._queued(wait):
+            return self._enqueue(turn)
+        return await self._last(self._run(turn, stream=True, on_progress=on_progress))
+
+    async def afollowup(
+        self,
+        conversation_id: str,
+        query: str,
+        *,
+        mode: Mode = "search",
+        fork: bool = False,
+        wait: bool | None = None,
+        files: Sequence[str | Path] | None = None,
+        on_progress: ProgressCallback | None = None,
+        **opts: Any,
+    ) -> Answer | JobStatus:
+        """Continue a conversation in either mode, with its whole history as context.
+
+        Raises JobInProgress while the conversation's job is pending or running. ``fork`` continues
+        in a new child conversation and leaves the original as it was.
+        """
+        if mode not in ("search", "research"):
+            raise ValidationError(f"Unknown mode {mode!r}: use 'search' or 'research'.")
+        turn = await self._followup_turn(conversation_id, query, mode, fork, files, opts)
+        if mode == "research" and self._queued(wait):
+            return self._enqueue(turn)
+        stream = mode == "research"
+        return await self._last(self._run(turn, stream=stream, on_progress=on_progress))
+
+    async def astream_followup(
+        self,
+        conversation_id: str,
+        query: str,
+        *,
+        fork: bool = False,
+        files: Sequence[str | Path] | None = None,
+        **opts: Any,
+    ) -> AsyncIterator[str | Answer]:
+        """Like :meth:`afollowup` in search mode, yielding text deltas, then the stored Answer."""
+        turn = await self._followup_turn(conversation_id, query, "search", fork, files, opts)
+        async for item in self._run(turn, stream=True):
+            yield item
+
+    async def await_job(
+        self,
+        conversation_id: str,
+        timeout: float | None = None,
+        on_progress: ProgressCallback | None = None,
+    ) -> Answer:
+        """Wait until the conversation's job ends; return its answer or raise its error."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        last_progress: tuple[int, str] | None = None
+        while True:
+            status = self.queue.status(conversation_id)
+            if status is None:
+                return self._stored_answer(self._store.load(conversation_id))
+            if status.done:
+                return self._finished(status)
+            if self._async and self._worker is None:
+                self.start_worker()
+            if on_progress and status.progress is not None:
+                key = (status.progress.percentage, status.progress.message)
+                if key != last_progress:
+                    last_progress = key
+                    on_progress(status.progress)
+            if deadline is not None and time.monotonic() > deadline:
+                raise APITimeoutError(
+                    f"The job of conversation {conversation_id} is still {status.status} after "
+                    f"{timeout:.0f} s. It goes on in the background: wait again, or check "
+                    "`get_conversation_history` later.",
+                    conversation_id=conversation_id,
+                )
+            await asyncio.sleep(0.1)
+
+    def _finished(self, status: JobStatus) -> Answer:
+        if status.status == "completed":
+            return self._stored_answer(self._store.load(status.conversation_id))
+        if status.error is not None:
+            raise error_from_code(status.error.code, status.error.message)
+        raise PplxError(
+            f"The job of conversation {status.conversation_id} was {status.status}. "
+            "Start it again with a follow-up in research mode."
+        )
+
+    def _stored_answer(self, conversation: Conversation) -> Answer:
+        message = conversation.last_answer()
+        if message is None:
+            raise PplxError(
+                f"Conversation {conversation.conversation_id} has no answer yet. "
+                "Follow up to ask again."
+            )
+        return Answer(
+            text=message.content,
+            sources=message.sources or [],
+            related_questions=message.related_questions or [],
+            thinking=message.thinking,
+            model=message.model,
+            usage=message.usage,
+            cost=message.cost,
+            conversation_id=conversation.conversation_id,
+            conversation_path=str(self._store.path(conversation.conversation_id)),
+            reformulated_query=_previous_user(conversation, message),
+        )
+
+    # -- jobs -----------------------------------------------------------------------------------
+
+    def _queued(self, wait: bool | None) -> bool:
+        return not wait if wait is not None else self._async
+
+    def _enqueue(self, turn: _Turn) -> JobStatus:
+        if turn.conversation_id is None:
+            conversation = self._store.create([*turn.seed, turn.user])
+            turn.conversation_id = conversation.conversation_id
+        request = {
+            "model": turn.model,
+            "opts": turn.opts,
+            "searchQuery": turn.messages[-1]["content"],
+        }
+        status = self.queue.enqueue(turn.conversation_id, turn.tool, request)
+        if self._async and self._worker is None:
+            self.start_worker()
+        self._record(turn.started, None, ok=True)
+        return status
+
+    async def execute_job(self, job: Job, ctx: JobContext) -> None:
+        """Run one queued research job (the Worker's runner): submit, poll, store the report once.
+
+        The API's background mode is used, with the remote id recorded first, so a job recovered
+        after a crash resumes polling instead of paying for the research twice. A job whose answer
+        is already in the conversation (crash between storing and completing) is not run again.
+        """
+        from pplx_nb import context
+
+        conversation = self._store.load(job.conversation_id)
+        if any(
+            m.model_extra and m.model_extra.get("jobId") == job.job_id
+            for m in conversation.messages
+        ):
+            return
+        opts = dict(job.request.get("opts") or {})
+        model = str(job.request.get("model") or DEEP_RESEARCH_MODEL)
+        history = context.chain_messages(self._store, job.conversation_id)
+        fitted = context.fit_history(history, model)
+        messages = _wire_messages(fitted.messages)
+        if messages and messages[-1]["role"] == "user" and job.request.get("searchQuery"):
+            messages[-1] = {"role": "user", "content": str(job.request["searchQuery"])}
+        request = self._build_request(messages, model, opts)
+        client = self._client()
+        started = time.perf_counter()
+        remote_id = ctx.remote_id
+        if remote_id is None:
+            await ctx.report(25, "Querying Perplexity API...")
+            remote_id = await client.submit_background(request)
+            await ctx.record_remote_id(remote_id)
+        answer = await self._poll(client, request, remote_id, ctx)
+        turn = _Turn(
+            job.conversation_id, messages, conversation.messages[-1], job.tool, model, opts
+        )
+        if answer.cost is None:
+            answer.cost = estimate_cost(answer.model or model, answer.usage)
+        assistant = self._assistant_message(turn, answer, jobId=job.job_id)
+        self._store.append(job.conversation_id, assistant)
+        self._record(started, answer, ok=True)
+
+    async def _poll(
+        self, client: AsyncClient, request: Request, remote_id: str, ctx: JobContext
+    ) -> Answer:
+        started = time.monotonic()
+        delay = 0.1
+        reported = 25
+        while True:
+            try:
+                answer = await client.poll_background(remote_id)
+            except InvalidInput as exc:
+                if exc.status_code != 404:
+                    raise
+                logger.warning("Remote run %s is unknown to the API; starting over", remote_id)
+                await ctx.note_error(exc) if hasattr(ctx, "note_error") else None
+                remote_id = await client.submit_background(request)
+                await ctx.record_remote_id(remote_id)
+                continue
+            if answer is not None:
+                await ctx.report(95, "Finalizing research report...")
+                return answer
+            elapsed = time.monotonic() - started
+            if reported < 50:
+                reported = 50
+                await ctx.report(50, "Processing response...")
+            else:
+                pct = 75 + min(20, int(20 * (1 - math.exp(-elapsed / 60))))
+                if pct != reported:
+                    reported = pct
+                    await ctx.report(pct, "Finalizing research report...")
+            await asyncio.sleep(delay)
+            delay = min(delay * 1.5, 3.0)
+
+    def start_worker(self, concurrency: int = 4) -> Worker:
+        """Start (once) the in-process background worker that runs queued research jobs."""
+        from pplx_nb.jobs import Worker
+
+        with self._lock:
+            if self._worker is None:
+                self._worker = Worker(self.queue, self.execute_job, concurrency=concurrency)
+                self._worker.start()
+                logger.info("Background research worker started (concurrency %d)", concurrency)
+            return self._worker
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def history(self, conversation_id: str, include_system: bool = False) -> Conversation:
+        """The stored conversation; the system prompt is left out unless ``include_system``."""
+        conversation = self._store.load(conversation_id)
+        if not include_system:
+            kept = [m for m in conversation.messages if m.role != "system"]
+            conversation = conversation.model_copy(update={"messages": kept})
+        return conversation
+
+    def status(self, conversation_id: str) -> JobStatus | None:
+        """The job status of a conversation, or None if no job ever ran for it."""
+        from pplx_nb._fs import validate_conversation_id
+
+        return self.queue.status(validate_conversation_id(conversation_id))
+
+    def conversations(self, **filters: Any) -> list[ConversationSummary]:
+        """Stored conversations, newest first (filters: since, until, tool, model, text, limit)."""
+        return self._store.list(**filters)
+
+    def metrics(self) -> dict[str, Any]:
+        """Request counts, latency p50/p95/p99 in ms, API calls, tokens, cost."""
+        snapshot = self._metrics.snapshot()
+        cache = self._cache.stats() if self._cache is not None else None
+        snapshot["cache"] = cache._asdict() if hasattr(cache, "_asdict") else _as_dict(cache)
+        return snapshot
+
+    def health(self) -> dict[str, Any]:
+        """healthy | degraded | unhealthy, with version, uptime and the checks behind it."""
+        checks = {
+            "api": self._api_reachable(),
+            "cache": self._cache is None or self._cache.stats() is not None,
+            "store": self._store_writable(),
+            "memory": _rss_mb() < 1024,
+        }
+        if not checks["store"]:
+            state = "unhealthy"
+        elif all(checks.values()):
+            state = "healthy"
+        else:
+            state = "degraded"
+        return {
+            "status": state,
+            "version": __version__,
+            "uptime": round(time.monotonic() - self._metrics.started, 3),
+            "checks": checks,
+            "offline": self._settings.is_offline,
+        }
+
+    def _api_reachable(self) -> bool:
+        import httpx2
+
+        try:
+            base_url, _, _ = self._settings.endpoint()
+            response = httpx2.get(f"{base_url}/v1/models", timeout=2.0)
+        except Exception:
+            return False
+        return response.status_code < 500
+
+    def _store_writable(self) -> bool:
+        probe = self._store.root / f".health-{os.getpid()}-{threading.get_ident()}"
+        try:
+            self._store.root.mkdir(parents=True, exist_ok=True)
+            probe.write_bytes(b"ok")
+            probe.unlink()
+        except OSError:
+            return False
+        return True
+
+    # -- sync twins ---------------------------------------------------------------------------
+
+    def search(
+        self, query: str, *, files: Sequence[str | Path] | None = None, **opts: Any
+    ) -> Answer:
+        """Sync :meth:`asearch`."""
+        from pplx_nb._sync import run_sync
+
+        return run_sync(self.asearch(query, files=files, **opts))
+
+    def stream_search(
+        self, query: str, *, files: Sequence[str | Path] | None = None, **opts: Any
+    ) -> Iterator[str | Answer]:
+        """Sync :meth:`astream_search`: consume deltas on the calling thread."""
+        from pplx_nb._sync import iterate_sync
+
+        return iterate_sync(self.astream_search(query, files=files, **opts))
+
+    def deep_research(
+        self,
+        query: str,
+        *,
+        wait: bool | None = None,
+        files: Sequence[str | Path] | None = None,
+        on_progress: ProgressCallback | None = None,
+        **opts: Any,
+    ) -> Answer | JobStatus:
+        """Sync :meth:`adeep_research`."""
+        from pplx_nb._sync import run_sync
+
+        return run_sync(
+            self.adeep_research(query, wait=wait, files=files, on_progress=on_progress, **opts)
+        )
+
+    def followup(
+        self,
+        conversation_id: str,
+        query: str,
+        *,
+        mode: Mode = "search",
+        fork: bool = False,
+        wait: bool | None = None,
+        files: Sequence[str | Path] | None = None,
+        on_progress: ProgressCallback | None = None,
+        **opts: Any,
+    ) -> Answer | JobStatus:
+        """Sync :meth:`afollowup`."""
+        from pplx_nb._sync import run_sync
+
+        return run_sync(
+            self.afollowup(
+                conversation_id,
+                query,
+                mode=mode,
+                fork=fork,
+                wait=wait,
+                files=files,
+                on_progress=on_progress,
+                **opts,
+            )
+        )
+
+    def stream_followup(
+        self,
+        conversation_id: str,
+        query: str,
+        *,
+        fork: bool = False,
+        files: Sequence[str | Path] | None = None,
+        **opts: Any,
+    ) -> Iterator[str | Answer]:
+        """Sync :meth:`astream_followup`."""
+        from pplx_nb._sync import iterate_sync
+
+        return iterate_sync(
+            self.astream_followup(conversation_id, query, fork=fork, files=files, **opts)
+        )
+
+    def wait(
+        self,
+        conversation_id: str,
+        timeout: float | None = None,
+        on_progress: ProgressCallback | None = None,
+    ) -> Answer:
+        """Sync :meth:`await_job`."""
+        from pplx_nb._sync import run_sync
+
+        return run_sync(self.await_job(conversation_id, timeout=timeout, on_progress=on_progress))
+
+    def close(self) -> None:
+        """Stop the background worker and close the API clients."""
+        worker, self._worker = self._worker, None
+        if worker is not None:
+            worker.stop()
+        with self._lock:
+            clients = list(self._clients.items())
+            self._clients.clear()
+        for loop, client in clients:
+            if loop.is_closed():
+                continue
+            with contextlib.suppress(Exception):
+                if loop.is_running():
+                    asyncio.run_coroutine_threadsafe(client.aclose(), loop).result(timeout=5)
+                else:
+                    loop.run_until_complete(client.aclose())
+
+    def __enter__(self) -> Researcher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _wire_messages(messages: Sequence[Message]) -> list[dict[str, str]]:
+    """Messages as the API wants them: roles alternate after the system prompt.
+
+    A user turn left without an answer (its call failed) is dropped when another user turn follows.
+    """
+    out: list[dict[str, str]] = []
+    for message in messages:
+        if out and out[-1]["role"] == message.role == "user":
+            out[-1] = {"role": "user", "content": message.content}
+        elif out and out[-1]["role"] == message.role == "assistant":
+            out[-1] = {
+                "role": "assistant",
+                "content": out[-1]["content"] + "\n\n" + message.content,
+            }
+        else:
+            out.append({"role": message.role, "content": message.content})
+    return out
+
+
+def _previous_user(conversation: Conversation, answer: Message) -> str | None:
+    index = conversation.messages.index(answer)
+    for message in reversed(conversation.messages[:index]):
+        if message.role == "user":
+            return message.reformulated_query
+    return None
+
+
+def _as_dict(value: Any) -> Any:
+    if value is None:
+        return None
+    if hasattr(value, "model_dump"):
+        return value.model_dump()
+    if hasattr(value, "__dataclass_fields__"):
+        from dataclasses import asdict
+
+        return asdict(value)
+    return value
+
+
+def _rss_mb() -> float:
+    try:
+        with open("/proc/self/statm") as handle:
+            pages = int(handle.read().split()[1])
+        return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError):
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
