@@ -1,0 +1,89 @@
+"""Settings read every variable of the table, explicit arguments win, and the key stays hidden."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pplx_nb import Settings
+from pplx_nb._config import DEFAULT_BASE_URL
+
+KEY = "pplx-config-SECRET-9876543210"
+
+
+def test_every_documented_variable_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    env = {
+        "PERPLEXITY_API_KEY": KEY,
+        "PERPLEXITY_BASE_URL": "http://127.0.0.1:9/",
+        "PERPLEXITY_API_STYLE": "sonar",
+        "PERPLEXITY_MODEL": "sonar",
+        "PERPLEXITY_TIMEOUT": "1234",
+        "PERPLEXITY_DEEP_RESEARCH_TIMEOUT": "5678",
+        "PERPLEXITY_MAX_RETRIES": "7",
+        "PERPLEXITY_CACHE_TTL": "12",
+        "PERPLEXITY_CACHE_MAX_SIZE": "34",
+        "PERPLEXITY_ENABLE_ASYNC_DEEP_RESEARCH": "1",
+        "PERPLEXITY_MAX_JOB_RETRIES": "5",
+        "PPLX_NB_JOB_LEASE_SECONDS": "9",
+        "CONVERSATION_LOGS_DIR": "/tmp/logs-here",
+        "PPLX_NB_OFFLINE": "true",
+        "PPLX_NB_FILE_ROOTS": "/a:/b",
+        "LOG_LEVEL": "debug",
+        "LOG_FORMAT": "json",
+    }
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    s = Settings.from_env()
+    assert s.api_key is not None and s.api_key.get_secret_value() == KEY
+    assert s.base_url == "http://127.0.0.1:9"
+    assert (s.api_style, s.model, s.timeout_ms, s.deep_research_timeout_ms) == (
+        "sonar",
+        "sonar",
+        1234,
+        5678,
+    )
+    assert (s.max_retries, s.cache_ttl, s.cache_max_size) == (7, 12, 34)
+    assert s.enable_async_deep_research is True
+    assert (s.max_job_retries, s.job_lease_seconds) == (5, 9)
+    assert s.conversation_logs_dir == Path("/tmp/logs-here")
+    assert s.offline is True and s.is_offline
+    assert s.file_roots == (Path("/a"), Path("/b"))
+    assert (s.log_level, s.log_format) == ("debug", "json")
+
+
+def test_explicit_arguments_win_over_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PERPLEXITY_MODEL", "sonar")
+    monkeypatch.setenv("PPLX_NB_OFFLINE", "1")
+    s = Settings(model="sonar-reasoning-pro", offline=False)
+    assert s.model == "sonar-reasoning-pro"
+    assert s.offline is False
+
+
+def test_offline_by_default_only_without_a_key_on_the_real_api(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("PPLX_NB_OFFLINE", raising=False)
+    monkeypatch.delenv("PERPLEXITY_API_KEY", raising=False)
+    monkeypatch.delenv("PERPLEXITY_BASE_URL", raising=False)
+    assert Settings().is_offline
+    assert not Settings(api_key=KEY).is_offline
+    assert not Settings(base_url="http://127.0.0.1:1").is_offline
+    assert Settings(api_key=KEY).base_url == DEFAULT_BASE_URL
+
+
+def test_bad_values_are_refused_with_the_field_named() -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="api_style"):
+        Settings(api_style="graphql")
+    with pytest.raises(ValidationError, match="max_retries"):
+        Settings(max_retries=-1)
+
+
+def test_the_key_appears_in_no_repr_or_display() -> None:
+    s = Settings(api_key=KEY)
+    assert KEY not in repr(s)
+    assert KEY not in str(s)
+    assert KEY not in str(s.redacted())
+    assert s.redacted()["api_key"] == "set (hidden)"

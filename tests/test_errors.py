@@ -1,0 +1,65 @@
+"""The error tree: stable codes, builtin bases, picklable with details, no secret in the text."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from pplx_nb import _errors as errors
+
+CODES = {
+    errors.ValidationError: ("VALIDATION_ERROR", ValueError),
+    errors.ConversationNotFound: ("CONVERSATION_NOT_FOUND", KeyError),
+    errors.ConversationCorrupted: ("CONVERSATION_CORRUPTED", ValueError),
+    errors.FilesystemError: ("FILESYSTEM_ERROR", OSError),
+    errors.JobInProgress: ("JOB_IN_PROGRESS", RuntimeError),
+    errors.CacheError: ("CACHE_ERROR", errors.PplxError),
+    errors.APIKeyInvalid: ("API_KEY_INVALID", PermissionError),
+    errors.APIQuotaExceeded: ("API_QUOTA_EXCEEDED", errors.APIError),
+    errors.APIServerError: ("API_SERVER_ERROR", errors.APIError),
+    errors.InvalidInput: ("INVALID_INPUT", ValueError),
+    errors.APITimeoutError: ("TIMEOUT_ERROR", TimeoutError),
+    errors.NetworkError: ("NETWORK_ERROR", ConnectionError),
+}
+
+
+@pytest.mark.parametrize("cls", list(CODES))
+def test_each_error_has_its_code_and_builtin_base(cls: type[errors.PplxError]) -> None:
+    code, base = CODES[cls]
+    exc = cls("What went wrong. What to do next.", status_code=429, path="/x")
+    assert exc.code == code
+    assert isinstance(exc, errors.PplxError)
+    assert isinstance(exc, base)
+    assert str(exc) == "What went wrong. What to do next."
+    assert code in repr(exc)
+
+
+@pytest.mark.parametrize("cls", list(CODES))
+def test_errors_survive_pickling_with_details(cls: type[errors.PplxError]) -> None:
+    exc = cls("message", status_code=503, attempt=2)
+    copy = pickle.loads(pickle.dumps(exc))
+    assert type(copy) is cls
+    assert copy.message == "message"
+    assert copy.details == {"status_code": 503, "attempt": 2}
+
+
+def test_stored_errors_are_rebuilt_by_code() -> None:
+    exc = errors.error_from_code("API_QUOTA_EXCEEDED", "slow down")
+    assert isinstance(exc, errors.APIQuotaExceeded)
+    assert type(errors.error_from_code("SOMETHING_NEW", "x")) is errors.PplxError
+
+
+def test_api_errors_expose_the_http_status() -> None:
+    assert errors.APIServerError("x", status_code="502").status_code == 502
+    assert errors.NetworkError("x").status_code is None
+
+
+def test_redact_removes_given_and_key_shaped_secrets() -> None:
+    text = (
+        "sent Authorization: Bearer abcdefghijklmnop with pplx-1234567890abcdef and custom-secret"
+    )
+    cleaned = errors.redact(text, "custom-secret")
+    assert "abcdefghijklmnop" not in cleaned
+    assert "pplx-1234567890abcdef" not in cleaned
+    assert "custom-secret" not in cleaned
