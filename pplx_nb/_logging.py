@@ -48,7 +48,7 @@ class JsonFormatter(logging.Formatter):
 
 
 def configure_logging(settings: Settings) -> None:
-    """Route the ``pplx_nb`` loggers to stderr at ``settings.log_level`` in ``settings.log_format``."""
+    """Send the ``pplx_nb`` loggers to stderr at the configured level and format."""
     handler = logging.StreamHandler(sys.stderr)
     if settings.log_format == "json":
         handler.setFormatter(JsonFormatter())
