@@ -1,0 +1,43 @@
+"""``python -m pplx_nb.sim``: serve the simulator until interrupted; the first line is its URL."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from pplx_nb.sim._server import base_url, bind, make_app, make_server
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m pplx_nb.sim",
+        description="Offline Perplexity-compatible API server (Sonar and Agent protocols).",
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    parser.add_argument("--corpus", default=None, help="folder of .md/.txt/.rst files")
+    parser.add_argument("--latency-ms", type=int, default=300)
+    parser.add_argument("--deep-research-seconds", type=float, default=5.0)
+    parser.add_argument("--api-key", default=None, help="require this bearer key")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse arguments, print the base URL as the first stdout line, and serve."""
+    args = _parser().parse_args(argv)
+    app = make_app(args.corpus, args.latency_ms, args.deep_research_seconds, args.api_key)
+    try:
+        sock = bind(args.host, args.port)
+    except OSError as exc:
+        print(f"error: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        return 2
+    print(base_url(sock), flush=True)
+    server = make_server(app)
+    server.run(sockets=[sock])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

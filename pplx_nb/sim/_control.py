@@ -1,0 +1,41 @@
+"""Client helpers for a running simulator's control endpoints (work across processes)."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from typing import Any
+
+__all__ = ["inject_faults", "reset", "stats"]
+
+
+def _call(base_url: str, method: str, path: str, payload: Any = None) -> Any:
+    data = None if payload is None else json.dumps(payload).encode()
+    request = urllib.request.Request(
+        base_url.rstrip("/") + path,
+        data=data,
+        method=method,
+        headers={"content-type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read())
+
+
+def inject_faults(base_url: str, *faults: dict[str, Any]) -> None:
+    """Queue faults on the simulator at ``base_url``; matching API requests consume them in order.
+
+    Keys: ``status``, ``retry_after``, ``retry_after_ms``, ``html``, ``hang``,
+    ``disconnect_after``, ``agent_failed``, ``path`` (substring filter), ``times`` (default 1).
+    """
+    _call(base_url, "POST", "/_sim/faults", {"faults": list(faults)})
+
+
+def reset(base_url: str) -> None:
+    """Clear the simulator's queued faults and counters."""
+    _call(base_url, "POST", "/_sim/reset", {})
+
+
+def stats(base_url: str) -> dict[str, Any]:
+    """Counters: ``requests`` per route, ``generations`` (billable answers), ``background_runs``."""
+    result: dict[str, Any] = _call(base_url, "GET", "/_sim/stats")
+    return result

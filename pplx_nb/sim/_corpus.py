@@ -1,0 +1,166 @@
+"""A searchable corpus: documents plus their BM25 index, built once and cached on disk.
+
+The default corpus is the Python documentation shipped with the interpreter; ``--corpus DIR``
+indexes a folder of ``.md`` / ``.txt`` / ``.rst`` files instead. Building the default one takes a
+few seconds, so the result is pickled under the user cache directory and reused by every later
+process; within a process each corpus is loaded once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import re
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from pplx_nb.sim._bm25 import BM25Index, tokenize
+from pplx_nb.sim._documents import Document
+from pplx_nb.sim._stdlib_docs import stdlib_documents, stdlib_root
+
+__all__ = ["Corpus", "cache_dir", "directory_documents", "load_corpus"]
+
+_FORMAT = 3
+_TITLE_WEIGHT = 3
+_EXTENSIONS = (".md", ".txt", ".rst")
+_HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
+
+_loaded: dict[str, Corpus] = {}
+_lock = threading.Lock()
+
+
+@dataclass(frozen=True, slots=True)
+class Corpus:
+    """Documents, their index, and the phrase answers use to name where they come from."""
+
+    label: str
+    documents: tuple[Document, ...]
+    index: BM25Index
+
+    def search(self, query: str, limit: int) -> list[tuple[Document, float]]:
+        """The ``limit`` best documents for ``query`` with their BM25 scores, best first."""
+        return [(self.documents[i], score) for i, score in self.index.search(query, limit)]
+
+
+def index_terms(document: Document) -> list[str]:
+    """The terms a document is indexed under: its title weighted above section and body."""
+    return [
+        *tokenize(document.title) * _TITLE_WEIGHT,
+        *tokenize(document.section),
+        *tokenize(document.text),
+    ]
+
+
+def build_corpus(label: str, documents: list[Document]) -> Corpus:
+    """Index ``documents`` in memory."""
+    index = BM25Index.build(index_terms(doc) for doc in documents)
+    return Corpus(label, tuple(documents), index)
+
+
+def cache_dir() -> Path:
+    """Where built corpora are cached: ``$XDG_CACHE_HOME/pplx_nb`` (default ``~/.cache``)."""
+    # The XDG variable is an operating-system convention, not a pplx_nb setting.
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "pplx_nb"
+
+
+def _directory_files(directory: Path) -> list[Path]:
+    return sorted(
+        path
+        for path in directory.rglob("*")
+        if path.suffix.lower() in _EXTENSIONS and path.is_file() and not path.name.startswith(".")
+    )
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def directory_documents(directory: Path) -> list[Document]:
+    """One document per Markdown section (or per file without headings) under ``directory``."""
+    documents: list[Document] = []
+    for path in _directory_files(directory):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        url = path.resolve().as_uri()
+        name = path.relative_to(directory).as_posix()
+        sections: list[tuple[str, list[str]]] = [(path.stem, [])]
+        for line in text.splitlines():
+            match = _HEADING.match(line)
+            if match:
+                sections.append((match.group(2), []))
+            else:
+                sections[-1][1].append(line)
+        for heading, lines in sections:
+            body = "\n".join(lines).strip()
+            if not body:
+                continue
+            anchor = "" if heading == path.stem else f"#{_slug(heading)}"
+            documents.append(Document(heading, url + anchor, body, name))
+    return documents
+
+
+def _fingerprint(directory: Path | None) -> str:
+    digest = hashlib.sha256(f"{_FORMAT}|{sys.version}".encode())
+    if directory is None:
+        digest.update(str(stdlib_root()).encode())
+    else:
+        for path in _directory_files(directory):
+            stat = path.stat()
+            digest.update(f"{path}|{stat.st_size}|{stat.st_mtime_ns}".encode())
+    return digest.hexdigest()[:16]
+
+
+def _cache_path(directory: Path | None) -> Path:
+    kind = "corpus" if directory is None else "dircorpus"
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    return cache_dir() / f"{kind}-{version}-{_fingerprint(directory)}.pkl"
+
+
+def _read_cache(path: Path) -> Corpus | None:
+    try:
+        corpus = pickle.loads(path.read_bytes())
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
+        return None
+    return corpus if isinstance(corpus, Corpus) else None
+
+
+def _write_cache(path: Path, corpus: Corpus) -> None:
+    # Best effort: a read-only home just means rebuilding next time.
+    for folder in (path.parent, Path(tempfile.gettempdir()) / "pplx_nb"):
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(pickle.dumps(corpus, protocol=pickle.HIGHEST_PROTOCOL))
+            os.replace(tmp, folder / path.name)
+            return
+        except OSError:
+            continue
+
+
+def _build(directory: Path | None) -> Corpus:
+    if directory is None:
+        return build_corpus("the Python documentation", stdlib_documents())
+    return build_corpus(f"the local corpus {directory.name}", directory_documents(directory))
+
+
+def load_corpus(directory: Path | str | None = None) -> Corpus:
+    """The corpus for ``directory`` (default: the Python docs): from memory, disk cache or built."""
+    folder = Path(directory).expanduser().resolve() if directory is not None else None
+    key = str(folder)
+    with _lock:
+        if key in _loaded:
+            return _loaded[key]
+        path = _cache_path(folder)
+        corpus = _read_cache(path) or _read_cache(
+            Path(tempfile.gettempdir()) / "pplx_nb" / path.name
+        )
+        if corpus is None:
+            corpus = _build(folder)
+            _write_cache(path, corpus)
+        _loaded[key] = corpus
+        return corpus

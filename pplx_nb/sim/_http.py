@@ -1,0 +1,100 @@
+"""Minimal ASGI plumbing: the request the handlers see and the replies they return."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "HTML_401",
+    "Reply",
+    "Request",
+    "Stream",
+    "error_reply",
+    "json_reply",
+    "sse",
+]
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+HTML_401 = (
+    b"<html>\r\n<head><title>401 Authorization Required</title></head>\r\n<body>\r\n"
+    b"<center><h1>401 Authorization Required</h1></center>\r\n"
+    b"<hr><center>openresty/1.25.3.1</center>\r\n</body>\r\n</html>\r\n"
+)
+_ERROR_TYPES = {
+    400: "invalid_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    408: "request_timeout",
+    409: "conflict",
+    413: "payload_too_large",
+    422: "invalid_request",
+    429: "rate_limit_exceeded",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """An API request as the handlers see it."""
+
+    method: str
+    path: str
+    query: str
+    headers: dict[str, str]
+    body: bytes
+
+
+@dataclass(slots=True)
+class Reply:
+    """A complete response."""
+
+    status: int
+    body: bytes
+    content_type: bytes = b"application/json"
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Stream:
+    """A server-sent-events response: pre-encoded frames, each sent after its delay (seconds)."""
+
+    frames: Sequence[bytes]
+    delays: Sequence[float]
+    status: int = 200
+
+
+def dumps(payload: Any) -> bytes:
+    """Compact JSON bytes."""
+    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def json_reply(payload: Any, status: int = 200) -> Reply:
+    """A JSON response."""
+    return Reply(status, dumps(payload))
+
+
+def error_reply(
+    status: int, message: str, *, type_: str | None = None, param: str | None = None
+) -> Reply:
+    """The API's error envelope ``{"error": {"message", "type", "code"}}``."""
+    error: dict[str, Any] = {
+        "message": message,
+        "type": type_ or _ERROR_TYPES.get(status, "server_error" if status >= 500 else "error"),
+        "code": status,
+    }
+    if param is not None:
+        error["param"] = param
+    return json_reply({"error": error}, status)
+
+
+def sse(payload: Any) -> bytes:
+    """One ``data:`` frame."""
+    return b"data: " + dumps(payload) + b"\n\n"

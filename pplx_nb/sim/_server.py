@@ -1,0 +1,156 @@
+"""Running the simulator: in a background thread (``serve``) or in the foreground (the CLI)."""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import logging
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+import uvicorn
+
+from pplx_nb.sim._app import SimApp, SimOptions
+from pplx_nb.sim._corpus import load_corpus
+
+__all__ = ["SimServer", "bind", "serve", "shared_server_url"]
+
+_DROPPED_STREAM = "ASGI callable returned without completing response."
+
+
+class _QuietDrops(logging.Filter):
+    """Hide the server's complaint about the streams the simulator drops on purpose."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(_DROPPED_STREAM)
+
+
+logging.getLogger("uvicorn.error").addFilter(_QuietDrops())
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket (created as TCP explicitly so TCP_NODELAY applies)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(1024)
+    sock.setblocking(False)
+    return sock
+
+
+def base_url(sock: socket.socket) -> str:
+    """The ``http://host:port`` a bound socket serves."""
+    host, port = sock.getsockname()[:2]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def make_app(
+    corpus: str | Path | None, latency_ms: int, deep_research_seconds: float, api_key: str | None
+) -> SimApp:
+    """The simulator app over the chosen corpus."""
+    options = SimOptions(latency_ms, deep_research_seconds, api_key)
+    return SimApp(load_corpus(corpus), options)
+
+
+def make_server(app: SimApp) -> uvicorn.Server:
+    """A quiet uvicorn server for ``app`` that leaves logging configuration alone."""
+    config = uvicorn.Config(
+        app,
+        lifespan="off",
+        http="h11",
+        log_config=None,
+        access_log=False,
+        timeout_graceful_shutdown=2,
+        timeout_keep_alive=30,
+    )
+    return uvicorn.Server(config)
+
+
+class SimServer:
+    """A simulator serving from a daemon thread with its own event loop."""
+
+    def __init__(self, app: SimApp, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.app = app
+        self._socket = bind(host, port)
+        self.url = base_url(self._socket)
+        self._server = make_server(app)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread = threading.Thread(target=self._run, name=f"pplx-sim {self.url}", daemon=True)
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        try:
+            loop.run_until_complete(self._server.serve(sockets=[self._socket]))
+        finally:
+            loop.close()
+
+    def start(self) -> str:
+        """Start serving and return the base URL once requests are accepted."""
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"the simulator at {self.url} failed to start")
+            time.sleep(0.001)
+        return self.url
+
+    def stop(self) -> None:
+        """Stop serving and wait for the thread to end."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            with suppress(RuntimeError):
+                loop.call_soon_threadsafe(self.app.stop)
+        self._server.should_exit = True
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+        self._socket.close()
+
+
+@contextmanager
+def serve(
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    corpus: str | Path | None = None,
+    latency_ms: int = 300,
+    deep_research_seconds: float = 5.0,
+    api_key: str | None = None,
+) -> Iterator[str]:
+    """Run a simulator in a background thread for the ``with`` block; yield its base URL.
+
+    ``port=0`` picks a free port. ``corpus`` is a folder of ``.md``/``.txt``/``.rst`` files
+    (default: the Python documentation). With ``api_key`` set, requests must carry
+    ``Authorization: Bearer <api_key>``.
+    """
+    server = SimServer(make_app(corpus, latency_ms, deep_research_seconds, api_key), host, port)
+    url = server.start()
+    try:
+        yield url
+    finally:
+        server.stop()
+
+
+_shared: SimServer | None = None
+_shared_lock = threading.Lock()
+
+
+def shared_server_url(*, latency_ms: int = 300, deep_research_seconds: float = 5.0) -> str:
+    """The base URL of the process-wide default simulator, started on the first call.
+
+    This is the module's documented default instance: later calls reuse it whatever their
+    arguments, so the first caller's knobs win. It stops when the interpreter exits.
+    """
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            server = SimServer(make_app(None, latency_ms, deep_research_seconds, None))
+            server.start()
+            atexit.register(server.stop)
+            _shared = server
+        return _shared.url
