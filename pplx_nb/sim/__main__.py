@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
-
-from pplx_nb.sim._server import base_url, bind, make_app, make_server
+from types import FrameType
+from typing import Any
 
 __all__ = ["main"]
 
@@ -25,17 +26,35 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Parse arguments, print the base URL as the first stdout line, and serve."""
+    """Parse arguments, print the base URL as the first stdout line, and serve until a signal."""
     args = _parser().parse_args(argv)
+    signals: list[int] = []
+    servers: list[Any] = []
+
+    def request_stop(signum: int, frame: FrameType | None) -> None:
+        signals.append(signum)
+        for running in servers:
+            running.should_exit = True
+
+    # Installed before the heavy imports so an early SIGINT/SIGTERM still exits cleanly; the
+    # server swaps in its own handlers while serving and hands signals back here afterwards.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, request_stop)
+
+    from pplx_nb.sim._server import base_url, bind, make_app, make_server
+
     app = make_app(args.corpus, args.latency_ms, args.deep_research_seconds, args.api_key)
     try:
         sock = bind(args.host, args.port)
     except OSError as exc:
         print(f"error: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
         return 2
-    print(base_url(sock), flush=True)
     server = make_server(app)
-    server.run(sockets=[sock])
+    servers.append(server)
+    server.should_exit = bool(signals)
+    print(base_url(sock), flush=True)
+    if not server.should_exit:
+        server.run(sockets=[sock])
     return 0
 
 
