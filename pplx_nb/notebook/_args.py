@@ -1,0 +1,168 @@
+"""Magic options: shared ``magic_arguments`` decorators and their translation to Researcher options.
+
+IPython splits magic lines without POSIX quote removal (so an apostrophe in a question does not
+break parsing); :func:`unquote` strips the quotes a user put around an option value.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Callable
+from datetime import date
+from typing import Any, TypeVar
+
+from IPython.core import magic_arguments as _magic_arguments
+
+from pplx_nb._errors import ValidationError
+
+__all__ = [
+    "CONVERSATION_ID",
+    "RECENCY",
+    "argument",
+    "magic_arguments",
+    "output_options",
+    "parse_argstring",
+    "search_options",
+    "search_opts",
+    "split_conversation_id",
+    "unquote",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+CONVERSATION_ID = re.compile(r"^\d{8}-\d{13}$")
+RECENCY = ("hour", "day", "week", "month", "year")
+_US_DATE = re.compile(r"^(\d{1,2})/(\d{1,2})/(\d{4})$")
+_IPYTHON: Any = _magic_arguments
+
+
+def argument(*args: Any, **kwargs: Any) -> Callable[[F], F]:
+    """IPython's ``@argument`` (argparse ``add_argument`` options), typed."""
+    decorator: Callable[[F], F] = _IPYTHON.argument(*args, **kwargs)
+    return decorator
+
+
+def magic_arguments() -> Callable[[F], F]:
+    """IPython's ``@magic_arguments()``: builds the parser and the ``%magic?`` help, typed."""
+    decorator: Callable[[F], F] = _IPYTHON.magic_arguments()
+    return decorator
+
+
+def parse_argstring(magic: Callable[..., Any], line: str) -> argparse.Namespace:
+    """Parse a magic's line with the parser its decorators built (UsageError on bad input)."""
+    parsed: argparse.Namespace = _IPYTHON.parse_argstring(magic, line)
+    return parsed
+
+
+def unquote(value: str) -> str:
+    """``value`` without one pair of matching surrounding quotes."""
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+        return value[1:-1]
+    return value
+
+
+def _api_date(value: str) -> str:
+    """A date as the API wants it (MM/DD/YYYY), from ISO ``YYYY-MM-DD`` or MM/DD/YYYY."""
+    value = unquote(value.strip())
+    try:
+        if match := _US_DATE.match(value):
+            month, day, year = (int(g) for g in match.groups())
+            parsed = date(year, month, day)
+        else:
+            parsed = date.fromisoformat(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a date: write it as YYYY-MM-DD (or MM/DD/YYYY)"
+        ) from None
+    return parsed.strftime("%m/%d/%Y")
+
+
+def _apply(func: F, decorators: list[Callable[[F], F]]) -> F:
+    # magic_arguments lists options in reverse order of application; apply bottom-up so the help
+    # shows them in the order written here.
+    for decorator in reversed(decorators):
+        func = decorator(func)
+    return func
+
+
+def output_options(func: F) -> F:
+    """``-o/--output VAR`` and ``--debug``."""
+    return _apply(
+        func,
+        [
+            argument("-o", "--output", metavar="VAR", help="also store the result in VAR"),
+            argument("--debug", action="store_true", help="show the traceback of an error"),
+        ],
+    )
+
+
+def search_options(func: F) -> F:
+    """The search options shared by every asking magic, plus ``--file``, ``--raw`` and outputs."""
+    return _apply(
+        func,
+        [
+            argument("-m", "--model", help="model, e.g. sonar, sonar-pro, sonar-reasoning-pro"),
+            argument(
+                "--domain",
+                action="append",
+                metavar="DOMAIN",
+                help="only search DOMAIN (repeatable; prefix with - to exclude it)",
+            ),
+            argument("--recency", choices=RECENCY, help="only sources from the last hour/day/..."),
+            argument("--after", type=_api_date, metavar="DATE", help="sources after DATE"),
+            argument("--before", type=_api_date, metavar="DATE", help="sources before DATE"),
+            argument("--academic", action="store_true", help="search scholarly sources"),
+            argument("--related", action="store_true", help="ask for related questions"),
+            argument("--images", action="store_true", help="ask for images"),
+            argument("--thinking", action="store_true", help="show the model's reasoning"),
+            argument("--no-cache", action="store_true", help="bypass the response cache"),
+            argument(
+                "--file",
+                action="append",
+                metavar="PATH",
+                help="attach a text file to the question (repeatable)",
+            ),
+            argument("--raw", action="store_true", help="do not replace {name} from variables"),
+            argument("-o", "--output", metavar="VAR", help="also store the result in VAR"),
+            argument("--debug", action="store_true", help="show the traceback of an error"),
+        ],
+    )
+
+
+def search_opts(args: argparse.Namespace) -> dict[str, Any]:
+    """The Researcher keyword options (API field names) that parsed magic ``args`` ask for."""
+    opts: dict[str, Any] = {}
+    if args.model:
+        opts["model"] = unquote(args.model)
+    if args.domain:
+        opts["search_domain_filter"] = [unquote(d) for d in args.domain]
+    if args.recency:
+        opts["search_recency_filter"] = args.recency
+    if args.after:
+        opts["search_after_date_filter"] = args.after
+    if args.before:
+        opts["search_before_date_filter"] = args.before
+    if args.academic:
+        opts["search_mode"] = "academic"
+    if args.related:
+        opts["return_related_questions"] = True
+    if args.images:
+        opts["return_images"] = True
+    if args.thinking:
+        opts["show_thinking"] = True
+    if args.no_cache:
+        opts["use_cache"] = False
+    return opts
+
+
+def split_conversation_id(words: list[str]) -> tuple[str | None, list[str]]:
+    """``(id, rest)`` when the first word is a conversation id, else ``(None, words)``."""
+    if words and CONVERSATION_ID.match(unquote(words[0])):
+        return unquote(words[0]), words[1:]
+    if words and re.match(r"^\d{8}-\d+$", words[0]):
+        raise ValidationError(
+            f"{words[0]!r} is not a conversation ID: IDs look like 20250124-1737734400000 "
+            "(`%pplx_conversations` lists them)."
+        )
+    return None, words

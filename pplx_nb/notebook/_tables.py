@@ -1,0 +1,93 @@
+"""Tables for the looking-back magics: conversations and jobs as DataFrames, settings as HTML."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from pplx_nb._models import ConversationSummary, JobStatus
+    from pplx_nb.notebook.display import Bundle
+
+__all__ = ["CONVERSATION_COLUMNS", "JOB_COLUMNS", "conversations_frame", "jobs_frame"]
+
+CONVERSATION_COLUMNS = (
+    "conversation_id",
+    "created_at",
+    "updated_at",
+    "message_count",
+    "first_query",
+    "tools",
+    "models",
+    "parent_conversation_id",
+    "job_status",
+    "path",
+)
+JOB_COLUMNS = (
+    "conversation_id",
+    "status",
+    "tool_name",
+    "percentage",
+    "step",
+    "attempts",
+    "started_at",
+    "updated_at",
+    "completed_at",
+    "error",
+)
+
+
+def conversations_frame(summaries: Sequence[ConversationSummary]) -> pd.DataFrame:
+    """One row per conversation, timestamps as UTC datetimes."""
+    import pandas as pd
+
+    rows = [{column: getattr(s, column) for column in CONVERSATION_COLUMNS} for s in summaries]
+    frame = pd.DataFrame(rows, columns=list(CONVERSATION_COLUMNS))
+    for column in ("created_at", "updated_at"):
+        frame[column] = pd.to_datetime(frame[column], utc=True, format="ISO8601")
+    return frame
+
+
+def jobs_frame(statuses: Sequence[JobStatus]) -> pd.DataFrame:
+    """One row per research job: state, progress, attempts, times and the last error."""
+    import pandas as pd
+
+    rows = []
+    for status in statuses:
+        progress = status.progress
+        rows.append(
+            {
+                "conversation_id": status.conversation_id,
+                "status": status.status,
+                "tool_name": status.tool_name,
+                "percentage": 100
+                if status.status == "completed"
+                else (progress.percentage if progress else 0),
+                "step": progress.message if progress else "",
+                "attempts": status.attempts,
+                "started_at": status.started_at,
+                "updated_at": status.updated_at,
+                "completed_at": status.completed_at,
+                "error": f"{status.error.code}: {status.error.message}" if status.error else None,
+            }
+        )
+    frame = pd.DataFrame(rows, columns=list(JOB_COLUMNS))
+    for column in ("started_at", "updated_at", "completed_at"):
+        frame[column] = pd.to_datetime(frame[column], utc=True, format="ISO8601")
+    return frame.sort_values("started_at", ascending=False, ignore_index=True)
+
+
+def settings_bundle(settings: Mapping[str, Any]) -> Bundle:
+    """Redacted settings as a two-column table."""
+    rows = "".join(
+        f"<tr><td><code>{html.escape(str(key))}</code></td><td>{html.escape(str(value))}</td></tr>"
+        for key, value in sorted(settings.items())
+    )
+    plain = "\n".join(f"{key} = {value}" for key, value in sorted(settings.items()))
+    return {
+        "text/html": f"<table><tr><th>setting</th><th>value</th></tr>{rows}</table>",
+        "text/plain": plain,
+    }

@@ -1,0 +1,432 @@
+"""Rendering for notebooks: answers, conversations, progress and errors as MIME bundles.
+
+Every function here is pure (object in, ``{mime: text}`` out) so it can be tested without a kernel.
+:class:`StreamView` and :class:`ProgressView` own one display handle each and update it in place;
+they must be driven from the kernel's main thread (output published from other threads is fragile
+in ipykernel).
+"""
+
+from __future__ import annotations
+
+import html
+import re
+import time
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from pplx_nb._errors import PplxError, redact
+
+if TYPE_CHECKING:
+    from pplx_nb._models import Answer, Conversation, JobStatus, Progress, Source
+
+__all__ = [
+    "Bundle",
+    "ProgressView",
+    "StreamView",
+    "answer_bundle",
+    "answer_html",
+    "answer_markdown",
+    "conversation_bundle",
+    "error_bundle",
+    "job_bundle",
+    "progress_bundle",
+    "progress_html",
+    "status_line",
+    "streaming_bundle",
+]
+
+Bundle = dict[str, str]
+
+_CITATION = re.compile(r"\[(\d{1,3})\]")
+_THINK = re.compile(r"^\s*<think>(.*?)(?:</think>\s*|\Z)", re.S)
+_ERROR_STYLE = (
+    "border-left:4px solid #d9534f;background:rgba(217,83,79,0.08);padding:6px 10px;"
+    "margin:2px 0;font-family:var(--jp-ui-font-family,sans-serif);font-size:13px"
+)
+_BAR_STYLE = "width:260px;height:14px;vertical-align:middle"
+_DIM = "color:var(--jp-ui-font-color2,#666);font-size:12px"
+
+
+# -- answers ----------------------------------------------------------------------------------
+
+
+def linked_text(text: str, sources: Sequence[Source]) -> str:
+    """``text`` with every ``[n]`` that names a source turned into a Markdown link with a title."""
+
+    def link(match: re.Match[str]) -> str:
+        index = int(match.group(1)) - 1
+        if not 0 <= index < len(sources):
+            return match.group(0)
+        source = sources[index]
+        title = (source.title or source.domain).replace('"', "'")
+        return f'[[{index + 1}]]({source.url} "{title}")'
+
+    return _CITATION.sub(link, text)
+
+
+def header_markdown(conversation_id: str | None, *, research: bool = False) -> str:
+    """The line naming the conversation and how to continue it."""
+    if not conversation_id:
+        return ""
+    mode = " --research" if research else ""
+    return (
+        f"🔗 **Conversation** `{conversation_id}` · continue with "
+        f"`%pplx_followup{mode} {conversation_id} <question>`"
+    )
+
+
+def sources_markdown(sources: Sequence[Source]) -> str:
+    """A numbered Sources list: linked title, then domain and date."""
+    if not sources:
+        return ""
+    lines = ["**Sources**", ""]
+    for number, source in enumerate(sources, 1):
+        title = _md_escape(source.title or source.url)
+        extra = " · ".join(x for x in (source.domain, source.date) if x)
+        lines.append(f"{number}. [{title}]({source.url})" + (f" — {extra}" if extra else ""))
+    return "\n".join(lines)
+
+
+def footer_markdown(answer: Answer, elapsed: float | None = None) -> str:
+    """Model, tokens, cost and timing in small print."""
+    bits: list[str] = []
+    if answer.model:
+        bits.append(answer.model)
+    if answer.usage and answer.usage.total_tokens:
+        bits.append(f"{answer.usage.total_tokens:,} tokens")
+    if answer.cost and answer.cost.total_cost:
+        estimated = "≈" if answer.cost.estimated else ""
+        bits.append(f"{estimated}${answer.cost.total_cost:.4f}")
+    if elapsed is not None:
+        bits.append(f"{elapsed:.1f} s")
+    if answer.cached:
+        bits.append("cached")
+    return f"<sub>{' · '.join(html.escape(b) for b in bits)}</sub>" if bits else ""
+
+
+def answer_markdown(
+    answer: Answer,
+    *,
+    related: bool = True,
+    header: bool = True,
+    elapsed: float | None = None,
+    research: bool = False,
+) -> str:
+    """The whole answer as Markdown: header, linked text, thinking, sources, related, footer."""
+    parts: list[str] = []
+    if header and answer.conversation_id:
+        parts.append(header_markdown(answer.conversation_id, research=research))
+    if answer.reformulated_query:
+        parts.append(f"<sub>Searched for: {html.escape(answer.reformulated_query)}</sub>")
+    if answer.thinking:
+        parts.append(
+            f"<details><summary>Thinking</summary>\n\n{_quote_block(answer.thinking)}\n\n</details>"
+        )
+    parts.append(linked_text(answer.text, answer.sources))
+    if answer.sources:
+        parts.append(sources_markdown(answer.sources))
+    if related and answer.related_questions:
+        questions = "\n".join(f"- {_md_escape(q)}" for q in answer.related_questions)
+        parts.append(f"**Related**\n\n{questions}")
+    footer = footer_markdown(answer, elapsed)
+    if footer:
+        parts.append(footer)
+    return "\n\n".join(p for p in parts if p)
+
+
+def answer_html(answer: Answer, *, header: bool = True, research: bool = False) -> str:
+    """The answer as self-contained HTML, for widget values (which do not render Markdown)."""
+    from pplx_nb.notebook._markdown import markdown_to_html
+
+    parts: list[str] = []
+    if header and answer.conversation_id:
+        parts.append(markdown_to_html(header_markdown(answer.conversation_id, research=research)))
+    if answer.thinking:
+        parts.append(
+            "<details><summary>Thinking</summary>"
+            f"<blockquote>{markdown_to_html(answer.thinking)}</blockquote></details>"
+        )
+    parts.append(markdown_to_html(linked_text(answer.text, answer.sources)))
+    if answer.sources:
+        parts.append(markdown_to_html(sources_markdown(answer.sources)))
+    footer = footer_markdown(answer)
+    if footer:
+        parts.append(
+            f'<div style="{_DIM}">{footer.removeprefix("<sub>").removesuffix("</sub>")}</div>'
+        )
+    return "\n".join(parts)
+
+
+def answer_bundle(
+    answer: Answer,
+    *,
+    related: bool = True,
+    elapsed: float | None = None,
+    research: bool = False,
+) -> Bundle:
+    """An answer as a MIME bundle (Markdown for Jupyter, plain text for terminals and logs)."""
+    plain = [answer.text]
+    if answer.sources:
+        plain.append("\n".join(f"[{n}] {s.url}" for n, s in enumerate(answer.sources, 1)))
+    if answer.conversation_id:
+        plain.append(f"Conversation {answer.conversation_id}")
+    return {
+        "text/markdown": answer_markdown(
+            answer, related=related, elapsed=elapsed, research=research
+        ),
+        "text/plain": "\n\n".join(plain),
+    }
+
+
+def streaming_bundle(
+    text: str, *, elapsed: float | None = None, label: str = "Searching"
+) -> Bundle:
+    """What a cell shows while an answer streams in: the text so far and a cursor.
+
+    A leading ``<think>`` block (reasoning models) is shown as "thinking" rather than as text.
+    """
+    thinking = _THINK.match(text)
+    status = label
+    if thinking:
+        text = text[thinking.end() :]
+        if not text.strip():
+            status = "Thinking"
+    clock = f" · {elapsed:.1f} s" if elapsed is not None else ""
+    line = f"<sub>⏳ {status}…{clock}</sub>"
+    body = f"{text}▌" if text else ""
+    return {
+        "text/markdown": f"{line}\n\n{body}" if body else line,
+        "text/plain": text or f"{status}…",
+    }
+
+
+# -- conversations and jobs -------------------------------------------------------------------
+
+
+def conversation_bundle(conversation: Conversation) -> Bundle:
+    """A stored conversation, turn by turn, with each answer's sources."""
+    heading = f"🔗 **Conversation** `{conversation.conversation_id}`"
+    if conversation.parent_conversation_id:
+        heading += f" (forked from `{conversation.parent_conversation_id}`)"
+    heading += f" · {conversation.message_count} messages · updated {conversation.updated_at}"
+    parts = [heading]
+    plain = [f"Conversation {conversation.conversation_id}"]
+    for message in conversation.messages:
+        stamp = f" <sub>{html.escape(message.timestamp)}</sub>" if message.timestamp else ""
+        if message.role == "user":
+            parts.append(f"**🧑 Question**{stamp}\n\n{_quote_block(message.content)}")
+        elif message.role == "assistant":
+            sources = list(message.sources or [])
+            model = f" <sub>{html.escape(message.model)}</sub>" if message.model else ""
+            parts.append(f"**📎 Answer**{model}{stamp}\n\n{linked_text(message.content, sources)}")
+            if sources:
+                parts.append(sources_markdown(sources))
+        else:
+            parts.append(f"<sub>system: {html.escape(message.content[:200])}</sub>")
+        plain.append(f"{message.role}: {message.content}")
+    return {"text/markdown": "\n\n---\n\n".join(parts), "text/plain": "\n\n".join(plain)}
+
+
+def job_bundle(status: JobStatus) -> Bundle:
+    """A queued or finished job in one block: state, progress, and how to wait for it."""
+    cid = status.conversation_id
+    lines = [
+        f"🆕 **Research job** `{cid}` · {status_line(status)}",
+        f"<sub>It runs in the background. `%pplx_wait {cid}` blocks until it ends; "
+        f"`%pplx_history {cid}` shows the report when it is done.</sub>",
+    ]
+    return {
+        "text/markdown": "\n\n".join(lines),
+        "text/plain": f"Research job {cid}: {status_line(status)}",
+    }
+
+
+def status_line(status: JobStatus) -> str:
+    """A job's state in a few words: status, progress step, attempt, error."""
+    parts = [status.status.replace("_", " ")]
+    if status.progress is not None and not status.done:
+        parts.append(f"{status.progress.percentage}% {status.progress.message}".strip())
+    if status.attempts > 1:
+        parts.append(f"attempt {status.attempts}")
+    if status.error is not None and status.status == "failed":
+        parts.append(f"{status.error.code}: {redact(status.error.message)}")
+    return " · ".join(parts)
+
+
+def progress_html(
+    percentage: int, message: str, elapsed: float, attempt: int = 1, label: str = ""
+) -> str:
+    """A native ``<progress>`` bar with the step, elapsed time and attempt."""
+    attempt_text = f" · attempt {attempt}" if attempt > 1 else ""
+    prefix = f"<b>{html.escape(label)}</b> " if label else ""
+    return (
+        f'<div>{prefix}<progress value="{percentage}" max="100" style="{_BAR_STYLE}"></progress> '
+        f"<b>{percentage}%</b> {html.escape(message)} "
+        f'<span style="{_DIM}">{elapsed:.0f} s{attempt_text}</span></div>'
+    )
+
+
+def progress_bundle(progress: Progress | None, elapsed: float, label: str = "") -> Bundle:
+    """A progress bar bundle from a job's :class:`Progress` (``None``: waiting to start)."""
+    percentage = progress.percentage if progress else 0
+    message = progress.message if progress else "Waiting for the worker..."
+    attempt = progress.attempt if progress else 1
+    filled = percentage // 5
+    return {
+        "text/html": progress_html(percentage, message, elapsed, attempt, label),
+        "text/plain": f"[{'#' * filled}{'.' * (20 - filled)}] {percentage}% {message} "
+        f"({elapsed:.0f} s)",
+    }
+
+
+# -- errors -----------------------------------------------------------------------------------
+
+
+def error_bundle(error: BaseException, *, debug: bool = False) -> Bundle:
+    """One short styled line: the error code and the message, which says what to do next.
+
+    With ``debug`` the traceback follows in a collapsed block. Errors that are not a
+    :class:`PplxError` are bugs; the line says so and how to see the details.
+    """
+    if isinstance(error, PplxError):
+        code, message = error.code, error.message
+    elif isinstance(error, KeyboardInterrupt):
+        code, message = "INTERRUPTED", "Stopped. Run the cell again to retry."
+    else:
+        code = type(error).__name__
+        message = f"{error} — a bug in pplx_nb: rerun with --debug and report the traceback."
+    message = redact(message)
+    block = f'<div style="{_ERROR_STYLE}">⚠️ <b>{html.escape(code)}</b> {html.escape(message)}</div>'
+    plain = f"{code}: {message}"
+    if debug:
+        trace = redact("".join(traceback.format_exception(error)))
+        block += (
+            "<details open><summary>Traceback</summary>"
+            f'<pre style="font-size:11px">{html.escape(trace)}</pre></details>'
+        )
+        plain += "\n" + trace
+    return {"text/html": block, "text/plain": plain}
+
+
+# -- live views -------------------------------------------------------------------------------
+
+
+Publisher = Callable[[Bundle, str, bool], None]
+
+
+def _publish(bundle: Bundle, display_id: str, update: bool) -> None:
+    from IPython.display import display, update_display
+
+    if update:
+        update_display(bundle, raw=True, display_id=display_id)  # type: ignore[no-untyped-call]
+    else:
+        display(bundle, raw=True, display_id=display_id)  # type: ignore[no-untyped-call]
+
+
+class _View:
+    """One display area updated in place."""
+
+    def __init__(self, *, publish: Publisher | None = None) -> None:
+        import uuid
+
+        self.display_id = uuid.uuid4().hex
+        self._publish = publish or _publish
+        self._shown = False
+        self.started = time.monotonic()
+
+    @property
+    def elapsed(self) -> float:
+        """Seconds since the view was created."""
+        return time.monotonic() - self.started
+
+    def show(self, bundle: Mapping[str, str]) -> None:
+        """Display ``bundle`` (the first time) or replace what the view shows."""
+        self._publish(dict(bundle), self.display_id, self._shown)
+        self._shown = True
+
+    def fail(self, error: BaseException, *, debug: bool = False) -> None:
+        """Replace the view with the styled error."""
+        self.show(error_bundle(error, debug=debug))
+
+
+class StreamView(_View):
+    """A cell's answer while it streams: updated at most every ``interval`` seconds.
+
+    The first text is shown as soon as it arrives; later text is batched so a fast stream does not
+    flood the front end. Call :meth:`feed` with each delta, then :meth:`finish` with the answer.
+    """
+
+    def __init__(
+        self,
+        *,
+        interval: float = 0.1,
+        label: str = "Searching",
+        publish: Publisher | None = None,
+    ) -> None:
+        super().__init__(publish=publish)
+        self.interval = interval
+        self.label = label
+        self.text = ""
+        self.updates = 0
+        self.first_text_at: float | None = None
+        self._last = 0.0
+        self._pending = False
+        self.show(streaming_bundle("", label=label))
+
+    def feed(self, delta: str) -> None:
+        """Add a text delta; repaint if the last repaint is at least ``interval`` old."""
+        self.text += delta
+        now = time.monotonic()
+        if self.first_text_at is None or now - self._last >= self.interval:
+            self._repaint(now)
+        else:
+            self._pending = True
+
+    def flush(self) -> None:
+        """Repaint now if text arrived since the last repaint."""
+        if self._pending:
+            self._repaint(time.monotonic())
+
+    def _repaint(self, now: float) -> None:
+        self.show(streaming_bundle(self.text, elapsed=now - self.started, label=self.label))
+        if self.first_text_at is None and self.text:
+            self.first_text_at = time.monotonic()
+        self.updates += 1
+        self._last = now
+        self._pending = False
+
+    def finish(self, answer: Answer, *, related: bool = True, research: bool = False) -> None:
+        """Replace the streamed text with the rendered answer."""
+        self.show(answer_bundle(answer, related=related, elapsed=self.elapsed, research=research))
+
+
+class ProgressView(_View):
+    """A progress bar for a blocking wait, repainted when the step changes or once a second."""
+
+    def __init__(self, label: str = "", *, publish: Publisher | None = None) -> None:
+        super().__init__(publish=publish)
+        self.label = label
+        self.progress: Progress | None = None
+        self._painted: tuple[int, str, int] | None = None
+        self.paints = 0
+        self.show(progress_bundle(None, 0.0, label))
+
+    def update(self, progress: Progress | None) -> None:
+        """Record the newest progress (``None`` keeps the last one) and repaint if it is due."""
+        if progress is not None:
+            self.progress = progress
+        p = self.progress
+        key = (p.percentage if p else 0, p.message if p else "", int(self.elapsed))
+        if key != self._painted:
+            self._painted = key
+            self.paints += 1
+            self.show(progress_bundle(self.progress, self.elapsed, self.label))
+
+
+def _quote_block(text: str) -> str:
+    return "\n".join(f"> {line}" if line.strip() else ">" for line in text.strip().splitlines())
+
+
+def _md_escape(text: str) -> str:
+    return re.sub(r"([\[\]*_`<>])", r"\\\1", text)

@@ -1,0 +1,665 @@
+"""The ``%%pplx`` family of IPython magics: thin adapters that parse, call the Researcher, render.
+
+``%load_ext pplx_nb`` registers them; loading imports only IPython's magic machinery — the
+Researcher, pandas and ipywidgets are imported the first time a magic runs. Each kernel has one
+:class:`~pplx_nb.research.Researcher`, created on first use from the environment with deep research
+queued as background jobs (unless ``PERPLEXITY_ENABLE_ASYNC_DEEP_RESEARCH=false``).
+:func:`set_researcher` replaces it (tests, or a Researcher configured in code)::
+
+    from pplx_nb import Researcher, Settings
+    from pplx_nb.notebook.magics import set_researcher
+    set_researcher(Researcher(Settings(conversation_logs_dir="my-logs")))
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+from IPython.core import magic as _magic
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, magics_class, no_var_expand
+
+from pplx_nb.notebook._args import (
+    argument,
+    magic_arguments,
+    output_options,
+    parse_argstring,
+    search_options,
+    search_opts,
+    split_conversation_id,
+    unquote,
+)
+
+if TYPE_CHECKING:
+    from pplx_nb._models import Answer, JobStatus, Progress
+    from pplx_nb.notebook.display import Bundle, ProgressView
+    from pplx_nb.research import Researcher
+
+__all__ = [
+    "PplxMagics",
+    "get_researcher",
+    "last_conversation_id",
+    "load_ipython_extension",
+    "set_researcher",
+    "unload_ipython_extension",
+]
+
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _line_magic(func: F) -> F:
+    """IPython's ``@line_magic`` marker, typed."""
+    return cast(F, _magic.line_magic(func))
+
+
+def _line_cell_magic(func: F) -> F:
+    """IPython's ``@line_cell_magic`` marker, typed."""
+    return cast(F, _magic.line_cell_magic(func))
+
+
+class _Session:
+    """This kernel's Researcher and the conversation a bare ``%pplx_followup`` continues."""
+
+    def __init__(self) -> None:
+        self.researcher: Researcher | None = None
+        self.last_conversation_id: str | None = None
+        self.lock = threading.Lock()
+
+
+_session = _Session()
+
+
+def set_researcher(researcher: Researcher | None) -> None:
+    """Use ``researcher`` for every magic in this kernel (``None``: build one again on next use).
+
+    The hook for tests and for notebooks that configure a Researcher in code. The previous
+    Researcher is not closed: whoever created it owns it.
+    """
+    with _session.lock:
+        _session.researcher = researcher
+        _session.last_conversation_id = None
+
+
+def get_researcher() -> Researcher:
+    """This kernel's Researcher, created on first use from the environment."""
+    with _session.lock:
+        if _session.researcher is None:
+            from pplx_nb._config import Settings
+            from pplx_nb.research import Researcher
+
+            settings = Settings.from_env()
+            queued = settings.enable_async_deep_research is not False
+            _session.researcher = Researcher(settings, async_deep_research=queued)
+        return _session.researcher
+
+
+def last_conversation_id() -> str | None:
+    """The conversation this kernel asked in last (what a bare ``%pplx_followup`` continues)."""
+    return _session.last_conversation_id
+
+
+def _remember(conversation_id: str | None) -> None:
+    if conversation_id:
+        _session.last_conversation_id = conversation_id
+
+
+class _Shown:
+    """Results a magic has already rendered, so the display hook does not show them twice."""
+
+    def __init__(self) -> None:
+        self.ids: set[int] = set()
+
+    def add(self, value: object) -> None:
+        self.ids.add(id(value))
+
+    def take(self, value: object) -> bool:
+        if id(value) in self.ids:
+            self.ids.discard(id(value))
+            return True
+        return False
+
+    def clear(self, *_: object) -> None:
+        self.ids.clear()
+
+
+def _show(bundle: Bundle) -> None:
+    from IPython.display import display
+
+    display(bundle, raw=True)  # type: ignore[no-untyped-call]
+
+
+def _show_widget(widget: Any) -> None:
+    from IPython.display import display
+
+    display(widget)  # type: ignore[no-untyped-call]
+
+
+def _run_with_progress(call: Callable[[Callable[[Progress], object]], T], view: ProgressView) -> T:
+    """Run ``call(on_progress)`` on a helper thread while this (main) thread repaints ``view``."""
+    updates: queue.SimpleQueue[Progress] = queue.SimpleQueue()
+    outcome: list[Any] = []
+    failure: list[BaseException] = []
+    done = threading.Event()
+
+    def target() -> None:
+        try:
+            outcome.append(call(updates.put))
+        except BaseException as exc:
+            failure.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=target, name="pplx-wait", daemon=True).start()
+    while not done.is_set():
+        try:
+            view.update(updates.get(timeout=0.1))
+        except queue.Empty:
+            view.update(None)
+    while not updates.empty():
+        view.update(updates.get_nowait())
+    if failure:
+        raise failure[0]
+    result: T = outcome[0]
+    return result
+
+
+@magics_class
+class PplxMagics(Magics):
+    """``%%pplx``, ``%%pplx_research``, ``%pplx_followup`` and the magics that look back."""
+
+    def __init__(self, shell: Any) -> None:
+        super().__init__(shell)
+        self.shown = _Shown()
+
+    # -- plumbing -----------------------------------------------------------------------------
+
+    @property
+    def researcher(self) -> Researcher:
+        """This kernel's Researcher."""
+        return get_researcher()
+
+    @property
+    def namespace(self) -> dict[str, Any]:
+        """The user's variables."""
+        assert self.shell is not None
+        namespace: dict[str, Any] = self.shell.user_ns
+        return namespace
+
+    @property
+    def widgets_live(self) -> bool:
+        """Whether a front end can show widgets (a kernel, not a plain IPython shell)."""
+        return getattr(self.shell, "kernel", None) is not None
+
+    @contextlib.contextmanager
+    def _guard(self, line: str) -> Iterator[None]:
+        """Render any failure as one styled line (with the traceback under ``--debug``)."""
+        from pplx_nb.notebook.display import error_bundle
+
+        try:
+            yield
+        except UsageError as exc:
+            from pplx_nb._errors import ValidationError
+
+            error = ValidationError(f"{exc}. `%pplx?` and `%%pplx?` list the options.")
+            _show(error_bundle(error, debug="--debug" in line))
+        except Exception as exc:
+            _show(error_bundle(exc, debug="--debug" in line))
+        except KeyboardInterrupt as exc:
+            _show(error_bundle(exc))
+
+    def _question(self, words: list[str], cell: str | None, raw: bool) -> str:
+        from pplx_nb._errors import ValidationError
+
+        text = " ".join(unquote(w) if len(words) == 1 else w for w in words)
+        if cell and cell.strip():
+            text = f"{text}\n{cell}" if text else cell
+        text = text.strip()
+        if not text:
+            raise ValidationError(
+                "No question: write it in the cell below the magic (or after it on the line)."
+            )
+        if raw:
+            return text
+        from pplx_nb.notebook._interpolate import interpolate
+
+        return interpolate(text, self.namespace)
+
+    def _store(self, args: argparse.Namespace, value: object) -> None:
+        from pplx_nb._errors import ValidationError
+
+        name = getattr(args, "output", None)
+        if not name:
+            return
+        name = unquote(name)
+        if not name.isidentifier():
+            raise ValidationError(f"-o {name!r}: give a Python variable name, like -o answer.")
+        self.namespace[name] = value
+
+    def _conversation(self, given: str | None) -> str:
+        from pplx_nb._errors import ValidationError
+
+        cid = given or _session.last_conversation_id
+        if cid is None:
+            raise ValidationError(
+                "No conversation to continue in this kernel yet: pass its ID "
+                "(`%pplx_conversations` lists them) or ask with `%%pplx` first."
+            )
+        return cid
+
+    def _stream(self, items: Iterator[str | Answer], label: str, *, debug: bool) -> Answer:
+        """Show the deltas as they arrive (at most every 100 ms), then the rendered answer."""
+        from pplx_nb._errors import PplxError
+        from pplx_nb._models import Answer
+        from pplx_nb.notebook.display import StreamView
+
+        view = StreamView(label=label)
+        answer: Answer | None = None
+        try:
+            for item in items:
+                if isinstance(item, str):
+                    view.feed(item)
+                elif isinstance(item, Answer):
+                    answer = item
+            if answer is None:
+                raise PplxError("The answer stream ended without an answer; run the cell again.")
+        except BaseException as exc:
+            view.flush()
+            view.fail(exc, debug=debug)
+            raise _AlreadyShown(exc) from exc
+        live = self.widgets_live and bool(answer.related_questions)
+        view.finish(answer, related=not live)
+        if live:
+            self._related_buttons(answer)
+        return answer
+
+    def _related_buttons(self, answer: Answer) -> None:
+        from pplx_nb.notebook.widgets import RelatedQuestions
+
+        _show_widget(
+            RelatedQuestions(
+                answer, self.researcher, on_answer=lambda a: _remember(a.conversation_id)
+            )
+        )
+
+    def _finish(self, args: argparse.Namespace, value: T) -> T:
+        self.shown.add(value)
+        self._store(args, value)
+        return value
+
+    def _queued_job(self, status: JobStatus) -> None:
+        if self.widgets_live:
+            from pplx_nb.notebook.widgets import JobMonitor
+
+            _show_widget(JobMonitor(status.conversation_id, self.researcher))
+        else:
+            from pplx_nb.notebook.display import job_bundle
+
+            _show(job_bundle(status))
+
+    def _blocking(
+        self,
+        label: str,
+        call: Callable[[Callable[[Progress], object]], Answer | JobStatus],
+        *,
+        debug: bool,
+    ) -> Answer | JobStatus:
+        from pplx_nb._models import Answer
+        from pplx_nb.notebook.display import ProgressView, answer_bundle
+
+        view = ProgressView(label)
+        try:
+            result = _run_with_progress(call, view)
+        except BaseException as exc:
+            view.fail(exc, debug=debug)
+            raise _AlreadyShown(exc) from exc
+        if isinstance(result, Answer):
+            view.show(answer_bundle(result, elapsed=view.elapsed, research=True))
+        return result
+
+    # -- asking -------------------------------------------------------------------------------
+
+    @no_var_expand
+    @magic_arguments()
+    @argument("words", nargs="*", help="the question (or write it in the cell)")
+    @search_options
+    @_line_cell_magic
+    def pplx(self, line: str, cell: str | None = None) -> Answer | None:
+        """Ask a question with web search; the cell is the question. Starts a NEW conversation.
+
+        The answer streams in, then shows with linked citations, its sources and the line to
+        follow up. ``{name}`` in the question is replaced by the variable's value.
+        """
+        with self._guard(line), _AlreadyShown.silenced():
+            args = parse_argstring(self.pplx, line)
+            query = self._question(args.words, cell, args.raw)
+            items = self.researcher.stream_search(query, files=args.file, **search_opts(args))
+            answer = self._stream(items, "Searching", debug=args.debug)
+            _remember(answer.conversation_id)
+            return self._finish(args, answer)
+        return None
+
+    @no_var_expand
+    @magic_arguments()
+    @argument("words", nargs="*", help="the question (or write it in the cell)")
+    @argument("--wait", action="store_true", help="block with a progress bar until the report")
+    @search_options
+    @_line_cell_magic
+    def pplx_research(self, line: str, cell: str | None = None) -> Answer | JobStatus | None:
+        """Deep research on the cell's question. Starts a NEW conversation.
+
+        In notebooks it is queued as a background job by default: a live monitor shows its
+        progress and then the report while you keep working. ``--wait`` blocks instead.
+        """
+        with self._guard(line), _AlreadyShown.silenced():
+            args = parse_argstring(self.pplx_research, line)
+            query = self._question(args.words, cell, args.raw)
+            result = self._research(
+                args,
+                lambda wait, on_progress: self.researcher.deep_research(
+                    query, wait=wait, files=args.file, on_progress=on_progress, **search_opts(args)
+                ),
+            )
+            return self._finish(args, result)
+        return None
+
+    def _research(
+        self,
+        args: argparse.Namespace,
+        ask: Callable[[bool, Callable[[Progress], object] | None], Answer | JobStatus],
+    ) -> Answer | JobStatus:
+        from pplx_nb._models import JobStatus
+
+        if args.wait or not self.researcher.async_deep_research:
+            result = self._blocking(
+                "Researching", lambda on_progress: ask(True, on_progress), debug=args.debug
+            )
+        else:
+            result = ask(False, None)
+            if isinstance(result, JobStatus):
+                self._queued_job(result)
+        _remember(result.conversation_id)
+        return result
+
+    @no_var_expand
+    @magic_arguments()
+    @argument("words", nargs="*", help="[ID] question (ID: default the last conversation)")
+    @argument("--research", action="store_true", help="continue with deep research")
+    @argument("--fork", action="store_true", help="continue in a new branch of the conversation")
+    @argument("--wait", action="store_true", help="with --research: block until the report")
+    @search_options
+    @_line_cell_magic
+    def pplx_followup(self, line: str, cell: str | None = None) -> Answer | JobStatus | None:
+        """Continue a conversation with its whole history as context.
+
+        ``%pplx_followup [ID] question`` or a ``%%pplx_followup [ID]`` cell. Without an ID it
+        continues this kernel's last conversation. ``--fork`` branches into a new conversation and
+        leaves the original as it was; ``--research`` switches to deep research.
+        """
+        with self._guard(line), _AlreadyShown.silenced():
+            args = parse_argstring(self.pplx_followup, line)
+            given, words = split_conversation_id(args.words)
+            cid = self._conversation(given)
+            query = self._question(words, cell, args.raw)
+            opts = search_opts(args)
+            result: Answer | JobStatus
+            if args.research:
+                result = self._research(
+                    args,
+                    lambda wait, on_progress: self.researcher.followup(
+                        cid,
+                        query,
+                        mode="research",
+                        fork=args.fork,
+                        wait=wait,
+                        files=args.file,
+                        on_progress=on_progress,
+                        **opts,
+                    ),
+                )
+            else:
+                items = self.researcher.stream_followup(
+                    cid, query, fork=args.fork, files=args.file, **opts
+                )
+                result = self._stream(items, "Following up", debug=args.debug)
+                _remember(result.conversation_id)
+            return self._finish(args, result)
+        return None
+
+    # -- jobs ---------------------------------------------------------------------------------
+
+    @no_var_expand
+    @magic_arguments()
+    @argument("id", nargs="?", help="conversation ID (default: the last one)")
+    @argument("--timeout", type=float, metavar="S", help="give up waiting after S seconds")
+    @output_options
+    @_line_magic
+    def pplx_wait(self, line: str) -> Answer | None:
+        """Block with a progress bar until a research job ends, then show its report.
+
+        What a notebook run top to bottom (nbval, papermill) needs after ``%%pplx_research``.
+        """
+        with self._guard(line), _AlreadyShown.silenced():
+            args = parse_argstring(self.pplx_wait, line)
+            cid = self._conversation(unquote(args.id) if args.id else None)
+            label = f"Job {cid}"
+            result = self._blocking(
+                label,
+                lambda on_progress: self.researcher.wait(
+                    cid, timeout=args.timeout, on_progress=on_progress
+                ),
+                debug=args.debug,
+            )
+            return self._finish(args, result)  # type: ignore[return-value]
+        return None
+
+    @no_var_expand
+    @magic_arguments()
+    @argument("--watch", action="store_true", help="also show a live monitor per unfinished job")
+    @output_options
+    @_line_magic
+    def pplx_jobs(self, line: str) -> Any:
+        """A table of research jobs, read from disk (so it survives kernel restarts)."""
+        with self._guard(line):
+            args = parse_argstring(self.pplx_jobs, line)
+            from pplx_nb.notebook._tables import jobs_frame
+
+            statuses = [
+                status
+                for summary in self.researcher.conversations()
+                if (status := self.researcher.status(summary.conversation_id)) is not None
+            ]
+            if any(not s.done for s in statuses) and self.researcher.async_deep_research:
+                self.researcher.start_worker()
+            if args.watch:
+                for status in statuses:
+                    if not status.done:
+                        self._queued_job(status)
+            frame = jobs_frame(statuses)
+            self._store(args, frame)
+            return frame
+        return None
+
+    # -- looking back -------------------------------------------------------------------------
+
+    @no_var_expand
+    @magic_arguments()
+    @argument("id", nargs="?", help="conversation ID (default: the last one)")
+    @argument("--system", action="store_true", help="include the system prompt")
+    @output_options
+    @_line_magic
+    def pplx_history(self, line: str) -> Any:
+        """Show a stored conversation, turn by turn, with each answer's sources."""
+        with self._guard(line):
+            args = parse_argstring(self.pplx_history, line)
+            cid = self._conversation(unquote(args.id) if args.id else None)
+            conversation = self.researcher.history(cid, include_system=args.system)
+            self._store(args, conversation)
+            return conversation
+        return None
+
+    @no_var_expand
+    @magic_arguments()
+    @argument("--text", help="only conversations containing TEXT")
+    @argument("--tool", help="only conversations that used TOOL (e.g. perplexity_search)")
+    @argument("--model", help="only conversations answered by MODEL")
+    @argument("--since", help="only conversations updated since this ISO date/time")
+    @argument("--until", help="only conversations updated until this ISO date/time")
+    @argument("--limit", type=int, help="at most N conversations (newest first)")
+    @output_options
+    @_line_magic
+    def pplx_conversations(self, line: str) -> Any:
+        """Stored conversations as a pandas DataFrame, newest first."""
+        with self._guard(line):
+            args = parse_argstring(self.pplx_conversations, line)
+            from pplx_nb.notebook._tables import conversations_frame
+
+            filters = {
+                key: unquote(value) if isinstance(value, str) else value
+                for key in ("text", "tool", "model", "since", "until", "limit")
+                if (value := getattr(args, key)) is not None
+            }
+            frame = conversations_frame(self.researcher.conversations(**filters))
+            self._store(args, frame)
+            return frame
+        return None
+
+    @no_var_expand
+    @magic_arguments()
+    @argument("id", nargs="?", help="conversation ID (default: the last one)")
+    @argument("--all", action="store_true", help="export every stored conversation")
+    @argument(
+        "--level",
+        choices=("messages", "conversations", "sources"),
+        default="messages",
+        help="one row per message (default), conversation or cited source",
+    )
+    @output_options
+    @_line_magic
+    def pplx_export(self, line: str) -> Any:
+        """Export conversations to a pandas DataFrame (see ``pplx_nb.export.to_dataframe``)."""
+        with self._guard(line):
+            args = parse_argstring(self.pplx_export, line)
+            from pplx_nb.export import to_dataframe
+
+            if args.all:
+                source: Any = self.researcher.store
+            else:
+                cid = self._conversation(unquote(args.id) if args.id else None)
+                source = self.researcher.history(cid, include_system=True)
+            frame = to_dataframe(source, level=args.level)
+            self._store(args, frame)
+            return frame
+        return None
+
+    @no_var_expand
+    @magic_arguments()
+    @argument("--offline", action="store_true", help="answer from the built-in simulator")
+    @argument("--online", action="store_true", help="use the real API (needs PERPLEXITY_API_KEY)")
+    @output_options
+    @_line_magic
+    def pplx_config(self, line: str) -> None:
+        """Show the settings in use (the API key is never shown); switch offline/online."""
+        with self._guard(line):
+            args = parse_argstring(self.pplx_config, line)
+            from pplx_nb._errors import ValidationError
+            from pplx_nb.notebook._tables import settings_bundle
+
+            if args.offline and args.online:
+                raise ValidationError("Pick one of --offline and --online.")
+            if args.offline or args.online:
+                self._switch(offline=bool(args.offline))
+            settings = self.researcher.settings
+            self._store(args, settings)
+            _show(settings_bundle(settings.redacted()))
+
+    def _switch(self, *, offline: bool) -> None:
+        from pplx_nb._errors import ValidationError
+        from pplx_nb.research import Researcher
+
+        current = self.researcher
+        settings = current.settings
+        if not offline and settings.api_key is None:
+            raise ValidationError(
+                "PERPLEXITY_API_KEY is not set, so the real API would refuse every request. "
+                "Set it in the environment and restart the kernel, or stay offline."
+            )
+        new = Researcher(
+            settings.model_copy(update={"offline": offline}),
+            async_deep_research=current.async_deep_research,
+        )
+        last = _session.last_conversation_id
+        set_researcher(new)
+        _remember(last)
+        current.close()
+
+    # -- display hook -------------------------------------------------------------------------
+
+    def display_result(self, value: Any) -> None:
+        """Render an Answer, JobStatus or Conversation richly, unless a magic just showed it."""
+        if self.shown.take(value):
+            return
+        from pplx_nb._models import Answer, Conversation
+        from pplx_nb.notebook.display import answer_bundle, conversation_bundle, job_bundle
+
+        if isinstance(value, Answer):
+            live = self.widgets_live and bool(value.related_questions)
+            _show(answer_bundle(value, related=not live))
+            if live:
+                self._related_buttons(value)
+        elif isinstance(value, Conversation):
+            _show(conversation_bundle(value))
+        else:
+            _show(job_bundle(value))
+
+
+class _AlreadyShown(Exception):
+    """An error a live view has already rendered; the guard must not render it again."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+    @staticmethod
+    @contextlib.contextmanager
+    def silenced() -> Iterator[None]:
+        with contextlib.suppress(_AlreadyShown):
+            yield
+
+
+_DISPLAYED_TYPES = ("Answer", "Conversation", "JobStatus")
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """Register the magics and the rich display of results on ``ipython``."""
+    magics = PplxMagics(ipython)
+    ipython.register_magics(magics)
+    formatter = ipython.display_formatter.ipython_display_formatter
+    for name in _DISPLAYED_TYPES:
+        formatter.for_type_by_name("pplx_nb._models", name, magics.display_result)
+    ipython.events.register("pre_run_cell", magics.shown.clear)
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    """Remove what :func:`load_ipython_extension` registered."""
+    magics = ipython.magics_manager.registry.pop("PplxMagics", None)
+    for kind in ("line", "cell"):
+        table = ipython.magics_manager.magics[kind]
+        for name in [n for n in table if n.startswith("pplx")]:
+            del table[name]
+    formatter = ipython.display_formatter.ipython_display_formatter
+    for name in _DISPLAYED_TYPES:
+        formatter.deferred_printers.pop(("pplx_nb._models", name), None)
+        formatter.type_printers = {
+            cls: fn
+            for cls, fn in formatter.type_printers.items()
+            if not (cls.__module__ == "pplx_nb._models" and cls.__name__ == name)
+        }
+    if magics is not None:
+        with contextlib.suppress(ValueError):
+            ipython.events.unregister("pre_run_cell", magics.shown.clear)
