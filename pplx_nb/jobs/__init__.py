@@ -1,0 +1,33 @@
+"""Background deep-research jobs: a queue next to the conversations, and a worker that drains it.
+
+    from pplx_nb.jobs import JobQueue, Worker
+
+    queue = JobQueue.from_settings(settings)
+    queue.enqueue(conversation_id, "perplexity_deep_research", {"searchQuery": "..."})
+    worker = Worker(queue, researcher.execute_job, concurrency=4)
+    worker.start()            # a background thread; worker.stop() drains and releases
+    queue.status(conversation_id).progress
+
+Lifecycle: pending → in_progress → completed | failed | cancelled, in ``status.json`` (see
+DESIGN.md). Claims are atomic renames of marker files, so a job runs on one worker at a time; a
+worker that stops heartbeating loses its lease, its job is requeued, and anything it writes
+afterwards is refused (:class:`LeaseLost`).
+"""
+
+from __future__ import annotations
+
+from pplx_nb.jobs._display import format_status_message
+from pplx_nb.jobs._job import Job, JobContext, JobRunner, LeaseLost
+from pplx_nb.jobs._queue import NON_RETRYABLE, JobQueue
+from pplx_nb.jobs._worker import Worker
+
+__all__ = [
+    "NON_RETRYABLE",
+    "Job",
+    "JobContext",
+    "JobQueue",
+    "JobRunner",
+    "LeaseLost",
+    "Worker",
+    "format_status_message",
+]

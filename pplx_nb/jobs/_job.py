@@ -1,0 +1,107 @@
+"""A claimed job, the context its runner reports through, and the runner's signature."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pplx_nb._errors import PplxError
+
+if TYPE_CHECKING:
+    from pplx_nb.jobs._queue import JobQueue
+
+__all__ = ["Job", "JobContext", "JobRunner", "LeaseLost"]
+
+
+class LeaseLost(PplxError):
+    """This worker no longer owns the job: its lease expired and it was requeued, or cancelled.
+
+    Raised by :class:`JobQueue` instead of writing, so a worker that stalled and came back cannot
+    complete, fail or report on a job another worker now runs.
+    """
+
+    code = "JOB_LEASE_LOST"
+
+
+@dataclass(frozen=True)
+class Job:
+    """One claimed attempt at a job, as handed to a runner.
+
+    ``job_id`` is fixed at enqueue and tags the answer the runner stores; ``attempt`` and
+    ``worker_id`` fence every write back to the queue.
+    """
+
+    job_id: str
+    conversation_id: str
+    tool: str
+    request: dict[str, Any]
+    priority: int
+    attempt: int
+    enqueued_at: str
+    worker_id: str
+    marker: str = field(repr=False)
+    claimed_at: float = field(default_factory=time.time, repr=False)
+    remote_id: str | None = None
+
+    @property
+    def elapsed_ms(self) -> int:
+        """Milliseconds since this attempt was claimed."""
+        return int((time.time() - self.claimed_at) * 1000)
+
+
+class JobContext:
+    """What a runner uses to talk back to the queue while it works on one job.
+
+    Args:
+        queue: the queue the job was claimed from.
+        job: the claimed job.
+    """
+
+    def __init__(self, queue: JobQueue, job: Job) -> None:
+        self._queue = queue
+        self.job = job
+        self._remote_id = job.remote_id
+        self._last: tuple[int, str] | None = None
+
+    @property
+    def attempt(self) -> int:
+        """The attempt number, 1 for the first run."""
+        return self.job.attempt
+
+    @property
+    def remote_id(self) -> str | None:
+        """The id of a background run already submitted for this job (poll it), or None."""
+        return self._remote_id
+
+    async def report(self, percentage: int, message: str) -> None:
+        """Record progress in status.json (also a heartbeat); identical repeats only heartbeat.
+
+        Raises:
+            LeaseLost: the job is no longer this worker's; stop working on it.
+        """
+        if self._last == (percentage, message):
+            self._queue.heartbeat(self.job)
+            return
+        self._queue.progress(self.job, percentage, message)
+        self._last = (percentage, message)
+
+    async def record_remote_id(self, remote_id: str) -> None:
+        """Persist the id of a background run, so a recovered job resumes polling it."""
+        self._queue.set_remote_id(self.job, remote_id)
+        self._remote_id = remote_id
+
+    async def note_error(self, error: BaseException) -> None:
+        """Add an error the runner recovered from (e.g. an expired remote run) to errorHistory."""
+        self._queue.note_error(self.job, error)
+
+
+JobRunner = Callable[[Job, JobContext], Awaitable[object]]
+"""Runs one job to its end and stores its answer in the conversation itself.
+
+The answer message must carry ``jobId = job.job_id``, and a runner must skip the run (return at
+once) when the conversation already holds a message with that ``jobId``: a worker can die between
+storing the answer and marking the job completed, and the retry must not answer twice. Raise a
+:class:`PplxError` to fail the attempt; the queue decides whether it is retried.
+"""

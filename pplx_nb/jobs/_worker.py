@@ -1,0 +1,233 @@
+"""Worker: claims jobs from a JobQueue and runs them, several at once, through a runner it is given.
+
+The worker knows nothing about HTTP or conversations: it claims, heartbeats every lease/3, and
+completes, fails or releases; the runner does the work. It runs as a coroutine (:meth:`Worker.run`),
+on its own background thread and event loop (:meth:`Worker.start`, used inside a kernel or the MCP
+server), or as a process (``python -m pplx_nb.worker``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from typing import Any
+
+from pplx_nb._errors import PplxError
+from pplx_nb.jobs._job import Job, JobContext, JobRunner, LeaseLost
+from pplx_nb.jobs._queue import JobQueue
+
+__all__ = ["Worker"]
+
+logger = logging.getLogger("pplx_nb.jobs")
+
+
+class Worker:
+    """Runs queued jobs through ``runner``, up to ``concurrency`` at a time.
+
+    Args:
+        queue: where jobs come from.
+        runner: ``async runner(job, ctx)``; it stores the answer itself (see :data:`JobRunner`).
+        concurrency: jobs run at once.
+        worker_id: the name written to status.json (default: host, pid and a random suffix).
+        poll_interval: seconds between looks at an empty queue.
+        drain_seconds: on stop, how long running jobs may take to finish before being released.
+    """
+
+    def __init__(
+        self,
+        queue: JobQueue,
+        runner: JobRunner,
+        *,
+        concurrency: int = 4,
+        worker_id: str | None = None,
+        poll_interval: float = 0.2,
+        drain_seconds: float = 10.0,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        self.queue = queue
+        self.runner = runner
+        self.concurrency = concurrency
+        self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.poll_interval = poll_interval
+        self.drain_seconds = drain_seconds
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._started = threading.Event()
+
+    def __repr__(self) -> str:
+        return f"Worker(id={self.worker_id!r}, concurrency={self.concurrency})"
+
+    # -- as a background thread ----------------------------------------------------------------
+
+    def start(self) -> None:
+        """Run the worker on a daemon thread with its own event loop; returns once it runs."""
+        if self._thread is not None and self._thread.is_alive():
+            return
+        self._started.clear()
+        self._thread = threading.Thread(
+            target=asyncio.run, args=(self._main(),), name=f"pplx-worker-{self.worker_id}"
+        )
+        self._thread.daemon = True
+        self._thread.start()
+        self._started.wait(timeout=10)
+
+    async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        self._started.set()
+        await self.run(self._stop)
+
+    @property
+    def running(self) -> bool:
+        """Whether the background thread is alive."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop claiming, let running jobs finish (at most ``drain_seconds``), release the rest.
+
+        Waits up to ``timeout`` seconds for the thread to end.
+        """
+        loop, stop, thread = self._loop, self._stop, self._thread
+        if loop is None or stop is None or thread is None:
+            return
+        self.drain_seconds = min(self.drain_seconds, timeout / 2)
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(stop.set)
+        thread.join(timeout)
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    async def run(self, stop_event: asyncio.Event) -> None:
+        """Claim and run jobs until ``stop_event`` is set; then drain and release what is left."""
+        running: set[asyncio.Task[None]] = set()
+        stopping = asyncio.ensure_future(stop_event.wait())
+        next_recovery = 0.0
+        logger.info("Worker %s started (concurrency %d)", self.worker_id, self.concurrency)
+        try:
+            while not stop_event.is_set():
+                if time.monotonic() >= next_recovery:
+                    next_recovery = time.monotonic() + self.queue.lease_seconds / 2
+                    self._recover()
+                while len(running) < self.concurrency and not stop_event.is_set():
+                    job = self._claim()
+                    if job is None:
+                        break
+                    running.add(asyncio.create_task(self._execute(job)))
+                timeout = None if len(running) >= self.concurrency else self.poll_interval
+                _, _ = await asyncio.wait(
+                    {stopping, *running}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+                )
+                running = {task for task in running if not task.done()}
+        finally:
+            stopping.cancel()
+            await self._drain(running)
+            logger.info("Worker %s stopped", self.worker_id)
+
+    async def _drain(self, running: set[asyncio.Task[None]]) -> None:
+        if not running:
+            return
+        _, left = await asyncio.wait(running, timeout=self.drain_seconds)
+        for task in left:
+            task.cancel()
+        await asyncio.gather(*left, return_exceptions=True)
+
+    def _claim(self) -> Job | None:
+        try:
+            return self.queue.claim(self.worker_id)
+        except PplxError as exc:
+            logger.error("Worker %s could not claim a job: %s", self.worker_id, exc)
+            return None
+
+    def _recover(self) -> None:
+        try:
+            self.queue.recover_stale()
+        except PplxError as exc:
+            logger.error("Worker %s could not recover stale jobs: %s", self.worker_id, exc)
+
+    # -- one job -------------------------------------------------------------------------------
+
+    async def _execute(self, job: Job) -> None:
+        ctx = JobContext(self.queue, job)
+        work: asyncio.Task[object] = asyncio.create_task(_run(self.runner, job, ctx))
+        lost: list[LeaseLost] = []
+        beat = asyncio.create_task(self._heartbeat(job, work, lost))
+        try:
+            result = await asyncio.shield(work)
+        except asyncio.CancelledError:
+            if work.done() or lost:
+                self._on_lost(job, lost)
+                return
+            work.cancel()
+            with contextlib.suppress(BaseException):
+                await work
+            self._settle(self.queue.release, job)
+            return
+        except Exception as exc:
+            self._settle(self.queue.fail, job, _as_pplx_error(exc))
+            return
+        finally:
+            beat.cancel()
+        self._settle(self.queue.complete, job, **_result_meta(result))
+
+    async def _heartbeat(self, job: Job, work: asyncio.Task[Any], lost: list[LeaseLost]) -> None:
+        interval = self.queue.lease_seconds / 3
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                self.queue.heartbeat(job)
+            except LeaseLost as exc:
+                lost.append(exc)
+                work.cancel()
+                return
+            except PplxError as exc:
+                logger.warning("Heartbeat of %s failed: %s", job.conversation_id, exc)
+
+    def _settle(self, action: Any, job: Job, *args: Any, **kwargs: Any) -> None:
+        try:
+            action(job, *args, **kwargs)
+        except LeaseLost as exc:
+            self._on_lost(job, [exc])
+        except PplxError as exc:
+            logger.error(
+                "Worker %s could not record the end of job %s: %s (the lease will requeue it)",
+                self.worker_id,
+                job.conversation_id,
+                exc,
+            )
+
+    def _on_lost(self, job: Job, lost: list[LeaseLost]) -> None:
+        reason = str(lost[0]) if lost else "it is no longer owned by this worker"
+        logger.warning("Worker %s stopped job %s: %s", self.worker_id, job.conversation_id, reason)
+
+
+async def _run(runner: JobRunner, job: Job, ctx: JobContext) -> object:
+    return await runner(job, ctx)
+
+
+def _as_pplx_error(exc: Exception) -> PplxError:
+    if isinstance(exc, PplxError):
+        return exc
+    return PplxError(
+        f"The job stopped on an unexpected error: {type(exc).__name__}: {exc}. It will be "
+        "retried; if it keeps failing, report it with the conversation id."
+    )
+
+
+def _result_meta(result: object) -> dict[str, Any]:
+    """Tokens and cost from what a runner returned (an Answer, a Message, or nothing)."""
+    usage = getattr(result, "usage", None)
+    cost = getattr(result, "cost", None)
+    meta: dict[str, Any] = {}
+    if usage is not None and getattr(usage, "total_tokens", None) is not None:
+        meta["tokens"] = usage.total_tokens
+    if cost is not None and getattr(cost, "total_cost", None) is not None:
+        meta["cost"] = round(float(cost.total_cost), 6)
+    return meta

@@ -1,0 +1,91 @@
+"""Command line of the deep-research worker: ``python -m pplx_nb.worker [--concurrency N]``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from typing import cast
+
+from pplx_nb._config import Settings
+from pplx_nb._errors import ValidationError
+from pplx_nb._logging import configure_logging
+from pplx_nb.jobs import JobQueue, JobRunner, Worker
+
+__all__ = ["load_runner", "main"]
+
+logger = logging.getLogger("pplx_nb.jobs")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m pplx_nb.worker",
+        description="Run queued deep-research jobs from CONVERSATION_LOGS_DIR until SIGTERM.",
+    )
+    parser.add_argument("--concurrency", type=int, default=4, help="jobs run at once (default 4)")
+    parser.add_argument(
+        "--drain",
+        type=float,
+        default=10.0,
+        help="seconds running jobs may take to finish on SIGTERM before being released",
+    )
+    parser.add_argument("--worker-id", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--poll-interval", type=float, default=0.2, help=argparse.SUPPRESS)
+    parser.add_argument("--runner", default=None, help=argparse.SUPPRESS)
+    return parser
+
+
+def load_runner(spec: str) -> JobRunner:
+    """Import ``module:function`` and return it as the job runner."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ValidationError(f"--runner expects module:function, got {spec!r}.")
+    target = getattr(importlib.import_module(module_name), attr)
+    if not callable(target):
+        raise ValidationError(f"--runner {spec!r} does not name a callable.")
+    return cast(JobRunner, target)
+
+
+async def _serve(worker: Worker) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    await worker.run(stop)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m pplx_nb.worker`` and ``pplx-nb-worker``."""
+    args = _parser().parse_args(argv)
+    settings = Settings.from_env()
+    configure_logging(settings)
+    researcher = None
+    if args.runner:
+        runner = load_runner(args.runner)
+    else:
+        from pplx_nb.research import Researcher
+
+        researcher = Researcher(settings)
+        runner = researcher.execute_job
+    worker = Worker(
+        JobQueue.from_settings(settings),
+        runner,
+        concurrency=args.concurrency,
+        worker_id=args.worker_id,
+        poll_interval=args.poll_interval,
+        drain_seconds=args.drain,
+    )
+    try:
+        asyncio.run(_serve(worker))
+    finally:
+        if researcher is not None:
+            researcher.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
