@@ -248,7 +248,7 @@ def response_object(
         "output": [],
     }
     if answer is not None:
-        message_id = item_id or f"msg_{uuid.uuid4().hex}"
+        message_id = item_id or "msg_" + ident.removeprefix("resp_")
         payload["output"] = [
             _search_item(answer),
             _message_item(message_id, answer.text, "completed", answer),
@@ -298,7 +298,7 @@ def agent_events(
         events.append({"type": "response.failed", "error": error["error"], "response": error})
         return [sse({**event, "sequence_number": n}) for n, event in enumerate(events)]
     search = _search_item(answer)
-    item_id = f"msg_{uuid.uuid4().hex}"
+    item_id = "msg_" + ident.removeprefix("resp_")
     events.append({"type": "response.output_item.added", "output_index": 0, "item": search})
     events.append({"type": "response.output_item.done", "output_index": 0, "item": search})
     events.append(

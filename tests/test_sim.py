@@ -1,0 +1,637 @@
+"""The offline simulator over real loopback HTTP: both protocols, faults, runs, corpus, CLI."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+
+from pplx_nb.sim import inject_faults, reset, serve, shared_server_url, stats
+from pplx_nb.sim._bm25 import BM25Index, tokenize
+from pplx_nb.sim._corpus import directory_documents, load_corpus
+
+OFFLINE_MARK = "*Offline simulator answer from the Python documentation.*"
+QUESTION = "How do I cancel an asyncio task?"
+
+
+def ask(question: str = QUESTION, **extra: Any) -> dict[str, Any]:
+    """A chat-completions body with one user message."""
+    return {"model": "sonar-pro", "messages": [{"role": "user", "content": question}], **extra}
+
+
+@pytest.fixture
+def client(sim_url: str) -> Iterator[httpx2.Client]:
+    with httpx2.Client(base_url=sim_url, timeout=10) as http:
+        yield http
+
+
+def sse_payloads(response: httpx2.Response) -> list[Any]:
+    """The JSON payloads (and the literal ``[DONE]``) of an SSE body, in order."""
+    frames = []
+    for line in response.text.splitlines():
+        if line.startswith("data: "):
+            data = line[len("data: ") :]
+            frames.append(data if data == "[DONE]" else json.loads(data))
+    return frames
+
+
+def error_of(response: httpx2.Response) -> dict[str, Any]:
+    error: dict[str, Any] = response.json()["error"]
+    assert set(error) >= {"message", "type", "code"}
+    return error
+
+
+# -- chat completions --------------------------------------------------------------------------
+
+
+def test_chat_completion_cites_python_docs_with_matching_markers(client: httpx2.Client) -> None:
+    body = client.post("/chat/completions", json=ask()).json()
+
+    assert body["object"] == "chat.completion"
+    content = body["choices"][0]["message"]["content"]
+    assert content.startswith(OFFLINE_MARK)
+    assert body["choices"][0]["finish_reason"] == "stop"
+    assert body["search_results"][0]["title"] == "asyncio.Task.cancel"
+    assert body["citations"] == [r["url"] for r in body["search_results"]]
+    assert all(u.startswith("https://docs.python.org/3/") for u in body["citations"])
+    markers = {int(n) for n in re.findall(r"\[(\d+)\]", content)}
+    assert markers and max(markers) <= len(body["citations"])
+    assert "related_questions" not in body
+
+
+def test_chat_usage_is_plausible_and_priced(client: httpx2.Client) -> None:
+    body = client.post("/v1/chat/completions", json=ask()).json()
+    usage = body["usage"]
+    words = len(body["choices"][0]["message"]["content"].split())
+
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+    assert abs(usage["completion_tokens"] - words * 1.3) <= 2
+    expected_output = usage["completion_tokens"] * 15 / 1e6  # sonar-pro: $15 per 1M out
+    assert usage["cost"]["output_tokens_cost"] == pytest.approx(expected_output, abs=1e-6)
+    assert usage["cost"]["total_cost"] > usage["cost"]["output_tokens_cost"]
+
+
+def test_same_question_gets_the_same_answer(client: httpx2.Client) -> None:
+    first = client.post("/v1/sonar", json=ask()).json()
+    second = client.post("/chat/completions", json=ask()).json()
+    assert first["choices"][0]["message"] == second["choices"][0]["message"]
+    assert first["id"] != second["id"]
+
+
+def test_ranking_reads_only_the_last_user_message(client: httpx2.Client) -> None:
+    history = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": QUESTION},
+        {"role": "assistant", "content": "Call cancel() on the task."},
+        {"role": "user", "content": "How do I sort a list?"},
+    ]
+    body = client.post("/chat/completions", json={"model": "sonar", "messages": history}).json()
+    titles = [r["title"] for r in body["search_results"]]
+    assert "list.sort" in titles
+    assert not any("asyncio" in title for title in titles)
+
+
+def test_related_questions_only_when_asked(client: httpx2.Client) -> None:
+    body = client.post("/chat/completions", json=ask(return_related_questions=True)).json()
+    assert len(body["related_questions"]) >= 2
+    assert all(q.endswith("?") for q in body["related_questions"])
+
+
+def test_reasoning_model_starts_with_think_block(client: httpx2.Client) -> None:
+    body = client.post("/chat/completions", json=ask(model="sonar-reasoning-pro")).json()
+    content = body["choices"][0]["message"]["content"]
+    assert content.startswith("<think>")
+    assert OFFLINE_MARK in content.split("</think>", 1)[1]
+    assert body["usage"]["reasoning_tokens"] > 0
+
+
+def test_deep_research_returns_a_longer_sectioned_report(client: httpx2.Client) -> None:
+    quick = client.post("/chat/completions", json=ask(model="sonar")).json()
+    started = time.monotonic()
+    deep = client.post("/chat/completions", json=ask(model="sonar-deep-research")).json()
+
+    assert time.monotonic() - started >= 0.25  # the fixture's 0.3 s deep-research duration
+    text = deep["choices"][0]["message"]["content"]
+    assert text.startswith("<think>")
+    assert len(re.findall(r"^## ", text, re.MULTILINE)) >= 3
+    assert len(deep["search_results"]) > len(quick["search_results"])
+    assert len(text) > 2 * len(quick["choices"][0]["message"]["content"])
+    assert deep["usage"]["cost"]["search_queries_cost"] > 0
+
+
+def test_max_tokens_truncates_with_finish_reason_length(client: httpx2.Client) -> None:
+    body = client.post("/chat/completions", json=ask(max_tokens=12)).json()
+    assert body["choices"][0]["finish_reason"] == "length"
+    assert body["usage"]["completion_tokens"] <= 13
+
+
+def test_domain_filter_excluding_the_docs_finds_nothing(client: httpx2.Client) -> None:
+    body = client.post(
+        "/chat/completions", json=ask(search_domain_filter=["-docs.python.org"])
+    ).json()
+    assert body["search_results"] == [] and body["citations"] == []
+    assert "no document" in body["choices"][0]["message"]["content"]
+
+
+@pytest.mark.parametrize(
+    ("patch", "fragment"),
+    [
+        ({"messages": []}, "non-empty"),
+        (
+            {"messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]},
+            "alternating",
+        ),
+        ({"messages": [{"role": "assistant", "content": "a"}]}, "alternating"),
+        ({"search_recency_filter": "decade"}, "search_recency_filter"),
+        ({"search_after_date_filter": "2025-01-01"}, "MM/DD/YYYY"),
+        ({"model": "gpt-4"}, "Invalid model"),
+        ({"temperature": 3}, "temperature"),
+    ],
+)
+def test_invalid_chat_requests_get_the_400_envelope(
+    client: httpx2.Client, patch: dict[str, Any], fragment: str
+) -> None:
+    response = client.post("/chat/completions", json={**ask(), **patch})
+    assert response.status_code == 400
+    error = error_of(response)
+    assert fragment in error["message"]
+    assert error["code"] == 400 and error["type"] == "invalid_request"
+
+
+def test_malformed_json_is_a_400_not_a_crash(client: httpx2.Client) -> None:
+    for path in ("/chat/completions", "/v1/agent", "/async/chat/completions"):
+        response = client.post(path, content=b"{not json", headers={"content-type": "x"})
+        assert response.status_code == 400
+        assert "malformed JSON" in error_of(response)["message"]
+    assert client.post("/chat/completions", json=ask()).status_code == 200
+
+
+def test_streamed_completion_chunks_join_to_the_answer(client: httpx2.Client) -> None:
+    whole = client.post("/chat/completions", json=ask())
+    answer = whole.json()["choices"][0]["message"]["content"]
+    frames = sse_payloads(client.post("/chat/completions", json=ask(stream=True)))
+
+    assert frames[-1] == "[DONE]"
+    chunks = frames[:-1]
+    assert len(chunks) > 3
+    assert all(c["object"] == "chat.completion.chunk" for c in chunks)
+    assert "".join(c["choices"][0]["delta"]["content"] for c in chunks) == answer
+    assert all(c["citations"] == whole.json()["citations"] for c in chunks)
+    assert all(c["search_results"] for c in chunks)
+    assert all(c["choices"][0]["finish_reason"] is None for c in chunks[:-1])
+    assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
+    assert chunks[-1]["usage"]["cost"]["total_cost"] > 0
+    assert chunks[0]["usage"]["cost"]["total_cost"] == 0
+
+
+def test_deep_research_stream_arrives_over_the_duration(client: httpx2.Client) -> None:
+    arrivals: list[float] = []
+    started = time.monotonic()
+    with client.stream(
+        "POST", "/chat/completions", json=ask(model="sonar-deep-research", stream=True)
+    ) as response:
+        for line in response.iter_lines():
+            if line.startswith("data: "):
+                arrivals.append(time.monotonic() - started)
+    assert len(arrivals) > 5
+    assert arrivals[0] < 0.2 and arrivals[-1] >= 0.25
+
+
+# -- Sonar async -------------------------------------------------------------------------------
+
+
+def test_sonar_async_request_completes_with_a_full_response(client: httpx2.Client) -> None:
+    created = client.post(
+        "/async/chat/completions", json={"request": ask(model="sonar-deep-research")}
+    ).json()
+    assert created["status"] == "CREATED"
+    assert "response" not in created
+
+    seen = {created["status"]}
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        current = client.get(f"/async/chat/completions/{created['id']}").json()
+        seen.add(current["status"])
+        if current["status"] == "COMPLETED":
+            break
+        time.sleep(0.05)
+    assert seen >= {"CREATED", "IN_PROGRESS", "COMPLETED"}
+    assert current["response"]["choices"][0]["message"]["content"].startswith("<think>")
+    assert current["completed_at"] >= current["created_at"]
+
+    listed = client.get("/async/chat/completions").json()
+    assert [r["id"] for r in listed["requests"]] == [created["id"]]
+    assert "response" not in listed["requests"][0]
+    missing = client.get("/async/chat/completions/nope")
+    assert missing.status_code == 404 and error_of(missing)["code"] == 404
+
+
+# -- Agent API ---------------------------------------------------------------------------------
+
+
+def test_agent_answer_has_search_results_then_message(client: httpx2.Client) -> None:
+    body = client.post("/v1/agent", json={"model": "perplexity/sonar", "input": QUESTION}).json()
+
+    assert body["object"] == "response" and body["status"] == "completed"
+    assert body["id"].startswith("resp_") and "citations" not in body
+    results, message = body["output"]
+    assert results["type"] == "search_results"
+    assert results["results"][0]["title"] == "asyncio.Task.cancel"
+    assert message["type"] == "message" and message["role"] == "assistant"
+    part = message["content"][0]
+    assert part["type"] == "output_text" and part["text"].startswith(OFFLINE_MARK)
+    for note in part["annotations"]:
+        assert re.fullmatch(r"\[\d+\]", part["text"][note["start_index"] : note["end_index"]])
+    usage = body["usage"]
+    assert usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"]
+    assert usage["cost"]["currency"] == "USD" and usage["cost"]["total_cost"] > 0
+
+
+def test_agent_rejects_unknown_fields_like_the_real_api(client: httpx2.Client) -> None:
+    response = client.post(
+        "/v1/responses", json={"model": "perplexity/sonar", "input": "x", "search_mode": "web"}
+    )
+    assert response.status_code == 400
+    assert response.json() == {
+        "error": {
+            "message": 'invalid request body: json: unknown field "search_mode"',
+            "type": "invalid_request",
+            "code": 400,
+            "param": "search_mode",
+        }
+    }
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"model": "perplexity/sonar", "input": ""},
+        {"model": "perplexity/sonar", "input": []},
+        {"input": "x"},
+        {"preset": "turbo", "input": "x"},
+        {"model": "sonar", "input": "x"},
+        {
+            "model": "perplexity/sonar",
+            "input": "x",
+            "tools": [{"type": "web_search", "filters": {"search_recency_filter": "decade"}}],
+        },
+    ],
+)
+def test_invalid_agent_requests_are_400(client: httpx2.Client, body: dict[str, Any]) -> None:
+    response = client.post("/v1/agent", json=body)
+    assert response.status_code == 400
+    assert error_of(response)["type"] == "invalid_request"
+
+
+def test_agent_accepts_message_lists_instructions_and_tools(client: httpx2.Client) -> None:
+    body = client.post(
+        "/v1/agent",
+        json={
+            "preset": "low",
+            "instructions": "End with a list titled 'Related questions:'.",
+            "input": [
+                {"role": "user", "content": "How do I cancel an asyncio task?"},
+                {"role": "assistant", "content": "Use Task.cancel()."},
+                {"role": "user", "content": [{"type": "input_text", "text": "json dumps"}]},
+            ],
+            "tools": [{"type": "web_search", "filters": {"search_domain_filter": ["python.org"]}}],
+            "max_output_tokens": 2000,
+        },
+    ).json()
+    text = body["output"][1]["content"][0]["text"]
+    titles = [r["title"] for r in body["output"][0]["results"]]
+    assert "json.dumps" in titles[:3] and not any("asyncio" in t for t in titles)
+    assert "\n\nRelated questions:\n- " in text
+    assert body["model"] == "perplexity/sonar-pro"
+
+
+def test_agent_stream_has_rising_sequence_and_one_terminal(client: httpx2.Client) -> None:
+    request = {"model": "perplexity/sonar", "input": QUESTION, "stream": True}
+    events = sse_payloads(client.post("/v1/agent", json=request))
+    final = client.post("/v1/agent", json={**request, "stream": False}).json()
+
+    numbers = [e["sequence_number"] for e in events]
+    assert numbers == sorted(numbers) and len(set(numbers)) == len(numbers)
+    assert events[0]["type"] == "response.created"
+    terminals = [e for e in events if e["type"] in {"response.completed", "response.failed"}]
+    assert terminals == [events[-1]] and events[-1]["type"] == "response.completed"
+    deltas = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+    assert deltas == final["output"][1]["content"][0]["text"]
+    assert events[-1]["response"]["output"][1]["content"][0]["text"] == deltas
+    assert "[DONE]" not in events
+
+
+def test_deep_research_agent_stream_reports_reasoning_progress(client: httpx2.Client) -> None:
+    events = sse_payloads(
+        client.post(
+            "/v1/responses", json={"preset": "deep-research", "input": QUESTION, "stream": True}
+        )
+    )
+    reasoning = [e for e in events if e["type"].startswith("response.reasoning.")]
+    assert len(reasoning) >= 5
+    text = events[-1]["response"]["output"][1]["content"][0]["text"]
+    assert "## Overview" in text and "## Conclusion" in text
+
+
+def test_background_run_goes_queued_in_progress_completed(client: httpx2.Client) -> None:
+    created = client.post(
+        "/v1/responses", json={"preset": "medium", "input": QUESTION, "background": True}
+    ).json()
+    assert created["status"] == "queued" and created["output"] == []
+
+    statuses = []
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        current = client.get(f"/v1/responses/{created['id']}").json()
+        statuses.append(current["status"])
+        if current["status"] == "completed":
+            break
+        assert current["output"] == []
+        time.sleep(0.02)
+    assert "in_progress" in statuses and statuses[-1] == "completed"
+    assert current["output"][1]["content"][0]["text"].count("## ") >= 3
+    same = client.get(f"/v1/agent/{created['id']}").json()
+    assert same["output"] == current["output"]
+    assert stats(str(client.base_url))["background_runs"] == 1
+
+
+def test_quick_background_run_finishes_at_once(client: httpx2.Client) -> None:
+    created = client.post(
+        "/v1/agent", json={"model": "perplexity/sonar", "input": "x", "background": True}
+    ).json()
+    assert created["status"] == "queued"
+    assert client.get(f"/v1/agent/{created['id']}").json()["status"] == "completed"
+
+
+def test_unknown_response_id_is_a_404_envelope(client: httpx2.Client) -> None:
+    response = client.get("/v1/responses/resp_missing")
+    assert response.status_code == 404
+    assert error_of(response) == {
+        "message": "No response with id 'resp_missing'; it may have expired.",
+        "type": "not_found",
+        "code": 404,
+    }
+
+
+def test_models_lists_sonar_models(client: httpx2.Client) -> None:
+    ids = [m["id"] for m in client.get("/v1/models").json()["data"]]
+    assert {"sonar", "sonar-pro", "sonar-reasoning-pro", "sonar-deep-research"} <= set(ids)
+
+
+# -- faults ------------------------------------------------------------------------------------
+
+
+def test_rate_limit_fault_sends_retry_headers_then_recovers(client: httpx2.Client) -> None:
+    url = str(client.base_url)
+    inject_faults(url, {"status": 429, "retry_after": 2, "retry_after_ms": 1500, "times": 2})
+
+    for _ in range(2):
+        limited = client.post("/chat/completions", json=ask())
+        assert limited.status_code == 429
+        assert limited.headers["retry-after"] == "2"
+        assert limited.headers["retry-after-ms"] == "1500"
+        assert error_of(limited)["code"] == 429
+    assert client.post("/chat/completions", json=ask()).status_code == 200
+    counters = stats(url)
+    assert counters["requests"]["POST /chat/completions"] == 3
+    assert counters["generations"] == 1
+
+
+def test_faults_are_consumed_in_order_only_by_matching_paths(client: httpx2.Client) -> None:
+    url = str(client.base_url)
+    inject_faults(url, {"status": 503, "path": "/v1/agent"}, {"status": 500})
+
+    assert client.get("/_sim/stats").status_code == 200
+    assert client.post("/chat/completions", json=ask()).status_code == 500
+    assert client.post("/chat/completions", json=ask()).status_code == 200
+    agent = client.post("/v1/agent", json={"model": "perplexity/sonar", "input": "x"})
+    assert agent.status_code == 503 and error_of(agent)["type"] == "server_error"
+
+
+def test_html_fault_returns_sonar_401_page(client: httpx2.Client) -> None:
+    inject_faults(str(client.base_url), {"html": True})
+    response = client.post("/chat/completions", json=ask())
+    assert response.status_code == 401
+    assert response.headers["content-type"].startswith("text/html")
+    assert "401 Authorization Required" in response.text
+
+
+def test_fault_from_request_header(client: httpx2.Client) -> None:
+    response = client.post(
+        "/chat/completions", json=ask(), headers={"X-Sim-Fault": json.dumps({"status": 502})}
+    )
+    assert response.status_code == 502
+    assert client.post("/chat/completions", json=ask()).status_code == 200
+
+
+def test_hang_outlasts_the_client_timeout_and_stops_promptly(sim_url: str) -> None:
+    inject_faults(sim_url, {"hang": 30})
+    with (
+        httpx2.Client(base_url=sim_url, timeout=0.3) as http,
+        pytest.raises(httpx2.ReadTimeout),
+    ):
+        http.post("/chat/completions", json=ask())
+    with httpx2.Client(base_url=sim_url, timeout=5) as http:
+        assert http.post("/chat/completions", json=ask()).status_code == 200
+
+
+def test_disconnect_after_drops_the_stream_without_terminal(client: httpx2.Client) -> None:
+    inject_faults(str(client.base_url), {"disconnect_after": 3})
+    received: list[str] = []
+    with (
+        pytest.raises(httpx2.RemoteProtocolError),
+        client.stream("POST", "/chat/completions", json=ask(stream=True)) as response,
+    ):
+        for line in response.iter_lines():
+            if line.startswith("data: "):
+                received.append(line)
+    assert len(received) == 3
+    assert not any("[DONE]" in line or '"stop"' in line for line in received)
+
+
+def test_agent_failed_fault_reports_status_failed(client: httpx2.Client) -> None:
+    url = str(client.base_url)
+    inject_faults(url, {"agent_failed": True, "times": 2})
+    body = client.post("/v1/agent", json={"model": "perplexity/sonar", "input": "x"})
+    assert body.status_code == 200
+    assert body.json()["status"] == "failed" and body.json()["error"]["message"]
+
+    events = sse_payloads(
+        client.post("/v1/agent", json={"model": "perplexity/sonar", "input": "x", "stream": True})
+    )
+    assert events[-1]["type"] == "response.failed"
+    assert not any(e["type"] == "response.completed" for e in events)
+    assert stats(url)["generations"] == 0
+
+
+def test_reset_clears_faults_and_counters(client: httpx2.Client) -> None:
+    url = str(client.base_url)
+    client.post("/chat/completions", json=ask())
+    inject_faults(url, {"status": 500})
+    reset(url)
+    assert stats(url) == {
+        "requests": {},
+        "generations": 0,
+        "background_runs": 0,
+        "pending_faults": 0,
+    }
+    assert client.post("/chat/completions", json=ask()).status_code == 200
+
+
+def test_bad_faults_are_rejected(client: httpx2.Client) -> None:
+    response = client.post("/_sim/faults", json={"faults": [{"sttaus": 500}]})
+    assert response.status_code == 400
+    assert "unknown fault keys" in error_of(response)["message"]
+
+
+# -- auth --------------------------------------------------------------------------------------
+
+
+def test_expected_key_is_enforced_per_protocol() -> None:
+    with serve(latency_ms=0, api_key="sekret") as url, httpx2.Client(base_url=url) as http:
+        sonar = http.post("/chat/completions", json=ask())
+        assert sonar.status_code == 401 and sonar.headers["content-type"].startswith("text/html")
+        agent = http.post("/v1/agent", json={"model": "perplexity/sonar", "input": "x"})
+        assert agent.status_code == 401 and error_of(agent)["code"] == 401
+        good = {"Authorization": "Bearer sekret"}
+        assert http.post("/chat/completions", json=ask(), headers=good).status_code == 200
+        wrong = {"Authorization": "Bearer other"}
+        assert http.post("/chat/completions", json=ask(), headers=wrong).status_code == 401
+
+
+# -- servers -----------------------------------------------------------------------------------
+
+
+def test_serve_starts_fast_with_a_warm_corpus() -> None:
+    load_corpus()
+    started = time.perf_counter()
+    with serve(latency_ms=0) as url:
+        elapsed = time.perf_counter() - started
+        assert httpx2.get(url + "/v1/models").status_code == 200
+    assert elapsed < 0.3
+
+
+def test_shared_server_is_started_once_for_all_threads() -> None:
+    urls: list[str] = []
+    threads = [
+        threading.Thread(target=lambda: urls.append(shared_server_url(latency_ms=0)))
+        for _ in range(4)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(set(urls)) == 1
+    assert httpx2.get(urls[0] + "/v1/models").status_code == 200
+
+
+def test_cli_prints_url_first_and_answers(tmp_path: Path) -> None:
+    (tmp_path / "notes.md").write_text(
+        "# Field notes\n\n## Sourdough starter\n\nFeed the sourdough starter flour and water "
+        "every day. Keep it warm.\n\n## Compost\n\nTurn the compost heap weekly.\n"
+    )
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pplx_nb.sim",
+            "--latency-ms",
+            "0",
+            "--corpus",
+            str(tmp_path),
+            "--api-key",
+            "k1",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        url = process.stdout.readline().strip()
+        assert re.fullmatch(r"http://127\.0\.0\.1:\d+", url)
+        body = httpx2.post(
+            url + "/chat/completions",
+            json=ask("how often do I feed the sourdough starter"),
+            headers={"Authorization": "Bearer k1"},
+        ).json()
+        assert body["search_results"][0]["title"] == "Sourdough starter"
+        assert body["citations"][0].startswith("file://")
+        assert "the local corpus" in body["choices"][0]["message"]["content"]
+    finally:
+        process.terminate()
+        _, err = process.communicate(timeout=10)
+    assert process.returncode == 0, err
+
+
+# -- corpus and ranking ------------------------------------------------------------------------
+
+
+def test_stdlib_corpus_has_modules_classes_methods_and_topics() -> None:
+    corpus = load_corpus()
+    by_title = {doc.title: doc for doc in corpus.documents}
+    assert len(corpus.documents) > 4000
+    assert by_title["asyncio.Task.cancel"].url == (
+        "https://docs.python.org/3/library/asyncio.html#asyncio.Task.cancel"
+    )
+    assert "list.sort" in by_title and "json.dumps" in by_title and "pathlib.Path" in by_title
+    assert any("reference/" in doc.url for doc in corpus.documents)
+    assert not any(part.startswith("_") for t in by_title for part in t.split("."))
+    assert not any(t.startswith(("test.", "idlelib", "tkinter", "lib2to3")) for t in by_title)
+
+
+@pytest.mark.parametrize(
+    ("question", "title"),
+    [
+        ("how do I cancel an asyncio task", "asyncio.Task.cancel"),
+        ("sort a list in place", "list.sort"),
+        ("parse a JSON string", "json.loads"),
+        ("what does the assert statement do", 'The "assert" statement (assert)'),
+    ],
+)
+def test_bm25_ranks_the_obvious_document_first(question: str, title: str) -> None:
+    corpus = load_corpus()
+    assert corpus.search(question, 1)[0][0].title == title
+
+
+def test_tokenizer_splits_identifiers_and_folds_plurals() -> None:
+    assert tokenize("ThreadPoolExecutor run_until_complete tasks") == [
+        "thread",
+        "pool",
+        "executor",
+        "threadpoolexecutor",
+        "run",
+        "complete",
+        "task",
+    ]
+
+
+def test_bm25_prefers_rarer_terms_and_breaks_ties_by_position() -> None:
+    index = BM25Index.build([["apple", "pie"], ["apple", "tart"], ["apple", "pie"], ["plum"]])
+    assert index.search("apple pie", 3) == sorted(index.search("apple pie", 3), key=lambda r: -r[1])
+    assert [doc for doc, _ in index.search("apple pie", 3)] == [0, 2, 1]
+    assert index.search("banana", 3) == []
+
+
+def test_directory_corpus_is_cached_under_xdg_cache_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.txt").write_text("Lighthouses guide ships along the coast at night.")
+    (docs / "b.rst").write_text("Tide tables\n===========\n\nTides rise twice a day.")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+    corpus = load_corpus(docs)
+    assert corpus.search("tides", 1)[0][0].url.endswith("b.rst")
+    assert len(directory_documents(docs)) == 2
+    assert list((tmp_path / "cache" / "pplx_nb").glob("dircorpus-*.pkl"))
