@@ -1,0 +1,371 @@
+"""The job queue on a real directory: lifecycle, order, retries, leases, fencing, index healing."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections import Counter
+from itertools import count
+from pathlib import Path
+
+import pytest
+
+from pplx_nb import Settings
+from pplx_nb._errors import (
+    APIKeyInvalid,
+    APIServerError,
+    ConversationNotFound,
+    JobInProgress,
+    ValidationError,
+)
+from pplx_nb._fs import ensure_dir, id_from_ms
+from pplx_nb.jobs import JobQueue, LeaseLost, format_status_message
+
+_ms = count(int(time.time() * 1000))
+
+
+def new_conversation(root: Path) -> str:
+    """A conversation directory (the queue needs only the directory to exist)."""
+    conversation_id = id_from_ms(next(_ms))
+    ensure_dir(root / conversation_id)
+    return conversation_id
+
+
+@pytest.fixture
+def queue(logs_dir: Path) -> JobQueue:
+    return JobQueue(logs_dir, max_job_retries=2, lease_seconds=60)
+
+
+def _files(root: Path, conversation_id: str) -> set[str]:
+    return {p.name for p in (root / conversation_id).iterdir() if not p.name.startswith(".")}
+
+
+def test_enqueue_writes_job_and_pending_status_with_every_field(
+    queue: JobQueue, logs_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    cid = new_conversation(logs_dir)
+    with caplog.at_level(logging.INFO, logger="pplx_nb.jobs"):
+        status = queue.enqueue(cid, "perplexity_deep_research", {"searchQuery": "x"}, priority=3)
+    assert status.status == "pending" and status.attempts == 0 and status.priority == 3
+    assert _files(logs_dir, cid) == {"job.json", "status.json"}
+    on_disk = json.loads((logs_dir / cid / "status.json").read_text())
+    for key in ("conversationId", "status", "toolName", "startedAt", "updatedAt", "attempts"):
+        assert key in on_disk
+    assert on_disk["errorHistory"] == []
+    job = json.loads((logs_dir / cid / "job.json").read_text())
+    assert job["request"] == {"searchQuery": "x"} and job["jobId"] == on_disk["jobId"]
+    assert queue.status(cid) == status
+    assert queue.pending_count() == 1
+    enqueued = [r for r in caplog.records if r.getMessage().startswith("Job enqueued")]
+    assert [getattr(r, "tool", None) for r in enqueued] == ["perplexity_deep_research"]
+
+
+def test_enqueue_refuses_bad_input_and_a_second_active_job(queue: JobQueue, logs_dir: Path) -> None:
+    cid = new_conversation(logs_dir)
+    with pytest.raises(ValidationError):
+        queue.enqueue("../etc", "t", {})
+    with pytest.raises(ConversationNotFound):
+        queue.enqueue(id_from_ms(next(_ms)), "t", {})
+    with pytest.raises(ValidationError):
+        queue.enqueue(cid, "t", {}, priority=10_000)
+    with pytest.raises(ValidationError):
+        queue.enqueue(cid, "t", {"when": object()})
+    queue.enqueue(cid, "t", {})
+    with pytest.raises(JobInProgress):
+        queue.enqueue(cid, "t", {})
+    job = queue.claim("w")
+    assert job is not None
+    with pytest.raises(JobInProgress):
+        queue.enqueue(cid, "t", {})
+    queue.complete(job)
+    assert queue.enqueue(cid, "t", {"again": True}).status == "pending"
+
+
+def test_claim_takes_highest_priority_first_then_oldest(queue: JobQueue, logs_dir: Path) -> None:
+    plan = [("a", 0), ("b", 5), ("c", 0), ("d", -2), ("e", 5), ("f", 1)]
+    for name, priority in plan:
+        queue.enqueue(new_conversation(logs_dir), "t", {"name": name}, priority=priority)
+    order = []
+    while (job := queue.claim("w")) is not None:
+        order.append(job.request["name"])
+        queue.complete(job)
+    assert order == ["b", "e", "f", "a", "c", "d"]
+    assert queue.claim("w") is None
+
+
+def test_claim_flips_status_to_in_progress_with_worker_attempt_and_start_progress(
+    queue: JobQueue, logs_dir: Path
+) -> None:
+    cid = new_conversation(logs_dir)
+    queued = queue.enqueue(cid, "perplexity_deep_research", {"q": 1}, priority=2)
+    job = queue.claim("worker-1")
+    assert job is not None
+    assert (job.conversation_id, job.tool, job.request, job.priority) == (
+        cid,
+        "perplexity_deep_research",
+        {"q": 1},
+        2,
+    )
+    assert job.attempt == 1 and job.worker_id == "worker-1"
+    assert job.job_id == queued.model_extra["jobId"]  # type: ignore[index]
+    status = queue.status(cid)
+    assert status is not None and status.status == "in_progress"
+    assert status.worker_id == "worker-1" and status.attempts == 1 and status.heartbeat_at
+    assert status.progress is not None
+    assert (status.progress.percentage, status.progress.message) == (
+        25,
+        "Querying Perplexity API...",
+    )
+    assert queue.pending_count() == 0
+
+
+def test_threads_racing_to_claim_get_every_job_exactly_once(
+    queue: JobQueue, logs_dir: Path
+) -> None:
+    ids = [new_conversation(logs_dir) for _ in range(120)]
+    for cid in ids:
+        queue.enqueue(cid, "t", {})
+    claimed: list[str] = []
+    lock = threading.Lock()
+
+    def drain(worker: str) -> None:
+        while (job := queue.claim(worker)) is not None:
+            queue.complete(job)
+            with lock:
+                claimed.append(job.conversation_id)
+
+    threads = [threading.Thread(target=drain, args=(f"w{i}",)) for i in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert Counter(claimed) == Counter(ids)
+    assert all(s.status == "completed" and s.attempts == 1 for s in queue.jobs())
+
+
+def test_completion_removes_job_json_and_keeps_status(queue: JobQueue, logs_dir: Path) -> None:
+    cid = new_conversation(logs_dir)
+    queue.enqueue(cid, "t", {})
+    job = queue.claim("w")
+    assert job is not None
+    status = queue.complete(job, tokens=120, cost=0.01)
+    assert status.status == "completed" and status.completed_at
+    assert status.progress is not None and status.progress.percentage == 100
+    assert _files(logs_dir, cid) == {"status.json"}
+    assert status.model_extra["result"] == {"tokens": 120, "cost": 0.01}  # type: ignore[index]
+
+
+def test_failed_attempts_are_retried_then_the_job_fails_after_three(
+    queue: JobQueue, logs_dir: Path
+) -> None:
+    cid = new_conversation(logs_dir)
+    queue.enqueue(cid, "t", {})
+    for attempt in (1, 2):
+        job = queue.claim("w")
+        assert job is not None and job.attempt == attempt
+        status = queue.fail(job, APIServerError(f"boom {attempt}"))
+        assert status.status == "pending" and status.attempts == attempt
+        message = format_status_message(status)
+        assert f"Retry Attempt: {attempt + 1}" in message and f"boom {attempt}" in message
+    job = queue.claim("w")
+    assert job is not None and job.attempt == 3
+    status = queue.fail(job, APIServerError("boom 3"))
+    assert status.status == "failed" and status.attempts == 3
+    assert [e.message for e in status.error_history] == ["boom 1", "boom 2", "boom 3"]
+    assert status.error is not None and status.error.code == "API_SERVER_ERROR"
+    assert _files(logs_dir, cid) == {"status.json"}
+    assert queue.claim("w") is None
+
+
+def test_an_error_that_cannot_succeed_on_retry_fails_at_once(
+    queue: JobQueue, logs_dir: Path
+) -> None:
+    cid = new_conversation(logs_dir)
+    queue.enqueue(cid, "t", {})
+    job = queue.claim("w")
+    assert job is not None
+    status = queue.fail(job, APIKeyInvalid("bad key"))
+    assert status.status == "failed" and status.attempts == 1
+
+
+def test_retry_count_follows_the_setting(logs_dir: Path) -> None:
+    queue = JobQueue.from_settings(
+        Settings(conversation_logs_dir=logs_dir, max_job_retries=0, offline=True)
+    )
+    cid = new_conversation(logs_dir)
+    queue.enqueue(cid, "t", {})
+    job = queue.claim("w")
+    assert job is not None
+    assert queue.fail(job, APIServerError("once")).status == "failed"
+
+
+def test_a_job_whose_worker_stopped_heartbeating_is_requeued_after_the_lease(
+    logs_dir: Path,
+) -> None:
+    queue = JobQueue(logs_dir, lease_seconds=0.3)
+    cid = new_conversation(logs_dir)
+    queue.enqueue(cid, "t", {})
+    job = queue.claim("dead-worker")
+    assert job is not None
+    assert queue.recover_stale() == 0
+    time.sleep(0.4)
+    assert queue.recover_stale() == 1
+    status = queue.status(cid)
+    assert status is not None and status.status == "pending" and status.attempts == 1
+    assert [e.code for e in status.error_history] == ["JOB_LEASE_EXPIRED"]
+    again = queue.claim("live-worker")
+    assert again is not None and again.attempt == 2 and again.job_id == job.job_id
+
+
+def test_heartbeats_keep_a_long_job_from_being_recovered(logs_dir: Path) -> None:
+    queue = JobQueue(logs_dir, lease_seconds=0.3)
+    cid = new_conversation(logs_dir)
+    queue.enqueue(cid, "t", {})
+    job = queue.claim("w")
+    assert job is not None
+    for _ in range(4):
+        time.sleep(0.15)
+        queue.heartbeat(job)
+        assert queue.recover_stale() == 0
+    assert queue.complete(job).status == "completed"
+
+
+def test_a_worker_that_lost_its_lease_cannot_write_to_the_job(logs_dir: Path) -> None:
+    queue = JobQueue(logs_dir, lease_seconds=0.2)
+    cid = new_conversation(logs_dir)
+    queue.enqueue(cid, "t", {})
+    stale = queue.claim("slow")
+    assert stale is not None
+    time.sleep(0.3)
+    queue.recover_stale()
+    current = queue.claim("fast")
+    assert current is not None
+    for write in (
+        lambda: queue.complete(stale),
+        lambda: queue.fail(stale, APIServerError("late")),
+        lambda: queue.progress(stale, 60, "late"),
+        lambda: queue.heartbeat(stale),
+        lambda: queue.set_remote_id(stale, "run-late"),
+        lambda: queue.release(stale),
+    ):
+        with pytest.raises(LeaseLost):
+            write()
+    status = queue.status(cid)
+    assert status is not None and status.worker_id == "fast" and status.status == "in_progress"
+    assert queue.complete(current).status == "completed"
+    with pytest.raises(LeaseLost):
+        queue.complete(stale)
+
+
+def test_release_requeues_without_counting_the_attempt(queue: JobQueue, logs_dir: Path) -> None:
+    cid = new_conversation(logs_dir)
+    queue.enqueue(cid, "t", {})
+    job = queue.claim("w")
+    assert job is not None
+    status = queue.release(job)
+    assert status.status == "pending" and status.attempts == 0 and status.worker_id is None
+    again = queue.claim("w2")
+    assert again is not None and again.attempt == 1
+
+
+def test_remote_id_is_kept_for_the_next_attempt(logs_dir: Path) -> None:
+    queue = JobQueue(logs_dir, lease_seconds=0.2)
+    cid = new_conversation(logs_dir)
+    queue.enqueue(cid, "t", {})
+    job = queue.claim("w")
+    assert job is not None and job.remote_id is None
+    queue.set_remote_id(job, "run-123")
+    queue.note_error(job, APIServerError("remote run restarted"))
+    time.sleep(0.3)
+    queue.recover_stale()
+    again = queue.claim("w2")
+    assert again is not None and again.remote_id == "run-123"
+    status = queue.status(cid)
+    assert status is not None
+    assert [e.code for e in status.error_history] == ["API_SERVER_ERROR", "JOB_LEASE_EXPIRED"]
+
+
+def test_cancel_ends_pending_and_running_jobs(queue: JobQueue, logs_dir: Path) -> None:
+    waiting, running = new_conversation(logs_dir), new_conversation(logs_dir)
+    queue.enqueue(running, "t", {}, priority=1)
+    queue.enqueue(waiting, "t", {})
+    job = queue.claim("w")
+    assert job is not None and job.conversation_id == running
+    for cid in (waiting, running):
+        status = queue.cancel(cid)
+        assert status is not None and status.status == "cancelled"
+        assert _files(logs_dir, cid) == {"status.json"}
+    with pytest.raises(LeaseLost):
+        queue.heartbeat(job)
+    assert queue.claim("w") is None
+    assert queue.cancel(new_conversation(logs_dir)) is None
+
+
+def test_missing_markers_are_rebuilt_from_status_files(queue: JobQueue, logs_dir: Path) -> None:
+    cids = [new_conversation(logs_dir) for _ in range(3)]
+    for cid in cids:
+        queue.enqueue(cid, "t", {})
+    running = queue.claim("w")
+    assert running is not None
+    for marker in (logs_dir / ".jobs").rglob("*-*-*"):
+        if marker.is_file():
+            marker.unlink()
+    assert queue.claim("w") is None
+    assert queue.recover_stale() == 3
+    claimed = {job.conversation_id for job in iter(lambda: queue.claim("w"), None)}
+    assert claimed == set(cids) - {running.conversation_id}
+    assert (logs_dir / ".jobs" / "claimed" / running.marker).exists()
+
+
+def test_markers_of_ended_or_replaced_jobs_are_dropped(queue: JobQueue, logs_dir: Path) -> None:
+    cid = new_conversation(logs_dir)
+    queue.enqueue(cid, "t", {})
+    status = json.loads((logs_dir / cid / "status.json").read_text())
+    status["status"] = "completed"
+    (logs_dir / cid / "status.json").write_text(json.dumps(status))
+    assert queue.claim("w") is None
+    assert queue.pending_count() == 0
+
+
+def test_jobs_lists_statuses_newest_first_and_filters_by_state(
+    queue: JobQueue, logs_dir: Path
+) -> None:
+    first, second = new_conversation(logs_dir), new_conversation(logs_dir)
+    new_conversation(logs_dir)
+    queue.enqueue(first, "t", {})
+    time.sleep(0.002)
+    queue.enqueue(second, "t", {})
+    job = queue.claim("w")
+    assert job is not None
+    queue.complete(job)
+    assert [s.conversation_id for s in queue.jobs()] == [second, first]
+    assert [s.conversation_id for s in queue.jobs(states=("pending",))] == [second]
+
+
+def test_a_damaged_status_file_is_reported_as_corrupted(queue: JobQueue, logs_dir: Path) -> None:
+    from pplx_nb._errors import ConversationCorrupted
+
+    cid = new_conversation(logs_dir)
+    (logs_dir / cid / "status.json").write_text("{not json")
+    with pytest.raises(ConversationCorrupted):
+        queue.status(cid)
+
+
+def test_status_messages_name_the_state_progress_and_errors(
+    queue: JobQueue, logs_dir: Path
+) -> None:
+    cid = new_conversation(logs_dir)
+    pending = queue.enqueue(cid, "t", {})
+    assert "queued" in format_status_message(pending)
+    assert "Retry Attempt" not in format_status_message(pending)
+    job = queue.claim("w")
+    assert job is not None
+    queue.progress(job, 50, "Processing response...")
+    running = queue.status(cid)
+    assert running is not None
+    assert "50% — Processing response..." in format_status_message(running)
+    done = queue.complete(job)
+    assert "completed" in format_status_message(done)
+    assert "cancelled" in format_status_message(done.model_copy(update={"status": "cancelled"}))
