@@ -1,0 +1,132 @@
+"""The tool descriptions assistants read to choose a tool (wording from the seed server)."""
+
+# Prose read by assistants: one line per paragraph, as the seed wrote it.
+# ruff: noqa: E501
+
+from __future__ import annotations
+
+__all__ = ["DESCRIPTIONS"]
+
+_FOLLOW_UP = """**To follow up**:
+- Quick answer: `perplexity_search_followup` + conversationId + new query
+- Deep dive: `perplexity_deep_research_followup` + conversationId + new query
+- View full history: `get_conversation_history` + conversationId"""
+
+SEARCH = f"""Performs a search-augmented query using Perplexity Search API. **IMPORTANT: This creates a NEW conversation.** You will receive a conversation ID that you can use for follow-ups.
+
+**For first-time queries**: Use this tool with your complete, well-formed question.
+
+**For follow-up queries**: Use `perplexity_search_followup` with the conversation ID from the previous response.
+
+**Example First Query**:
+{{
+  "query": "What are the security best practices for JWT authentication in Node.js Express applications as of 2025?"
+}}
+
+Response includes:
+- Answer to your query, with numbered sources
+- **conversationId**: e.g., "20250124-1706102400123"
+- **conversationPath**: Absolute path to conversation file
+
+{_FOLLOW_UP}"""
+
+DEEP_RESEARCH = f"""Performs exhaustive, multi-source deep research with Perplexity and returns a comprehensive, cited report. **IMPORTANT: This creates a NEW conversation.** You will receive a conversation ID that you can use for follow-ups. Deep research takes minutes: progress notifications are sent while it runs. When the server runs in async mode the query is queued and the call returns at once; collect the report with `get_conversation_history`.
+
+**For first-time queries**: Use this tool with your complete, well-formed research question.
+
+**For follow-up queries**: Use `perplexity_deep_research_followup` (or `perplexity_search_followup` for a quick answer) with the conversation ID from the previous response.
+
+**Example First Query**:
+{{
+  "query": "Compare the security models of OAuth 2.1 and OpenID Connect for single-page applications",
+  "reasoning_effort": "high"
+}}
+
+Response includes:
+- The research report, with numbered sources
+- **conversationId**: e.g., "20250124-1706102400123"
+- **conversationPath**: Absolute path to conversation file
+
+{_FOLLOW_UP}"""
+
+SEARCH_FOLLOWUP = """Follow up on an existing Perplexity conversation with a new search query. This tool continues a conversation started by `perplexity_search` or `perplexity_deep_research`, maintaining full context.
+
+**When to use**:
+- You have a conversationId from a previous query
+- You want to ask a follow-up question with quick search
+- You're switching from deep research back to quick search
+
+**Example**:
+Previous query created conversation "20250124-1706102400123" about JWT authentication.
+
+{
+  "conversationId": "20250124-1706102400123",
+  "query": "How do I implement refresh tokens with this approach?"
+}
+
+**Context Handling**:
+The tool automatically includes the full conversation history, so you don't need to repeat previous context. Just ask your follow-up question naturally.
+
+**Cross-Mode Support**:
+You can follow up on a conversation started with `perplexity_deep_research` using this tool if you want a quick answer instead of another deep dive.
+
+A conversation whose deep research job is still pending or running cannot be followed up yet (JOB_IN_PROGRESS): check `get_conversation_history` until it is completed.
+
+Response includes updated conversationId and path for further follow-ups."""
+
+DEEP_RESEARCH_FOLLOWUP = """Follow up on an existing Perplexity conversation with a deep research query. This tool continues a conversation started by `perplexity_search` or `perplexity_deep_research`, performing exhaustive research.
+
+**When to use**:
+- You have a conversationId from a previous query
+- You want to dive deeper with comprehensive research
+- You're switching from quick search to deep analysis
+
+**Example**:
+Previous quick search about JWT (conversation "20250124-1706102400123").
+
+{
+  "conversationId": "20250124-1706102400123",
+  "query": "Perform comprehensive analysis of JWT security vulnerabilities and mitigation strategies",
+  "reasoning_effort": "high"
+}
+
+**Context Handling**:
+Full conversation history is automatically included. The deep research model will build upon all previous exchanges.
+
+**Cross-Mode Support**:
+You can follow up on a conversation started with `perplexity_search` using this tool to get a comprehensive deep dive on a subtopic.
+
+In async mode the follow-up is queued and the call returns at once; collect the report with `get_conversation_history`.
+
+Response includes comprehensive report + updated conversationId for further follow-ups."""
+
+HISTORY = """Retrieve the full conversation history by conversation ID. Useful for reviewing what's been discussed or debugging conversation context, and for collecting the result of a queued deep research job.
+
+**When to use**:
+- You want to see the complete conversation
+- You need to verify what context is being maintained
+- You queued a deep research query and want its status, progress or report
+- You're debugging follow-up behavior
+
+**Example**:
+{
+  "conversationId": "20250124-1706102400123",
+  "includeSystemPrompt": false
+}
+
+Returns full conversation with all messages, metadata, and file path. When a deep research job ever ran for the conversation, its status (pending, in_progress, completed, failed), progress and error history come first.
+
+**Note**: System prompts are excluded by default but can be included with `includeSystemPrompt: true`."""
+
+LIST = """List stored Perplexity conversations, newest first, with their IDs, first question, message count and job status. Use it to find a conversation ID to continue with `perplexity_search_followup` / `perplexity_deep_research_followup` or to read with `get_conversation_history`.
+
+Optional filters: `text` (words in the questions or answers), `tool` (the tool that produced a turn), `limit` (default 20)."""
+
+DESCRIPTIONS = {
+    "perplexity_search": SEARCH,
+    "perplexity_deep_research": DEEP_RESEARCH,
+    "perplexity_search_followup": SEARCH_FOLLOWUP,
+    "perplexity_deep_research_followup": DEEP_RESEARCH_FOLLOWUP,
+    "get_conversation_history": HISTORY,
+    "list_conversations": LIST,
+}

@@ -1,0 +1,206 @@
+"""Turning Researcher results and errors into MCP tool results: readable text + structured content.
+
+The text keeps the seed server's headers (🔗 **Conversation Started**, 🆕 **New Conversation
+Started** for queued research) so assistants that learnt those keep working; ``structuredContent``
+carries the same facts as data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from mcp_types import CallToolResult, TextContent
+
+from pplx_nb.mcp._schemas import AskResult, ConversationList, HistoryResult, SourceOut
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError as PydanticValidationError
+
+    from pplx_nb._errors import PplxError
+    from pplx_nb._models import Answer, Conversation, ConversationSummary, JobStatus
+
+__all__ = [
+    "answer_result",
+    "error_result",
+    "history_result",
+    "list_result",
+    "queued_result",
+    "validation_message",
+]
+
+_FOLLOW_UP = (
+    "To follow up:\n"
+    "• Quick search: Use `perplexity_search_followup` with this conversation ID\n"
+    "• Deep dive: Use `perplexity_deep_research_followup` with this conversation ID\n"
+    "• View history: Use `get_conversation_history` with this conversation ID"
+)
+
+_ID_FORMAT = 'Expected: yyyymmdd-<13-digit unix ms>, e.g. "20250124-1706102400123".'
+
+
+def _result(text: str, structured: dict[str, Any] | None = None) -> CallToolResult:
+    return CallToolResult(
+        content=[TextContent(type="text", text=text)], structured_content=structured
+    )
+
+
+def _header(title: str, conversation_id: str, path: str) -> str:
+    return f"{title}\nConversation ID: `{conversation_id}`\nLocation: `{path}`\n\n{_FOLLOW_UP}"
+
+
+def _sources_text(answer: Answer) -> str:
+    lines = []
+    for number, source in enumerate(answer.sources, 1):
+        title = source.title or source.url
+        date = f" ({source.date})" if source.date else ""
+        lines.append(f"[{number}] {title}{date}: {source.url}")
+    return "**Sources**\n" + "\n".join(lines)
+
+
+def answer_result(answer: Answer, *, followup: bool, show_thinking: bool) -> CallToolResult:
+    """A finished search or research answer: the header, the answer, its sources."""
+    conversation_id = answer.conversation_id or ""
+    path = answer.conversation_path or ""
+    title = "🔗 **Conversation Continued**" if followup else "🔗 **Conversation Started**"
+    parts = [_header(title, conversation_id, path), "---"]
+    if answer.reformulated_query:
+        parts.append(f"_Searched as: {answer.reformulated_query}_")
+    if show_thinking and answer.thinking:
+        parts.append("**Reasoning**\n\n" + answer.thinking.strip())
+    parts.append(answer.text)
+    if answer.sources:
+        parts.append(_sources_text(answer))
+    if answer.related_questions:
+        parts.append(
+            "**Related questions**\n" + "\n".join(f"• {q}" for q in answer.related_questions)
+        )
+    structured = AskResult(
+        conversationId=conversation_id,
+        conversationPath=path,
+        status="completed",
+        answer=answer.text,
+        sources=[
+            SourceOut(url=s.url, title=s.title, date=s.date, snippet=s.snippet)
+            for s in answer.sources
+        ],
+        relatedQuestions=list(answer.related_questions),
+        model=answer.model,
+        usage=answer.usage.to_json_dict() if answer.usage else None,
+        cost=answer.cost.to_json_dict() if answer.cost else None,
+        reformulatedQuery=answer.reformulated_query,
+        thinking=answer.thinking if show_thinking else None,
+        cached=answer.cached,
+    )
+    return _result("\n\n".join(parts), structured.model_dump(mode="json"))
+
+
+def queued_result(status: JobStatus, path: str, *, followup: bool) -> CallToolResult:
+    """Deep research queued for the background worker: how to collect the report later."""
+    conversation_id = status.conversation_id
+    if followup:
+        title = "🔗 **Conversation Continued**"
+        what = "Deep research follow-up has been queued for background processing."
+    else:
+        title = "🆕 **New Conversation Started**"
+        what = "Deep research query has been queued for background processing."
+    text = (
+        f"{title}\nConversation ID: `{conversation_id}`\nLocation: `{path}`\n{what}\n\n"
+        "**To check status and retrieve results:**\n"
+        "Use the `get_conversation_history` tool with this conversation ID.\n"
+        "The system will process your query in the background and stream results as they "
+        "become available."
+    )
+    structured = AskResult(
+        conversationId=conversation_id,
+        conversationPath=path,
+        status="pending",
+        answer="",
+    )
+    return _result(text, structured.model_dump(mode="json"))
+
+
+def _message_text(index: int, role: str, content: str, meta: dict[str, Any]) -> str:
+    details = ", ".join(
+        str(value)
+        for value in (meta.get("tool"), meta.get("model"), meta.get("timestamp"))
+        if value
+    )
+    head = f"### {index}. {role}" + (f" ({details})" if details else "")
+    return f"{head}\n\n{content}"
+
+
+def history_result(
+    conversation: Conversation, path: str, status: JobStatus | None, status_text: str | None
+) -> CallToolResult:
+    """A conversation's turns in order, preceded by its job status when a job ever ran."""
+    messages = [message.to_json_dict() for message in conversation.messages]
+    parts = [
+        f"📜 **Conversation History**\nConversation ID: `{conversation.conversation_id}`\n"
+        f"Location: `{path}`\nMessages: {len(messages)} · Created: {conversation.created_at} · "
+        f"Updated: {conversation.updated_at}"
+    ]
+    if conversation.parent_conversation_id:
+        parts.append(f"Continued from conversation `{conversation.parent_conversation_id}`.")
+    if status_text:
+        parts.append(status_text)
+    parts.append("---")
+    for index, (message, data) in enumerate(zip(conversation.messages, messages, strict=True), 1):
+        parts.append(_message_text(index, message.role, message.content, data))
+    structured = HistoryResult(
+        conversationId=conversation.conversation_id,
+        conversationPath=path,
+        createdAt=conversation.created_at,
+        updatedAt=conversation.updated_at,
+        messageCount=len(messages),
+        messages=messages,
+        parentConversationId=conversation.parent_conversation_id,
+        job=status.to_json_dict() if status is not None else None,
+    )
+    return _result("\n\n".join(parts), structured.model_dump(mode="json"))
+
+
+def list_result(summaries: Sequence[ConversationSummary]) -> CallToolResult:
+    """Stored conversations, newest first, one line each."""
+    rows = [summary.to_json_dict() for summary in summaries]
+    if not summaries:
+        text = (
+            "No conversations found. Start one with `perplexity_search` or "
+            "`perplexity_deep_research`."
+        )
+    else:
+        lines = [f"🗂️ **{len(summaries)} conversation(s)**, newest first:"]
+        for summary in summaries:
+            query = (summary.first_query or "").strip().replace("\n", " ")
+            if len(query) > 100:
+                query = query[:99] + "…"
+            job = f" · job {summary.job_status}" if summary.job_status else ""
+            lines.append(
+                f"• `{summary.conversation_id}` · {summary.message_count} messages · "
+                f"{summary.updated_at}{job} — {query}"
+            )
+        lines.append("\nUse `get_conversation_history` with an ID to read one.")
+        text = "\n".join(lines)
+    return _result(text, ConversationList(count=len(rows), conversations=rows).model_dump())
+
+
+def error_result(error: PplxError) -> CallToolResult:
+    """An ``isError`` result whose text starts with the error code and says what to do next."""
+    structured = error.to_dict()
+    return CallToolResult(
+        content=[TextContent(type="text", text=f"{error.code}: {error.message}")],
+        structured_content=structured,
+        is_error=True,
+    )
+
+
+def validation_message(tool: str, exc: PydanticValidationError) -> str:
+    """Rejected arguments, described field by field with the fix for each."""
+    problems = []
+    for error in exc.errors():
+        field = ".".join(str(part) for part in error["loc"]) or "arguments"
+        if field == "conversationId" and error["type"] == "string_pattern_mismatch":
+            problems.append(f"conversationId: Invalid conversation ID format. {_ID_FORMAT}")
+        else:
+            problems.append(f"{field}: {error['msg']}")
+    return f"Invalid arguments for `{tool}`: " + "; ".join(problems) + ". Fix them and call again."

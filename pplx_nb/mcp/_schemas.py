@@ -1,0 +1,196 @@
+"""Input parameter types and structured results of the MCP tools.
+
+Parameter names follow the seed server (``conversationId``, ``showThinking``, ``search_*``), so the
+input schemas that clients see are the ones the TypeScript perplexity-mcp-server published. The
+result models are what ``structuredContent`` carries next to the readable text.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "CONVERSATION_ID_PATTERN",
+    "MAX_DOMAINS",
+    "MAX_QUERY_CHARS",
+    "AfterDate",
+    "AskResult",
+    "BeforeDate",
+    "ConversationId",
+    "ConversationList",
+    "DomainFilter",
+    "Files",
+    "FollowupQuery",
+    "HistoryResult",
+    "IncludeSystemPrompt",
+    "Limit",
+    "ListText",
+    "Query",
+    "ReasoningEffort",
+    "RecencyFilter",
+    "RelatedQuestions",
+    "SearchMode",
+    "ShowThinking",
+    "SourceOut",
+    "ToolName",
+]
+
+MAX_QUERY_CHARS = 10_000
+MAX_DOMAINS = 20
+CONVERSATION_ID_PATTERN = r"^\d{8}-\d{13}$"
+_DATE_PATTERN = r"^\d{1,2}/\d{1,2}/\d{4}$"
+
+Query = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=MAX_QUERY_CHARS,
+        description="Your question, complete and well-formed (1 to 10,000 characters).",
+    ),
+]
+FollowupQuery = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=MAX_QUERY_CHARS,
+        description=(
+            "Your follow-up question. It is added to the conversation history, so earlier "
+            "context need not be repeated."
+        ),
+    ),
+]
+ConversationId = Annotated[
+    str,
+    Field(
+        pattern=CONVERSATION_ID_PATTERN,
+        description=(
+            "The conversation ID from a previous search or deep research response, "
+            'e.g. "20250124-1706102400123".'
+        ),
+    ),
+]
+RecencyFilter = Annotated[
+    Literal["hour", "day", "week", "month", "year"] | None,
+    Field(description="Only use sources published within this period."),
+]
+DomainFilter = Annotated[
+    list[Annotated[str, Field(min_length=1, max_length=253)]] | None,
+    Field(
+        max_length=MAX_DOMAINS,
+        description=(
+            "Restrict sources to these domains (at most 20); prefix a domain with '-' to "
+            'exclude it, e.g. ["python.org", "-pinterest.com"].'
+        ),
+    ),
+]
+AfterDate = Annotated[
+    str | None,
+    Field(
+        pattern=_DATE_PATTERN, description="Only sources published after this date (MM/DD/YYYY)."
+    ),
+]
+BeforeDate = Annotated[
+    str | None,
+    Field(
+        pattern=_DATE_PATTERN, description="Only sources published before this date (MM/DD/YYYY)."
+    ),
+]
+SearchMode = Annotated[
+    Literal["web", "academic", "sec"] | None,
+    Field(description="'academic' prefers scholarly sources, 'sec' SEC filings; default 'web'."),
+]
+RelatedQuestions = Annotated[bool, Field(description="Also return questions related to this one.")]
+ReasoningEffort = Annotated[
+    Literal["minimal", "low", "medium", "high"] | None,
+    Field(description="How much effort deep research spends: more is slower and more thorough."),
+]
+ShowThinking = Annotated[
+    bool, Field(description="Include the model's reasoning before the answer, when it gives one.")
+]
+Files = Annotated[
+    list[Annotated[str, Field(min_length=1)]] | None,
+    Field(
+        max_length=20,
+        description=(
+            "Paths of local text files to attach as context (read by the server; files already "
+            "attached earlier in the conversation are not sent again)."
+        ),
+    ),
+]
+IncludeSystemPrompt = Annotated[
+    bool, Field(description="Include the system prompt in the returned history.")
+]
+Limit = Annotated[int, Field(ge=1, le=200, description="At most this many conversations.")]
+ListText = Annotated[
+    str | None,
+    Field(
+        max_length=500,
+        description="Only conversations whose questions or answers contain these words.",
+    ),
+]
+ToolName = Annotated[
+    Literal[
+        "perplexity_search",
+        "perplexity_deep_research",
+        "perplexity_search_followup",
+        "perplexity_deep_research_followup",
+    ]
+    | None,
+    Field(description="Only conversations with a turn produced by this tool."),
+]
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SourceOut(_Out):
+    """A cited web page."""
+
+    url: str
+    title: str | None = None
+    date: str | None = None
+    snippet: str | None = None
+
+
+class AskResult(_Out):
+    """What the search and research tools return as structured content.
+
+    ``status`` is ``completed`` when ``answer`` holds the answer, or ``pending`` when deep research
+    was queued and ``answer`` is empty until ``get_conversation_history`` shows it completed.
+    """
+
+    conversationId: str
+    conversationPath: str
+    status: Literal["completed", "pending"]
+    answer: str
+    sources: list[SourceOut] = Field(default_factory=list)
+    relatedQuestions: list[str] = Field(default_factory=list)
+    model: str | None = None
+    usage: dict[str, Any] | None = None
+    cost: dict[str, Any] | None = None
+    reformulatedQuery: str | None = None
+    thinking: str | None = None
+    cached: bool = False
+
+
+class HistoryResult(_Out):
+    """A stored conversation, its location, and its research job when one ever ran."""
+
+    conversationId: str
+    conversationPath: str
+    createdAt: str
+    updatedAt: str
+    messageCount: int
+    messages: list[dict[str, Any]]
+    parentConversationId: str | None = None
+    job: dict[str, Any] | None = None
+
+
+class ConversationList(_Out):
+    """Stored conversations, newest first."""
+
+    count: int
+    conversations: list[dict[str, Any]]
