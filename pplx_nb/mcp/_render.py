@@ -203,4 +203,5 @@ def validation_message(tool: str, exc: PydanticValidationError) -> str:
             problems.append(f"conversationId: Invalid conversation ID format. {_ID_FORMAT}")
         else:
             problems.append(f"{field}: {error['msg']}")
-    return f"Invalid arguments for `{tool}`: " + "; ".join(problems) + ". Fix them and call again."
+    listed = "; ".join(problem.rstrip(".") for problem in problems)
+    return f"Invalid arguments for `{tool}`: {listed}. Fix them and call again."
