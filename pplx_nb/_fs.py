@@ -1,16 +1,18 @@
 """File primitives shared by the store and the job queue.
 
 Conversation ids, atomic JSON writes (temp file in the same directory, one write, ``os.replace``),
-the per-conversation lock, and the translation of ``OSError`` into :class:`FilesystemError`.
-Directories are created 0700 and files 0600.
+the per-conversation lock (``flock`` on a ``.lock`` file), and the translation of ``OSError`` into
+:class:`FilesystemError`. Directories are created 0700 and files 0600.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import re
+import sys
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -26,6 +28,7 @@ __all__ = [
     "atomic_write_json",
     "ensure_dir",
     "fs_errors",
+    "fsync_dir",
     "id_from_ms",
     "locked",
     "read_bytes",
@@ -36,6 +39,7 @@ CONVERSATION_ID_RE = re.compile(r"^\d{8}-\d{13}$")
 LOCK_NAME = ".lock"
 _DIR_MODE = 0o700
 _FILE_MODE = 0o600
+_tmp_counter = itertools.count()
 
 
 def validate_conversation_id(conversation_id: object) -> str:
@@ -89,12 +93,13 @@ def ensure_dir(path: Path) -> Path:
     return path
 
 
-def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = False) -> None:
+def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = False) -> os.stat_result:
     """Replace ``path`` with ``data`` atomically: readers see the old or the new file, never half.
 
     With ``durable`` the file and its directory are fsynced, so the write survives a power loss.
+    Returns the ``stat`` of the new file (its inode, size and mtime identify this version).
     """
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{time.monotonic_ns()}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{next(_tmp_counter)}.tmp")
     with fs_errors(path, "write"):
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _FILE_MODE)
         try:
@@ -103,6 +108,7 @@ def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = False) -> Non
                 view = view[os.write(fd, view) :]
             if durable:
                 os.fsync(fd)
+            written = os.fstat(fd)
         finally:
             os.close(fd)
         try:
@@ -112,21 +118,28 @@ def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = False) -> Non
                 os.unlink(tmp)
             raise
         if durable:
-            dir_fd = os.open(path.parent, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
+            fsync_dir(path.parent)
+    return written
 
 
-def atomic_write_json(path: Path, data: Any, *, durable: bool = False) -> None:
+def fsync_dir(directory: Path) -> None:
+    """Flush a directory's entries (new, renamed or removed names) to disk."""
+    with fs_errors(directory, "sync"):
+        dir_fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+def atomic_write_json(path: Path, data: Any, *, durable: bool = False) -> os.stat_result:
     """Serialise ``data`` with ``json.dumps`` and write it with :func:`atomic_write_bytes`."""
     payload = json.dumps(data, ensure_ascii=False, indent=2).encode("utf-8")
-    atomic_write_bytes(path, payload, durable=durable)
+    return atomic_write_bytes(path, payload, durable=durable)
 
 
 def read_bytes(path: Path) -> bytes:
-    """Read a whole file, translating OS failures into FILESYSTEM_ERROR (FileNotFoundError passes)."""
+    """Read a whole file; OS failures become FILESYSTEM_ERROR (FileNotFoundError passes)."""
     try:
         return path.read_bytes()
     except FileNotFoundError:
@@ -138,11 +151,61 @@ def read_bytes(path: Path) -> bytes:
 
 @contextlib.contextmanager
 def locked(directory: Path, timeout: float = 30.0) -> Iterator[None]:
-    """Hold the exclusive lock of one conversation directory (a ``.lock`` file, ``flock``-based).
+    """Hold the exclusive lock of one conversation directory (``flock`` on its ``.lock`` file).
 
-    Serialises read-modify-write cycles across threads and processes; the lock is released by the
-    OS if the holder dies, so a killed writer never blocks the others.
+    Serialises read-modify-write cycles across threads and processes (each call opens its own
+    file description, so two threads exclude each other too). The OS releases the lock if the
+    holder dies, so a killed writer never blocks the others. Not re-entrant.
     """
+    if sys.platform == "win32":  # pragma: no cover - no flock there
+        with _filelock(directory, timeout):
+            yield
+        return
+    path = directory / LOCK_NAME
+    with fs_errors(directory, "lock"):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, _FILE_MODE)
+    try:
+        with fs_errors(directory, "lock"):
+            _flock(fd, directory, timeout)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _flock(fd: int, directory: Path, timeout: float) -> None:
+    import fcntl
+
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return
+    except BlockingIOError:
+        pass
+    # Polling with a growing pause instead of a blocking flock keeps the timeout enforceable
+    # without signals, which only the main thread may use.
+    deadline = time.monotonic() + timeout
+    pause = 0.0002
+    while True:
+        time.sleep(pause)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                raise _lock_timeout(directory, timeout) from None
+        pause = min(pause * 2, 0.005)
+
+
+def _lock_timeout(directory: Path, timeout: float) -> FilesystemError:
+    return FilesystemError(
+        f"Could not lock {directory} within {timeout:.0f} s: another process holds it. "
+        "Retry; if it persists, look for a stuck pplx_nb process.",
+        path=str(directory),
+        reason="lock timeout",
+    )
+
+
+@contextlib.contextmanager
+def _filelock(directory: Path, timeout: float) -> Iterator[None]:  # pragma: no cover - Windows
     from filelock import FileLock, Timeout
 
     lock = FileLock(directory / LOCK_NAME, timeout=timeout, mode=_FILE_MODE)
@@ -150,8 +213,4 @@ def locked(directory: Path, timeout: float = 30.0) -> Iterator[None]:
         with fs_errors(directory, "lock"), lock:
             yield
     except Timeout as exc:
-        raise FilesystemError(
-            f"Could not lock {directory} within {timeout:.0f} s: another process holds it. "
-            "Retry; if it persists, look for a stuck pplx_nb process.",
-            path=str(directory),
-        ) from exc
+        raise _lock_timeout(directory, timeout) from exc

@@ -1,0 +1,50 @@
+"""The seam between :class:`ConversationStore` and where conversations live.
+
+A backend stores JSON documents (the camelCase ``conversation.json`` shape) under conversation ids
+and knows nothing about pydantic models; the façade validates what goes in and builds models from
+what comes out. The file backend is the one in use; a Redis backend would implement the same
+methods (a hash per conversation, a sorted set of ids, ``WATCH``/``MULTI`` for appends).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+__all__ = ["StoreBackend"]
+
+
+class StoreBackend(Protocol):
+    """What a conversation store backend implements. Every method validates the id first."""
+
+    def create(self, messages: Sequence[Mapping[str, Any]], meta: Mapping[str, Any]) -> bytes:
+        """Store a new conversation under a fresh unique id; return its document."""
+        ...
+
+    def read(self, conversation_id: str) -> bytes:
+        """The stored document (CONVERSATION_NOT_FOUND if there is none)."""
+        ...
+
+    def append(self, conversation_id: str, messages: Sequence[Mapping[str, Any]]) -> bytes:
+        """Append messages atomically (concurrent appends are serialised); return the document."""
+        ...
+
+    def exists(self, conversation_id: str) -> bool:
+        """Whether a conversation with this id is stored."""
+        ...
+
+    def delete(self, conversation_id: str) -> None:
+        """Remove the conversation and everything stored with it."""
+        ...
+
+    def ids(self) -> list[str]:
+        """Every stored conversation id, newest first."""
+        ...
+
+    def summary(self, conversation_id: str) -> dict[str, Any]:
+        """A light summary (``ConversationSummary`` keys), read cheaply when possible."""
+        ...
+
+    def location(self, conversation_id: str) -> str:
+        """Where the conversation lives, for users (a directory path, a Redis key, ...)."""
+        ...

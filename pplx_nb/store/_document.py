@@ -1,0 +1,171 @@
+"""The ``conversation.json`` document: parsing, its canonical layout, appends, light summaries.
+
+The store writes every document in one canonical layout::
+
+    {"conversationId": "...", "createdAt": "...", "messageCount": 2, "messages": [
+    {"role": "user", "content": "..."},
+    {"role": "assistant", "content": "...", "sources": [...]}
+    ]}
+
+The header (every top-level key but ``messages``) is the first line, then one message per line.
+Compact JSON never contains a raw newline, so an append splices the new lines in before the
+closing ``]}`` and rewrites only the header: the history is neither decoded nor re-encoded. Any
+other layout (the TypeScript server writes indented JSON) is parsed in full and rewritten
+canonically on its first append.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, NamedTuple
+
+from pplx_nb._errors import ConversationCorrupted
+
+__all__ = [
+    "Canonical",
+    "append_messages",
+    "corrupted",
+    "encode",
+    "extend_summary",
+    "parse",
+    "split",
+    "summarize",
+]
+
+_MARK = b'"messages": ['
+_TAIL = b"\n]}\n"
+_EMPTY_REST = _TAIL[1:]
+_ROLES = frozenset(("system", "user", "assistant"))
+
+
+class Canonical(NamedTuple):
+    """A canonical document split into its decoded header and its undecoded message lines."""
+
+    header: dict[str, Any]
+    body: bytes
+    message_count: int
+
+
+def _dumps(value: Any) -> bytes:
+    return json.dumps(value, ensure_ascii=False).encode("utf-8")
+
+
+def _assemble(header: Mapping[str, Any], body: bytes) -> bytes:
+    head = _dumps(dict(header))[:-1] + (b", " if header else b"") + _MARK
+    return head + b"\n" + body + _TAIL if body else head + _TAIL
+
+
+def encode(document: Mapping[str, Any]) -> bytes:
+    """The canonical bytes of a document (a dict with a ``messages`` list)."""
+    header = {key: value for key, value in document.items() if key != "messages"}
+    return _assemble(header, b",\n".join(_dumps(m) for m in document["messages"]))
+
+
+def split(data: bytes) -> Canonical | None:
+    """Header and message lines of a canonical document, or ``None`` for any other layout."""
+    newline = data.find(b"\n")
+    head = data[:newline]
+    if newline < 0 or not head.startswith(b"{") or not head.endswith(_MARK):
+        return None
+    rest = data[newline + 1 :]
+    if rest == _EMPTY_REST:
+        body = b""
+    elif rest.endswith(_TAIL) and len(rest) > len(_TAIL):
+        body = rest[: -len(_TAIL)]
+    else:
+        return None
+    try:
+        header = json.loads(head[: -len(_MARK)].rstrip(b", ") + b"}")
+    except ValueError:
+        return None
+    count = body.count(b"\n") + 1 if body else 0
+    if not isinstance(header, dict) or header.get("messageCount") != count:
+        return None
+    return Canonical(header, body, count)
+
+
+def append_messages(
+    canonical: Canonical, messages: Sequence[Mapping[str, Any]], updated_at: str
+) -> tuple[bytes, dict[str, Any]]:
+    """The new document bytes with ``messages`` appended, and its new header."""
+    header = dict(canonical.header)
+    header["updatedAt"] = updated_at
+    header["messageCount"] = canonical.message_count + len(messages)
+    lines = b",\n".join(_dumps(dict(m)) for m in messages)
+    body = canonical.body + b",\n" + lines if canonical.body else lines
+    return _assemble(header, body), header
+
+
+def parse(data: bytes, conversation_id: str, where: str) -> dict[str, Any]:
+    """Decode a whole document and check its shape; CONVERSATION_CORRUPTED says what is wrong."""
+    try:
+        document = json.loads(data)
+    except ValueError as exc:
+        raise corrupted(conversation_id, where, f"not valid JSON ({exc})") from exc
+    if not isinstance(document, dict):
+        raise corrupted(conversation_id, where, "the top level is not a JSON object")
+    messages = document.get("messages")
+    if not isinstance(messages, list):
+        raise corrupted(conversation_id, where, '"messages" is missing or not a list')
+    for number, message in enumerate(messages):
+        if (
+            not isinstance(message, dict)
+            or message.get("role") not in _ROLES
+            or not isinstance(message.get("content"), str)
+        ):
+            raise corrupted(
+                conversation_id,
+                where,
+                f"message {number} lacks a role (system|user|assistant) or a string content",
+            )
+    return document
+
+
+def corrupted(conversation_id: str, where: str, problem: str) -> ConversationCorrupted:
+    """The CONVERSATION_CORRUPTED error for the document at ``where``, saying what is wrong."""
+    return ConversationCorrupted(
+        f"Conversation {conversation_id} is corrupted: {where}: {problem}. Restore the file from "
+        "a backup or delete the conversation; other conversations are not affected.",
+        conversation_id=conversation_id,
+        path=where,
+        problem=problem,
+    )
+
+
+def _add_unique(target: list[str], values: Iterable[Any]) -> None:
+    for value in values:
+        if isinstance(value, str) and value and value not in target:
+            target.append(value)
+
+
+def summarize(document: Mapping[str, Any]) -> dict[str, Any]:
+    """The light summary of a decoded document (camelCase keys, as ``ConversationSummary``)."""
+    summary = {
+        key: document[key]
+        for key in ("conversationId", "createdAt", "updatedAt", "parentConversationId")
+        if key in document
+    }
+    summary.update(messageCount=0, firstQuery=None, tools=[], models=[])
+    return extend_summary(summary, document["messages"], document.get("updatedAt"))
+
+
+def extend_summary(
+    summary: Mapping[str, Any], messages: Sequence[Mapping[str, Any]], updated_at: Any
+) -> dict[str, Any]:
+    """``summary`` updated for ``messages`` appended at ``updated_at``."""
+    result = dict(summary)
+    tools, models = list(result.get("tools") or []), list(result.get("models") or [])
+    _add_unique(tools, (m.get("tool") for m in messages))
+    _add_unique(models, (m.get("model") for m in messages))
+    if result.get("firstQuery") is None:
+        result["firstQuery"] = next(
+            (m.get("content") for m in messages if m.get("role") == "user"), None
+        )
+    result.update(
+        tools=tools,
+        models=models,
+        messageCount=int(result.get("messageCount") or 0) + len(messages),
+        updatedAt=updated_at,
+    )
+    return result

@@ -1,0 +1,265 @@
+"""The file backend: one directory per conversation under ``conversation-logs/``.
+
+::
+
+    <root>/<conversationId>/conversation.json   the conversation (the single source of truth)
+    <root>/<conversationId>/summary.json        light summary for list(), stamped with the
+                                                 inode/size/mtime of the conversation.json it
+                                                 describes and ignored when they do not match
+    <root>/<conversationId>/status.json         job status, written by the job queue
+    <root>/<conversationId>/.lock               serialises writers (flock)
+
+Ids are claimed by creating the directory exclusively, so two processes never get the same one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import logging
+import os
+import shutil
+import time
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pplx_nb._errors import ConversationNotFound
+from pplx_nb._fs import (
+    CONVERSATION_ID_RE,
+    atomic_write_bytes,
+    ensure_dir,
+    fs_errors,
+    fsync_dir,
+    id_from_ms,
+    locked,
+    validate_conversation_id,
+)
+from pplx_nb._models import now_iso
+from pplx_nb.store._document import (
+    append_messages,
+    encode,
+    extend_summary,
+    parse,
+    split,
+    summarize,
+)
+
+__all__ = ["CONVERSATION_FILE", "STATUS_FILE", "SUMMARY_FILE", "FileBackend", "read_job_state"]
+
+CONVERSATION_FILE = "conversation.json"
+SUMMARY_FILE = "summary.json"
+STATUS_FILE = "status.json"
+_DIR_MODE = 0o700
+_JOB_STATES = frozenset(("pending", "in_progress", "completed", "failed", "cancelled"))
+_trash_counter = itertools.count()
+
+logger = logging.getLogger("pplx_nb.store")
+
+
+def not_found(conversation_id: str, root: Path) -> ConversationNotFound:
+    """The CONVERSATION_NOT_FOUND error, telling the user how to start a conversation."""
+    return ConversationNotFound(
+        f"Conversation {conversation_id} does not exist (looked in {root}). Start a new "
+        "conversation with `perplexity_search` (or `%%pplx` in a notebook) and follow up with "
+        "the conversation id it returns.",
+        conversation_id=conversation_id,
+        root=str(root),
+    )
+
+
+def _fingerprint(stat: os.stat_result) -> list[int]:
+    return [stat.st_ino, stat.st_size, stat.st_mtime_ns]
+
+
+def read_job_state(directory: Path) -> str | None:
+    """The ``status`` in a conversation directory's status.json, or ``None`` without a job."""
+    try:
+        with open(directory / STATUS_FILE, "rb") as file:
+            state = json.loads(file.read()).get("status")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return state if state in _JOB_STATES else None
+
+
+class FileBackend:
+    """Conversations as ``<root>/<id>/conversation.json``; see the module docstring for the layout.
+
+    Args:
+        root: the conversation-logs directory (created on the first write).
+        durable: fsync each conversation write and its directory (survives power loss).
+    """
+
+    def __init__(self, root: Path, *, durable: bool = False) -> None:
+        self.root = root
+        self.durable = durable
+
+    def __repr__(self) -> str:
+        return f"FileBackend(root={str(self.root)!r}, durable={self.durable})"
+
+    def directory(self, conversation_id: str) -> Path:
+        """The conversation's directory; the id is validated before anything touches the disk."""
+        return self.root / validate_conversation_id(conversation_id)
+
+    def location(self, conversation_id: str) -> str:
+        """The conversation's directory as a string."""
+        return str(self.directory(conversation_id))
+
+    # -- writing --------------------------------------------------------------------------------
+
+    def create(self, messages: Sequence[Mapping[str, Any]], meta: Mapping[str, Any]) -> bytes:
+        """Claim a fresh id (next free millisecond) and write the conversation."""
+        ensure_dir(self.root)
+        unix_ms = time.time_ns() // 1_000_000
+        while not self._claim(self.root / id_from_ms(unix_ms)):
+            unix_ms += 1
+        conversation_id = id_from_ms(unix_ms)
+        directory = self.root / conversation_id
+        stamp = now_iso(datetime.fromtimestamp(unix_ms / 1000, UTC))
+        document: dict[str, Any] = {
+            "conversationId": conversation_id,
+            "createdAt": stamp,
+            "updatedAt": stamp,
+            "messageCount": len(messages),
+            **meta,
+            "messages": [dict(m) for m in messages],
+        }
+        data = encode(document)
+        try:
+            self._write(directory, data, summarize(document))
+        except BaseException:
+            shutil.rmtree(directory, ignore_errors=True)
+            raise
+        if self.durable:
+            fsync_dir(self.root)
+        return data
+
+    def _claim(self, directory: Path) -> bool:
+        with fs_errors(directory, "create directory"):
+            try:
+                os.mkdir(directory, _DIR_MODE)
+            except FileExistsError:
+                return False
+        return True
+
+    def append(self, conversation_id: str, messages: Sequence[Mapping[str, Any]]) -> bytes:
+        """Append under the conversation's lock: read, splice new lines in, replace atomically."""
+        directory = self.directory(conversation_id)
+        path = directory / CONVERSATION_FILE
+        if not directory.is_dir():
+            raise not_found(conversation_id, self.root)
+        with locked(directory):
+            data, before = self._read(conversation_id, path)
+            updated_at = now_iso()
+            canonical = split(data)
+            if canonical is None:
+                document = parse(data, conversation_id, str(path))
+                document["messages"].extend(dict(m) for m in messages)
+                document["updatedAt"] = updated_at
+                document["messageCount"] = len(document["messages"])
+                new = encode(document)
+                summary = summarize(document)
+            else:
+                new, _ = append_messages(canonical, messages, updated_at)
+                previous = self._fresh_summary(directory, before)
+                if previous is None:
+                    summary = summarize(parse(new, conversation_id, str(path)))
+                else:
+                    summary = extend_summary(previous, messages, updated_at)
+            self._write(directory, new, summary)
+        return new
+
+    def _write(self, directory: Path, data: bytes, summary: dict[str, Any]) -> None:
+        written = atomic_write_bytes(directory / CONVERSATION_FILE, data, durable=self.durable)
+        # The summary is a derived, self-checking copy: it needs no fsync of its own.
+        stamped = {"of": _fingerprint(written), "summary": summary}
+        atomic_write_bytes(
+            directory / SUMMARY_FILE, json.dumps(stamped, ensure_ascii=False).encode("utf-8")
+        )
+
+    def delete(self, conversation_id: str) -> None:
+        """Move the directory aside under the lock (readers see all or nothing), then remove it."""
+        directory = self.directory(conversation_id)
+        if not directory.is_dir():
+            raise not_found(conversation_id, self.root)
+        trash = self.root / f".deleted-{conversation_id}-{os.getpid()}-{next(_trash_counter)}"
+        with locked(directory), fs_errors(directory, "delete"):
+            try:
+                os.rename(directory, trash)
+            except FileNotFoundError:
+                raise not_found(conversation_id, self.root) from None
+        shutil.rmtree(trash, ignore_errors=True)
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def read(self, conversation_id: str) -> bytes:
+        """The bytes of conversation.json."""
+        directory = self.directory(conversation_id)
+        return self._read(conversation_id, directory / CONVERSATION_FILE)[0]
+
+    def _read(self, conversation_id: str, path: Path) -> tuple[bytes, os.stat_result]:
+        try:
+            file = open(path, "rb")  # noqa: SIM115 - closed below, FileNotFoundError told apart
+        except FileNotFoundError:
+            raise not_found(conversation_id, self.root) from None
+        except OSError as exc:
+            with fs_errors(path, "read"):
+                raise exc
+        with file, fs_errors(path, "read"):
+            stat = os.fstat(file.fileno())
+            return file.read(), stat
+
+    def exists(self, conversation_id: str) -> bool:
+        """Whether the conversation's conversation.json exists."""
+        return (self.directory(conversation_id) / CONVERSATION_FILE).is_file()
+
+    def ids(self) -> list[str]:
+        """Ids of the conversation directories under the root, newest first."""
+        try:
+            with os.scandir(self.root) as entries:
+                found = [
+                    entry.name
+                    for entry in entries
+                    if CONVERSATION_ID_RE.match(entry.name) and entry.is_dir()
+                ]
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            with fs_errors(self.root, "list"):
+                raise exc
+        found.sort(reverse=True)
+        return found
+
+    def summary(self, conversation_id: str) -> dict[str, Any]:
+        """The light summary: summary.json if it still matches conversation.json, else computed."""
+        directory = self.directory(conversation_id)
+        path = directory / CONVERSATION_FILE
+        try:
+            stat = os.stat(path)
+        except FileNotFoundError:
+            raise not_found(conversation_id, self.root) from None
+        except OSError as exc:
+            with fs_errors(path, "read"):
+                raise exc
+        summary = self._fresh_summary(directory, stat)
+        if summary is None:
+            data, _ = self._read(conversation_id, path)
+            summary = summarize(parse(data, conversation_id, str(path)))
+        summary["jobStatus"] = read_job_state(directory)
+        summary["path"] = str(directory)
+        return summary
+
+    def job_state(self, conversation_id: str) -> str | None:
+        """The conversation's job status (pending, in_progress, ...), or ``None`` without a job."""
+        return read_job_state(self.directory(conversation_id))
+
+    def _fresh_summary(self, directory: Path, stat: os.stat_result) -> dict[str, Any] | None:
+        with contextlib.suppress(OSError, ValueError):
+            with open(directory / SUMMARY_FILE, "rb") as file:
+                stamped = json.loads(file.read())
+            summary = stamped.get("summary") if isinstance(stamped, dict) else None
+            if isinstance(summary, dict) and stamped.get("of") == _fingerprint(stat):
+                return summary
+        return None

@@ -1,0 +1,327 @@
+"""ConversationStore: create, load, append, list, fork, delete and prune stored conversations.
+
+The façade validates what goes in (messages through :class:`Message`, ids before any file access)
+and builds models from what comes out; the backend (:mod:`pplx_nb.store._file`) keeps the bytes.
+Nothing is cached: every call reads the store, which is the single source of truth.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import logging
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pydantic
+from pydantic.alias_generators import to_camel
+
+from pplx_nb._errors import (
+    ConversationCorrupted,
+    ConversationNotFound,
+    FilesystemError,
+    PplxError,
+    ValidationError,
+)
+from pplx_nb._fs import validate_conversation_id
+from pplx_nb._models import Conversation, ConversationSummary, Message
+from pplx_nb.store._base import StoreBackend
+from pplx_nb.store._document import corrupted, parse
+from pplx_nb.store._file import FileBackend
+
+if TYPE_CHECKING:
+    from pplx_nb._config import Settings
+
+__all__ = ["ConversationStore"]
+
+logger = logging.getLogger("pplx_nb.store")
+
+_RESERVED = frozenset(("conversationId", "createdAt", "updatedAt", "messageCount", "messages"))
+_ACTIVE_JOB = frozenset(("pending", "in_progress"))
+
+
+class ConversationStore:
+    """Conversations on disk, one directory each, shared safely by kernels, workers and MCP servers.
+
+    Args:
+        root: the conversation-logs directory; ``None`` uses ``settings.logs_dir()``
+            (``CONVERSATION_LOGS_DIR``, default ``./conversation-logs``).
+        settings: where the default root comes from (default: read from the environment).
+        durable: fsync every conversation write and its directory, so it survives a power loss.
+
+    Attributes:
+        last_skipped: the errors of the conversations the last :meth:`list` skipped (corrupted or
+            unreadable files), each also logged as a warning.
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str] | None = None,
+        *,
+        settings: Settings | None = None,
+        durable: bool = False,
+    ) -> None:
+        if root is None:
+            from pplx_nb._config import Settings
+
+            path = (settings or Settings.from_env()).logs_dir()
+        else:
+            path = Path(root).expanduser().absolute()
+        self._root = path
+        self._backend: StoreBackend = FileBackend(path, durable=durable)
+        self.last_skipped: builtins.list[PplxError] = []
+
+    def __repr__(self) -> str:
+        return f"ConversationStore(root={str(self._root)!r})"
+
+    @property
+    def root(self) -> Path:
+        """The conversation-logs directory."""
+        return self._root
+
+    # -- writing --------------------------------------------------------------------------------
+
+    def create(self, messages: Sequence[Message | Mapping[str, Any]], **meta: Any) -> Conversation:
+        """Store a new conversation and return it (with its fresh id and ``path``).
+
+        ``meta`` adds top-level fields, e.g. ``parent_conversation_id=...`` (snake_case or
+        camelCase; stored camelCase).
+        """
+        stored_meta = _meta(meta)
+        data = self._backend.create(_message_dicts(messages), stored_meta)
+        return self._conversation(data, None)
+
+    def append(self, conversation_id: str, *messages: Message | Mapping[str, Any]) -> Conversation:
+        """Append messages to a stored conversation atomically and return the updated conversation.
+
+        Appends from several threads or processes are serialised; none is lost.
+        """
+        validate_conversation_id(conversation_id)
+        if not messages:
+            raise ValidationError(
+                "Nothing to append: pass at least one message, e.g. "
+                "store.append(conversation_id, {'role': 'user', 'content': '...'}).",
+            )
+        data = self._backend.append(conversation_id, _message_dicts(messages))
+        return self._conversation(data, conversation_id)
+
+    def fork(self, conversation_id: str) -> Conversation:
+        """A new conversation with a copy of this one's messages and ``parentConversationId``."""
+        document = self.read_raw(conversation_id)
+        data = self._backend.create(document["messages"], {"parentConversationId": conversation_id})
+        return self._conversation(data, None)
+
+    def delete(self, conversation_id: str) -> None:
+        """Remove the conversation and everything stored with it (job status included)."""
+        self._backend.delete(conversation_id)
+
+    def prune(self, older_than: timedelta) -> int:
+        """Delete conversations not updated for ``older_than``; return how many were deleted.
+
+        Conversations with a pending or running job, and ones that cannot be read, are kept.
+        """
+        if not isinstance(older_than, timedelta) or older_than < timedelta(0):
+            raise ValidationError(
+                f"prune(older_than=...) needs a non-negative timedelta, got {older_than!r}, "
+                "e.g. timedelta(days=30).",
+            )
+        cutoff = datetime.now(UTC) - older_than
+        cutoff_ms = int(cutoff.timestamp() * 1000)
+        deleted = 0
+        for conversation_id in self._backend.ids():
+            if int(conversation_id[9:]) >= cutoff_ms:
+                continue
+            try:
+                summary = self._backend.summary(conversation_id)
+                if summary.get("jobStatus") in _ACTIVE_JOB:
+                    continue
+                if _parse_instant(summary.get("updatedAt"), "updatedAt") >= cutoff:
+                    continue
+                self._backend.delete(conversation_id)
+            except (ConversationNotFound, ConversationCorrupted, ValidationError) as exc:
+                logger.info("prune: keeping %s (%s)", conversation_id, exc)
+                continue
+            deleted += 1
+        return deleted
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def load(self, conversation_id: str) -> Conversation:
+        """The stored conversation, with ``path`` set to its directory."""
+        validate_conversation_id(conversation_id)
+        return self._conversation(self._backend.read(conversation_id), conversation_id)
+
+    def read_raw(self, conversation_id: str) -> dict[str, Any]:
+        """The stored document as a plain camelCase dict (checked for shape, not validated).
+
+        For bulk readers such as :mod:`pplx_nb.export`, which need no pydantic models.
+        """
+        data = self._backend.read(conversation_id)
+        return parse(data, conversation_id, self._backend.location(conversation_id))
+
+    def exists(self, conversation_id: str) -> bool:
+        """Whether a conversation with this id is stored (VALIDATION_ERROR for a malformed id)."""
+        return self._backend.exists(conversation_id)
+
+    def path(self, conversation_id: str) -> Path:
+        """The conversation's directory (whether or not it exists); the id is validated first."""
+        return Path(self._backend.location(conversation_id))
+
+    def ids(self) -> builtins.list[str]:
+        """Every stored conversation id, newest first."""
+        return self._backend.ids()
+
+    def list(
+        self,
+        *,
+        since: datetime | str | None = None,
+        until: datetime | str | None = None,
+        tool: str | None = None,
+        model: str | None = None,
+        text: str | None = None,
+        limit: int | None = None,
+    ) -> builtins.list[ConversationSummary]:
+        """Summaries of stored conversations, newest first.
+
+        Args:
+            since: only conversations created at or after this instant (datetime or ISO 8601;
+                naive means UTC).
+            until: only conversations created at or before this instant.
+            tool: only conversations with a message from this tool (e.g. ``perplexity_search``).
+            model: only conversations with a message from this model.
+            text: only conversations with a message containing this text (case-insensitive;
+                this one reads whole conversations).
+            limit: at most this many summaries.
+
+        A corrupted or unreadable conversation is skipped with a warning and kept in
+        :attr:`last_skipped`; it never breaks the listing of the others.
+        """
+        low = _to_ms(since, "since")
+        high = _to_ms(until, "until")
+        needle = text.casefold() if text else None
+        if limit is not None and (not isinstance(limit, int) or limit < 0):
+            raise ValidationError(f"limit must be a non-negative integer, got {limit!r}.")
+        found: builtins.list[ConversationSummary] = []
+        skipped: builtins.list[PplxError] = []
+        for conversation_id in self._backend.ids():
+            if limit is not None and len(found) >= limit:
+                break
+            created_ms = int(conversation_id[9:])
+            if high is not None and created_ms > high:
+                continue
+            if low is not None and created_ms < low:
+                break
+            try:
+                summary = self._backend.summary(conversation_id)
+                if (tool and tool not in summary.get("tools", ())) or (
+                    model and model not in summary.get("models", ())
+                ):
+                    continue
+                if needle and not self._contains(conversation_id, needle):
+                    continue
+                found.append(self._summary_model(conversation_id, summary))
+            except ConversationNotFound:
+                continue  # deleted meanwhile, or a directory whose conversation is being created
+            except (ConversationCorrupted, FilesystemError) as exc:
+                logger.warning("Skipping conversation %s: %s", conversation_id, exc)
+                skipped.append(exc)
+        self.last_skipped = skipped
+        return found
+
+    def _contains(self, conversation_id: str, needle: str) -> bool:
+        messages = self.read_raw(conversation_id)["messages"]
+        return any(needle in message["content"].casefold() for message in messages)
+
+    def _summary_model(self, conversation_id: str, summary: dict[str, Any]) -> ConversationSummary:
+        try:
+            return ConversationSummary.model_validate(summary)
+        except pydantic.ValidationError as exc:
+            where = self._backend.location(conversation_id)
+            raise corrupted(conversation_id, where, _first_problem(exc)) from exc
+
+    def _conversation(self, data: bytes, conversation_id: str | None) -> Conversation:
+        try:
+            conversation = Conversation.model_validate_json(data)
+        except pydantic.ValidationError as exc:
+            cid = conversation_id or "?"
+            where = self._backend.location(cid) if conversation_id else str(self._root)
+            parse(data, cid, where)  # names a JSON syntax error precisely
+            raise corrupted(cid, where, _first_problem(exc)) from exc
+        conversation.message_count = len(conversation.messages)
+        conversation.path = self._backend.location(conversation.conversation_id)
+        return conversation
+
+
+def _first_problem(exc: pydantic.ValidationError) -> str:
+    error = exc.errors()[0]
+    place = ".".join(str(part) for part in error["loc"]) or "document"
+    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return f"{place}: {error['msg']}{more}"
+
+
+def _message_dicts(messages: Iterable[Message | Mapping[str, Any]]) -> list[dict[str, Any]]:
+    result = []
+    for number, message in enumerate(messages):
+        if isinstance(message, Message):
+            result.append(message.to_json_dict())
+            continue
+        if not isinstance(message, Mapping):
+            raise ValidationError(
+                f"Message {number} is a {type(message).__name__}; pass a Message or a dict "
+                "like {'role': 'user', 'content': '...'}.",
+            )
+        try:
+            result.append(Message.model_validate(message).to_json_dict())
+        except pydantic.ValidationError as exc:
+            raise ValidationError(
+                f"Message {number} is invalid: {_first_problem(exc)}. A message needs a role "
+                "(system, user or assistant) and a string content.",
+            ) from exc
+    return result
+
+
+def _meta(meta: Mapping[str, Any]) -> dict[str, Any]:
+    stored = {}
+    for key, value in meta.items():
+        name = to_camel(key)
+        if name in _RESERVED:
+            raise ValidationError(
+                f"{key!r} is set by the store itself and cannot be passed to create().",
+            )
+        if name == "parentConversationId" and value is not None:
+            validate_conversation_id(value)
+        try:
+            json.dumps(value)
+        except (TypeError, ValueError) as exc:
+            raise ValidationError(
+                f"Metadata {key!r} must be JSON-serialisable (str, number, list, dict ...).",
+            ) from exc
+        if value is not None:
+            stored[name] = value
+    return stored
+
+
+def _parse_instant(value: object, name: str) -> datetime:
+    if isinstance(value, datetime):
+        moment = value
+    elif isinstance(value, str):
+        try:
+            moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError as exc:
+            raise ValidationError(
+                f"{name}={value!r} is not an ISO 8601 instant, e.g. 2025-01-24T15:00:00Z.",
+            ) from exc
+    else:
+        raise ValidationError(
+            f"{name} must be a datetime or an ISO 8601 string, got {type(value).__name__}.",
+        )
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _to_ms(value: datetime | str | None, name: str) -> int | None:
+    if value is None:
+        return None
+    return int(_parse_instant(value, name).timestamp() * 1000)
