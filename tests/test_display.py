@@ -1,0 +1,265 @@
+"""Rendering: answers with linked citations, sources, thinking, errors, progress, live views."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from pplx_nb._errors import APIKeyInvalid, ConversationNotFound
+from pplx_nb._models import (
+    Answer,
+    Conversation,
+    Cost,
+    ErrorInfo,
+    JobStatus,
+    Message,
+    Progress,
+    Source,
+    Usage,
+)
+from pplx_nb.notebook import display
+from pplx_nb.notebook._markdown import markdown_to_html
+
+CID = "20261122-1763794800000"
+TASK_URL = "https://docs.python.org/3/library/asyncio-task.html#asyncio.Task.cancel"
+
+
+def make_answer(**changes: object) -> Answer:
+    fields: dict[str, object] = {
+        "text": "Call `Task.cancel()` [1]; then await it [2]. Unknown marker [7].",
+        "sources": [
+            Source(url=TASK_URL, title="asyncio.Task.cancel", date="2025-01-02"),
+            Source(url="https://www.example.org/guide", title=None),
+        ],
+        "related_questions": ["How do I wait for [cancelled] tasks?"],
+        "model": "sonar-pro",
+        "usage": Usage(prompt_tokens=10, completion_tokens=20, total_tokens=30),
+        "cost": Cost(total_cost=0.0061, estimated=True),
+        "conversation_id": CID,
+    }
+    fields.update(changes)
+    return Answer.model_validate(fields)
+
+
+class Recorder:
+    """Collects what a view publishes: (bundle, display_id, update)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[dict[str, str], str, bool]] = []
+
+    def __call__(self, bundle: dict[str, str], display_id: str, update: bool) -> None:
+        self.calls.append((bundle, display_id, update))
+
+
+def test_citation_markers_link_to_their_sources_with_titles() -> None:
+    markdown = display.answer_markdown(make_answer())
+    assert f'[[1]]({TASK_URL} "asyncio.Task.cancel")' in markdown
+    assert '[[2]](https://www.example.org/guide "example.org")' in markdown
+    assert "[7]" in markdown and "[[7]]" not in markdown
+
+
+def test_sources_list_shows_title_domain_and_date() -> None:
+    markdown = display.answer_markdown(make_answer())
+    assert f"1. [asyncio.Task.cancel]({TASK_URL}) — docs.python.org · 2025-01-02" in markdown
+    assert "2. [https://www.example.org/guide](https://www.example.org/guide) — example.org" in (
+        markdown
+    )
+
+
+def test_header_names_the_conversation_and_the_follow_up_line() -> None:
+    markdown = display.answer_markdown(make_answer())
+    first = markdown.splitlines()[0]
+    assert CID in first
+    assert f"%pplx_followup {CID}" in first
+    research = display.answer_markdown(make_answer(), research=True)
+    assert f"%pplx_followup --research {CID}" in research
+
+
+def test_thinking_is_collapsed_and_related_questions_are_escaped() -> None:
+    markdown = display.answer_markdown(make_answer(thinking="step one\nstep two"))
+    assert "<details><summary>Thinking</summary>" in markdown
+    assert "<details open" not in markdown
+    assert "> step one\n> step two" in markdown
+    assert "- How do I wait for \\[cancelled\\] tasks?" in markdown
+    assert "Related" not in display.answer_markdown(make_answer(), related=False)
+
+
+def test_footer_shows_model_tokens_estimated_cost_and_cached() -> None:
+    markdown = display.answer_markdown(make_answer(cached=True), elapsed=1.25)
+    assert "<sub>sonar-pro · 30 tokens · ≈$0.0061 · 1.2 s · cached</sub>" in markdown
+
+
+def test_plain_text_lists_source_urls_for_terminals() -> None:
+    plain = display.answer_bundle(make_answer())["text/plain"]
+    assert f"[1] {TASK_URL}" in plain
+    assert f"Conversation {CID}" in plain
+
+
+def test_answer_html_is_self_contained_and_links_sources() -> None:
+    page = display.answer_html(make_answer(thinking="<script>x</script>"))
+    assert f'href="{TASK_URL}"' in page
+    assert 'title="asyncio.Task.cancel"' in page
+    assert "<script>" not in page and "&lt;script&gt;" in page
+    assert "<ol><li>" in page
+
+
+def test_streaming_bundle_shows_text_with_cursor_and_hides_think_block() -> None:
+    bundle = display.streaming_bundle("Partial answer", elapsed=0.5)
+    assert bundle["text/markdown"].endswith("Partial answer▌")
+    assert "Searching… · 0.5 s" in bundle["text/markdown"]
+    thinking = display.streaming_bundle("<think>\nplanning the search")
+    assert "Thinking…" in thinking["text/markdown"]
+    assert "planning" not in thinking["text/markdown"]
+    after = display.streaming_bundle("<think>plan</think>\n\nThe answer")
+    assert after["text/markdown"].endswith("The answer▌")
+
+
+def test_error_is_one_styled_line_with_code_and_next_step() -> None:
+    error = ConversationNotFound(f"Conversation {CID} does not exist. Start one with %%pplx.")
+    bundle = display.error_bundle(error)
+    assert "<b>CONVERSATION_NOT_FOUND</b>" in bundle["text/html"]
+    assert "Start one with %%pplx." in bundle["text/html"]
+    assert "Traceback" not in bundle["text/html"]
+    assert bundle["text/plain"].startswith("CONVERSATION_NOT_FOUND: ")
+
+
+def test_error_with_debug_shows_the_traceback_and_never_the_key() -> None:
+    key = "pplx-abcdefghijklmnop1234"
+    try:
+        raise APIKeyInvalid(f"The key {key} was refused. Check PERPLEXITY_API_KEY.")
+    except APIKeyInvalid as exc:
+        bundle = display.error_bundle(exc, debug=True)
+    assert "Traceback" in bundle["text/html"]
+    assert "test_error_with_debug" in bundle["text/plain"]
+    assert key not in bundle["text/html"] and key not in bundle["text/plain"]
+
+
+def test_unexpected_errors_say_they_are_bugs() -> None:
+    bundle = display.error_bundle(ZeroDivisionError("division by zero"))
+    assert "<b>ZeroDivisionError</b>" in bundle["text/html"]
+    assert "--debug" in bundle["text/plain"]
+
+
+def test_progress_bundle_has_a_bar_step_elapsed_and_attempt() -> None:
+    progress = Progress(percentage=50, message="Processing response...", attempt=2)
+    bundle = display.progress_bundle(progress, 12.4, "Researching")
+    assert '<progress value="50" max="100"' in bundle["text/html"]
+    assert "Processing response..." in bundle["text/html"]
+    assert "12 s · attempt 2" in bundle["text/html"]
+    assert bundle["text/plain"].startswith("[##########..........] 50%")
+    waiting = display.progress_bundle(None, 0.0)
+    assert '<progress value="0"' in waiting["text/html"]
+
+
+def test_job_bundle_says_how_to_wait_and_status_line_shows_failure() -> None:
+    status = JobStatus(
+        conversation_id=CID,
+        status="failed",
+        tool_name="perplexity_deep_research",
+        started_at="2026-11-22T07:00:00.000Z",
+        updated_at="2026-11-22T07:00:05.000Z",
+        attempts=3,
+        error=ErrorInfo(code="API_SERVER_ERROR", message="The API failed; retry later."),
+    )
+    bundle = display.job_bundle(status)
+    assert f"%pplx_wait {CID}" in bundle["text/markdown"]
+    line = display.status_line(status)
+    assert line == "failed · attempt 3 · API_SERVER_ERROR: The API failed; retry later."
+
+
+def test_conversation_bundle_shows_turns_sources_and_parent() -> None:
+    conversation = Conversation(
+        conversation_id=CID,
+        created_at="2026-11-22T07:00:00.000Z",
+        updated_at="2026-11-22T07:00:01.000Z",
+        message_count=2,
+        parent_conversation_id="20261122-1763794700000",
+        messages=[
+            Message(role="user", content="How do I cancel a task?"),
+            Message(
+                role="assistant",
+                content="Use cancel [1].",
+                model="sonar-pro",
+                sources=[Source(url=TASK_URL, title="asyncio.Task.cancel")],
+            ),
+        ],
+    )
+    markdown = display.conversation_bundle(conversation)["text/markdown"]
+    assert "forked from `20261122-1763794700000`" in markdown
+    assert "> How do I cancel a task?" in markdown
+    assert f'Use cancel [[1]]({TASK_URL} "asyncio.Task.cancel")' in markdown
+
+
+def test_stream_view_shows_first_text_at_once_then_at_most_every_interval() -> None:
+    recorder = Recorder()
+    view = display.StreamView(interval=0.05, publish=recorder)
+    assert recorder.calls[0][2] is False
+    assert "Searching…" in recorder.calls[0][0]["text/plain"]
+    view.feed("first")
+    assert view.first_text_at is not None
+    assert recorder.calls[-1][0]["text/plain"] == "first"
+    for _ in range(50):
+        view.feed(".")
+    assert len(recorder.calls) == 2
+    time.sleep(0.06)
+    view.feed("!")
+    assert len(recorder.calls) == 3
+    assert recorder.calls[-1][0]["text/plain"].endswith(".!")
+    assert {call[1] for call in recorder.calls} == {view.display_id}
+    assert all(call[2] for call in recorder.calls[1:])
+
+
+def test_stream_view_flushes_pending_text_and_finishes_with_the_answer() -> None:
+    recorder = Recorder()
+    view = display.StreamView(interval=10, publish=recorder)
+    view.feed("a")
+    view.feed("b")
+    view.flush()
+    assert recorder.calls[-1][0]["text/plain"] == "ab"
+    view.finish(make_answer())
+    assert CID in recorder.calls[-1][0]["text/markdown"]
+    view.fail(ConversationNotFound("gone"))
+    assert "CONVERSATION_NOT_FOUND" in recorder.calls[-1][0]["text/html"]
+
+
+def test_progress_view_repaints_only_when_something_changed() -> None:
+    recorder = Recorder()
+    view = display.ProgressView("Job", publish=recorder)
+    step = Progress(percentage=25, message="Querying")
+    view.update(step)
+    view.update(step)
+    view.update(None)
+    assert view.paints == 1
+    view.update(Progress(percentage=50, message="Processing"))
+    assert view.paints == 2
+    assert '<progress value="50"' in recorder.calls[-1][0]["text/html"]
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("# Title", "<h1>Title</h1>"),
+        ("**bold** and *it*", "<p><strong>bold</strong> and <em>it</em></p>"),
+        ("- a\n- b", "<ul><li>a</li><li>b</li></ul>"),
+        ("1. a\n2. b", "<ol><li>a</li><li>b</li></ol>"),
+        ("```\n<b>{x}</b>\n```", "<pre><code>&lt;b&gt;{x}&lt;/b&gt;</code></pre>"),
+        ("`a<b`", "<p><code>a&lt;b</code></p>"),
+        ("> quoted", "<blockquote><p>quoted</p></blockquote>"),
+        ("\\[1\\] snake\\_case", "<p>[1] snake_case</p>"),
+        ("[x](javascript:alert(1))", "<p>[x](javascript:alert(1))</p>"),
+        ("<img src=x onerror=alert(1)>", "<p>&lt;img src=x onerror=alert(1)&gt;</p>"),
+    ],
+)
+def test_markdown_to_html_covers_answers_and_escapes_everything_else(
+    source: str, expected: str
+) -> None:
+    assert markdown_to_html(source) == expected
+
+
+def test_markdown_links_keep_titles_and_code_inside() -> None:
+    html = markdown_to_html('[`Task`](https://docs.python.org/x "The *title*")')
+    assert html == (
+        '<p><a href="https://docs.python.org/x" title="The *title*" target="_blank" '
+        'rel="noopener"><code>Task</code></a></p>'
+    )
