@@ -307,7 +307,15 @@ class PplxMCPServer(MCPServer[Any]):
             if isinstance(cause, PydanticValidationError):
                 logger.info("Tool %s rejected its arguments", name)
                 return error_result(ValidationError(validation_message(name, cause)))
-            raise
+            if cause is None:
+                raise
+            logger.error("Tool %s crashed", name, exc_info=cause)
+            return error_result(
+                PplxError(
+                    f"`{name}` failed unexpectedly ({type(cause).__name__}). The server log "
+                    "(stderr) has the details; retry, and report it if it happens again."
+                )
+            )
 
 
 def _root_cause(exc: BaseException) -> BaseException | None:

@@ -1,0 +1,244 @@
+"""MCP server: start-up, memory and per-call overhead, against a hello-world MCPServer.
+
+Every server runs in its own process over stdio and is driven by the official client, exactly as an
+assistant drives it. The simulator runs in a third process (``python -m pplx_nb.sim``) so that its
+memory and CPU are not counted against the server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+from mcp import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+from bench._util import median, ratio, table
+from pplx_nb.research import SYSTEM_PROMPT
+
+TITLE = "MCP server (python -m pplx_nb.mcp)"
+
+ROOT = Path(__file__).resolve().parent.parent
+RUNS = 5
+SEARCHES = 100
+HELLO = '''
+from mcp.server.mcpserver import MCPServer
+
+app = MCPServer("hello")
+
+
+@app.tool()
+def hello(name: str) -> str:
+    """Say hello."""
+    return f"hello {name}"
+
+
+app.run()
+'''
+
+
+@contextmanager
+def _simulator() -> Iterator[str]:
+    """``python -m pplx_nb.sim --latency-ms 0`` in its own process; yields its base URL."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pplx_nb.sim", "--latency-ms", "0"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        yield process.stdout.readline().strip()
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def _children() -> set[int]:
+    pids = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid():
+                pids.add(int(entry.name))
+    return pids
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmRSS for {pid}")
+
+
+class _Server:
+    """A connected client session, the server's pid, and the seconds from spawn to initialized."""
+
+    def __init__(self, session: ClientSession, pid: int, startup: float) -> None:
+        self.session = session
+        self.pid = pid
+        self.startup = startup
+
+
+@asynccontextmanager
+async def _connect(args: list[str], env: dict[str, str]) -> AsyncIterator[_Server]:
+    params = StdioServerParameters(command=sys.executable, args=args, env=env, cwd=str(ROOT))
+    before = _children()
+    start = time.perf_counter()
+    with open(os.devnull, "w") as errlog:
+        async with (
+            stdio_client(params, errlog=errlog) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            startup = time.perf_counter() - start
+            (pid,) = _children() - before
+            yield _Server(session, pid, startup)
+
+
+def _pplx_env(logs: Path, base_url: str | None = None) -> dict[str, str]:
+    env = {"CONVERSATION_LOGS_DIR": str(logs), "PYTHONPATH": str(ROOT), "LOG_LEVEL": "warning"}
+    if base_url is None:
+        env |= {"PPLX_NB_OFFLINE": "1", "PPLX_NB_SIM_LATENCY_MS": "0"}
+    else:
+        env |= {
+            "PPLX_NB_OFFLINE": "0",
+            "PERPLEXITY_BASE_URL": base_url,
+            "PERPLEXITY_API_KEY": "pplx-bench-dummy-key-000000",
+        }
+    return env
+
+
+async def _startups(hello: Path, logs: Path) -> tuple[list[float], list[float]]:
+    ours, theirs = [], []
+    for _ in range(RUNS):
+        async with _connect(["-m", "pplx_nb.mcp"], _pplx_env(logs)) as server:
+            ours.append(server.startup)
+        async with _connect([str(hello)], {}) as server:
+            theirs.append(server.startup)
+    return ours, theirs
+
+
+async def _timed_calls(
+    session: ClientSession, name: str, arguments: Callable[[int], dict[str, Any]], count: int
+) -> list[float]:
+    out = []
+    for index in range(count):
+        start = time.perf_counter()
+        result = await session.call_tool(name, arguments(index))
+        out.append(time.perf_counter() - start)
+        if result.is_error:
+            raise RuntimeError(f"{name} failed: {result.content}")
+    return out
+
+
+async def _raw_simulator_calls(base_url: str, count: int) -> list[float]:
+    """The simulator's own time for the same questions, asked directly over HTTP."""
+    out = []
+    async with httpx2.AsyncClient(base_url=base_url, timeout=30) as client:
+        for index in range(count):
+            body = {
+                "preset": "low",
+                "instructions": SYSTEM_PROMPT,
+                "input": [{"role": "user", "content": _question(index)}],
+                "tools": [{"type": "web_search"}],
+            }
+            start = time.perf_counter()
+            response = await client.post(
+                "/v1/agent",
+                json=body,
+                headers={"Authorization": "Bearer pplx-bench-dummy-key-000000"},
+            )
+            response.raise_for_status()
+            json.loads(response.content)
+            out.append(time.perf_counter() - start)
+    return out
+
+
+def _question(index: int) -> str:
+    topics = ("asyncio tasks", "context managers", "dataclasses", "pathlib", "itertools")
+    return f"How do I use {topics[index % len(topics)]} (case {index})?"
+
+
+async def _measure(hello: Path, logs: Path) -> dict[str, Any]:
+    ours_start, hello_start = await _startups(hello, logs)
+    with _simulator() as base_url:
+        async with _connect(["-m", "pplx_nb.mcp"], _pplx_env(logs, base_url)) as server:
+            session = server.session
+            rss_idle = _rss_mb(server.pid)
+            searches = await _timed_calls(
+                session, "perplexity_search", lambda i: {"query": _question(i)}, SEARCHES
+            )
+            rss_ours = _rss_mb(server.pid)
+            raw = await _raw_simulator_calls(base_url, SEARCHES)
+            cached = await _timed_calls(
+                session, "perplexity_search", lambda _: {"query": _question(0)}, 50
+            )
+        async with _connect([str(hello)], {}) as server:
+            hello_calls = await _timed_calls(
+                server.session, "hello", lambda i: {"name": f"n{i}"}, SEARCHES
+            )
+            rss_hello = _rss_mb(server.pid)
+    return {
+        "ours_start": ours_start,
+        "hello_start": hello_start,
+        "rss_idle": rss_idle,
+        "rss_ours": rss_ours,
+        "rss_hello": rss_hello,
+        "searches": searches[5:],
+        "raw": raw[5:],
+        "cached": cached[5:],
+        "hello_calls": hello_calls[5:],
+    }
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.1f} ms"
+
+
+def run() -> str:
+    """Measure and return the Markdown section."""
+    with tempfile.TemporaryDirectory() as tmp:
+        hello = Path(tmp) / "hello_server.py"
+        hello.write_text(HELLO)
+        m = anyio.run(_measure, hello, Path(tmp) / "conversation-logs")
+    start_ours, start_hello = median(m["ours_start"]), median(m["hello_start"])
+    search, raw = median(m["searches"]), median(m["raw"])
+    overhead = search - raw
+    cached, hello_call = median(m["cached"]), median(m["hello_calls"])
+    rows = [
+        ["start → initialized", _ms(start_ours), _ms(start_hello), ratio(start_ours, start_hello),
+         "≤ 1.2 s and ≤ 1.15×"],
+        [f"RSS after {SEARCHES} searches", f"{m['rss_ours']:.0f} MB (idle {m['rss_idle']:.0f})",
+         f"{m['rss_hello']:.0f} MB", ratio(m["rss_ours"], m["rss_hello"]), "≤ 100 MB"],
+        ["tools/call search, uncached (p50)", _ms(search), _ms(hello_call),
+         ratio(search, hello_call), ""],
+        ["same question straight to the simulator (p50)", _ms(raw), "", "", ""],
+        ["overhead over the simulator (p50)", _ms(overhead), "", "", "≤ 10 ms"],
+        ["tools/call search, cached (p50)", _ms(cached), _ms(hello_call),
+         ratio(cached, hello_call), "≤ 5 ms"],
+    ]  # fmt: skip
+    return (
+        f"Medians: start-up over {RUNS} alternating runs each; calls over {SEARCHES - 5} calls "
+        "after 5 warm-ups. The alternative is a hello-world `MCPServer` with one tool, in the same "
+        "run; the simulator runs in its own process with no added latency.\n\n"
+        + table(["measure", "pplx_nb.mcp", "hello-world MCPServer", "ratio", "target"], rows)
+    )
+
+
+if __name__ == "__main__":
+    print(run())
