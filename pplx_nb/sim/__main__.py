@@ -6,7 +6,6 @@ import argparse
 import signal
 import sys
 from types import FrameType
-from typing import Any
 
 __all__ = ["main"]
 
@@ -29,19 +28,15 @@ def main(argv: list[str] | None = None) -> int:
     """Parse arguments, print the base URL as the first stdout line, and serve until a signal."""
     args = _parser().parse_args(argv)
     signals: list[int] = []
-    servers: list[Any] = []
 
-    def request_stop(signum: int, frame: FrameType | None) -> None:
+    def early_stop(signum: int, frame: FrameType | None) -> None:
         signals.append(signum)
-        for running in servers:
-            running.should_exit = True
 
-    # Installed before the heavy imports so an early SIGINT/SIGTERM still exits cleanly; the
-    # server swaps in its own handlers while serving and hands signals back here afterwards.
+    # Until the event loop takes the signals over, a SIGINT/SIGTERM just means "do not start".
     for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, request_stop)
+        signal.signal(signum, early_stop)
 
-    from pplx_nb.sim._server import base_url, bind, make_app, make_server
+    from pplx_nb.sim._server import base_url, bind, make_app, run_forever
 
     app = make_app(args.corpus, args.latency_ms, args.deep_research_seconds, args.api_key)
     try:
@@ -49,12 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         print(f"error: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
         return 2
-    server = make_server(app)
-    servers.append(server)
-    server.should_exit = bool(signals)
     print(base_url(sock), flush=True)
-    if not server.should_exit:
-        server.run(sockets=[sock])
+    run_forever(app, sock, signals)
     return 0
 
 

@@ -4,32 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import logging
+import signal
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-import uvicorn
-
 from pplx_nb.sim._app import SimApp, SimOptions
 from pplx_nb.sim._corpus import load_corpus
+from pplx_nb.sim._wire import WireServer
 
-__all__ = ["SimServer", "bind", "serve", "shared_server_url"]
-
-_DROPPED_STREAM = "ASGI callable returned without completing response."
-
-
-class _QuietDrops(logging.Filter):
-    """Hide the server's complaint about the streams the simulator drops on purpose."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith(_DROPPED_STREAM)
-
-
-logging.getLogger("uvicorn.error").addFilter(_QuietDrops())
+__all__ = ["SimServer", "base_url", "bind", "make_app", "run_forever", "serve", "shared_server_url"]
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -57,20 +44,6 @@ def make_app(
     return SimApp(load_corpus(corpus), options)
 
 
-def make_server(app: SimApp) -> uvicorn.Server:
-    """A quiet uvicorn server for ``app`` that leaves logging configuration alone."""
-    config = uvicorn.Config(
-        app,
-        lifespan="off",
-        http="h11",
-        log_config=None,
-        access_log=False,
-        timeout_graceful_shutdown=2,
-        timeout_keep_alive=30,
-    )
-    return uvicorn.Server(config)
-
-
 class SimServer:
     """A simulator serving from a daemon thread with its own event loop."""
 
@@ -78,38 +51,61 @@ class SimServer:
         self.app = app
         self._socket = bind(host, port)
         self.url = base_url(self._socket)
-        self._server = make_server(app)
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wire = WireServer(app, self._socket)
+        self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run, name=f"pplx-sim {self.url}", daemon=True)
 
     def _run(self) -> None:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
         try:
-            loop.run_until_complete(self._server.serve(sockets=[self._socket]))
+            self._loop.run_until_complete(self._wire.serve())
         finally:
-            loop.close()
+            self._loop.close()
 
     def start(self) -> str:
         """Start serving and return the base URL once requests are accepted."""
         self._thread.start()
         deadline = time.monotonic() + 10
-        while not self._server.started:
+        while not self._wire.started:
             if not self._thread.is_alive() or time.monotonic() > deadline:
                 raise RuntimeError(f"the simulator at {self.url} failed to start")
-            time.sleep(0.001)
+            time.sleep(0.0005)
         return self.url
 
     def stop(self) -> None:
         """Stop serving and wait for the thread to end."""
-        loop = self._loop
-        if loop is not None and not loop.is_closed():
-            with suppress(RuntimeError):
-                loop.call_soon_threadsafe(self.app.stop)
-        self._server.should_exit = True
         if self._thread.is_alive():
+            with suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self._shutdown)
             self._thread.join(timeout=10)
         self._socket.close()
+
+    def _shutdown(self) -> None:
+        self.app.stop()
+        self._wire.stop()
+
+
+def run_forever(app: SimApp, sock: socket.socket, received: Sequence[int] = ()) -> None:
+    """Serve ``app`` on ``sock`` in the current thread until SIGINT or SIGTERM.
+
+    ``received`` is where an earlier handler recorded signals that came before this one took
+    over; any there means stop at once.
+    """
+
+    async def main() -> None:
+        wire = WireServer(app, sock)
+        loop = asyncio.get_running_loop()
+
+        def shutdown() -> None:
+            app.stop()
+            wire.stop()
+
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, shutdown)
+        if received:
+            return
+        await wire.serve()
+
+    asyncio.run(main())
 
 
 @contextmanager

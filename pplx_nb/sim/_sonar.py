@@ -122,9 +122,11 @@ def _envelope(request: ChatRequest, answer: Answer, ident: str, created: int) ->
     return payload
 
 
-def completion(request: ChatRequest, answer: Answer, created: int) -> dict[str, Any]:
+def completion(
+    request: ChatRequest, answer: Answer, created: int, ident: str | None = None
+) -> dict[str, Any]:
     """The non-streaming ``chat.completion`` object."""
-    payload = _envelope(request, answer, str(uuid.uuid4()), created)
+    payload = _envelope(request, answer, ident or str(uuid.uuid4()), created)
     message = {"role": "assistant", "content": answer.content}
     payload["object"] = "chat.completion"
     payload["choices"] = [
