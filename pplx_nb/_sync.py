@@ -1,0 +1,116 @@
+"""Running async code from synchronous callers, including inside a running Jupyter kernel.
+
+The kernel's thread already runs an event loop, so ``asyncio.run`` cannot be used there. Instead
+every sync wrapper in pplx_nb hands its coroutine to ONE dedicated daemon thread that runs its own
+event loop for the life of the process; the caller's thread blocks on the result (or, for
+:func:`iterate_sync`, consumes items handed over through a queue).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import queue
+import threading
+from collections.abc import AsyncIterator, Coroutine, Iterator
+from typing import Any, TypeVar
+
+__all__ = ["background_loop", "iterate_sync", "run_sync"]
+
+T = TypeVar("T")
+
+_lock = threading.Lock()
+_loop: asyncio.AbstractEventLoop | None = None
+_thread: threading.Thread | None = None
+_pid: int | None = None
+
+
+def background_loop() -> asyncio.AbstractEventLoop:
+    """The shared background event loop, started on first use (again after a fork)."""
+    global _loop, _thread, _pid
+    with _lock:
+        if _loop is None or _pid != os.getpid() or _thread is None or not _thread.is_alive():
+            loop = asyncio.new_event_loop()
+            ready = threading.Event()
+
+            def serve() -> None:
+                asyncio.set_event_loop(loop)
+                loop.call_soon(ready.set)
+                loop.run_forever()
+
+            thread = threading.Thread(target=serve, name="pplx_nb-loop", daemon=True)
+            thread.start()
+            ready.wait()
+            _loop, _thread, _pid = loop, thread, os.getpid()
+        return _loop
+
+
+def _check_thread(loop: asyncio.AbstractEventLoop) -> None:
+    if threading.current_thread() is _thread:
+        raise RuntimeError(
+            "A pplx_nb sync method was called from pplx_nb's own event-loop thread; "
+            "await the async method instead."
+        )
+
+
+def run_sync(coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+    """Run ``coro`` on the background loop and return its result in the calling thread.
+
+    Works whether or not the calling thread runs an event loop. Interrupting the wait (Ctrl-C,
+    a kernel interrupt) cancels the coroutine.
+    """
+    loop = background_loop()
+    try:
+        _check_thread(loop)
+    except RuntimeError:
+        coro.close()
+        raise
+    future = asyncio.run_coroutine_threadsafe(coro, loop)
+    try:
+        return future.result(timeout)
+    except BaseException:
+        future.cancel()
+        raise
+
+
+def iterate_sync(items: AsyncIterator[T]) -> Iterator[T]:
+    """Iterate ``items`` on the background loop, yielding each one in the calling thread.
+
+    Items pass through a queue, so the consumer (e.g. the kernel's main thread) does the work
+    between items. Stopping early (``break``, ``close()``, an exception) cancels the producer.
+    """
+    handoff: queue.SimpleQueue[Any] = queue.SimpleQueue()
+
+    async def pump() -> None:
+        try:
+            async for item in items:
+                handoff.put(("item", item))
+        except BaseException as exc:
+            handoff.put(("error", exc))
+            if not isinstance(exc, Exception):
+                raise
+        else:
+            handoff.put(("done", None))
+        finally:
+            closer = getattr(items, "aclose", None)
+            if closer is not None:
+                await closer()
+
+    loop = background_loop()
+    _check_thread(loop)
+    future = asyncio.run_coroutine_threadsafe(pump(), loop)
+    finished = False
+    try:
+        while True:
+            kind, value = handoff.get()
+            if kind == "item":
+                yield value
+            elif kind == "error":
+                finished = True
+                raise value
+            else:
+                finished = True
+                return
+    finally:
+        if not finished:
+            future.cancel()

@@ -1,0 +1,14 @@
+"""Talking to Perplexity over httpx2: both protocols, retries, a response cache.
+
+Knows nothing about conversations or the store; the Researcher builds :class:`Request` objects and
+hands the :class:`~pplx_nb._models.Answer` on.
+"""
+
+from __future__ import annotations
+
+from pplx_nb.api.cache import CacheStats, ResponseCache
+from pplx_nb.api.client import AsyncClient, Client
+from pplx_nb.api.request import Request
+from pplx_nb.api.retry import RetryPolicy
+
+__all__ = ["AsyncClient", "CacheStats", "Client", "Request", "ResponseCache", "RetryPolicy"]

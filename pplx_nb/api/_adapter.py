@@ -1,0 +1,93 @@
+"""What a protocol adapter provides to the client: request bodies in, answers out.
+
+The client owns HTTP, retries, timeouts and the cache; an adapter only knows its wire format.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from pplx_nb._errors import APIServerError
+from pplx_nb._models import Answer
+from pplx_nb.api._sse import Event
+from pplx_nb.api.request import Request
+
+__all__ = ["Adapter", "Call", "StreamParser", "encode", "read_wire"]
+
+M = TypeVar("M", bound=BaseModel)
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """An HTTP request to make: method, path (relative to the base URL) and JSON body bytes."""
+
+    method: str
+    path: str
+    body: bytes | None = None
+
+
+def encode(payload: dict[str, Any]) -> bytes:
+    """Canonical compact JSON (sorted keys), so equal requests give equal bytes."""
+    return json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def read_wire(model: type[M], raw: bytes | str, what: str) -> M:
+    """Parse ``raw`` into the lean wire ``model``; an unreadable body is an APIServerError."""
+    try:
+        return model.model_validate_json(raw)
+    except ValidationError as exc:
+        problem = exc.errors(include_url=False, include_input=False)[:1]
+        raise APIServerError(
+            f"The API sent {what} that pplx_nb cannot read ({problem}). Check that "
+            "PERPLEXITY_BASE_URL and PERPLEXITY_API_STYLE point at a compatible server."
+        ) from exc
+
+
+class StreamParser(Protocol):
+    """Consumes one streamed response, event by event."""
+
+    def feed(self, event: Event) -> str:
+        """Answer text that this event adds (``""`` for none); raises on an error event."""
+        ...
+
+    def finish(self) -> Answer:
+        """The complete answer; raises NetworkError if the stream ended before its terminal."""
+        ...
+
+
+class Adapter(Protocol):
+    """One protocol: how a :class:`Request` goes on the wire and how answers come back."""
+
+    style: str
+
+    def chat(self, request: Request, model: str, *, stream: bool) -> Call:
+        """The call asking ``request`` with ``model``."""
+        ...
+
+    def parse(self, raw: bytes, request: Request, model: str) -> Answer:
+        """The answer in a non-streaming response body; raises on a failed run."""
+        ...
+
+    def stream_parser(self, request: Request, model: str) -> StreamParser:
+        """A parser for the events of a streamed answer to ``request``."""
+        ...
+
+    def submit(self, request: Request, model: str) -> Call:
+        """The call starting ``request`` as a background run."""
+        ...
+
+    def submitted(self, raw: bytes) -> str:
+        """The remote id in the response to :meth:`submit`."""
+        ...
+
+    def poll(self, remote_id: str) -> Call:
+        """The call fetching a background run's state."""
+        ...
+
+    def polled(self, raw: bytes) -> Answer | None:
+        """The answer once the run has completed; ``None`` while queued or running."""
+        ...

@@ -1,0 +1,124 @@
+"""The one place where HTTP failures become pplx_nb errors.
+
+Transport exceptions from httpx2 become :class:`APITimeoutError` / :class:`NetworkError` (raised
+``from`` the original), and error responses become the :class:`APIError` subclass for their status
+with the API's own message — never the key, and never choking on an HTML error page.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+
+import httpx2
+
+from pplx_nb._errors import (
+    APIError,
+    APIKeyInvalid,
+    APIQuotaExceeded,
+    APIServerError,
+    APITimeoutError,
+    InvalidInput,
+    NetworkError,
+    redact,
+)
+from pplx_nb.api.retry import retry_after_seconds
+
+__all__ = ["KEY_HELP", "from_status", "transport_errors"]
+
+KEY_HELP = (
+    "Set a valid key in the PERPLEXITY_API_KEY environment variable (or pass "
+    "Settings(api_key=...)); to work without one, set PPLX_NB_OFFLINE=1 and pplx_nb answers "
+    "from its built-in offline simulator."
+)
+_MAX_MESSAGE = 500
+
+
+@contextmanager
+def transport_errors(what: str, timeout_s: float, *, secret: str | None) -> Iterator[None]:
+    """Translate httpx2 transport exceptions raised inside the block; ``what`` names the call."""
+    try:
+        yield
+    except httpx2.TimeoutException as exc:
+        raise APITimeoutError(
+            f"No answer from {what} within {timeout_s:g} s. Retry, or allow more time with "
+            "PERPLEXITY_TIMEOUT (milliseconds; PERPLEXITY_DEEP_RESEARCH_TIMEOUT for deep "
+            "research).",
+            reason=type(exc).__name__,
+        ) from exc
+    except httpx2.TransportError as exc:
+        detail = redact(str(exc) or type(exc).__name__, secret)
+        raise NetworkError(
+            f"The connection to {what} failed or broke off ({detail}). Check the network and "
+            "PERPLEXITY_BASE_URL, then retry.",
+            reason=type(exc).__name__,
+        ) from exc
+
+
+def _api_message(body: bytes) -> str:
+    """The error message in an ``{"error": {"message": ...}}``-style body, or ``""``."""
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return ""
+    if isinstance(data, dict):
+        error = data.get("error", data)
+        if isinstance(error, dict):
+            for key in ("message", "detail", "error"):
+                value = error.get(key)
+                if isinstance(value, str) and value:
+                    return value
+        elif isinstance(error, str):
+            return error
+        detail = data.get("detail")
+        if isinstance(detail, str):
+            return detail
+    return ""
+
+
+def from_status(
+    status: int,
+    body: bytes,
+    headers: Mapping[str, str],
+    *,
+    what: str,
+    retries: int,
+    secret: str | None,
+) -> APIError:
+    """The error for an HTTP error response after ``retries`` retries."""
+    message = redact(_api_message(body), secret)[:_MAX_MESSAGE]
+    said = f": {message}" if message else ""
+    tried = f" after {retries} {'retry' if retries == 1 else 'retries'}" if retries else ""
+    details: dict[str, object] = {"status_code": status}
+    hint = retry_after_seconds(headers)
+    if hint is not None:
+        details["retry_after"] = hint
+    if status in (401, 403):
+        return APIKeyInvalid(
+            f"The API refused the API key (HTTP {status}){said}. {KEY_HELP}", **details
+        )
+    if status == 429:
+        return APIQuotaExceeded(
+            f"Rate limited by the API (HTTP 429){tried}{said}. Wait a minute before retrying, "
+            "send fewer requests at once, or raise PERPLEXITY_MAX_RETRIES to wait it out.",
+            **details,
+        )
+    if status >= 500:
+        return APIServerError(
+            f"The API failed on its side (HTTP {status}){tried}{said}. This is usually "
+            "temporary: retry in a moment.",
+            **details,
+        )
+    if status in (400, 404, 413, 422):
+        fix = {
+            404: "Check the model name, the request id and PERPLEXITY_BASE_URL.",
+            413: "Shorten the question or the attached files.",
+        }.get(status, "Check the model name and the search options.")
+        return InvalidInput(f"The API rejected {what} (HTTP {status}){said}. {fix}", **details)
+    if status in (408, 409):
+        return APIServerError(
+            f"The API could not finish {what} (HTTP {status}){tried}{said}. Retry in a moment.",
+            **details,
+        )
+    return APIError(f"Unexpected HTTP {status} from {what}{said}.", **details)

@@ -1,0 +1,339 @@
+"""The Agent protocol: ``POST /v1/agent`` (Responses-style), streamed events and background runs.
+
+The Agent API rejects unknown fields, so only mapped fields are sent: sonar model names become
+provider models or presets, search filters go into the ``web_search`` tool, and related questions
+are asked for in ``instructions`` and split off the answer text (there is no API field for them).
+A run that ends ``failed`` or ``cancelled`` arrives as HTTP 200 and is raised as an error here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+from pydantic import BaseModel
+
+from pplx_nb._errors import APIServerError, NetworkError
+from pplx_nb._models import Answer, Cost, Source, Usage
+from pplx_nb.api._adapter import Call, encode, read_wire
+from pplx_nb.api._sse import Event
+from pplx_nb.api._text import RELATED_INSTRUCTION, DeltaFilter, split_related, split_think
+from pplx_nb.api.request import Request
+
+__all__ = ["PRESETS", "SONAR_TO_AGENT", "AgentAdapter", "agent_target"]
+
+PRESETS = frozenset(
+    {
+        "fast",
+        "low",
+        "medium",
+        "high",
+        "xhigh",
+        "fast-search",
+        "pro-search",
+        "deep-research",
+        "advanced-deep-research",
+    }
+)
+SONAR_TO_AGENT: dict[str, dict[str, str]] = {
+    "sonar": {"model": "perplexity/sonar"},
+    "sonar-pro": {"preset": "low"},
+    "sonar-reasoning": {"preset": "low"},
+    "sonar-reasoning-pro": {"preset": "low"},
+    "sonar-deep-research": {"preset": "medium"},
+}
+_PENDING = frozenset({"queued", "in_progress"})
+
+
+def agent_target(model: str) -> dict[str, str]:
+    """``{"model": slug}`` or ``{"preset": name}`` for a sonar name, preset or provider slug."""
+    name = model.strip()
+    if "/" in name:
+        return {"model": name}
+    if name in PRESETS:
+        return {"preset": name}
+    return dict(SONAR_TO_AGENT.get(name, {"model": f"perplexity/{name}"}))
+
+
+class _SearchResult(BaseModel):
+    url: str
+    title: str | None = None
+    date: str | None = None
+    snippet: str | None = None
+    last_updated: str | None = None
+
+
+class _Content(BaseModel):
+    type: str = ""
+    text: str | None = None
+
+
+class _Item(BaseModel):
+    type: str = ""
+    content: list[_Content] | None = None
+    results: list[_SearchResult] | None = None
+
+
+class _Cost(BaseModel):
+    input_cost: float = 0.0
+    output_cost: float = 0.0
+    tool_calls_cost: float = 0.0
+    total_cost: float = 0.0
+    currency: str = "USD"
+
+
+class _Usage(BaseModel):
+    input_tokens: int = 0
+    output_tokens: int = 0
+    total_tokens: int = 0
+    cost: _Cost | None = None
+
+
+class _Error(BaseModel):
+    message: str | None = None
+    code: str | int | None = None
+
+
+class _Incomplete(BaseModel):
+    reason: str | None = None
+
+
+class _Response(BaseModel):
+    id: str | None = None
+    status: str | None = None
+    model: str | None = None
+    output: list[_Item] = []
+    usage: _Usage | None = None
+    error: _Error | None = None
+    incomplete_details: _Incomplete | None = None
+
+
+class _Event(BaseModel):
+    type: str = ""
+    delta: str | None = None
+    response: _Response | None = None
+    error: _Error | None = None
+    message: str | None = None
+
+
+def _sources(response: _Response) -> list[Source]:
+    seen: set[str] = set()
+    sources = []
+    for item in response.output:
+        if item.type != "search_results":
+            continue
+        for r in item.results or ():
+            if r.url not in seen:
+                seen.add(r.url)
+                sources.append(
+                    Source(
+                        url=r.url,
+                        title=r.title,
+                        date=r.date,
+                        snippet=r.snippet,
+                        last_updated=r.last_updated,
+                    )
+                )
+    return sources
+
+
+def _text(response: _Response) -> str:
+    return "".join(
+        part.text
+        for item in response.output
+        if item.type == "message"
+        for part in item.content or ()
+        if part.type == "output_text" and part.text
+    )
+
+
+def _usage(usage: _Usage | None) -> tuple[Usage | None, Cost | None]:
+    if usage is None:
+        return None, None
+    mapped = Usage(
+        prompt_tokens=usage.input_tokens,
+        completion_tokens=usage.output_tokens,
+        total_tokens=usage.total_tokens or usage.input_tokens + usage.output_tokens,
+    )
+    cost = usage.cost
+    if cost is None:
+        return mapped, None
+    return mapped, Cost(
+        input_cost=cost.input_cost,
+        output_cost=cost.output_cost,
+        request_cost=cost.tool_calls_cost,
+        total_cost=cost.total_cost,
+        currency=cost.currency,
+        estimated=False,
+    )
+
+
+def _run_failed(response: _Response) -> APIServerError:
+    ident = response.id or "(no id)"
+    status = response.status or "failed"
+    if status == "cancelled":
+        return APIServerError(
+            f"The run {ident} was cancelled before it finished. Ask again to start a new one.",
+            request_id=response.id,
+        )
+    if status == "incomplete":
+        reason = response.incomplete_details.reason if response.incomplete_details else None
+        return APIServerError(
+            f"The run {ident} ended incomplete ({reason or 'no reason given'}) without an "
+            "answer. Retry, or ask a narrower question.",
+            request_id=response.id,
+        )
+    message = response.error.message if response.error and response.error.message else status
+    return APIServerError(
+        f"The run {ident} failed: {message}. Retry the question; if it keeps failing, try a "
+        "lighter model.",
+        request_id=response.id,
+    )
+
+
+def _answer(response: _Response, model: str, streamed: str = "") -> Answer:
+    """The answer in a finished response; failed, cancelled or empty-incomplete runs raise."""
+    status = response.status or "completed"
+    text = _text(response) or streamed
+    finish = "stop"
+    if status == "incomplete":
+        reason = response.incomplete_details.reason if response.incomplete_details else None
+        if not text or reason not in ("max_output_tokens", "max_tokens"):
+            raise _run_failed(response)
+        finish = "length"
+    elif status != "completed":
+        raise _run_failed(response)
+    text, thinking = split_think(text)
+    text, related = split_related(text)
+    usage, cost = _usage(response.usage)
+    return Answer(
+        text=text,
+        thinking=thinking,
+        sources=_sources(response),
+        related_questions=related,
+        model=response.model or model,
+        usage=usage,
+        cost=cost,
+        response_id=response.id,
+        finish_reason=finish,
+    )
+
+
+class _AgentStream:
+    """Follows typed events to exactly one terminal; unknown event types are ignored."""
+
+    def __init__(self, request: Request, model: str) -> None:
+        self._model = model
+        self._filter = DeltaFilter(related=request.return_related_questions)
+        self._parts: list[str] = []
+        self._final: _Response | None = None
+
+    def feed(self, event: Event) -> str:
+        data = read_wire(_Event, event.data, "a stream event")
+        kind = data.type or event.name
+        if kind == "response.output_text.delta":
+            if not data.delta:
+                return ""
+            self._parts.append(data.delta)
+            return self._filter.feed(data.delta)
+        if kind in ("response.completed", "response.incomplete"):
+            self._final = data.response or _Response(status=kind.rsplit(".", 1)[-1])
+            return self._filter.flush()
+        if kind in ("response.failed", "response.cancelled"):
+            response = data.response or _Response(status=kind.rsplit(".", 1)[-1])
+            if response.error is None and data.error is not None:
+                response.error = data.error
+            response.status = kind.rsplit(".", 1)[-1]
+            raise _run_failed(response)
+        if kind == "error":
+            message = (data.error.message if data.error else None) or data.message or "unknown"
+            raise APIServerError(f"The API reported an error mid-stream: {message}. Retry.")
+        return ""
+
+    def finish(self) -> Answer:
+        if self._final is None:
+            raise NetworkError(
+                "The answer stream ended before the API finished it; the answer would be "
+                "incomplete. Retry the question."
+            )
+        return _answer(self._final, self._model, "".join(self._parts))
+
+
+class AgentAdapter:
+    """Perplexity's Agent API (``/v1/agent``), strict about the fields it sends."""
+
+    style = "agent"
+
+    def _body(self, request: Request, model: str) -> dict[str, Any]:
+        target = agent_target(model)
+        body: dict[str, Any] = dict(target)
+        system = [str(m.get("content", "")) for m in request.messages if m.get("role") == "system"]
+        turns = [
+            {"role": m["role"], "content": m.get("content", "")}
+            for m in request.messages
+            if m.get("role") != "system"
+        ]
+        if request.return_related_questions:
+            system.append(RELATED_INSTRUCTION)
+        if system:
+            body["instructions"] = "\n\n".join(part for part in system if part)
+        if len(turns) == 1 and turns[0]["role"] == "user" and isinstance(turns[0]["content"], str):
+            body["input"] = turns[0]["content"]
+        else:
+            body["input"] = turns
+        filters = request.filters()
+        if "model" in target or filters or request.search_context_size is not None:
+            tool: dict[str, Any] = {"type": "web_search"}
+            if filters:
+                tool["filters"] = filters
+            if request.search_context_size is not None:
+                tool["search_context_size"] = request.search_context_size
+            body["tools"] = [tool]
+        if request.max_tokens is not None:
+            body["max_output_tokens"] = request.max_tokens
+        if request.temperature is not None:
+            body["temperature"] = request.temperature
+        if request.reasoning_effort is not None:
+            body["reasoning"] = {"effort": request.reasoning_effort}
+        return body
+
+    def chat(self, request: Request, model: str, *, stream: bool) -> Call:
+        """``POST /v1/agent``."""
+        body = self._body(request, model)
+        if stream:
+            body["stream"] = True
+        return Call("POST", "/v1/agent", encode(body))
+
+    def parse(self, raw: bytes, request: Request, model: str) -> Answer:
+        """The answer in a ``response`` object; failed runs (HTTP 200) raise."""
+        return _answer(read_wire(_Response, raw, "a response"), model)
+
+    def stream_parser(self, request: Request, model: str) -> _AgentStream:
+        """A parser for the typed ``response.*`` events."""
+        return _AgentStream(request, model)
+
+    def submit(self, request: Request, model: str) -> Call:
+        """``POST /v1/agent`` with ``background: true``."""
+        body = self._body(request, model)
+        body["background"] = True
+        return Call("POST", "/v1/agent", encode(body))
+
+    def submitted(self, raw: bytes) -> str:
+        """The run id (``resp_...``); a run that failed at once raises."""
+        response = read_wire(_Response, raw, "a response")
+        if response.status in ("failed", "cancelled"):
+            raise _run_failed(response)
+        if not response.id:
+            raise APIServerError("The API accepted the background run but sent no id. Retry.")
+        return response.id
+
+    def poll(self, remote_id: str) -> Call:
+        """``GET /v1/responses/{id}``."""
+        return Call("GET", f"/v1/responses/{quote(remote_id, safe='')}")
+
+    def polled(self, raw: bytes) -> Answer | None:
+        """``None`` while queued or in progress; the answer once finished."""
+        response = read_wire(_Response, raw, "a response")
+        if response.status in _PENDING:
+            return None
+        return _answer(response, response.model or "")

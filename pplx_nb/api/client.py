@@ -1,0 +1,334 @@
+"""The Perplexity client: ``ask``, ``stream`` and background runs over either protocol.
+
+:class:`AsyncClient` owns HTTP (one pooled ``httpx2.AsyncClient``), timeouts, retries and the
+response cache; the protocol adapter picked by ``Settings.api_style`` owns the wire format.
+:class:`Client` is the same API for synchronous callers, usable inside a running Jupyter kernel::
+
+    async with AsyncClient(settings) as client:
+        answer = await client.ask(Request(messages=[{"role": "user", "content": "What is BM25?"}]))
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Iterator
+from types import TracebackType
+
+import httpx2
+
+from pplx_nb import __version__
+from pplx_nb._config import DEFAULT_BASE_URL, Settings
+from pplx_nb._errors import APIError, APIKeyInvalid
+from pplx_nb._models import Answer
+from pplx_nb.api._adapter import Adapter, Call
+from pplx_nb.api._failures import KEY_HELP, from_status, transport_errors
+from pplx_nb.api._sse import events
+from pplx_nb.api.agent import AgentAdapter
+from pplx_nb.api.cache import ResponseCache, cache_key
+from pplx_nb.api.request import Request, is_deep_research
+from pplx_nb.api.retry import RetryPolicy
+from pplx_nb.api.sonar import SonarAdapter
+
+__all__ = ["AsyncClient", "Client"]
+
+logger = logging.getLogger("pplx_nb.api")
+_LIMITS = httpx2.Limits(max_connections=100, max_keepalive_connections=32)
+
+
+class AsyncClient:
+    """Asks Perplexity (or any compatible server) questions; async, safe to share in one loop.
+
+    Args:
+        settings: configuration; ``None`` reads the environment (:meth:`Settings.from_env`).
+        transport: an ``httpx2`` transport to use instead of the network (tests).
+        cache: a response cache, possibly shared; default: a private one sized by the settings.
+        retry: the retry policy; default: ``Settings.max_retries`` with the standard backoff.
+    """
+
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        transport: httpx2.AsyncBaseTransport | None = None,
+        cache: ResponseCache | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        self.settings = settings if settings is not None else Settings.from_env()
+        if (
+            self.settings.api_key is None
+            and self.settings.offline is False
+            and self.settings.base_url == DEFAULT_BASE_URL
+        ):
+            raise APIKeyInvalid(f"No Perplexity API key is set. {KEY_HELP}")
+        endpoint = self.settings.endpoint()
+        self.base_url = endpoint.base_url
+        self.offline = endpoint.offline
+        self._key = endpoint.api_key.get_secret_value() if endpoint.api_key else None
+        self._adapter: Adapter = (
+            AgentAdapter() if self.settings.api_style == "agent" else SonarAdapter()
+        )
+        self.cache = (
+            cache
+            if cache is not None
+            else ResponseCache(ttl=self.settings.cache_ttl, max_size=self.settings.cache_max_size)
+        )
+        self.retry = retry if retry is not None else RetryPolicy(self.settings.max_retries)
+        headers = {
+            "user-agent": f"pplx_nb/{__version__}",
+            "accept": "application/json",
+            "content-type": "application/json",
+        }
+        if self._key:
+            headers["authorization"] = f"Bearer {self._key}"
+        self._http = httpx2.AsyncClient(
+            base_url=self.base_url,
+            headers=headers,
+            transport=transport,
+            timeout=self.settings.timeout_ms / 1000,
+            limits=_LIMITS,
+        )
+
+    @property
+    def api_style(self) -> str:
+        """``"agent"`` or ``"sonar"``: the protocol this client speaks."""
+        return self._adapter.style
+
+    def __repr__(self) -> str:
+        return (
+            f"AsyncClient(base_url={self.base_url!r}, api_style={self.api_style!r}, "
+            f"offline={self.offline})"
+        )
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the connection pool."""
+        await self._http.aclose()
+
+    # -- public calls -------------------------------------------------------------------------
+
+    async def ask(self, request: Request) -> Answer:
+        """The complete answer to ``request`` (from the cache when an identical one is fresh)."""
+        model = request.model or self.settings.model
+        call = self._adapter.chat(request, model, stream=False)
+        key = None
+        if request.use_cache and self.cache.enabled:
+            key = cache_key(self.api_style, self.base_url, call.path, call.body or b"")
+            hit = self.cache.get(key)
+            if hit is not None:
+                logger.debug("Cache hit for %s %s (model %s)", call.method, call.path, model)
+                return hit
+        raw = await self._send(call, self._timeout(request, model))
+        answer = self._adapter.parse(raw, request, model)
+        if key is not None:
+            self.cache.put(key, answer, len(raw))
+        return answer
+
+    async def stream(self, request: Request) -> AsyncIterator[str | Answer]:
+        """Answer text as it arrives (``str`` deltas, ``<think>`` excluded), then one Answer.
+
+        A failure before the first delta is retried like any request; a stream that breaks
+        after text was yielded raises NetworkError rather than returning a truncated answer.
+        """
+        model = request.model or self.settings.model
+        call = self._adapter.chat(request, model, stream=True)
+        timeout = self._timeout(request, model)
+        retries = 0
+        while True:
+            yielded = False
+            try:
+                async for item in self._stream_once(call, request, model, timeout, retries):
+                    yielded = yielded or isinstance(item, str)
+                    yield item
+                return
+            except APIError as error:
+                if yielded or not self.retry.should_retry(error, retries):
+                    raise
+                await self._pause(call, error, retries)
+                retries += 1
+
+    async def submit_background(self, request: Request) -> str:
+        """Start ``request`` as a background run on the API; returns its remote id."""
+        model = request.model or self.settings.model
+        call = self._adapter.submit(request, model)
+        raw = await self._send(call, self._seconds(request.timeout_ms or self.settings.timeout_ms))
+        remote_id = self._adapter.submitted(raw)
+        logger.info("Background run %s started (model %s)", remote_id, model)
+        return remote_id
+
+    async def poll_background(self, remote_id: str) -> Answer | None:
+        """The answer of a background run once done; ``None`` while it is queued or running.
+
+        Raises APIServerError when the run failed, InvalidInput (``status_code`` 404) when the
+        API does not know ``remote_id``.
+        """
+        call = self._adapter.poll(remote_id)
+        raw = await self._send(call, self._seconds(self.settings.timeout_ms))
+        return self._adapter.polled(raw)
+
+    # -- plumbing -----------------------------------------------------------------------------
+
+    @staticmethod
+    def _seconds(milliseconds: int) -> float:
+        return milliseconds / 1000
+
+    def _timeout(self, request: Request, model: str) -> float:
+        if request.timeout_ms is not None:
+            return request.timeout_ms / 1000
+        if is_deep_research(model):
+            return self.settings.deep_research_timeout_ms / 1000
+        return self.settings.timeout_ms / 1000
+
+    def _what(self, call: Call) -> str:
+        return f"{call.method} {self.base_url}{call.path}"
+
+    async def _pause(self, call: Call, error: APIError, retries: int) -> None:
+        delay = self.retry.delay(error, retries)
+        logger.info(
+            "%s failed (%s); retry %d of %d in %.2f s",
+            self._what(call),
+            error.code if error.status_code is None else f"HTTP {error.status_code}",
+            retries + 1,
+            self.retry.max_retries,
+            delay,
+        )
+        await asyncio.sleep(delay)
+
+    async def _send(self, call: Call, timeout: float) -> bytes:
+        """The body of a successful response to ``call``, after the retries the policy allows."""
+        what = self._what(call)
+        retries = 0
+        while True:
+            try:
+                logger.debug("%s (attempt %d)", what, retries + 1)
+                with transport_errors(what, timeout, secret=self._key):
+                    response = await self._http.request(
+                        call.method, call.path, content=call.body, timeout=timeout
+                    )
+                if response.status_code < 300:
+                    return response.content
+                raise from_status(
+                    response.status_code,
+                    response.content,
+                    response.headers,
+                    what=what,
+                    retries=retries,
+                    secret=self._key,
+                )
+            except APIError as error:
+                if not self.retry.should_retry(error, retries):
+                    raise
+                await self._pause(call, error, retries)
+                retries += 1
+
+    async def _stream_once(
+        self, call: Call, request: Request, model: str, timeout: float, retries: int
+    ) -> AsyncIterator[str | Answer]:
+        what = self._what(call)
+        logger.debug("%s, streamed (attempt %d)", what, retries + 1)
+        with transport_errors(what, timeout, secret=self._key):
+            async with self._http.stream(
+                call.method,
+                call.path,
+                content=call.body,
+                headers={"accept": "text/event-stream"},
+                timeout=timeout,
+            ) as response:
+                if response.status_code >= 300:
+                    body = await response.aread()
+                    raise from_status(
+                        response.status_code,
+                        body,
+                        response.headers,
+                        what=what,
+                        retries=retries,
+                        secret=self._key,
+                    )
+                parser = self._adapter.stream_parser(request, model)
+                async for event in events(response.aiter_lines()):
+                    delta = parser.feed(event)
+                    if delta:
+                        yield delta
+                yield parser.finish()
+
+
+class Client:
+    """The synchronous twin of :class:`AsyncClient`, safe to call inside a running event loop.
+
+    Each call runs on pplx_nb's shared background event-loop thread (:mod:`pplx_nb._sync`);
+    :meth:`stream` returns an ordinary iterator consumed in the calling thread.
+    """
+
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        transport: httpx2.AsyncBaseTransport | None = None,
+        cache: ResponseCache | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        self._async = AsyncClient(settings, transport=transport, cache=cache, retry=retry)
+
+    @property
+    def settings(self) -> Settings:
+        """The settings in use."""
+        return self._async.settings
+
+    @property
+    def cache(self) -> ResponseCache:
+        """The response cache (``client.cache.stats()``)."""
+        return self._async.cache
+
+    def __repr__(self) -> str:
+        return "Client" + repr(self._async).removeprefix("AsyncClient")
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        from pplx_nb._sync import run_sync
+
+        run_sync(self._async.aclose())
+
+    def ask(self, request: Request) -> Answer:
+        """See :meth:`AsyncClient.ask`."""
+        from pplx_nb._sync import run_sync
+
+        return run_sync(self._async.ask(request))
+
+    def stream(self, request: Request) -> Iterator[str | Answer]:
+        """See :meth:`AsyncClient.stream`; deltas are yielded in the calling thread."""
+        from pplx_nb._sync import iterate_sync
+
+        return iterate_sync(self._async.stream(request))
+
+    def submit_background(self, request: Request) -> str:
+        """See :meth:`AsyncClient.submit_background`."""
+        from pplx_nb._sync import run_sync
+
+        return run_sync(self._async.submit_background(request))
+
+    def poll_background(self, remote_id: str) -> Answer | None:
+        """See :meth:`AsyncClient.poll_background`."""
+        from pplx_nb._sync import run_sync
+
+        return run_sync(self._async.poll_background(remote_id))

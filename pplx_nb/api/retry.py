@@ -1,0 +1,71 @@
+"""When to retry a failed request, and how long to wait first.
+
+Like Perplexity's official SDK: exponential backoff with jitter from 0.5 s, capped at 8 s, on
+408/409/429/5xx and connection errors; a ``Retry-After`` / ``retry-after-ms`` hint of up to 60 s
+is honoured instead. 400/401/403/404 and timeouts are never retried.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+
+from pplx_nb._errors import APIError, NetworkError
+
+__all__ = ["RetryPolicy", "retry_after_seconds"]
+
+_RETRY_STATUSES = frozenset({408, 409, 429})
+
+
+def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
+    """The server's wait hint in seconds (``retry-after-ms`` first), or ``None``."""
+    millis = headers.get("retry-after-ms")
+    if millis is not None:
+        try:
+            return float(millis) / 1000
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return (when - datetime.now(UTC)).total_seconds()
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How many times to retry and how to space the attempts (all times in seconds)."""
+
+    max_retries: int = 3
+    base: float = 0.5
+    cap: float = 8.0
+    max_retry_after: float = 60.0
+
+    def should_retry(self, error: APIError, retries_done: int) -> bool:
+        """Whether ``error`` is worth another attempt after ``retries_done`` retries."""
+        if retries_done >= self.max_retries:
+            return False
+        status = error.status_code
+        if status is None:
+            return isinstance(error, NetworkError)
+        return status in _RETRY_STATUSES or status >= 500
+
+    def delay(self, error: APIError, retries_done: int) -> float:
+        """Seconds to wait before the next attempt: the server's hint, else jittered backoff."""
+        hint = error.details.get("retry_after")
+        if isinstance(hint, int | float) and 0 <= hint <= self.max_retry_after:
+            return float(hint)
+        backoff = min(self.base * 2.0**retries_done, self.cap)
+        return backoff * (1 - 0.25 * random.random())

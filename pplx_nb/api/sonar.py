@@ -1,0 +1,273 @@
+"""The Sonar protocol: ``POST /chat/completions`` (Perplexity Sonar, or any OpenAI-compatible
+server).
+
+Background runs use Sonar's async API: ``POST /async/chat/completions`` and
+``GET /async/chat/completions/{id}``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+from pydantic import BaseModel
+
+from pplx_nb._errors import APIServerError, NetworkError
+from pplx_nb._models import Answer, Cost, Source, Usage
+from pplx_nb.api._adapter import Call, encode, read_wire
+from pplx_nb.api._sse import Event
+from pplx_nb.api._text import DeltaFilter, split_think
+from pplx_nb.api.request import Request
+
+__all__ = ["SonarAdapter"]
+
+
+class _SearchResult(BaseModel):
+    url: str
+    title: str | None = None
+    date: str | None = None
+    snippet: str | None = None
+    last_updated: str | None = None
+
+
+class _Cost(BaseModel):
+    input_tokens_cost: float = 0.0
+    output_tokens_cost: float = 0.0
+    request_cost: float = 0.0
+    total_cost: float = 0.0
+
+
+class _Usage(BaseModel):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+    reasoning_tokens: int | None = None
+    citation_tokens: int | None = None
+    num_search_queries: int | None = None
+    search_context_size: str | None = None
+    cost: _Cost | None = None
+
+
+class _Text(BaseModel):
+    content: str | None = None
+
+
+class _Choice(BaseModel):
+    message: _Text | None = None
+    delta: _Text | None = None
+    finish_reason: str | None = None
+
+
+class _Error(BaseModel):
+    message: str | None = None
+
+
+class _Completion(BaseModel):
+    id: str | None = None
+    model: str | None = None
+    object: str | None = None
+    choices: list[_Choice] = []
+    citations: list[str] | None = None
+    search_results: list[_SearchResult] | None = None
+    related_questions: list[str] | None = None
+    images: list[dict[str, Any]] | None = None
+    usage: _Usage | None = None
+    error: _Error | str | None = None
+
+
+class _AsyncRun(BaseModel):
+    id: str
+    status: str
+    error_message: str | None = None
+    response: _Completion | None = None
+
+
+def _sources(completion: _Completion) -> list[Source]:
+    if completion.search_results:
+        return [
+            Source(
+                url=r.url,
+                title=r.title,
+                date=r.date,
+                snippet=r.snippet,
+                last_updated=r.last_updated,
+            )
+            for r in completion.search_results
+        ]
+    return [Source(url=url) for url in completion.citations or ()]
+
+
+def _usage(usage: _Usage | None) -> tuple[Usage | None, Cost | None]:
+    if usage is None:
+        return None, None
+    mapped = Usage(
+        prompt_tokens=usage.prompt_tokens,
+        completion_tokens=usage.completion_tokens,
+        total_tokens=usage.total_tokens,
+        reasoning_tokens=usage.reasoning_tokens,
+        citation_tokens=usage.citation_tokens,
+        num_search_queries=usage.num_search_queries,
+        search_context_size=usage.search_context_size,
+    )
+    cost = usage.cost
+    if cost is None:
+        return mapped, None
+    return mapped, Cost(
+        input_cost=cost.input_tokens_cost,
+        output_cost=cost.output_tokens_cost,
+        request_cost=cost.request_cost,
+        total_cost=cost.total_cost,
+        estimated=False,
+    )
+
+
+def _answer(completion: _Completion, content: str, finish_reason: str | None, model: str) -> Answer:
+    text, thinking = split_think(content)
+    usage, cost = _usage(completion.usage)
+    return Answer(
+        text=text,
+        thinking=thinking,
+        sources=_sources(completion),
+        related_questions=completion.related_questions or [],
+        images=completion.images or [],
+        model=completion.model or model,
+        usage=usage,
+        cost=cost,
+        response_id=completion.id,
+        finish_reason=finish_reason,
+    )
+
+
+def _error_text(error: _Error | str | None) -> str:
+    if isinstance(error, _Error):
+        return error.message or "unknown error"
+    return error or "unknown error"
+
+
+class _SonarStream:
+    """Accumulates chat-completion chunks until a ``finish_reason``, a done object or ``[DONE]``."""
+
+    def __init__(self, request: Request, model: str) -> None:
+        self._model = model
+        self._filter = DeltaFilter()
+        self._parts: list[str] = []
+        self._last: _Completion | None = None
+        self._finish: str | None = None
+        self._ended = False
+
+    def feed(self, event: Event) -> str:
+        if event.data.strip() == "[DONE]":
+            self._ended = True
+            return ""
+        chunk = read_wire(_Completion, event.data, "a stream chunk")
+        if event.name == "error" or chunk.error is not None:
+            raise APIServerError(
+                f"The API reported an error mid-stream: {_error_text(chunk.error)}. Retry the "
+                "question."
+            )
+        self._last = chunk
+        if chunk.object == "chat.completion.done":
+            self._ended = True
+        if not chunk.choices:
+            return ""
+        choice = chunk.choices[0]
+        if choice.finish_reason is not None:
+            self._finish = choice.finish_reason
+            self._ended = True
+        piece = choice.delta.content if choice.delta is not None else None
+        if not piece:
+            if not self._parts and choice.message is not None and choice.message.content:
+                piece = choice.message.content if self._ended else None
+            if not piece:
+                return ""
+        self._parts.append(piece)
+        return self._filter.feed(piece)
+
+    def finish(self) -> Answer:
+        if not self._ended or self._last is None:
+            raise NetworkError(
+                "The answer stream ended before the API finished it; the answer would be "
+                "incomplete. Retry the question."
+            )
+        return _answer(self._last, "".join(self._parts), self._finish, self._model)
+
+
+class SonarAdapter:
+    """Chat completions, as Perplexity's Sonar API and OpenAI-compatible servers speak them."""
+
+    style = "sonar"
+
+    def _body(self, request: Request, model: str) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": model, "messages": request.messages}
+        body.update(request.filters())
+        if request.search_mode is not None:
+            body["search_mode"] = request.search_mode
+        if request.return_related_questions:
+            body["return_related_questions"] = True
+        if request.return_images:
+            body["return_images"] = True
+        if request.reasoning_effort is not None:
+            body["reasoning_effort"] = request.reasoning_effort
+        if request.search_context_size is not None:
+            body["web_search_options"] = {"search_context_size": request.search_context_size}
+        if request.max_tokens is not None:
+            body["max_tokens"] = request.max_tokens
+        if request.temperature is not None:
+            body["temperature"] = request.temperature
+        return body
+
+    def chat(self, request: Request, model: str, *, stream: bool) -> Call:
+        """``POST /chat/completions``."""
+        body = self._body(request, model)
+        if stream:
+            body["stream"] = True
+        return Call("POST", "/chat/completions", encode(body))
+
+    def parse(self, raw: bytes, request: Request, model: str) -> Answer:
+        """The answer in a ``chat.completion`` body."""
+        completion = read_wire(_Completion, raw, "a response")
+        if completion.error is not None and not completion.choices:
+            raise APIServerError(
+                f"The API answered with an error: {_error_text(completion.error)}. Retry."
+            )
+        choice = completion.choices[0] if completion.choices else None
+        message = choice.message if choice is not None else None
+        content = message.content if message is not None else None
+        finish = choice.finish_reason if choice is not None else None
+        return _answer(completion, content or "", finish, model)
+
+    def stream_parser(self, request: Request, model: str) -> _SonarStream:
+        """A parser for ``chat.completion.chunk`` events."""
+        return _SonarStream(request, model)
+
+    def submit(self, request: Request, model: str) -> Call:
+        """``POST /async/chat/completions`` with the chat body under ``request``."""
+        return Call(
+            "POST", "/async/chat/completions", encode({"request": self._body(request, model)})
+        )
+
+    def submitted(self, raw: bytes) -> str:
+        """The async request id."""
+        return read_wire(_AsyncRun, raw, "an async request").id
+
+    def poll(self, remote_id: str) -> Call:
+        """``GET /async/chat/completions/{id}``."""
+        return Call("GET", f"/async/chat/completions/{quote(remote_id, safe='')}")
+
+    def polled(self, raw: bytes) -> Answer | None:
+        """``None`` while CREATED / IN_PROGRESS; the answer once COMPLETED."""
+        run = read_wire(_AsyncRun, raw, "an async request")
+        status = run.status.upper()
+        if status in ("CREATED", "IN_PROGRESS", "QUEUED", "PENDING"):
+            return None
+        if status == "COMPLETED" and run.response is not None:
+            completion = run.response
+            choice = completion.choices[0] if completion.choices else None
+            content = choice.message.content if choice and choice.message else None
+            finish = choice.finish_reason if choice else None
+            return _answer(completion, content or "", finish, completion.model or "")
+        reason = run.error_message or f"status {run.status}"
+        raise APIServerError(
+            f"The background research run {run.id} failed: {reason}. Start it again.",
+            request_id=run.id,
+        )
