@@ -30,6 +30,7 @@ __all__ = [
     "conversation_bundle",
     "error_bundle",
     "job_bundle",
+    "notice_bundle",
     "progress_bundle",
     "progress_html",
     "status_line",
@@ -296,17 +297,25 @@ def error_bundle(error: BaseException, *, debug: bool = False) -> Bundle:
     else:
         code = type(error).__name__
         message = f"{error} — a bug in pplx_nb: rerun with --debug and report the traceback."
-    message = redact(message)
-    block = f'<div style="{_ERROR_STYLE}">⚠️ <b>{html.escape(code)}</b> {html.escape(message)}</div>'
-    plain = f"{code}: {message}"
+    bundle = notice_bundle(code, message)
     if debug:
         trace = redact("".join(traceback.format_exception(error)))
-        block += (
+        bundle["text/html"] += (
             "<details open><summary>Traceback</summary>"
             f'<pre style="font-size:11px">{html.escape(trace)}</pre></details>'
         )
-        plain += "\n" + trace
-    return {"text/html": block, "text/plain": plain}
+        bundle["text/plain"] += "\n" + trace
+    return bundle
+
+
+def notice_bundle(code: str, message: str) -> Bundle:
+    """One styled line: a code in bold and a message that says what to do next."""
+    message = redact(message)
+    return {
+        "text/html": f'<div style="{_ERROR_STYLE}">⚠️ <b>{html.escape(code)}</b> '
+        f"{html.escape(message)}</div>",
+        "text/plain": f"{code}: {message}",
+    }
 
 
 # -- live views -------------------------------------------------------------------------------

@@ -308,13 +308,18 @@ class PplxMagics(Magics):
         call: Callable[[Callable[[Progress], object]], Answer | JobStatus],
         *,
         debug: bool,
+        interrupted: str = "Stopped. Run the cell again to retry.",
     ) -> Answer | JobStatus:
+        """Block on ``call`` with a progress bar; on Ctrl-C say ``interrupted`` (what goes on)."""
         from pplx_nb._models import Answer
-        from pplx_nb.notebook.display import ProgressView, answer_bundle
+        from pplx_nb.notebook.display import ProgressView, answer_bundle, notice_bundle
 
         view = ProgressView(label)
         try:
             result = _run_with_progress(call, view)
+        except KeyboardInterrupt as exc:
+            view.show(notice_bundle("INTERRUPTED", interrupted))
+            raise _AlreadyShown(exc) from exc
         except BaseException as exc:
             view.fail(exc, debug=debug)
             raise _AlreadyShown(exc) from exc
@@ -454,6 +459,8 @@ class PplxMagics(Magics):
                     cid, timeout=args.timeout, on_progress=on_progress
                 ),
                 debug=args.debug,
+                interrupted=f"Stopped waiting; the job goes on in the background. "
+                f"`%pplx_wait {cid}` waits again.",
             )
             return self._finish(args, result)  # type: ignore[return-value]
         return None
