@@ -34,6 +34,35 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m bench
 
+## demo: JupyterLab on the example notebooks (offline simulator unless PERPLEXITY_API_KEY is set)
+DEMO_STAMP := $(VENV)/.installed-lab
+DEMO_PORT  ?= 8888
+DEMO_ARGS  ?=
+
+$(DEMO_STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet -e '.[lab]'
+	touch $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
+	@PATH="$(CURDIR)/$(VENV)/bin:$$PATH" binder/postBuild
+	@if [ -z "$$PERPLEXITY_API_KEY" ]; then \
+		backend="offline simulator (no PERPLEXITY_API_KEY set)"; \
+	elif [ "$${PPLX_NB_OFFLINE:-0}" = 1 ]; then \
+		backend="offline simulator (PPLX_NB_OFFLINE=1)"; \
+	else \
+		backend="Perplexity API"; \
+	fi; \
+	token="$$($(PY) -c 'import secrets; print(secrets.token_hex(16))')"; \
+	echo ""; \
+	echo "pplx_nb demo — backend: $$backend"; \
+	echo "JupyterLab:  http://127.0.0.1:$(DEMO_PORT)/lab?token=$$token"; \
+	echo "Stop it with Ctrl-C."; \
+	echo ""; \
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" exec binder/start $(PY) -m jupyterlab \
+		--ServerApp.root_dir=notebooks --ServerApp.ip=127.0.0.1 \
+		--ServerApp.port=$(DEMO_PORT) --ServerApp.port_retries=0 \
+		--IdentityProvider.token="$$token" $(DEMO_ARGS)
+
 sim: $(STAMP)
 	$(PY) -m pplx_nb.sim
 
