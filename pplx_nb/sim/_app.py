@@ -130,7 +130,10 @@ class SimApp:
             reply, fault = await self._api(request, receive)
         except Invalid as exc:
             reply = error_reply(400, exc.message, param=exc.param)
-        if reply is None:
+        if reply is None or (
+            isinstance(reply, Reply) and fault is not None and fault.disconnect_after is not None
+        ):
+            # No answer at all: the server drops the connection, as a network failure would.
             return
         if isinstance(reply, Stream):
             await self._send_stream(send, reply, fault)
@@ -480,7 +483,6 @@ class SimApp:
             "requests": dict(sorted(self.requests.items())),
             "generations": self.generations,
             "background_runs": self.background_runs,
-            "pending_faults": len(self.faults),
         }
 
     def reset(self) -> None:

@@ -26,6 +26,7 @@ def inject_faults(base_url: str, *faults: dict[str, Any]) -> None:
 
     Keys: ``status``, ``retry_after``, ``retry_after_ms``, ``html``, ``hang``,
     ``disconnect_after``, ``agent_failed``, ``path`` (substring filter), ``times`` (default 1).
+    A single request can also carry one fault as JSON in its ``X-Sim-Fault`` header.
     """
     _call(base_url, "POST", "/_sim/faults", {"faults": list(faults)})
 

@@ -12,7 +12,11 @@ __all__ = ["Fault", "FaultQueue", "parse_fault"]
 
 @dataclass(slots=True)
 class Fault:
-    """One fault; ``times`` counts down as matching requests consume it."""
+    """One fault; ``times`` counts down as matching requests consume it.
+
+    ``disconnect_after=N`` cuts a streamed answer after N events; on a request that is not
+    streamed it drops the connection before any response.
+    """
 
     status: int | None = None
     retry_after: float | None = None

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pplx_nb.sim._documents import Document
+from pplx_nb.sim._documents import Document, first_sentences
 
 __all__ = ["stdlib_documents", "stdlib_root"]
 
@@ -34,6 +34,14 @@ _SKIP_DIRS = frozenset(
         "turtledemo",
         "__phello__",
         "config-3",
+    }
+)
+# Deprecated by PEP 594 / PEP 632 and gone from newer Pythons: answers should not cite them.
+_DEPRECATED = frozenset(
+    {
+        *("aifc", "asynchat", "asyncore", "audioop", "cgi", "cgitb", "chunk", "crypt"),
+        *("distutils", "imghdr", "imp", "mailcap", "msilib", "nis", "nntplib", "ossaudiodev"),
+        *("pipes", "smtpd", "sndhdr", "spwd", "sunau", "telnetlib", "uu", "xdrlib"),
     }
 )
 # C modules with no .py source; their docstrings come from the (cheap, side-effect free) import.
@@ -138,7 +146,27 @@ def stdlib_documents() -> list[Document]:
         if name not in trees:
             documents.extend(doc for doc in _c_module_documents(name) if doc.title not in seen)
     documents.extend(_topic_documents())
-    return documents
+    return _with_module_summaries(documents)
+
+
+def _with_module_summaries(documents: list[Document]) -> list[Document]:
+    """Give each document its module's one-line summary as section (``re — Support for ...``).
+
+    Function docstrings rarely restate what their module is about ("regular expressions"), so
+    the summary lets such questions reach them.
+    """
+    summaries = {"builtins": "Built-in functions, types and exceptions"}
+    for doc in documents:
+        if doc.url.endswith(f"#module-{doc.title}"):
+            summary = first_sentences(doc.text, 1, limit=100).rstrip(".…")
+            if summary:
+                summaries[doc.title] = summary
+    return [
+        doc._replace(section=f"{doc.section} — {summaries[doc.section]}")
+        if doc.section in summaries
+        else doc
+        for doc in documents
+    ]
 
 
 def _module_files(root: Path) -> Iterator[tuple[str, Path]]:
@@ -154,7 +182,7 @@ def _module_files(root: Path) -> Iterator[tuple[str, Path]]:
             if ext != ".py" or not stem.isidentifier() or stem.startswith("test_"):
                 continue
             parts = [*rel] if stem == "__init__" else [*rel, stem]
-            if not parts or parts[0].startswith("_"):
+            if not parts or parts[0].startswith("_") or parts[0] in _DEPRECATED:
                 continue
             yield ".".join(parts), Path(directory) / filename
 
@@ -191,7 +219,35 @@ def _reexports(trees: dict[str, ast.Module]) -> dict[tuple[str, str], str]:
                 names = {alias.name for alias in node.names if alias.asname is None}
             for name in names:
                 exported.setdefault((source, name), package)
+        _lazy_exports(package, tree, trees, exported)
     return exported
+
+
+def _defined(tree: ast.Module) -> set[str]:
+    return {
+        node.name
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+    }
+
+
+def _lazy_exports(
+    package: str,
+    tree: ast.Module,
+    trees: dict[str, ast.Module],
+    exported: dict[tuple[str, str], str],
+) -> None:
+    """Names a package lists in ``__all__`` but loads lazily from a direct submodule.
+
+    (``concurrent.futures.ThreadPoolExecutor`` lives in ``concurrent.futures.thread``.)
+    """
+    missing = (_literal_all(tree) or set()) - _defined(tree)
+    if not missing:
+        return
+    prefix = package + "."
+    for source in sorted(m for m in trees if m.startswith(prefix) and "." not in m[len(prefix) :]):
+        for name in sorted(missing & _defined(trees[source])):
+            exported.setdefault((source, name), package)
 
 
 def _clean(docstring: str | None) -> str:
@@ -238,8 +294,18 @@ def _module_documents(
             yield Document(qualified, _url(home, qualified), body, home)
 
 
-def _class_documents(module: str, qualified: str, node: ast.ClassDef) -> Iterator[Document]:
+def _class_text(node: ast.ClassDef) -> str:
+    """The class docstring, or its ``__init__``'s when the class itself has none."""
     if text := _clean(ast.get_docstring(node, clean=False)):
+        return text
+    for item in node.body:
+        if isinstance(item, ast.FunctionDef) and item.name == "__init__":
+            return _clean(ast.get_docstring(item, clean=False))
+    return ""
+
+
+def _class_documents(module: str, qualified: str, node: ast.ClassDef) -> Iterator[Document]:
+    if text := _class_text(node):
         yield Document(qualified, _url(module, qualified), f"class {qualified}\n{text}", module)
     for item in node.body:
         if not isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef):
