@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import queue
+import re
 import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
 __all__ = [
     "PplxMagics",
     "get_researcher",
+    "keep_question_marks",
     "last_conversation_id",
     "load_ipython_extension",
     "set_researcher",
@@ -640,6 +642,26 @@ class _AlreadyShown(Exception):
 
 
 _DISPLAYED_TYPES = ("Answer", "Conversation", "JobStatus")
+_QUESTION_LINE = re.compile(r"^(\s*)%(pplx\w*)[ \t]+(.*\?)[ \t]*$")
+
+
+def keep_question_marks(lines: list[str]) -> list[str]:
+    """Input transformer: ``%pplx_followup why?`` asks "why?" instead of opening IPython's help.
+
+    IPython reads a line ending in ``?`` as a help request; a line magic of ours WITH arguments is
+    turned into the explicit call first. ``%pplx?`` alone still shows the help, and cells that are
+    a cell magic (whose body is text) are left alone.
+    """
+    if lines and lines[0].lstrip().startswith("%%"):
+        return lines
+    out = []
+    for line in lines:
+        match = _QUESTION_LINE.match(line.rstrip("\r\n"))
+        if match and match.group(2) in PplxMagics.magics["line"]:
+            indent, name, rest = match.groups()
+            line = f"{indent}get_ipython().run_line_magic({name!r}, {rest!r})\n"
+        out.append(line)
+    return out
 
 
 def load_ipython_extension(ipython: Any) -> None:
@@ -650,6 +672,8 @@ def load_ipython_extension(ipython: Any) -> None:
     for name in _DISPLAYED_TYPES:
         formatter.for_type_by_name("pplx_nb._models", name, magics.display_result)
     ipython.events.register("pre_run_cell", magics.shown.clear)
+    if keep_question_marks not in ipython.input_transformers_cleanup:
+        ipython.input_transformers_cleanup.append(keep_question_marks)
 
 
 def unload_ipython_extension(ipython: Any) -> None:
@@ -670,3 +694,5 @@ def unload_ipython_extension(ipython: Any) -> None:
     if magics is not None:
         with contextlib.suppress(ValueError):
             ipython.events.unregister("pre_run_cell", magics.shown.clear)
+    with contextlib.suppress(ValueError):
+        ipython.input_transformers_cleanup.remove(keep_question_marks)
