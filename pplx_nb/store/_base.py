@@ -48,3 +48,7 @@ class StoreBackend(Protocol):
     def location(self, conversation_id: str) -> str:
         """Where the conversation lives, for users (a directory path, a Redis key, ...)."""
         ...
+
+    def document_location(self, conversation_id: str) -> str:
+        """Where the document itself is (for error messages: the file, the key ...)."""
+        ...

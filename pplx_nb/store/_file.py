@@ -107,6 +107,10 @@ class FileBackend:
         """The conversation's directory as a string."""
         return str(self.directory(conversation_id))
 
+    def document_location(self, conversation_id: str) -> str:
+        """The conversation.json path as a string."""
+        return str(self.directory(conversation_id) / CONVERSATION_FILE)
+
     # -- writing --------------------------------------------------------------------------------
 
     def create(self, messages: Sequence[Mapping[str, Any]], meta: Mapping[str, Any]) -> bytes:

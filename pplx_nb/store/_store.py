@@ -160,7 +160,7 @@ class ConversationStore:
         For bulk readers such as :mod:`pplx_nb.export`, which need no pydantic models.
         """
         data = self._backend.read(conversation_id)
-        return parse(data, conversation_id, self._backend.location(conversation_id))
+        return parse(data, conversation_id, self._backend.document_location(conversation_id))
 
     def exists(self, conversation_id: str) -> bool:
         """Whether a conversation with this id is stored (VALIDATION_ERROR for a malformed id)."""
@@ -239,7 +239,7 @@ class ConversationStore:
         try:
             return ConversationSummary.model_validate(summary)
         except pydantic.ValidationError as exc:
-            where = self._backend.location(conversation_id)
+            where = self._backend.document_location(conversation_id)
             raise corrupted(conversation_id, where, _first_problem(exc)) from exc
 
     def _conversation(self, data: bytes, conversation_id: str | None) -> Conversation:
@@ -247,7 +247,7 @@ class ConversationStore:
             conversation = Conversation.model_validate_json(data)
         except pydantic.ValidationError as exc:
             cid = conversation_id or "?"
-            where = self._backend.location(cid) if conversation_id else str(self._root)
+            where = self._backend.document_location(cid) if conversation_id else str(self._root)
             parse(data, cid, where)  # names a JSON syntax error precisely
             raise corrupted(cid, where, _first_problem(exc)) from exc
         conversation.message_count = len(conversation.messages)

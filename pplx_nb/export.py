@@ -1,0 +1,324 @@
+"""Stored conversations as pandas DataFrames, Markdown transcripts and JSON.
+
+:func:`to_dataframe` reads a whole store (or chosen conversations) into one DataFrame at the level
+you analyse: one row per message, per conversation, or per cited source. pandas is imported only
+when a DataFrame is asked for, so ``import pplx_nb`` stays cheap.
+
+Column types (``str`` columns hold NaN where a value is missing)::
+
+    messages       conversation_id str, turn int64, role category, content str, tool str,
+                   model str, timestamp datetime64[ns, UTC], prompt_tokens Int64,
+                   completion_tokens Int64, cost_usd float64, n_sources int64,
+                   parent_conversation_id str
+    conversations  conversation_id str, created_at / updated_at datetime64[ns, UTC],
+                   message_count int64, first_query str, tools object (list of str),
+                   total_tokens Int64, total_cost_usd float64, job_status category
+    sources        conversation_id str, turn int64, url str, domain str, title str, date str
+
+``turn`` is the message's index in ``Conversation.messages``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import urlsplit
+
+from pplx_nb._errors import ConversationCorrupted, ConversationNotFound, FilesystemError
+from pplx_nb._errors import ValidationError as PplxValidationError
+from pplx_nb._models import Answer, Conversation, Message
+from pplx_nb.store import ConversationStore
+from pplx_nb.store._file import read_job_state
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["to_dataframe", "to_json", "to_markdown"]
+
+logger = logging.getLogger("pplx_nb.export")
+
+Level = Literal["messages", "conversations", "sources"]
+Exportable = ConversationStore | Conversation | Iterable[str | Conversation]
+
+_ROLES = ["system", "user", "assistant"]
+_JOB_STATES = ["pending", "in_progress", "completed", "failed", "cancelled"]
+
+
+class _Doc:
+    """One conversation as its raw camelCase document and the directory it is stored in."""
+
+    __slots__ = ("conversation_id", "directory", "document")
+
+    def __init__(self, conversation_id: str, document: dict[str, Any], directory: str | None):
+        self.conversation_id = conversation_id
+        self.document = document
+        self.directory = directory
+
+
+def to_dataframe(source: Exportable, level: Level = "messages") -> pd.DataFrame:
+    """The conversations of ``source`` as a DataFrame at ``level`` (see the module docstring).
+
+    Args:
+        source: a :class:`ConversationStore` (every conversation in it, newest first; corrupted
+            ones are skipped with a warning), a list of conversation ids (read from the default
+            store), a list of :class:`Conversation` objects, or one Conversation.
+        level: ``"messages"`` (one row per message), ``"conversations"`` (one row each) or
+            ``"sources"`` (one row per cited source).
+    """
+    builders = {"messages": _messages, "conversations": _conversations, "sources": _sources}
+    if level not in builders:
+        raise PplxValidationError(
+            f"level={level!r} is not one of 'messages', 'conversations', 'sources'."
+        )
+    return builders[level](_documents(source))
+
+
+def _documents(source: Exportable) -> Iterator[_Doc]:
+    if isinstance(source, ConversationStore):
+        yield from _store_documents(source)
+        return
+    if isinstance(source, Conversation):
+        source = [source]
+    if isinstance(source, (str, bytes)) or not isinstance(source, Iterable):
+        raise PplxValidationError(
+            "to_dataframe() takes a ConversationStore, a list of conversation ids or a list of "
+            f"Conversations, not {type(source).__name__}.",
+        )
+    default: ConversationStore | None = None
+    for item in source:
+        if isinstance(item, Conversation):
+            yield _Doc(item.conversation_id, item.to_json_dict(), item.path)
+        elif isinstance(item, str):
+            default = default or ConversationStore()
+            yield _Doc(item, default.read_raw(item), str(default.path(item)))
+        else:
+            raise PplxValidationError(
+                f"Cannot export a {type(item).__name__}: pass conversation ids or Conversations.",
+            )
+
+
+def _store_documents(store: ConversationStore) -> Iterator[_Doc]:
+    for conversation_id in store.ids():
+        try:
+            document = store.read_raw(conversation_id)
+        except ConversationNotFound:
+            continue
+        except (ConversationCorrupted, FilesystemError) as exc:
+            logger.warning("Skipping conversation %s: %s", conversation_id, exc)
+            continue
+        yield _Doc(conversation_id, document, str(store.root / conversation_id))
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _float(value: Any) -> float | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return None
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _utc(values: list[Any]) -> Any:
+    import pandas as pd
+
+    stamps = pd.to_datetime(
+        pd.Series([_text(v) for v in values], dtype="object"),
+        utc=True,
+        format="ISO8601",
+        errors="coerce",
+    )
+    return stamps.dt.as_unit("ns")
+
+
+def _messages(docs: Iterable[_Doc]) -> pd.DataFrame:
+    import pandas as pd
+
+    ids: list[str] = []
+    turns: list[int] = []
+    roles: list[str] = []
+    contents: list[str] = []
+    tools: list[str | None] = []
+    models: list[str | None] = []
+    stamps: list[str | None] = []
+    prompt: list[int | None] = []
+    completion: list[int | None] = []
+    costs: list[float | None] = []
+    counts: list[int] = []
+    parents: list[str | None] = []
+    for doc in docs:
+        parent = _text(doc.document.get("parentConversationId"))
+        for turn, message in enumerate(doc.document["messages"]):
+            usage = message.get("usage")
+            usage = usage if isinstance(usage, dict) else {}
+            cost = message.get("cost")
+            sources = message.get("sources")
+            ids.append(doc.conversation_id)
+            turns.append(turn)
+            roles.append(message["role"])
+            contents.append(message["content"])
+            tools.append(_text(message.get("tool")))
+            models.append(_text(message.get("model")))
+            stamps.append(message.get("timestamp"))
+            prompt.append(_int(usage.get("promptTokens")))
+            completion.append(_int(usage.get("completionTokens")))
+            costs.append(_float(cost.get("totalCost")) if isinstance(cost, dict) else None)
+            counts.append(len(sources) if isinstance(sources, list) else 0)
+            parents.append(parent)
+    return pd.DataFrame(
+        {
+            "conversation_id": pd.Series(ids, dtype="str"),
+            "turn": pd.Series(turns, dtype="int64"),
+            "role": pd.Categorical(roles, categories=_ROLES),
+            "content": pd.Series(contents, dtype="str"),
+            "tool": pd.Series(tools, dtype="str"),
+            "model": pd.Series(models, dtype="str"),
+            "timestamp": _utc(stamps),
+            "prompt_tokens": pd.Series(prompt, dtype="Int64"),
+            "completion_tokens": pd.Series(completion, dtype="Int64"),
+            "cost_usd": pd.Series(costs, dtype="float64"),
+            "n_sources": pd.Series(counts, dtype="int64"),
+            "parent_conversation_id": pd.Series(parents, dtype="str"),
+        }
+    )
+
+
+def _conversations(docs: Iterable[_Doc]) -> pd.DataFrame:
+    import pandas as pd
+
+    ids: list[str] = []
+    created: list[Any] = []
+    updated: list[Any] = []
+    counts: list[int] = []
+    firsts: list[str | None] = []
+    tools: list[list[str]] = []
+    tokens: list[int | None] = []
+    costs: list[float | None] = []
+    states: list[str | None] = []
+    for doc in docs:
+        messages = doc.document["messages"]
+        used: list[str] = []
+        token_sum: int | None = None
+        cost_sum: float | None = None
+        for message in messages:
+            tool = message.get("tool")
+            if isinstance(tool, str) and tool not in used:
+                used.append(tool)
+            usage = message.get("usage")
+            if isinstance(usage, dict):
+                total = _int(usage.get("totalTokens"))
+                if total is None:
+                    total = (_int(usage.get("promptTokens")) or 0) + (
+                        _int(usage.get("completionTokens")) or 0
+                    )
+                token_sum = (token_sum or 0) + total
+            cost = message.get("cost")
+            value = _float(cost.get("totalCost")) if isinstance(cost, dict) else None
+            if value is not None:
+                cost_sum = (cost_sum or 0.0) + value
+        ids.append(doc.conversation_id)
+        created.append(doc.document.get("createdAt"))
+        updated.append(doc.document.get("updatedAt"))
+        counts.append(len(messages))
+        firsts.append(next((m["content"] for m in messages if m["role"] == "user"), None))
+        tools.append(used)
+        tokens.append(token_sum)
+        costs.append(cost_sum)
+        states.append(read_job_state(Path(doc.directory)) if doc.directory else None)
+    return pd.DataFrame(
+        {
+            "conversation_id": pd.Series(ids, dtype="str"),
+            "created_at": _utc(created),
+            "updated_at": _utc(updated),
+            "message_count": pd.Series(counts, dtype="int64"),
+            "first_query": pd.Series(firsts, dtype="str"),
+            "tools": pd.Series(tools, dtype="object"),
+            "total_tokens": pd.Series(tokens, dtype="Int64"),
+            "total_cost_usd": pd.Series(costs, dtype="float64"),
+            "job_status": pd.Categorical(states, categories=_JOB_STATES),
+        }
+    )
+
+
+def _sources(docs: Iterable[_Doc]) -> pd.DataFrame:
+    import pandas as pd
+
+    ids: list[str] = []
+    turns: list[int] = []
+    urls: list[str] = []
+    domains: list[str] = []
+    titles: list[str | None] = []
+    dates: list[str | None] = []
+    for doc in docs:
+        for turn, message in enumerate(doc.document["messages"]):
+            sources = message.get("sources")
+            if not isinstance(sources, list):
+                continue
+            for source in sources:
+                url = source.get("url") if isinstance(source, dict) else None
+                if not isinstance(url, str):
+                    continue
+                ids.append(doc.conversation_id)
+                turns.append(turn)
+                urls.append(url)
+                domains.append((urlsplit(url).hostname or "").removeprefix("www."))
+                titles.append(_text(source.get("title")))
+                dates.append(_text(source.get("date")))
+    return pd.DataFrame(
+        {
+            "conversation_id": pd.Series(ids, dtype="str"),
+            "turn": pd.Series(turns, dtype="int64"),
+            "url": pd.Series(urls, dtype="str"),
+            "domain": pd.Series(domains, dtype="str"),
+            "title": pd.Series(titles, dtype="str"),
+            "date": pd.Series(dates, dtype="str"),
+        }
+    )
+
+
+def to_markdown(conversation: Conversation, *, include_system: bool = False) -> str:
+    """A readable Markdown transcript: one section per turn, citations linked to their sources."""
+    title = ((conversation.first_query() or "").strip().splitlines() or ["Conversation"])[0]
+    title = title if len(title) <= 80 else title[:77].rstrip() + "…"
+    facts = [
+        f"`{conversation.conversation_id}`",
+        f"created {conversation.created_at}",
+        f"{len(conversation.messages)} messages",
+    ]
+    if conversation.parent_conversation_id:
+        facts.append(f"forked from `{conversation.parent_conversation_id}`")
+    parts = [f"# {title}", " · ".join(facts)]
+    for message in conversation.messages:
+        if message.role == "system" and not include_system:
+            continue
+        parts.append(_turn_markdown(message))
+    return "\n\n".join(parts) + "\n"
+
+
+def _turn_markdown(message: Message) -> str:
+    label = {"system": "System", "user": "User", "assistant": "Assistant"}[message.role]
+    about = [x for x in (message.model, message.tool, message.timestamp) if x]
+    heading = f"## {label}" + (f" · {' · '.join(about)}" if about else "")
+    if message.role != "assistant" or not message.sources:
+        return f"{heading}\n\n{message.content}"
+    answer = Answer(text=message.content, sources=message.sources)
+    lines = ["**Sources**", ""]
+    for number, source in enumerate(message.sources, 1):
+        extra = " · ".join(x for x in (source.domain, source.date) if x)
+        lines.append(
+            f"{number}. [{source.title or source.url}]({source.url})"
+            + (f" — {extra}" if extra else "")
+        )
+    return f"{heading}\n\n{answer.linked_text()}\n\n" + "\n".join(lines)
+
+
+def to_json(conversation: Conversation, *, indent: int | None = 2) -> str:
+    """The conversation as JSON text in the on-disk shape (camelCase keys, no missing fields)."""
+    return json.dumps(conversation.to_json_dict(), ensure_ascii=False, indent=indent)

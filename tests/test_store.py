@@ -1,0 +1,565 @@
+"""ConversationStore: ids, atomic appends, concurrency, corruption, permissions, TS-server files."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import pplx_nb
+from pplx_nb import (
+    ConversationCorrupted,
+    ConversationNotFound,
+    ConversationStore,
+    FilesystemError,
+    Message,
+    Source,
+    Usage,
+    ValidationError,
+)
+
+DATA = Path(__file__).parent / "data"
+TS_FIXTURE = DATA / "ts_server_conversation.json"
+TS_ID = "20250124-1706102400123"
+
+
+def user(content: str) -> dict[str, Any]:
+    return {"role": "user", "content": content}
+
+
+def assistant(content: str, **meta: Any) -> Message:
+    return Message(role="assistant", content=content, **meta)
+
+
+@pytest.fixture
+def store(logs_dir: Path) -> ConversationStore:
+    return ConversationStore(logs_dir)
+
+
+def conversation_file(store: ConversationStore, conversation_id: str) -> Path:
+    return store.path(conversation_id) / "conversation.json"
+
+
+def tree(root: Path) -> dict[str, tuple[int, int]]:
+    """Every path under root with its size and mtime: any write or creation changes it."""
+    return {
+        str(path.relative_to(root)): (path.stat().st_size, path.stat().st_mtime_ns)
+        for path in [root, *root.rglob("*")]
+    }
+
+
+def install_ts_conversation(store: ConversationStore, **extra: Any) -> dict[str, Any]:
+    """Put the TypeScript-server fixture (plus ``extra`` top-level keys) into the store."""
+    document = json.loads(TS_FIXTURE.read_text())
+    document.update(extra)
+    directory = store.root / TS_ID
+    directory.mkdir()
+    (directory / "conversation.json").write_text(json.dumps(document, indent=2))
+    return document
+
+
+# -- creating, loading, appending -------------------------------------------------------------
+
+
+def test_store_is_exported_from_the_package() -> None:
+    assert pplx_nb.ConversationStore is ConversationStore
+
+
+def test_default_root_is_the_configured_logs_dir(
+    logs_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = pplx_nb.Settings(conversation_logs_dir=logs_dir)
+    assert ConversationStore(settings=settings).root == logs_dir.resolve()
+    monkeypatch.setenv("CONVERSATION_LOGS_DIR", str(logs_dir / "from-env"))
+    assert ConversationStore().root == (logs_dir / "from-env").resolve()
+
+
+def test_create_assigns_a_dated_millisecond_id_and_stores_the_messages(
+    store: ConversationStore,
+) -> None:
+    before_ms = int(time.time() * 1000)
+    conversation = store.create([{"role": "system", "content": "Be brief."}, user("What is GIL?")])
+
+    assert re.fullmatch(r"\d{8}-\d{13}", conversation.conversation_id)
+    day, unix_ms = conversation.conversation_id.split("-")
+    created = datetime.fromtimestamp(int(unix_ms) / 1000, UTC)
+    assert int(unix_ms) >= before_ms
+    assert day == created.strftime("%Y%m%d")
+    assert conversation.created_at == created.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    assert conversation.path == str(store.root / conversation.conversation_id)
+    assert conversation.message_count == 2
+    loaded = store.load(conversation.conversation_id)
+    assert [m.content for m in loaded.messages] == ["Be brief.", "What is GIL?"]
+    assert loaded.path == conversation.path
+    assert store.exists(conversation.conversation_id)
+
+
+def test_append_adds_messages_with_their_metadata(store: ConversationStore) -> None:
+    conversation = store.create([user("How do I cancel a task?")])
+    answer = assistant(
+        "Call task.cancel() [1].",
+        tool="perplexity_search",
+        model="sonar-pro",
+        timestamp="2025-01-24T15:00:00.000Z",
+        sources=[Source(url="https://docs.python.org/3/library/asyncio-task.html", title="Tasks")],
+        usage=Usage(prompt_tokens=12, completion_tokens=30, total_tokens=42),
+    )
+
+    updated = store.append(conversation.conversation_id, answer, user("And with a timeout?"))
+
+    assert updated.message_count == 3
+    assert updated.updated_at >= conversation.updated_at
+    loaded = store.load(conversation.conversation_id)
+    assert loaded.messages[1] == answer
+    assert loaded.messages[1].sources is not None
+    assert loaded.messages[1].sources[0].title == "Tasks"
+    assert loaded.messages[2].content == "And with a timeout?"
+    on_disk = json.loads(conversation_file(store, conversation.conversation_id).read_bytes())
+    assert on_disk["messageCount"] == 3
+    assert on_disk["messages"][1]["usage"] == {
+        "promptTokens": 12,
+        "completionTokens": 30,
+        "totalTokens": 42,
+    }
+
+
+def test_create_keeps_metadata_in_camel_case(store: ConversationStore) -> None:
+    parent = store.create([user("first")])
+    child = store.create([user("second")], parent_conversation_id=parent.conversation_id)
+    document = json.loads(conversation_file(store, child.conversation_id).read_bytes())
+    assert document["parentConversationId"] == parent.conversation_id
+    assert child.parent_conversation_id == parent.conversation_id
+
+
+def test_invalid_messages_are_refused_and_nothing_is_stored(store: ConversationStore) -> None:
+    with pytest.raises(ValidationError, match="role"):
+        store.create([{"role": "robot", "content": "beep"}])
+    with pytest.raises(ValidationError):
+        store.create(["just a string"])  # type: ignore[list-item]
+    with pytest.raises(ValidationError):
+        store.create([user("ok")], message_count=3)
+    assert store.ids() == []
+    conversation = store.create([user("ok")])
+    with pytest.raises(ValidationError):
+        store.append(conversation.conversation_id)
+    assert store.load(conversation.conversation_id).message_count == 1
+
+
+def test_files_are_private_to_the_user(tmp_path: Path) -> None:
+    store = ConversationStore(tmp_path / "fresh" / "conversation-logs")
+    conversation = store.create([user("private?")])
+    store.append(conversation.conversation_id, user("yes"))
+
+    directory = Path(conversation.path or "")
+    assert store.root.stat().st_mode & 0o777 == 0o700
+    assert directory.stat().st_mode & 0o777 == 0o700
+    names = sorted(p.name for p in directory.iterdir())
+    assert names == [".lock", "conversation.json", "summary.json"]
+    for path in directory.iterdir():
+        assert path.stat().st_mode & 0o777 == 0o600, path.name
+
+
+def test_unknown_conversation_says_how_to_start_one(store: ConversationStore) -> None:
+    missing = "20250124-1706102400999"
+    with pytest.raises(ConversationNotFound) as caught:
+        store.load(missing)
+    assert caught.value.code == "CONVERSATION_NOT_FOUND"
+    assert "perplexity_search" in str(caught.value)
+    assert isinstance(caught.value, KeyError)
+    with pytest.raises(ConversationNotFound):
+        store.append(missing, user("hello?"))
+    with pytest.raises(ConversationNotFound):
+        store.delete(missing)
+    assert not store.exists(missing)
+    assert not (store.root / missing).exists()
+
+
+@pytest.mark.parametrize(
+    "bad_id",
+    [
+        "../../etc/passwd",
+        "/etc/passwd",
+        "20250124-170610240012",
+        "",
+        "2" * 10_240,
+        "20250124-1706102400123/..",
+        "../20250124-1706102400123",
+        "2025012a-1706102400123",
+    ],
+    ids=["traversal", "absolute", "12-digits", "empty", "10kB", "suffix", "prefix", "letter"],
+)
+def test_malformed_ids_are_refused_before_any_file_access(
+    store: ConversationStore, tmp_path: Path, bad_id: str
+) -> None:
+    store.create([user("a neighbour that must stay untouched")])
+    before = tree(tmp_path)
+    operations = [
+        lambda: store.load(bad_id),
+        lambda: store.append(bad_id, user("x")),
+        lambda: store.exists(bad_id),
+        lambda: store.path(bad_id),
+        lambda: store.delete(bad_id),
+        lambda: store.fork(bad_id),
+        lambda: store.read_raw(bad_id),
+    ]
+    for operation in operations:
+        with pytest.raises(ValidationError) as caught:
+            operation()
+        assert caught.value.code == "VALIDATION_ERROR"
+    assert tree(tmp_path) == before
+
+
+# -- corruption and disk errors ---------------------------------------------------------------
+
+
+def test_truncated_conversation_is_reported_as_corrupted(store: ConversationStore) -> None:
+    conversation = store.create([user("a question"), assistant("a long answer " * 50)])
+    path = conversation_file(store, conversation.conversation_id)
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+    with pytest.raises(ConversationCorrupted) as caught:
+        store.load(conversation.conversation_id)
+    assert caught.value.code == "CONVERSATION_CORRUPTED"
+    assert str(path) in str(caught.value)
+    assert "not valid JSON" in str(caught.value)
+    with pytest.raises(ConversationCorrupted):
+        store.append(conversation.conversation_id, user("more"))
+
+
+def test_schema_violation_is_reported_as_corrupted(store: ConversationStore) -> None:
+    conversation = store.create([user("fine")])
+    path = conversation_file(store, conversation.conversation_id)
+    path.write_text(json.dumps({"conversationId": conversation.conversation_id, "messages": []}))
+    with pytest.raises(ConversationCorrupted, match="createdAt"):
+        store.load(conversation.conversation_id)
+
+
+def test_list_skips_a_corrupted_conversation_with_a_warning(
+    store: ConversationStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    good = store.create([user("still fine")])
+    bad = store.create([user("about to break")])
+    path = conversation_file(store, bad.conversation_id)
+    path.write_bytes(path.read_bytes()[:-10])
+
+    with caplog.at_level(logging.WARNING, logger="pplx_nb.store"):
+        listed = store.list()
+
+    assert [s.conversation_id for s in listed] == [good.conversation_id]
+    assert [e.details["conversation_id"] for e in store.last_skipped] == [bad.conversation_id]
+    assert bad.conversation_id in caplog.text
+    assert "corrupted" in caplog.text
+
+
+def test_store_under_a_regular_file_is_a_filesystem_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("x")
+    store = ConversationStore(blocker / "conversation-logs")
+
+    with pytest.raises(FilesystemError) as caught:
+        store.create([user("where do I go?")])
+    assert caught.value.code == "FILESYSTEM_ERROR"
+    assert isinstance(caught.value, OSError)
+    assert str(blocker) in str(caught.value)
+    assert "Not a directory" in str(caught.value)
+    with pytest.raises(FilesystemError):
+        store.list()
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root ignores modes")
+def test_read_only_store_is_a_filesystem_error(store: ConversationStore) -> None:
+    conversation = store.create([user("read only soon")])
+    directory = store.path(conversation.conversation_id)
+    directory.chmod(0o500)
+    try:
+        with pytest.raises(FilesystemError, match="Permission denied"):
+            store.append(conversation.conversation_id, user("denied"))
+    finally:
+        directory.chmod(0o700)
+
+
+# -- TypeScript-server files ------------------------------------------------------------------
+
+
+def test_ts_server_file_loads_and_round_trips(store: ConversationStore) -> None:
+    original = install_ts_conversation(store)
+    conversation = store.load(TS_ID)
+    assert conversation.message_count == 4
+    assert conversation.first_query() == "What are the latest features in TypeScript 5.8?"
+    assert all(m.timestamp is None and m.sources is None for m in conversation.messages)
+    assert conversation.to_json_dict() == original
+
+
+def test_ts_server_file_accepts_appends_and_keeps_unknown_keys(store: ConversationStore) -> None:
+    original = install_ts_conversation(store, title="TS notes")
+    original["messages"][1]["annotations"] = [{"kind": "flag"}]
+    (store.root / TS_ID / "conversation.json").write_text(json.dumps(original, indent=2))
+
+    store.append(TS_ID, assistant("Use the @decorator syntax.", tool="perplexity_search"))
+    store.append(TS_ID, user("Thanks"))
+
+    document = json.loads((store.root / TS_ID / "conversation.json").read_bytes())
+    assert document["title"] == "TS notes"
+    assert document["messages"][:4] == original["messages"]
+    assert document["messageCount"] == 6
+    assert document["createdAt"] == original["createdAt"]
+    loaded = store.load(TS_ID)
+    assert loaded.model_extra == {"title": "TS notes"}
+    assert loaded.messages[1].model_extra == {"annotations": [{"kind": "flag"}]}
+    assert [s.tools for s in store.list()] == [["perplexity_search"]]
+
+
+# -- listing ----------------------------------------------------------------------------------
+
+
+def test_list_is_newest_first_and_filters(store: ConversationStore) -> None:
+    first = store.create([user("asyncio timeouts"), assistant("x", tool="perplexity_search")])
+    second = store.create(
+        [user("pathlib globbing"), assistant("Use Path.glob", model="sonar-deep-research")]
+    )
+    third = store.create([user("dataclass slots")], parent_conversation_id=first.conversation_id)
+
+    listed = store.list()
+    assert [s.conversation_id for s in listed] == [
+        third.conversation_id,
+        second.conversation_id,
+        first.conversation_id,
+    ]
+    assert listed[0].parent_conversation_id == first.conversation_id
+    assert listed[1].first_query == "pathlib globbing"
+    assert listed[1].message_count == 2
+    assert [s.conversation_id for s in store.list(tool="perplexity_search")] == [
+        first.conversation_id
+    ]
+    assert [s.conversation_id for s in store.list(model="sonar-deep-research")] == [
+        second.conversation_id
+    ]
+    assert [s.conversation_id for s in store.list(text="PATH.GLOB")] == [second.conversation_id]
+    assert [s.conversation_id for s in store.list(limit=1)] == [third.conversation_id]
+    assert [s.conversation_id for s in store.list(since=second.created_at)] == [
+        third.conversation_id,
+        second.conversation_id,
+    ]
+    until = datetime.fromisoformat(second.created_at.replace("Z", "+00:00"))
+    assert [s.conversation_id for s in store.list(until=until)] == [
+        second.conversation_id,
+        first.conversation_id,
+    ]
+    with pytest.raises(ValidationError):
+        store.list(since="yesterday")
+
+
+def test_list_reads_the_job_status(store: ConversationStore) -> None:
+    conversation = store.create([user("deep question")])
+    status = {"conversationId": conversation.conversation_id, "status": "in_progress"}
+    (store.path(conversation.conversation_id) / "status.json").write_text(json.dumps(status))
+    assert store.list()[0].job_status == "in_progress"
+
+
+def test_list_sees_changes_written_behind_its_back(store: ConversationStore) -> None:
+    conversation = store.create([user("first")])
+    assert store.list()[0].tools == []
+    path = conversation_file(store, conversation.conversation_id)
+    document = json.loads(path.read_bytes())
+    document["messages"].append({"role": "assistant", "content": "hi", "tool": "other_tool"})
+    path.write_text(json.dumps(document, indent=2))
+
+    assert store.list()[0].tools == ["other_tool"]
+    assert store.list(tool="other_tool")[0].conversation_id == conversation.conversation_id
+
+
+def test_list_ignores_directories_that_are_not_conversations(store: ConversationStore) -> None:
+    (store.root / ".jobs").mkdir()
+    (store.root / "20250124-1706102400777").mkdir()  # a conversation being created
+    (store.root / "notes.txt").write_text("x")
+    conversation = store.create([user("real")])
+    assert [s.conversation_id for s in store.list()] == [conversation.conversation_id]
+    assert store.last_skipped == []
+
+
+# -- fork, delete, prune ----------------------------------------------------------------------
+
+
+def test_fork_copies_the_messages_and_links_the_parent(store: ConversationStore) -> None:
+    parent = store.create([user("q"), assistant("a", tool="perplexity_search")])
+    child = store.fork(parent.conversation_id)
+    store.append(child.conversation_id, user("branching question"))
+
+    assert child.conversation_id != parent.conversation_id
+    assert child.parent_conversation_id == parent.conversation_id
+    assert child.messages == parent.messages
+    assert store.load(parent.conversation_id).message_count == 2
+    assert store.load(child.conversation_id).message_count == 3
+
+
+def test_delete_removes_the_conversation(store: ConversationStore) -> None:
+    keep = store.create([user("keep")])
+    gone = store.create([user("gone")])
+    store.delete(gone.conversation_id)
+    assert not store.exists(gone.conversation_id)
+    assert sorted(p.name for p in store.root.iterdir()) == [keep.conversation_id]
+    with pytest.raises(ConversationNotFound):
+        store.load(gone.conversation_id)
+
+
+def test_prune_deletes_only_old_idle_conversations(store: ConversationStore) -> None:
+    def old(unix_ms: int, *, status: str | None = None, broken: bool = False) -> str:
+        conversation_id = f"20250124-{unix_ms}"
+        directory = store.root / conversation_id
+        directory.mkdir()
+        document = json.loads(TS_FIXTURE.read_text()) | {"conversationId": conversation_id}
+        text = json.dumps(document)
+        (directory / "conversation.json").write_text(text[:20] if broken else text)
+        if status:
+            (directory / "status.json").write_text(json.dumps({"status": status}))
+        return conversation_id
+
+    idle = old(1706102400001)
+    running = old(1706102400002, status="in_progress")
+    broken = old(1706102400003, broken=True)
+    fresh = store.create([user("recent")])
+
+    assert store.prune(timedelta(days=30)) == 1
+    assert not store.exists(idle)
+    assert all(store.exists(c) for c in (running, broken, fresh.conversation_id))
+    assert store.prune(timedelta(0)) == 1
+    assert not store.exists(fresh.conversation_id)
+    with pytest.raises(ValidationError):
+        store.prune(30)  # type: ignore[arg-type]
+
+
+# -- concurrency ------------------------------------------------------------------------------
+
+
+def test_threads_appending_at_once_lose_nothing(store: ConversationStore) -> None:
+    conversation = store.create([user("shared")])
+
+    def writer(tag: int) -> None:
+        for n in range(25):
+            store.append(conversation.conversation_id, user(f"t{tag}-{n}"))
+
+    threads = [threading.Thread(target=writer, args=(tag,)) for tag in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    contents = [m.content for m in store.load(conversation.conversation_id).messages[1:]]
+    assert sorted(contents) == sorted(f"t{t}-{n}" for t in range(8) for n in range(25))
+    assert store.list()[0].message_count == 201
+
+
+APPENDER = """
+import sys
+from pplx_nb.store import ConversationStore
+store = ConversationStore(sys.argv[1])
+conversation_id, tag, count = sys.argv[2], sys.argv[3], int(sys.argv[4])
+print("ready", flush=True)
+for n in range(count):
+    store.append(conversation_id, {"role": "user", "content": f"{tag}-{n}"})
+    print(f"{tag}-{n}", flush=True)
+"""
+
+CREATOR = """
+import sys
+from pplx_nb.store import ConversationStore
+store = ConversationStore(sys.argv[1])
+for _ in range(int(sys.argv[2])):
+    print(store.create([{"role": "user", "content": "hi"}]).conversation_id, flush=True)
+"""
+
+
+def spawn(script: str, *args: object) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", script, *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def finish(process: subprocess.Popen[str]) -> list[str]:
+    out, err = process.communicate(timeout=240)
+    assert process.returncode == 0, err
+    return out.split()
+
+
+@pytest.mark.slow
+def test_append_from_eight_processes_loses_nothing(store: ConversationStore) -> None:
+    conversation = store.create([user("shared by eight processes")])
+    processes = [
+        spawn(APPENDER, store.root, conversation.conversation_id, f"p{tag}", 100)
+        for tag in range(8)
+    ]
+    acknowledged = [line for p in processes for line in finish(p) if line != "ready"]
+
+    path = conversation_file(store, conversation.conversation_id)
+    document = json.loads(path.read_bytes())
+    contents = [m["content"] for m in document["messages"][1:]]
+    assert len(acknowledged) == 800
+    assert sorted(contents) == sorted(acknowledged)
+    assert document["messageCount"] == 801
+    for tag in range(8):
+        mine = [c for c in contents if c.startswith(f"p{tag}-")]
+        assert mine == [f"p{tag}-{n}" for n in range(100)]
+
+
+@pytest.mark.slow
+def test_create_from_eight_processes_gives_distinct_ids(store: ConversationStore) -> None:
+    processes = [spawn(CREATOR, store.root, 200) for _ in range(8)]
+    ids = [line for p in processes for line in finish(p)]
+    assert len(ids) == 1600
+    assert len(set(ids)) == 1600
+    assert sorted(store.ids()) == sorted(ids)
+    assert all(store.load(i).message_count == 1 for i in ids[::50])
+
+
+@pytest.mark.slow
+def test_writer_killed_mid_write_never_corrupts_or_loses_acknowledged_appends(
+    store: ConversationStore,
+) -> None:
+    padding = "a long answer that makes every rewrite take a while " * 40
+    conversation = store.create([assistant(padding) for _ in range(200)])
+    conversation_id = conversation.conversation_id
+    acknowledged: list[str] = []
+    rng = random.Random(1234)
+    for round_ in range(50):
+        process = spawn(APPENDER, store.root, conversation_id, f"r{round_}", 1_000_000)
+        assert process.stdout is not None
+        assert process.stdout.readline().strip() == "ready"
+        time.sleep(rng.uniform(0.0, 0.04))
+        process.send_signal(signal.SIGKILL)
+        out, _ = process.communicate(timeout=60)
+        assert process.returncode == -signal.SIGKILL
+        acknowledged += out.split()
+
+        document = json.loads(conversation_file(store, conversation_id).read_bytes())
+        contents = {m["content"] for m in document["messages"]}
+        assert document["messageCount"] == len(document["messages"])
+        missing = [a for a in acknowledged if a not in contents]
+        assert missing == [], f"round {round_} lost acknowledged appends"
+
+    loaded = store.load(conversation_id)
+    assert loaded.message_count >= 200 + len(acknowledged)
+    assert store.list()[0].message_count == loaded.message_count
+    assert len(acknowledged) > 50
+
+
+def test_deleted_directory_during_listing_is_not_an_error(store: ConversationStore) -> None:
+    conversations = [store.create([user(f"q{n}")]) for n in range(3)]
+    shutil.rmtree(store.path(conversations[1].conversation_id))
+    assert len(store.list()) == 2
+    assert store.last_skipped == []
