@@ -1,0 +1,41 @@
+"""Context that follows the conversation.
+
+The pure pieces the :class:`~pplx_nb.Researcher` calls before each request:
+
+- follow-ups: :func:`is_follow_up`, :func:`reformulate` (deterministic heuristic) and
+  :func:`areformulate` (a cheap model when a real API is used, the heuristic otherwise), so the
+  search sees "how do I cancel asyncio task?" instead of "how do I cancel it?";
+- the history budget: :data:`CONTEXT_WINDOWS`, :func:`estimate_tokens`, :func:`fit_history`;
+- attached files: :func:`prepare_files`, embedded once per conversation, confined to allowed roots;
+- branches: :func:`chain_messages`, the history of a forked conversation.
+"""
+
+from __future__ import annotations
+
+from pplx_nb.context._budget import (
+    CONTEXT_WINDOWS,
+    FittedHistory,
+    context_window,
+    estimate_tokens,
+    fit_history,
+)
+from pplx_nb.context._chain import MAX_CHAIN_DEPTH, chain_messages
+from pplx_nb.context._files import DEFAULT_MAX_BYTES, PreparedFiles, prepare_files
+from pplx_nb.context._followup import areformulate, is_follow_up, reformulate, subject_of
+
+__all__ = [
+    "CONTEXT_WINDOWS",
+    "DEFAULT_MAX_BYTES",
+    "MAX_CHAIN_DEPTH",
+    "FittedHistory",
+    "PreparedFiles",
+    "areformulate",
+    "chain_messages",
+    "context_window",
+    "estimate_tokens",
+    "fit_history",
+    "is_follow_up",
+    "prepare_files",
+    "reformulate",
+    "subject_of",
+]

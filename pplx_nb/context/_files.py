@@ -1,0 +1,168 @@
+"""Files attached to a question: read safely, embedded once per conversation.
+
+A file is embedded in the question as a fenced block headed by its path, and recorded in the
+user message's ``files`` metadata as ``{"path", "sha256", "bytes"}``. Those records are what
+de-duplication looks at: a file whose resolved path and hash already appear in any earlier
+message is not embedded again (a note says so), whatever mode the earlier turn used; a file
+that changed since is embedded anew.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from pplx_nb._errors import ValidationError
+from pplx_nb._models import Message
+
+__all__ = ["DEFAULT_MAX_BYTES", "PreparedFiles", "embedded_files", "prepare_files"]
+
+logger = logging.getLogger("pplx_nb.context")
+
+DEFAULT_MAX_BYTES = 200_000
+"""The size cap per attached file, in bytes."""
+
+
+class PreparedFiles(NamedTuple):
+    """The text to add to the question, the records to store, and notes for the user."""
+
+    text: str
+    records: list[dict[str, Any]]
+    notes: list[str]
+
+
+def embedded_files(history: Iterable[Message]) -> dict[str, set[str]]:
+    """Resolved path → content hashes of every file recorded in ``history``'s ``files``."""
+    seen: dict[str, set[str]] = {}
+    for message in history:
+        for record in message.files or ():
+            path, digest = record.get("path"), record.get("sha256")
+            if isinstance(path, str) and isinstance(digest, str):
+                seen.setdefault(path, set()).add(digest)
+    return seen
+
+
+def _allowed_roots(roots: Sequence[Path] | None) -> list[Path]:
+    chosen = list(roots) if roots else [Path.cwd()]
+    return [Path(root).expanduser().resolve() for root in chosen]
+
+
+def _resolve(path: str | Path, roots: list[Path]) -> Path:
+    raw = Path(path).expanduser()
+    try:
+        resolved = raw.resolve(strict=True)
+    except FileNotFoundError:
+        raise ValidationError(
+            f"File {str(path)!r} does not exist. Check the path (relative paths start at the "
+            "working directory).",
+            path=str(path),
+        ) from None
+    except (OSError, RuntimeError) as exc:
+        raise ValidationError(
+            f"File {str(path)!r} cannot be resolved ({exc}). Check the path and its symlinks.",
+            path=str(path),
+        ) from None
+    if not any(resolved.is_relative_to(root) for root in roots):
+        allowed = ", ".join(str(root) for root in roots)
+        raise ValidationError(
+            f"File {str(path)!r} is outside the allowed folders ({allowed}). Attach files from "
+            "the working directory, or widen the allowed folders with PPLX_NB_FILE_ROOTS.",
+            path=str(path),
+        )
+    if not resolved.is_file():
+        raise ValidationError(
+            f"{str(path)!r} is not a regular file. Attach files one by one, not folders.",
+            path=str(path),
+        )
+    return resolved
+
+
+def _read_text(path: str | Path, resolved: Path, max_bytes: int) -> tuple[bytes, str]:
+    try:
+        with resolved.open("rb") as handle:
+            data = handle.read(max_bytes + 1)
+    except OSError as exc:
+        raise ValidationError(
+            f"File {str(path)!r} cannot be read ({exc.strerror or exc}). Check its permissions.",
+            path=str(path),
+        ) from None
+    if len(data) > max_bytes:
+        size = max(resolved.stat().st_size, len(data))
+        raise ValidationError(
+            f"File {str(path)!r} is {size:,} bytes, over the {max_bytes:,}-byte limit per file. "
+            "Attach a smaller excerpt of it.",
+            path=str(path),
+            max_bytes=max_bytes,
+        )
+    if b"\0" in data:
+        raise _binary(path)
+    try:
+        return data, data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise _binary(path) from None
+
+
+def _binary(path: str | Path) -> ValidationError:
+    return ValidationError(
+        f"File {str(path)!r} is not a UTF-8 text file; only text files can be attached. "
+        "Convert it to text (e.g. CSV or Markdown) first.",
+        path=str(path),
+    )
+
+
+def _display(resolved: Path, roots: list[Path]) -> str:
+    for root in roots:
+        if resolved.is_relative_to(root):
+            return resolved.relative_to(root).as_posix()
+    return str(resolved)
+
+
+def _fenced(name: str, text: str) -> str:
+    fence = "```"
+    while fence in text:
+        fence += "`"
+    language = Path(name).suffix.lstrip(".")
+    return f"File: {name}\n{fence}{language}\n{text.rstrip(os.linesep)}\n{fence}"
+
+
+def prepare_files(
+    paths: Sequence[str | Path],
+    history: Sequence[Message],
+    *,
+    roots: Sequence[Path] | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> PreparedFiles:
+    """Read ``paths`` and embed those not already in the conversation.
+
+    Paths are resolved (symlinks too) and must lie under one of ``roots`` (default: the working
+    directory). Refused with :class:`ValidationError`: missing files, folders, paths outside the
+    roots, files over ``max_bytes`` and binary files (NUL bytes or invalid UTF-8). A file whose
+    resolved path and SHA-256 are already recorded in ``history`` is skipped with a note; one
+    that changed is embedded again. Nothing is embedded unless every file passes the checks.
+    """
+    allowed = _allowed_roots(roots)
+    seen = embedded_files(history)
+    blocks: list[str] = []
+    records: list[dict[str, Any]] = []
+    notes: list[str] = []
+    for path in paths:
+        resolved = _resolve(path, allowed)
+        data, text = _read_text(path, resolved, max_bytes)
+        digest = hashlib.sha256(data).hexdigest()
+        key = str(resolved)
+        name = _display(resolved, allowed)
+        if digest in seen.get(key, ()):
+            notes.append(f"{name} is already in the conversation history.")
+            continue
+        if key in seen:
+            notes.append(f"{name} changed since it was last attached; the new version is included.")
+        seen.setdefault(key, set()).add(digest)
+        blocks.append(_fenced(name, text))
+        records.append({"path": key, "sha256": digest, "bytes": len(data)})
+    if records:
+        logger.info("embedding %d file(s): %s", len(records), ", ".join(r["path"] for r in records))
+    return PreparedFiles("\n\n".join(blocks), records, notes)

@@ -1,0 +1,394 @@
+"""Follow-up detection and query reformulation.
+
+A search engine sees only the last user message, so "how do I cancel it?" must become "how do I
+cancel asyncio.Task?" before it is sent. The heuristic here is deterministic and offline-safe: it
+finds the subject the conversation is about — the dotted name most of the last answer's top sources
+share (``asyncio.Task`` for ``asyncio.Task.cancel``, ``asyncio.Task.cancelling``, ...), else an
+identifier or the key words of the previous question — and puts it where the pronoun was, or
+appends it. With a real API :func:`areformulate` asks a cheap model first and falls back to it.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from pplx_nb._models import Answer, Message
+
+__all__ = [
+    "CONTEXTUAL_REFERENCES",
+    "FOLLOW_UP_PHRASES",
+    "REFORMULATION_MODEL",
+    "areformulate",
+    "is_follow_up",
+    "reformulate",
+    "subject_of",
+]
+
+logger = logging.getLogger("pplx_nb.context")
+
+REFORMULATION_MODEL = "sonar"
+"""The cheap model asked to rewrite follow-ups when a real API is in use."""
+
+CONTEXTUAL_REFERENCES = (
+    "it",
+    "its",
+    "itself",
+    "that",
+    "this",
+    "they",
+    "them",
+    "their",
+    "those",
+    "these",
+    "one",
+    "the one",
+    "this one",
+    "that one",
+    "the same",
+    "which one",
+    "the result",
+    "the above",
+)
+"""Words and phrases that point back at something said earlier."""
+
+FOLLOW_UP_PHRASES = (
+    "tell me more",
+    "more about",
+    "what about",
+    "how about",
+    "and what",
+    "and how",
+    "how does it",
+    "how do they",
+    "can you compare",
+    "compare it",
+    "what's the difference",
+    "what is the difference",
+    "is it better",
+    "any other",
+    "similar to",
+    "like that",
+    "another option",
+    "instead",
+    "as well",
+    "also",
+)
+"""Phrases that continue a conversation rather than start one."""
+
+_MAX_MODEL_OUTPUT_CHARS = 300
+_SOURCE_TITLES = 5
+_PREFIX_SHARE = 0.5
+
+_WORD = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_'.\-]*[A-Za-z0-9_]|[A-Za-z0-9_]")
+_DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+$")
+_IDENTIFIER = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_]*\.)*[A-Za-z_][A-Za-z0-9_]*$")
+_CODE_LIKE = re.compile(r"[._]|[a-z][A-Z]")
+_REFERENCE = re.compile(
+    r"\b(?:the same|(?:this|that|the|which) one|the result|the above|itself|its|it|that|this"
+    r"|they|them|their|those|these|one)\b",
+    re.IGNORECASE,
+)
+_STRONG = re.compile(
+    r"\b(?:the same|(?:this|that|the) one|the result|the above|itself|its|it|them|they|their)\b",
+    re.IGNORECASE,
+)
+_WEAK = re.compile(r"\b(?:that|this|those|these|one)\b", re.IGNORECASE)
+_TOKEN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*[A-Za-z0-9_]|[A-Za-z0-9_]|[^\sA-Za-z0-9_]")
+_DETERMINERS = frozenset(
+    "a an the my our your this that these those several multiple many some all each every".split()  # noqa: SIM905
+)
+_PREPOSITIONS = frozenset(
+    """about above across after against along among around as at before behind below between
+    beyond by during for from in inside into like near of off on onto out outside over per since
+    than through to toward towards under until upon using via with within without""".split()  # noqa: SIM905
+)
+_INSTRUMENTAL = frozenset({"with", "using", "via", "through"})
+_TITLE_SEPARATORS = re.compile(r"\s+[—–|-]\s+")
+_TRAILING = re.compile(r"[\s?.!]+$")
+
+# Words that say what to do rather than what about: kept out of a subject built from a question.
+_QUESTION_WORDS = frozenset(
+    """a about after again all also am an and any are as at be been before being both but by can
+    could did do does doing done each either else for from get got had has have how i if in into is
+    it its just let like make me more most much my need no not now of on one only or other our out
+    over own please python same should show so some such tell than that the their them then there
+    these they thing things this those through to too try two under up us use used using very want
+    was way we were what when where whether which while who why will with without would you your
+    difference differences example examples explain work works""".split()  # noqa: SIM905
+)
+
+
+class _Asker(Protocol):
+    """What :func:`areformulate` needs from a client: ``AsyncClient.ask``."""
+
+    async def ask(self, request: Any) -> Answer: ...
+
+
+def _words(text: str) -> list[str]:
+    return [word.strip(".'-") for word in _WORD.findall(text)]
+
+
+def _user_turns(history: Sequence[Message]) -> list[Message]:
+    return [m for m in history if m.role == "user"]
+
+
+def _last_answer(history: Sequence[Message]) -> Message | None:
+    return next((m for m in reversed(history) if m.role == "assistant"), None)
+
+
+def is_follow_up(query: str, history: Sequence[Message]) -> bool:
+    """Whether ``query`` leans on the conversation so far (and there is a conversation).
+
+    True when an earlier user turn exists and the query points back at it: a contextual reference
+    ("it", "that", "this one", "the same", ...), a follow-up phrase ("tell me more", "what about",
+    "can you compare", ...), or a short question opening with "and" / "or" ("And combinations?").
+    """
+    if not _user_turns(history):
+        return False
+    text = " ".join(query.lower().split())
+    if not text:
+        return False
+    if _REFERENCE.search(text):
+        return True
+    if any(re.search(rf"\b{re.escape(phrase)}\b", text) for phrase in FOLLOW_UP_PHRASES):
+        return True
+    words = _words(text)
+    return bool(words) and words[0] in ("and", "or", "but") and len(words) <= 8
+
+
+def _title_name(title: str) -> str:
+    """A source title reduced to what it names: ``asyncio — Asynchronous I/O`` → ``asyncio``."""
+    return _TITLE_SEPARATORS.split(title.strip(), maxsplit=1)[0].strip()
+
+
+def _shared_prefix(titles: Sequence[str]) -> str | None:
+    """The longest dotted prefix that the better-ranked half of ``titles`` share, if any."""
+    names = [name for name in (_title_name(t) for t in titles) if _IDENTIFIER.match(name)]
+    if not names:
+        return None
+    weights: dict[str, float] = {}
+    total = 0.0
+    for rank, name in enumerate(names, 1):
+        weight = 1.0 / rank
+        total += weight
+        parts = name.split(".")
+        for end in range(1, len(parts) + 1):
+            prefix = ".".join(parts[:end])
+            weights[prefix] = weights.get(prefix, 0.0) + weight
+    shared = [p for p, w in weights.items() if w / total > _PREFIX_SHARE]
+    if not shared:
+        return None
+    best = max(shared, key=lambda p: (p.count("."), weights[p]))
+    if best == names[0] and "." in best:
+        # The top page itself is the shared name only when it stands alone; name its owner, the
+        # thing the next question is about (asyncio.Task for asyncio.Task.cancel).
+        owners = [p for p in shared if p != best]
+        if owners:
+            return max(owners, key=lambda p: (p.count("."), weights[p]))
+    return best
+
+
+def _source_subject(message: Message | None) -> str | None:
+    if message is None or not message.sources:
+        return None
+    titles = [s.title for s in message.sources[:_SOURCE_TITLES] if s.title]
+    prefix = _shared_prefix(titles)
+    if prefix:
+        return prefix
+    if titles:
+        name = _title_name(titles[0])
+        return name if len(name) <= 80 else None
+    return None
+
+
+def _noun_phrases(text: str) -> list[str]:
+    """Short phrases that follow a determiner: "an asyncio task", "the files", "a text file"."""
+    phrases: list[str] = []
+    current: list[str] | None = None
+    for token in _TOKEN.findall(text):
+        lower = token.lower()
+        if lower in _DETERMINERS:
+            if current:
+                phrases.append(" ".join(current))
+            current = []
+            continue
+        if current is None:
+            continue
+        if not token[0].isalnum() or lower in _QUESTION_WORDS or lower in _PREPOSITIONS:
+            if current:
+                phrases.append(" ".join(current))
+            current = None
+            continue
+        current.append(token)
+        if len(current) == 3:
+            phrases.append(" ".join(current))
+            current = None
+    if current:
+        phrases.append(" ".join(current))
+    return phrases
+
+
+def _question_subject(text: str) -> str | None:
+    """The identifiers and noun phrases of a question ("asyncio task", "text file"), if any."""
+    words: list[str] = []
+    previous = ""
+    for word in _words(text):
+        if _IDENTIFIER.match(word) and _CODE_LIKE.search(word):
+            # "with subprocess.Popen" names a tool, not the subject: keep only its module.
+            words.append(_module(word) if previous in _INSTRUMENTAL else word)
+        previous = word.lower()
+    # The last phrase is the most specific one ("the signature of a function" → "function").
+    for phrase in _noun_phrases(text)[-1:]:
+        words.extend(phrase.split())
+    unique = list(dict.fromkeys(words))
+    return " ".join(unique[:6]) or None
+
+
+def _module(name: str) -> str:
+    """The module part of a dotted name: ``asyncio.Task.cancel`` → ``asyncio``."""
+    parts = name.split()[0].split(".") if name.split() else [name]
+    module: list[str] = []
+    for part in parts:
+        if not part[:1].islower() or (module and _CODE_LIKE.search(part)):
+            break
+        module.append(part)
+    return ".".join(module) or parts[0]
+
+
+def subject_of(history: Sequence[Message]) -> str | None:
+    """What the recent conversation is about, as a short explicit phrase.
+
+    The newest user turn's identifiers and noun phrases say what the user is talking about
+    ("an asyncio task"); the last answer's top source titles say where it lives (the module and
+    class most of them share: ``asyncio.Task``). Both are combined, without repeating a word —
+    "coroutines in asyncio" — and either one alone is used when the other is missing.
+    """
+    located = _source_subject(_last_answer(history))
+    for message in reversed(_user_turns(history)):
+        phrase = _question_subject(message.content.split("\n\n", 1)[0])
+        if phrase is None:
+            continue
+        if located is None:
+            return phrase
+        module = _module(located)
+        package = module.split(".", 1)[0]
+        if _mentions(phrase, package):
+            return phrase
+        # The user's own word for the module reads better than the sources' sub-module.
+        named = _mentions(message.content, package)
+        return f"{phrase} in {package if named else module}"
+    return located
+
+
+def _mentions(query: str, subject: str) -> bool:
+    query_words = {w.lower() for w in _words(query.replace(".", " "))}
+    subject_words = {w.lower() for w in _words(subject.replace(".", " "))}
+    return bool(subject_words) and subject_words <= query_words
+
+
+def reformulate(query: str, history: Sequence[Message]) -> str:
+    """``query`` made standalone with the conversation's subject, deterministically and offline.
+
+    The first contextual reference ("it", "them", "this one", ...) is replaced with the subject
+    (``how do I cancel it?`` → ``how do I cancel asyncio.Task?``); without one the subject is
+    appended in parentheses. A query that already names the subject, or a conversation without
+    one, is returned unchanged.
+    """
+    query = query.strip()
+    subject = subject_of(history)
+    if not query or not subject or _mentions(query, subject):
+        return query
+    match = _STRONG.search(query) or next(
+        (m for m in _WEAK.finditer(query) if _stands_alone(query, m)), None
+    )
+    if match is not None:
+        return f"{query[: match.start()]}{subject}{query[match.end() :]}"
+    # No reference: the query names its own object ("what about the median?"), so only where
+    # the conversation is (the module) is carried over.
+    located = _source_subject(_last_answer(history))
+    place = _module(located) if located else subject
+    if _mentions(query, place):
+        return query
+    body = _TRAILING.sub("", query)
+    ending = query[len(body) :].strip() or ""
+    return f"{body} ({place}){ending}"
+
+
+def _stands_alone(query: str, match: re.Match[str]) -> bool:
+    """A weak reference is a pronoun only when no noun follows ("that file", "one of them")."""
+    rest = _words(query[match.end() :])
+    if not rest:
+        return True
+    following = rest[0].lower()
+    if match.group(0).lower() == "one":
+        return following not in ("of", "by", "more", "another")
+    return following in _QUESTION_WORDS
+
+
+_PROMPT = (
+    "Rewrite the user's last question as one standalone search query. Replace pronouns and "
+    "vague references with the explicit names they refer to in the conversation. Keep the "
+    "user's intent and wording; do not answer it. Reply with the query only, on one line."
+)
+
+
+def _model_messages(query: str, history: Sequence[Message]) -> list[dict[str, str]]:
+    lines = []
+    for message in history[-6:]:
+        if message.role == "system":
+            continue
+        content = " ".join(message.content.split())[:500]
+        lines.append(f"{message.role}: {content}")
+        if message.role == "assistant" and message.sources:
+            titles = ", ".join(s.title or s.url for s in message.sources[:3])
+            lines.append(f"(sources: {titles})")
+    transcript = "\n".join(lines)
+    return [
+        {"role": "system", "content": _PROMPT},
+        {"role": "user", "content": f"Conversation:\n{transcript}\n\nLast question: {query}"},
+    ]
+
+
+def _clean_model_output(text: str, query: str) -> str | None:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    if not lines:
+        return None
+    line = re.sub(r"\[\d{1,3}\]", "", lines[0]).strip().strip("\"'`").strip()
+    line = re.sub(r"^(?:standalone\s+)?(?:search\s+)?query:\s*", "", line, flags=re.IGNORECASE)
+    if not line or len(line) > max(_MAX_MODEL_OUTPUT_CHARS, 3 * len(query)):
+        return None
+    return line
+
+
+async def areformulate(
+    query: str, history: Sequence[Message], client: _Asker | None, *, use_model: bool
+) -> str:
+    """Reformulate ``query``, asking a cheap model when ``use_model`` (a real API) is set.
+
+    The model (``sonar``, at most 60 output tokens, temperature 0) gets a strict one-line prompt
+    with the recent transcript. Any error, an empty answer or an overlong one falls back to
+    :func:`reformulate`, as does ``use_model=False`` (offline / simulator) or a missing client.
+    """
+    if not use_model or client is None:
+        return reformulate(query, history)
+    try:
+        from pplx_nb.api import Request
+
+        request = Request(
+            messages=_model_messages(query, history),
+            model=REFORMULATION_MODEL,
+            max_tokens=60,
+            temperature=0.0,
+        )
+        answer = await client.ask(request)
+    except Exception as exc:  # any failure means: use the heuristic
+        logger.warning("query reformulation by model failed (%s); using the heuristic", exc)
+        return reformulate(query, history)
+    cleaned = _clean_model_output(answer.text, query)
+    if cleaned is None:
+        logger.info("query reformulation by model gave no usable query; using the heuristic")
+        return reformulate(query, history)
+    return cleaned
