@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -458,6 +459,15 @@ def test_disconnect_after_drops_the_stream_without_terminal(client: httpx2.Clien
     assert not any("[DONE]" in line or '"stop"' in line for line in received)
 
 
+def test_disconnect_fault_on_a_plain_request_drops_the_connection(
+    client: httpx2.Client,
+) -> None:
+    inject_faults(str(client.base_url), {"disconnect_after": 0, "path": "/v1/agent"})
+    with pytest.raises(httpx2.RemoteProtocolError):
+        client.post("/v1/agent", json={"model": "perplexity/sonar", "input": "x"})
+    assert client.post("/v1/agent", json={"model": "perplexity/sonar", "input": "x"}).is_success
+
+
 def test_agent_failed_fault_reports_status_failed(client: httpx2.Client) -> None:
     url = str(client.base_url)
     inject_faults(url, {"agent_failed": True, "times": 2})
@@ -478,12 +488,7 @@ def test_reset_clears_faults_and_counters(client: httpx2.Client) -> None:
     client.post("/chat/completions", json=ask())
     inject_faults(url, {"status": 500})
     reset(url)
-    assert stats(url) == {
-        "requests": {},
-        "generations": 0,
-        "background_runs": 0,
-        "pending_faults": 0,
-    }
+    assert stats(url) == {"requests": {}, "generations": 0, "background_runs": 0}
     assert client.post("/chat/completions", json=ask()).status_code == 200
 
 
@@ -635,3 +640,56 @@ def test_directory_corpus_is_cached_under_xdg_cache_home(
     assert corpus.search("tides", 1)[0][0].url.endswith("b.rst")
     assert len(directory_documents(docs)) == 2
     assert list((tmp_path / "cache" / "pplx_nb").glob("dircorpus-*.pkl"))
+
+
+# -- HTTP/1.1 details --------------------------------------------------------------------------
+
+
+def raw_exchange(url: str, payload: bytes) -> bytes:
+    """Send raw bytes to the simulator and read until it closes the connection."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.sendall(payload)
+        received = b""
+        while chunk := sock.recv(65536):
+            received += chunk
+    return received
+
+
+def test_pipelined_keep_alive_requests_answer_in_order(sim_url: str) -> None:
+    body = json.dumps(ask("sort a list")).encode()
+    request = (
+        b"POST /chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+    )
+    closing = b"GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    received = raw_exchange(sim_url, request + request + closing)
+    assert received.count(b"HTTP/1.1 200 OK") == 3
+    assert received.index(b"list.sort") < received.rindex(b'"object":"list"')
+
+
+def test_chunked_request_body_is_read(sim_url: str) -> None:
+    body = json.dumps(ask("sort a list")).encode()
+    chunked = b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+    received = raw_exchange(
+        sim_url,
+        b"POST /chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+        b"Connection: close\r\n\r\n" + chunked,
+    )
+    assert received.startswith(b"HTTP/1.1 200 OK") and b"list.sort" in received
+
+
+def test_garbage_request_line_gets_400_and_close(sim_url: str) -> None:
+    assert raw_exchange(sim_url, b"HELLO\r\n\r\n").startswith(b"HTTP/1.1 400")
+
+
+def test_http10_request_is_answered_and_closed(sim_url: str) -> None:
+    received = raw_exchange(sim_url, b"GET /v1/models HTTP/1.0\r\n\r\n")
+    assert received.startswith(b"HTTP/1.1 200 OK") and b"sonar-pro" in received
+
+
+def test_unknown_path_and_wrong_method(client: httpx2.Client) -> None:
+    missing = client.get("/v2/nothing")
+    assert missing.status_code == 404 and error_of(missing)["type"] == "not_found"
+    wrong = client.get("/chat/completions")
+    assert wrong.status_code == 405
