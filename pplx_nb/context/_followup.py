@@ -79,6 +79,7 @@ FOLLOW_UP_PHRASES = (
 """Phrases that continue a conversation rather than start one."""
 
 _MAX_MODEL_OUTPUT_CHARS = 300
+_CITATION = re.compile(r"\[\d{1,3}\]")
 _SOURCE_TITLES = 5
 _PREFIX_SHARE = 0.5
 
@@ -353,10 +354,11 @@ def _model_messages(query: str, history: Sequence[Message]) -> list[dict[str, st
 
 
 def _clean_model_output(text: str, query: str) -> str | None:
+    """The model's one-line query, or ``None`` when it answered instead (lines, citations)."""
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    if not lines:
+    if len(lines) != 1 or _CITATION.search(lines[0]):
         return None
-    line = re.sub(r"\[\d{1,3}\]", "", lines[0]).strip().strip("\"'`").strip()
+    line = lines[0].strip("\"'`*").strip()
     line = re.sub(r"^(?:standalone\s+)?(?:search\s+)?query:\s*", "", line, flags=re.IGNORECASE)
     if not line or len(line) > max(_MAX_MODEL_OUTPUT_CHARS, 3 * len(query)):
         return None
@@ -369,7 +371,8 @@ async def areformulate(
     """Reformulate ``query``, asking a cheap model when ``use_model`` (a real API) is set.
 
     The model (``sonar``, at most 60 output tokens, temperature 0) gets a strict one-line prompt
-    with the recent transcript. Any error, an empty answer or an overlong one falls back to
+    with the recent transcript. Any error, an empty or overlong answer, or one that answers the
+    question (several lines, citations) instead of rewriting it falls back to
     :func:`reformulate`, as does ``use_model=False`` (offline / simulator) or a missing client.
     """
     if not use_model or client is None:
