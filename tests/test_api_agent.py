@@ -1,0 +1,287 @@
+"""The Agent adapter: strict field mapping, related questions, run statuses and stream events."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from pplx_nb import Settings
+from pplx_nb._errors import APIServerError, InvalidInput, NetworkError
+from pplx_nb.api import AsyncClient, Request
+from pplx_nb.api._sse import Event
+from pplx_nb.api._text import RELATED_INSTRUCTION, DeltaFilter, split_related
+from pplx_nb.api.agent import AgentAdapter, agent_target
+from pplx_nb.sim import stats
+
+pytestmark = pytest.mark.anyio
+
+ADAPTER = AgentAdapter()
+AGENT_FIELDS = {
+    "input",
+    "instructions",
+    "model",
+    "preset",
+    "tools",
+    "max_output_tokens",
+    "temperature",
+    "top_p",
+    "stream",
+    "reasoning",
+    "response_format",
+    "background",
+    "previous_response_id",
+    "metadata",
+    "max_steps",
+}
+
+
+def question(**options: Any) -> Request:
+    return Request(
+        messages=[
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "What is asyncio?"},
+            {"role": "assistant", "content": "A library."},
+            {"role": "user", "content": "How do I cancel a task?"},
+        ],
+        use_cache=False,
+        **options,
+    )
+
+
+def sent(request: Request, model: str = "sonar-pro", *, stream: bool = False) -> dict[str, Any]:
+    call = ADAPTER.chat(request, model, stream=stream)
+    assert (call.method, call.path) == ("POST", "/v1/agent")
+    assert call.body is not None
+    body: dict[str, Any] = json.loads(call.body)
+    return body
+
+
+ALL_OPTIONS: dict[str, Any] = {
+    "search_domain_filter": ["docs.python.org"],
+    "search_recency_filter": "year",
+    "search_after_date_filter": "01/01/2020",
+    "search_before_date_filter": "12/31/2030",
+    "search_mode": "academic",
+    "return_related_questions": True,
+    "return_images": True,
+    "reasoning_effort": "low",
+    "search_context_size": "medium",
+    "max_tokens": 800,
+    "temperature": 0.3,
+}
+
+
+@pytest.mark.parametrize(
+    ("model", "target"),
+    [
+        ("sonar", {"model": "perplexity/sonar"}),
+        ("sonar-pro", {"preset": "low"}),
+        ("sonar-reasoning-pro", {"preset": "low"}),
+        ("sonar-deep-research", {"preset": "medium"}),
+        ("high", {"preset": "high"}),
+        ("openai/gpt-5", {"model": "openai/gpt-5"}),
+    ],
+)
+def test_model_names_map_to_agent_models_or_presets(model: str, target: dict[str, str]) -> None:
+    assert agent_target(model) == target
+
+
+def test_only_agent_fields_are_sent_even_with_every_option() -> None:
+    body = sent(question(**ALL_OPTIONS), "sonar", stream=True)
+    assert set(body) <= AGENT_FIELDS
+    assert body["model"] == "perplexity/sonar"
+    assert body["tools"] == [
+        {
+            "type": "web_search",
+            "filters": {
+                "search_domain_filter": ["docs.python.org"],
+                "search_recency_filter": "year",
+                "search_after_date_filter": "01/01/2020",
+                "search_before_date_filter": "12/31/2030",
+            },
+            "search_context_size": "medium",
+        }
+    ]
+    assert body["max_output_tokens"] == 800
+    assert body["temperature"] == 0.3
+    assert body["reasoning"] == {"effort": "low"}
+    assert body["stream"] is True
+
+
+def test_system_goes_to_instructions_and_history_to_input() -> None:
+    body = sent(question(), "sonar-pro")
+    assert body == {
+        "preset": "low",
+        "instructions": "Be brief.",
+        "input": [
+            {"role": "user", "content": "What is asyncio?"},
+            {"role": "assistant", "content": "A library."},
+            {"role": "user", "content": "How do I cancel a task?"},
+        ],
+    }
+
+
+def test_single_question_is_sent_as_a_string() -> None:
+    request = Request(messages=[{"role": "user", "content": "Hi?"}])
+    assert sent(request, "sonar") == {
+        "model": "perplexity/sonar",
+        "input": "Hi?",
+        "tools": [{"type": "web_search"}],
+    }
+
+
+def test_related_questions_are_asked_for_in_instructions() -> None:
+    body = sent(question(return_related_questions=True))
+    assert body["instructions"].endswith(RELATED_INSTRUCTION)
+
+
+def test_split_related_cuts_the_list_off() -> None:
+    text = "Answer [1].\n\n**Related questions:**\n- First?\n* Second?\n3. Third?\n"
+    assert split_related(text) == ("Answer [1].", ["First?", "Second?", "Third?"])
+    assert split_related("No list here.") == ("No list here.", [])
+
+
+def test_delta_filter_holds_back_the_related_list() -> None:
+    pieces = ["Answer", " [1].\n\nRel", "ated questions:\n- One?", "\n- Two?"]
+    delta_filter = DeltaFilter(related=True)
+    shown = "".join(delta_filter.feed(piece) for piece in pieces) + delta_filter.flush()
+    assert shown.strip() == "Answer [1]."
+    delta_filter = DeltaFilter(related=True)
+    shown = delta_filter.feed("Line one\nRelativity matters.") + delta_filter.flush()
+    assert shown == "Line one\nRelativity matters."
+
+
+def response(status: str = "completed", text: str = "Done [1].", **extra: Any) -> dict[str, Any]:
+    return {
+        "id": "resp_1",
+        "object": "response",
+        "status": status,
+        "model": "perplexity/sonar",
+        "output": [
+            {
+                "type": "search_results",
+                "queries": ["q"],
+                "results": [{"id": 1, "url": "https://a.example/", "title": "A", "snippet": "s"}],
+            },
+            {
+                "type": "message",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": text, "annotations": []}],
+            },
+        ],
+        "usage": {
+            "input_tokens": 4,
+            "output_tokens": 6,
+            "total_tokens": 10,
+            "cost": {
+                "input_cost": 0.1,
+                "output_cost": 0.2,
+                "tool_calls_cost": 0.3,
+                "total_cost": 0.6,
+            },
+        },
+        **extra,
+    }
+
+
+def test_completed_response_maps_text_sources_usage_and_cost() -> None:
+    raw = json.dumps(response(text="Done [1].\n\nRelated questions:\n- Next?")).encode()
+    answer = ADAPTER.parse(raw, question(return_related_questions=True), "sonar")
+    assert answer.text == "Done [1]."
+    assert answer.related_questions == ["Next?"]
+    assert [s.url for s in answer.sources] == ["https://a.example/"]
+    assert answer.usage is not None and answer.usage.prompt_tokens == 4
+    assert answer.cost is not None and answer.cost.total_cost == 0.6
+    assert answer.cost.request_cost == 0.3 and answer.cost.estimated is False
+
+
+@pytest.mark.parametrize("status", ["failed", "cancelled"])
+def test_http_200_failed_or_cancelled_run_raises(status: str) -> None:
+    payload = response(status, output=[], error={"message": "model overloaded"})
+    with pytest.raises(
+        APIServerError, match="cancelled" if status == "cancelled" else "overloaded"
+    ):
+        ADAPTER.parse(json.dumps(payload).encode(), question(), "sonar")
+
+
+def test_incomplete_without_text_raises_and_with_text_is_truncated() -> None:
+    empty = response("incomplete", output=[], incomplete_details={"reason": "max_steps"})
+    with pytest.raises(APIServerError, match="incomplete"):
+        ADAPTER.parse(json.dumps(empty).encode(), question(), "sonar")
+    cut = response("incomplete", incomplete_details={"reason": "max_output_tokens"})
+    answer = ADAPTER.parse(json.dumps(cut).encode(), question(), "sonar")
+    assert answer.finish_reason == "length" and answer.text == "Done [1]."
+
+
+def events(*payloads: dict[str, Any]) -> list[Event]:
+    return [Event("", json.dumps(p)) for p in payloads]
+
+
+def test_stream_ignores_unknown_events_and_ends_on_its_terminal() -> None:
+    parser = ADAPTER.stream_parser(question(), "sonar")
+    shown = [
+        parser.feed(event)
+        for event in events(
+            {"type": "response.created", "response": {"status": "in_progress", "output": []}},
+            {"type": "response.reasoning.search_queries", "queries": ["x"]},
+            {"type": "response.brand_new_event", "whatever": [1, 2]},
+            {"type": "response.output_text.delta", "delta": "Done "},
+            {"type": "response.output_text.delta", "delta": "[1]."},
+            {"type": "response.completed", "response": response()},
+        )
+    ]
+    assert "".join(shown) == "Done [1]."
+    answer = parser.finish()
+    assert answer.text == "Done [1]." and answer.sources
+
+
+@pytest.mark.parametrize("terminal", ["response.failed", "response.cancelled"])
+def test_stream_failure_terminals_raise(terminal: str) -> None:
+    parser = ADAPTER.stream_parser(question(), "sonar")
+    parser.feed(events({"type": "response.output_text.delta", "delta": "Partial"})[0])
+    with pytest.raises(APIServerError):
+        parser.feed(events({"type": terminal, "response": response(terminal.split(".")[1])})[0])
+
+
+def test_stream_error_event_raises_and_missing_terminal_is_network_error() -> None:
+    parser = ADAPTER.stream_parser(question(), "sonar")
+    with pytest.raises(APIServerError, match="busy"):
+        parser.feed(events({"type": "error", "message": "busy"})[0])
+    parser = ADAPTER.stream_parser(question(), "sonar")
+    parser.feed(events({"type": "response.output_text.delta", "delta": "Partial"})[0])
+    with pytest.raises(NetworkError):
+        parser.finish()
+
+
+def test_background_submit_and_poll_states() -> None:
+    call = ADAPTER.submit(question(), "sonar-deep-research")
+    assert call.body is not None
+    body = json.loads(call.body)
+    assert body["background"] is True and body["preset"] == "medium"
+    assert ADAPTER.submitted(json.dumps(response("queued", output=[])).encode()) == "resp_1"
+    assert ADAPTER.poll("resp_1").path == "/v1/responses/resp_1"
+    assert ADAPTER.polled(json.dumps(response("in_progress", output=[])).encode()) is None
+    answer = ADAPTER.polled(json.dumps(response()).encode())
+    assert answer is not None and answer.text == "Done [1]."
+
+
+async def test_strict_server_accepts_every_option_for_every_model(
+    settings: Settings, sim_url: str
+) -> None:
+    client = AsyncClient(settings.model_copy(update={"api_style": "agent"}))
+    async with client:
+        for model in ("sonar", "sonar-pro", "sonar-reasoning-pro"):
+            answer = await client.ask(question(model=model, **ALL_OPTIONS))
+            assert answer.sources and all(s.domain == "docs.python.org" for s in answer.sources)
+            assert len(answer.related_questions) == 3
+    assert stats(sim_url)["requests"]["POST /v1/agent"] == 3
+
+
+async def test_strict_server_rejection_is_invalid_input(settings: Settings) -> None:
+    client = AsyncClient(settings.model_copy(update={"api_style": "agent"}))
+    async with client:
+        with pytest.raises(InvalidInput, match="temperature") as caught:
+            await client.ask(question(temperature=5.0))
+    assert caught.value.status_code == 400
