@@ -52,15 +52,12 @@ def _allowed_roots(roots: Sequence[Path] | None) -> list[Path]:
 
 
 def _resolve(path: str | Path, roots: list[Path]) -> Path:
-    raw = Path(path).expanduser()
+    """The real path of ``path``, refused unless it lies under a root and is a regular file.
+
+    The location is checked before existence, so a refusal says nothing about files outside.
+    """
     try:
-        resolved = raw.resolve(strict=True)
-    except FileNotFoundError:
-        raise ValidationError(
-            f"File {str(path)!r} does not exist. Check the path (relative paths start at the "
-            "working directory).",
-            path=str(path),
-        ) from None
+        resolved = Path(path).expanduser().resolve()
     except (OSError, RuntimeError) as exc:
         raise ValidationError(
             f"File {str(path)!r} cannot be resolved ({exc}). Check the path and its symlinks.",
@@ -71,6 +68,12 @@ def _resolve(path: str | Path, roots: list[Path]) -> Path:
         raise ValidationError(
             f"File {str(path)!r} is outside the allowed folders ({allowed}). Attach files from "
             "the working directory, or widen the allowed folders with PPLX_NB_FILE_ROOTS.",
+            path=str(path),
+        )
+    if not resolved.exists():
+        raise ValidationError(
+            f"File {str(path)!r} does not exist. Check the path (relative paths start at the "
+            "working directory).",
             path=str(path),
         )
     if not resolved.is_file():
