@@ -61,7 +61,8 @@ demo: $(DEMO_STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" exec binder/start $(PY) -m jupyterlab \
 		--ServerApp.root_dir=notebooks --ServerApp.ip=127.0.0.1 \
 		--ServerApp.port=$(DEMO_PORT) --ServerApp.port_retries=0 \
-		--IdentityProvider.token="$$token" $(DEMO_ARGS)
+		--IdentityProvider.token="$$token" \
+		$$([ "$$(id -u)" = 0 ] && echo --ServerApp.allow_root=True) $(DEMO_ARGS)
 
 sim: $(STAMP)
 	$(PY) -m pplx_nb.sim
