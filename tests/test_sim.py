@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -101,10 +102,13 @@ def test_ranking_reads_only_the_last_user_message(client: httpx2.Client) -> None
     assert not any("asyncio" in title for title in titles)
 
 
-def test_related_questions_only_when_asked(client: httpx2.Client) -> None:
-    body = client.post("/chat/completions", json=ask(return_related_questions=True)).json()
+def test_related_questions_and_images_only_when_asked(client: httpx2.Client) -> None:
+    body = client.post(
+        "/chat/completions", json=ask(return_related_questions=True, return_images=True)
+    ).json()
     assert len(body["related_questions"]) >= 2
     assert all(q.endswith("?") for q in body["related_questions"])
+    assert body["images"] == []
 
 
 def test_reasoning_model_starts_with_think_block(client: httpx2.Client) -> None:
@@ -539,7 +543,10 @@ def test_shared_server_is_started_once_for_all_threads() -> None:
     assert httpx2.get(urls[0] + "/v1/models").status_code == 200
 
 
-def test_cli_prints_url_first_and_answers(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
+def test_cli_prints_url_first_answers_and_exits_cleanly(
+    tmp_path: Path, stop: signal.Signals
+) -> None:
     (tmp_path / "notes.md").write_text(
         "# Field notes\n\n## Sourdough starter\n\nFeed the sourdough starter flour and water "
         "every day. Keep it warm.\n\n## Compost\n\nTurn the compost heap weekly.\n"
@@ -573,7 +580,7 @@ def test_cli_prints_url_first_and_answers(tmp_path: Path) -> None:
         assert body["citations"][0].startswith("file://")
         assert "the local corpus" in body["choices"][0]["message"]["content"]
     finally:
-        process.terminate()
+        process.send_signal(stop)
         _, err = process.communicate(timeout=10)
     assert process.returncode == 0, err
 

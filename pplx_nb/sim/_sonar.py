@@ -34,6 +34,7 @@ class ChatRequest:
     stream: bool
     max_tokens: int | None
     related: bool
+    images: bool
     filters: Filters
 
 
@@ -90,6 +91,7 @@ def parse_chat(data: dict[str, Any]) -> ChatRequest:
         stream=bool(data.get("stream")),
         max_tokens=data.get("max_tokens"),
         related=bool(data.get("return_related_questions")),
+        images=bool(data.get("return_images")),
         filters=Filters(check_filters(data)),
     )
 
@@ -119,6 +121,8 @@ def _envelope(request: ChatRequest, answer: Answer, ident: str, created: int) ->
     }
     if answer.related:
         payload["related_questions"] = list(answer.related)
+    if request.images:
+        payload["images"] = []  # documentation pages come without pictures
     return payload
 
 
