@@ -1,11 +1,13 @@
 """Follow-up detection and query reformulation.
 
 A search engine sees only the last user message, so "how do I cancel it?" must become "how do I
-cancel asyncio.Task?" before it is sent. The heuristic here is deterministic and offline-safe: it
-finds the subject the conversation is about — the dotted name most of the last answer's top sources
-share (``asyncio.Task`` for ``asyncio.Task.cancel``, ``asyncio.Task.cancelling``, ...), else an
-identifier or the key words of the previous question — and puts it where the pronoun was, or
-appends it. With a real API :func:`areformulate` asks a cheap model first and falls back to it.
+cancel asyncio task?" before it is sent. The heuristic here is deterministic and offline-safe. It
+takes what the user was talking about from the previous question (its identifiers and its last
+noun phrase: "an asyncio task", "a text file") and where that lives from the last answer's top
+source titles (the dotted prefix most of them share: ``pathlib.Path`` for ``pathlib.Path.read_text``
+and ``pathlib.Path.read_bytes``), then puts that subject where the pronoun was, or appends the
+module when the follow-up names its own object ("what about the median?"). With a real API
+:func:`areformulate` asks a cheap model first and falls back to the heuristic.
 """
 
 from __future__ import annotations
@@ -32,27 +34,29 @@ logger = logging.getLogger("pplx_nb.context")
 REFORMULATION_MODEL = "sonar"
 """The cheap model asked to rewrite follow-ups when a real API is in use."""
 
-CONTEXTUAL_REFERENCES = (
-    "it",
-    "its",
-    "itself",
-    "that",
-    "this",
-    "they",
-    "them",
-    "their",
-    "those",
-    "these",
-    "one",
-    "the one",
+_STRONG_REFERENCES = (
+    "the same",
     "this one",
     "that one",
-    "the same",
+    "the one",
     "which one",
     "the result",
     "the above",
+    "itself",
+    "its",
+    "it",
+    "them",
+    "they",
+    "their",
 )
-"""Words and phrases that point back at something said earlier."""
+_WEAK_REFERENCES = ("that", "this", "those", "these", "one")
+
+CONTEXTUAL_REFERENCES = _STRONG_REFERENCES + _WEAK_REFERENCES
+"""Words and phrases that point back at something said earlier.
+
+The weak ones count only when they stand alone: "how do I write one?", not "that file" or
+"merge them into one".
+"""
 
 FOLLOW_UP_PHRASES = (
     "tell me more",
@@ -84,19 +88,10 @@ _SOURCE_TITLES = 5
 _PREFIX_SHARE = 0.5
 
 _WORD = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_'.\-]*[A-Za-z0-9_]|[A-Za-z0-9_]")
-_DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+$")
 _IDENTIFIER = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_]*\.)*[A-Za-z_][A-Za-z0-9_]*$")
 _CODE_LIKE = re.compile(r"[._]|[a-z][A-Z]")
-_REFERENCE = re.compile(
-    r"\b(?:the same|(?:this|that|the|which) one|the result|the above|itself|its|it|that|this"
-    r"|they|them|their|those|these|one)\b",
-    re.IGNORECASE,
-)
-_STRONG = re.compile(
-    r"\b(?:the same|(?:this|that|the) one|the result|the above|itself|its|it|them|they|their)\b",
-    re.IGNORECASE,
-)
-_WEAK = re.compile(r"\b(?:that|this|those|these|one)\b", re.IGNORECASE)
+_STRONG = re.compile(rf"\b(?:{'|'.join(_STRONG_REFERENCES)})\b", re.IGNORECASE)
+_WEAK = re.compile(rf"\b(?:{'|'.join(_WEAK_REFERENCES)})\b", re.IGNORECASE)
 _TOKEN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*[A-Za-z0-9_]|[A-Za-z0-9_]|[^\sA-Za-z0-9_]")
 _DETERMINERS = frozenset(
     "a an the my our your this that these those several multiple many some all each every".split()  # noqa: SIM905
@@ -106,6 +101,8 @@ _PREPOSITIONS = frozenset(
     beyond by during for from in inside into like near of off on onto out outside over per since
     than through to toward towards under until upon using via with within without""".split()  # noqa: SIM905
 )
+_NOT_A_PRONOUN_BEFORE_ONE = frozenset({"no", "any", "each", "every", "only", "which", "one"})
+_ADVERBS = frozenset({"instead", "too", "again", "now", "also", "later"})
 _INSTRUMENTAL = frozenset({"with", "using", "via", "through"})
 _TITLE_SEPARATORS = re.compile(r"\s+[—–|-]\s+")
 _TRAILING = re.compile(r"[\s?.!]+$")
@@ -152,7 +149,7 @@ def is_follow_up(query: str, history: Sequence[Message]) -> bool:
     text = " ".join(query.lower().split())
     if not text:
         return False
-    if _REFERENCE.search(text):
+    if _reference(text) is not None:
         return True
     if any(re.search(rf"\b{re.escape(phrase)}\b", text) for phrase in FOLLOW_UP_PHRASES):
         return True
@@ -166,7 +163,7 @@ def _title_name(title: str) -> str:
 
 
 def _shared_prefix(titles: Sequence[str]) -> str | None:
-    """The longest dotted prefix that the better-ranked half of ``titles`` share, if any."""
+    """The longest dotted prefix shared by more than half of ``titles``, weighted by rank."""
     names = [name for name in (_title_name(t) for t in titles) if _IDENTIFIER.match(name)]
     if not names:
         return None
@@ -294,19 +291,23 @@ def reformulate(query: str, history: Sequence[Message]) -> str:
     """``query`` made standalone with the conversation's subject, deterministically and offline.
 
     The first contextual reference ("it", "them", "this one", ...) is replaced with the subject
-    (``how do I cancel it?`` → ``how do I cancel asyncio.Task?``); without one the subject is
-    appended in parentheses. A query that already names the subject, or a conversation without
-    one, is returned unchanged.
+    (``how do I cancel it?`` → ``how do I cancel asyncio task?``); without one, the module the
+    conversation is in is appended in parentheses (``And combinations (itertools)?``). A query
+    that is not a follow-up (:func:`is_follow_up`), already names the subject, or comes in a
+    conversation without one is returned unchanged.
     """
     query = query.strip()
-    subject = subject_of(history)
-    if not query or not subject or _mentions(query, subject):
+    if not is_follow_up(query, history):
         return query
-    match = _STRONG.search(query) or next(
-        (m for m in _WEAK.finditer(query) if _stands_alone(query, m)), None
-    )
+    subject = subject_of(history)
+    if not subject or _mentions(query, subject):
+        return query
+    match = _reference(query)
     if match is not None:
-        return f"{query[: match.start()]}{subject}{query[match.end() :]}"
+        start = match.start()
+        if match.group(0).lower().endswith(" one"):
+            start = match.end() - len("one")  # "which one" → "which asyncio task"
+        return f"{query[:start]}{subject}{query[match.end() :]}"
     # No reference: the query names its own object ("what about the median?"), so only where
     # the conversation is (the module) is carried over.
     located = _source_subject(_last_answer(history))
@@ -314,19 +315,28 @@ def reformulate(query: str, history: Sequence[Message]) -> str:
     if _mentions(query, place):
         return query
     body = _TRAILING.sub("", query)
-    ending = query[len(body) :].strip() or ""
+    ending = query[len(body) :].strip()
     return f"{body} ({place}){ending}"
+
+
+def _reference(query: str) -> re.Match[str] | None:
+    """The first strong reference in ``query``, else the first weak one that stands alone."""
+    return _STRONG.search(query) or next(
+        (m for m in _WEAK.finditer(query) if _stands_alone(query, m)), None
+    )
 
 
 def _stands_alone(query: str, match: re.Match[str]) -> bool:
     """A weak reference is a pronoun only when no noun follows ("that file", "one of them")."""
-    rest = _words(query[match.end() :])
-    if not rest:
-        return True
-    following = rest[0].lower()
+    before = _words(query[: match.start()])
+    after = _words(query[match.end() :])
+    following = after[0].lower() if after else None
     if match.group(0).lower() == "one":
-        return following not in ("of", "by", "more", "another")
-    return following in _QUESTION_WORDS
+        previous = before[-1].lower() if before else ""
+        if previous in _PREPOSITIONS or previous in _NOT_A_PRONOUN_BEFORE_ONE:
+            return False
+        return following is None or following in _PREPOSITIONS or following in _ADVERBS
+    return following is None or following in _QUESTION_WORDS
 
 
 _PROMPT = (
