@@ -59,6 +59,8 @@ def test_contextual_questions_after_a_turn_are_follow_ups(query: str) -> None:
         "How do I parse JSON with json.loads?",
         "What does functools.partial do?",
         "Explain Python's descriptor protocol",
+        "How do I merge two dicts into one?",
+        "Is that file valid UTF-8?",
     ],
 )
 def test_standalone_questions_are_not_follow_ups(query: str) -> None:
@@ -73,6 +75,16 @@ def test_nothing_is_a_follow_up_without_an_earlier_question() -> None:
 def test_reformulate_replaces_the_pronoun_with_the_subject() -> None:
     rewritten = context.reformulate("How do I cancel it?", _asyncio_history())
     assert rewritten == "How do I cancel asyncio task?"
+
+
+def test_reformulate_keeps_the_determiner_of_this_one_and_which_one() -> None:
+    history = _asyncio_history()
+    assert context.reformulate("Which one is faster?", history) == "Which asyncio task is faster?"
+
+
+def test_reformulate_leaves_a_standalone_question_alone() -> None:
+    query = "How do I merge two dicts into one?"
+    assert context.reformulate(query, _asyncio_history()) == query
 
 
 def test_reformulate_names_the_module_the_sources_share() -> None:
