@@ -253,6 +253,10 @@ def test_a_changed_file_is_embedded_anew(workdir: Path) -> None:
     assert "changed" in again.notes[0]
 
 
+def test_a_single_path_is_taken_as_one_file(workdir: Path) -> None:
+    assert len(context.prepare_files("notes.md", []).records) == 1
+
+
 def test_the_same_file_twice_in_one_call_is_embedded_once(workdir: Path) -> None:
     prepared = context.prepare_files(["notes.md", "./notes.md"], [])
     assert len(prepared.records) == 1

@@ -147,6 +147,8 @@ def prepare_files(
     resolved path and SHA-256 are already recorded in ``history`` is skipped with a note; one
     that changed is embedded again. Nothing is embedded unless every file passes the checks.
     """
+    if isinstance(paths, str | Path):
+        paths = [paths]
     allowed = _allowed_roots(roots)
     seen = embedded_files(history)
     blocks: list[str] = []
