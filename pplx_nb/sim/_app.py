@@ -1,26 +1,15 @@
-"""The simulator as an ASGI application: routing, auth, faults, pacing, control endpoints."""
+"""The simulator as an ASGI application: routing, auth, injected faults, pacing, control."""
 
 from __future__ import annotations
 
 import asyncio
-import time
-import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pplx_nb.sim._agent import (
-    PRESETS,
-    AgentRequest,
-    agent_events,
-    failed_response,
-    new_response_id,
-    parse_agent,
-    response_object,
-)
-from pplx_nb.sim._answers import Answer, Filters, compose, is_deep
 from pplx_nb.sim._corpus import Corpus
+from pplx_nb.sim._endpoints import Endpoints
 from pplx_nb.sim._faults import Fault, FaultQueue, parse_fault
 from pplx_nb.sim._http import (
     HTML_401,
@@ -30,37 +19,15 @@ from pplx_nb.sim._http import (
     Scope,
     Send,
     Stream,
-    dumps,
     error_reply,
     json_reply,
 )
-from pplx_nb.sim._runs import Run
-from pplx_nb.sim._sonar import SONAR_MODELS, ChatRequest, completion, completion_chunks, parse_chat
+from pplx_nb.sim._options import SimOptions
 from pplx_nb.sim._validate import Invalid, parse_json_object
 
 __all__ = ["SimApp", "SimOptions"]
 
 Handler = Callable[[Request, Fault | None], Awaitable[Reply | Stream]]
-_ANSWER_CACHE_SIZE = 4096
-_ID_SLOT = "SIMID0SLOT"
-_TIME_SLOT = 4102444800
-_STREAM_PIECES = 16
-_ASYNC_STATUS = {
-    "queued": "CREATED",
-    "in_progress": "IN_PROGRESS",
-    "completed": "COMPLETED",
-    "failed": "FAILED",
-    "cancelled": "FAILED",
-}
-
-
-@dataclass(frozen=True, slots=True)
-class SimOptions:
-    """Knobs of one simulator: added latency, deep-research duration, expected key."""
-
-    latency_ms: int = 300
-    deep_research_seconds: float = 5.0
-    api_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,31 +40,26 @@ class _Route:
 class SimApp:
     """An ASGI app speaking both Perplexity protocols from one corpus."""
 
-    def __init__(self, corpus: Corpus, options: SimOptions = SimOptions()) -> None:
+    def __init__(self, corpus: Corpus, options: SimOptions | None = None) -> None:
         self.corpus = corpus
-        self.options = options
+        self.options = options or SimOptions()
         self.faults = FaultQueue()
         self.requests: Counter[str] = Counter()
-        self.generations = 0
-        self.background_runs = 0
-        self.runs: dict[str, tuple[Run, AgentRequest]] = {}
-        self.async_runs: dict[str, tuple[Run, ChatRequest]] = {}
-        self._answers: dict[tuple[Any, ...], Answer] = {}
-        self._bodies: dict[Hashable, bytes] = {}
+        self.api = Endpoints(corpus, self.options, self._wait)
         self._stopping: asyncio.Event | None = None
         self._exact: dict[tuple[str, str], _Route] = {}
         for path in ("/chat/completions", "/v1/chat/completions", "/v1/sonar"):
-            self._exact["POST", path] = _Route(self._chat, path, True)
+            self._exact["POST", path] = _Route(self.api.chat, path, True)
         for path in ("/v1/agent", "/v1/responses"):
-            self._exact["POST", path] = _Route(self._agent, path, False)
+            self._exact["POST", path] = _Route(self.api.agent, path, False)
         self._exact["POST", "/async/chat/completions"] = _Route(
-            self._async_create, "/async/chat/completions", True
+            self.api.async_create, "/async/chat/completions", True
         )
         self._exact["GET", "/async/chat/completions"] = _Route(
-            self._async_list, "/async/chat/completions", True
+            self.api.async_list, "/async/chat/completions", True
         )
         for path in ("/v1/models", "/models"):
-            self._exact["GET", path] = _Route(self._models, path, False)
+            self._exact["GET", path] = _Route(self.api.models, path, False)
 
     # -- ASGI ---------------------------------------------------------------------------------
 
@@ -206,11 +168,11 @@ class SimApp:
         parts = path.strip("/").split("/")
         runs = parts[:2] in (["v1", "responses"], ["v1", "agent"])
         if runs and len(parts) == 3 and method == "GET":
-            return _Route(self._run_get, f"/{parts[0]}/{parts[1]}/{{id}}", False)
+            return _Route(self.api.run_get, f"/{parts[0]}/{parts[1]}/{{id}}", False)
         if runs and len(parts) == 4 and method == "POST" and parts[3] == "cancel":
-            return _Route(self._run_cancel, f"/{parts[0]}/{parts[1]}/{{id}}/cancel", False)
+            return _Route(self.api.run_cancel, f"/{parts[0]}/{parts[1]}/{{id}}/cancel", False)
         if len(parts) == 4 and parts[:3] == ["async", "chat", "completions"] and method == "GET":
-            return _Route(self._async_get, "/async/chat/completions/{id}", True)
+            return _Route(self.api.async_get, "/async/chat/completions/{id}", True)
         known = {p for _, p in self._exact}
         if path in known:
             return error_reply(405, f"{method} is not allowed on {path}.")
@@ -259,238 +221,21 @@ class SimApp:
             reply.headers.append((b"retry-after-ms", str(fault.retry_after_ms).encode()))
         return reply
 
-    # -- answers ------------------------------------------------------------------------------
-
-    def _answer(
-        self,
-        query: str,
-        tier: str,
-        filters: Filters,
-        *,
-        related: bool = False,
-        related_in_text: bool = False,
-        max_tokens: int | None = None,
-    ) -> Answer:
-        key = (query, tier, filters, related, related_in_text, max_tokens)
-        answer = self._answers.get(key)
-        if answer is None:
-            if len(self._answers) >= _ANSWER_CACHE_SIZE:
-                self._answers.clear()
-            answer = compose(
-                self.corpus,
-                query,
-                model=tier,
-                filters=filters,
-                related=related,
-                related_in_text=related_in_text,
-                max_tokens=max_tokens,
-            )
-            self._answers[key] = answer
-        return answer
-
-    def _template(self, request: Hashable, build: Callable[[str, int], Any]) -> bytes:
-        """The serialised answer to ``request`` with placeholders for its id and timestamp.
-
-        Requests repeat (benchmarks, retries, notebooks re-run), so the JSON is built once and
-        only the id and time are spliced in afterwards.
-        """
-        body = self._bodies.get(request)
-        if body is None:
-            if len(self._bodies) >= _ANSWER_CACHE_SIZE:
-                self._bodies.clear()
-            body = self._bodies[request] = dumps(build(_ID_SLOT, _TIME_SLOT))
-        return body
-
-    @staticmethod
-    def _fill(body: bytes, ident: str, created: int) -> bytes:
-        return body.replace(_ID_SLOT.encode(), ident.encode()).replace(
-            str(_TIME_SLOT).encode(), str(created).encode()
-        )
-
-    def _pace(self, frames: int, deep: bool) -> list[float]:
-        """Delays before each frame: deep research spreads over its duration."""
-        if frames == 0:
-            return []
-        if deep:
-            step = self.options.deep_research_seconds / frames
-            return [step] * frames
-        latency = self.options.latency_ms / 1000
-        step = min(0.05, latency / frames)
-        return [latency] + [step] * (frames - 1)
-
-    async def _delay(self, deep: bool) -> bool:
-        seconds = self.options.deep_research_seconds if deep else self.options.latency_ms / 1000
-        return seconds > 0 and await self._wait(seconds)
-
-    # -- Sonar --------------------------------------------------------------------------------
-
-    def _chat_answer(self, chat: ChatRequest) -> Answer:
-        return self._answer(
-            chat.query,
-            chat.model,
-            chat.filters,
-            related=chat.related,
-            max_tokens=chat.max_tokens,
-        )
-
-    async def _chat(self, request: Request, fault: Fault | None) -> Reply | Stream:
-        chat = parse_chat(parse_json_object(request.body))
-        answer = self._chat_answer(chat)
-        deep = is_deep(chat.model)
-        self.generations += 1
-        created = int(time.time())
-        if chat.stream:
-            frames = completion_chunks(chat, answer, created, _STREAM_PIECES)
-            return Stream(frames, self._pace(len(frames), deep))
-        await self._delay(deep)
-        body = self._template(chat, lambda i, t: completion(chat, answer, t, i))
-        return Reply(200, self._fill(body, str(uuid.uuid4()), created))
-
-    async def _async_create(self, request: Request, fault: Fault | None) -> Reply:
-        body = parse_json_object(request.body)
-        inner = body.get("request")
-        if not isinstance(inner, dict):
-            raise Invalid("request must be an object holding the chat-completions body", "request")
-        chat = parse_chat(inner)
-        failed = fault is not None and fault.agent_failed
-        duration = self.options.deep_research_seconds if is_deep(chat.model) else 0.0
-        run = Run(str(uuid.uuid4()), self._chat_answer(chat), duration, failed)
-        self.async_runs[run.ident] = (run, chat)
-        self.background_runs += 1
-        if not failed:
-            self.generations += 1
-        return json_reply(self._async_view(run, chat, full=True, fresh=True))
-
-    def _async_view(
-        self, run: Run, chat: ChatRequest, *, full: bool, fresh: bool = False
-    ) -> dict[str, Any]:
-        phase = "queued" if fresh else run.phase()
-        view: dict[str, Any] = {
-            "id": run.ident,
-            "model": chat.model,
-            "created_at": run.created,
-            "status": _ASYNC_STATUS[phase],
-        }
-        if phase != "queued":
-            view["started_at"] = run.created
-        if phase == "completed":
-            view["completed_at"] = run.finished_at
-            if full:
-                view["response"] = completion(chat, run.answer, run.created)
-        elif phase in ("failed", "cancelled"):
-            view["failed_at"] = run.finished_at
-            view["error_message"] = "The simulated request failed (injected fault)."
-        return view
-
-    async def _async_get(self, request: Request, fault: Fault | None) -> Reply:
-        ident = request.path.rstrip("/").rsplit("/", 1)[-1]
-        found = self.async_runs.get(ident)
-        if found is None:
-            return error_reply(404, f"No async request with id {ident!r}.")
-        return json_reply(self._async_view(*found, full=True))
-
-    async def _async_list(self, request: Request, fault: Fault | None) -> Reply:
-        views = [self._async_view(run, chat, full=False) for run, chat in self.async_runs.values()]
-        views.reverse()
-        return json_reply({"requests": views, "next_token": None})
-
-    # -- Agent --------------------------------------------------------------------------------
-
-    def _agent_answer(self, agent: AgentRequest) -> Answer:
-        return self._answer(
-            agent.query,
-            agent.tier,
-            agent.filters,
-            related_in_text=agent.related_in_text,
-            max_tokens=agent.max_output_tokens,
-        )
-
-    async def _agent(self, request: Request, fault: Fault | None) -> Reply | Stream:
-        agent = parse_agent(parse_json_object(request.body))
-        answer = self._agent_answer(agent)
-        failed = fault is not None and fault.agent_failed
-        ident = new_response_id()
-        created = int(time.time())
-        if agent.stream:
-            frames = agent_events(ident, agent, answer, created, _STREAM_PIECES, failed)
-            if not failed:
-                self.generations += 1
-            return Stream(frames, self._pace(len(frames), agent.deep))
-        if agent.background:
-            duration = (
-                self.options.deep_research_seconds if agent.deep else self.options.latency_ms / 1000
-            )
-            run = Run(ident, answer, duration, failed, created)
-            self.runs[ident] = (run, agent)
-            self.background_runs += 1
-            if not failed:
-                self.generations += 1
-            return json_reply(response_object(ident, agent, created, status="queued"))
-        await self._delay(agent.deep)
-        if failed:
-            return json_reply(failed_response(ident, agent, created))
-        self.generations += 1
-        body = self._template(
-            agent,
-            lambda i, t: response_object(
-                f"resp_{i}", agent, t, status="completed", answer=answer, completed=t
-            ),
-        )
-        return Reply(200, self._fill(body, ident.removeprefix("resp_"), int(time.time())))
-
-    def _run_view(self, run: Run, agent: AgentRequest) -> dict[str, Any]:
-        phase = run.phase()
-        if phase == "completed":
-            return response_object(
-                run.ident,
-                agent,
-                run.created,
-                status="completed",
-                answer=run.answer,
-                completed=run.finished_at,
-            )
-        if phase == "failed":
-            return failed_response(run.ident, agent, run.created)
-        return response_object(run.ident, agent, run.created, status=phase)
-
-    def _find_run(self, path: str, depth: int) -> tuple[str, tuple[Run, AgentRequest] | None]:
-        ident = path.strip("/").split("/")[depth]
-        return ident, self.runs.get(ident)
-
-    async def _run_get(self, request: Request, fault: Fault | None) -> Reply:
-        ident, found = self._find_run(request.path, 2)
-        if found is None:
-            return error_reply(404, f"No response with id {ident!r}; it may have expired.")
-        return json_reply(self._run_view(*found))
-
-    async def _run_cancel(self, request: Request, fault: Fault | None) -> Reply:
-        ident, found = self._find_run(request.path, 2)
-        if found is None:
-            return error_reply(404, f"No response with id {ident!r}; it may have expired.")
-        found[0].cancel()
-        return json_reply(self._run_view(*found))
-
-    async def _models(self, request: Request, fault: Fault | None) -> Reply:
-        names = [*SONAR_MODELS, *sorted(set(PRESETS.values()))]
-        data = [{"id": n, "object": "model", "created": 0, "owned_by": "perplexity"} for n in names]
-        return json_reply({"object": "list", "data": data})
-
     # -- control ------------------------------------------------------------------------------
 
     def stats(self) -> dict[str, Any]:
         """Requests per route, answers produced (what would be billed), background runs."""
         return {
             "requests": dict(sorted(self.requests.items())),
-            "generations": self.generations,
-            "background_runs": self.background_runs,
+            "generations": self.api.generations,
+            "background_runs": self.api.background_runs,
         }
 
     def reset(self) -> None:
         """Forget queued faults and counters."""
         self.faults.clear()
         self.requests.clear()
-        self.generations = 0
-        self.background_runs = 0
+        self.api.reset_counters()
 
     def _control(self, request: Request) -> Reply:
         action = (request.method, request.path.rstrip("/"))

@@ -12,8 +12,9 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-from pplx_nb.sim._app import SimApp, SimOptions
+from pplx_nb.sim._app import SimApp
 from pplx_nb.sim._corpus import load_corpus
+from pplx_nb.sim._options import SimOptions
 from pplx_nb.sim._wire import WireServer
 
 __all__ = ["SimServer", "base_url", "bind", "make_app", "run_forever", "serve", "shared_server_url"]

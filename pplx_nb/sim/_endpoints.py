@@ -1,0 +1,294 @@
+"""What each API endpoint does: answers, streamed events, background runs, billing counters.
+
+Transport concerns (routing, auth, injected faults, sending) live in :mod:`pplx_nb.sim._app`;
+handlers here get a parsed :class:`Request` and the fault, if any, that still concerns them
+(``agent_failed``).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Hashable
+from typing import Any
+
+from pplx_nb.sim._agent import (
+    PRESETS,
+    AgentRequest,
+    agent_events,
+    failed_response,
+    new_response_id,
+    parse_agent,
+    response_object,
+)
+from pplx_nb.sim._answers import Answer, Filters, compose, is_deep
+from pplx_nb.sim._corpus import Corpus
+from pplx_nb.sim._faults import Fault
+from pplx_nb.sim._http import Reply, Request, Stream, dumps, error_reply, json_reply
+from pplx_nb.sim._options import SimOptions
+from pplx_nb.sim._runs import Run
+from pplx_nb.sim._sonar import SONAR_MODELS, ChatRequest, completion, completion_chunks, parse_chat
+from pplx_nb.sim._validate import Invalid, parse_json_object
+
+__all__ = ["Endpoints"]
+
+_CACHE_SIZE = 4096
+_ID_SLOT = "SIMID0SLOT"
+_TIME_SLOT = 4102444800
+_STREAM_PIECES = 16
+_ASYNC_STATUS = {
+    "queued": "CREATED",
+    "in_progress": "IN_PROGRESS",
+    "completed": "COMPLETED",
+    "failed": "FAILED",
+    "cancelled": "FAILED",
+}
+
+
+class Endpoints:
+    """The handlers of both protocols over one corpus, with their caches, runs and counters.
+
+    ``sleep(seconds)`` waits and returns True when the wait was cut short (server stopping).
+    """
+
+    def __init__(
+        self, corpus: Corpus, options: SimOptions, sleep: Callable[[float], Awaitable[bool]]
+    ) -> None:
+        self.corpus = corpus
+        self.options = options
+        self._sleep = sleep
+        self.generations = 0
+        self.background_runs = 0
+        self.runs: dict[str, tuple[Run, AgentRequest]] = {}
+        self.async_runs: dict[str, tuple[Run, ChatRequest]] = {}
+        self._answers: dict[tuple[Any, ...], Answer] = {}
+        self._bodies: dict[Hashable, bytes] = {}
+
+    def reset_counters(self) -> None:
+        """Forget how many answers and runs were produced."""
+        self.generations = 0
+        self.background_runs = 0
+
+    # -- answers ------------------------------------------------------------------------------
+
+    def _answer(
+        self,
+        query: str,
+        tier: str,
+        filters: Filters,
+        *,
+        related: bool = False,
+        related_in_text: bool = False,
+        max_tokens: int | None = None,
+    ) -> Answer:
+        key = (query, tier, filters, related, related_in_text, max_tokens)
+        answer = self._answers.get(key)
+        if answer is None:
+            if len(self._answers) >= _CACHE_SIZE:
+                self._answers.clear()
+            answer = compose(
+                self.corpus,
+                query,
+                model=tier,
+                filters=filters,
+                related=related,
+                related_in_text=related_in_text,
+                max_tokens=max_tokens,
+            )
+            self._answers[key] = answer
+        return answer
+
+    def _template(self, request: Hashable, build: Callable[[str, int], Any]) -> bytes:
+        """The serialised answer to ``request`` with placeholders for its id and timestamp.
+
+        Requests repeat (benchmarks, retries, notebooks re-run), so the JSON is built once and
+        only the id and time are spliced in afterwards.
+        """
+        body = self._bodies.get(request)
+        if body is None:
+            if len(self._bodies) >= _CACHE_SIZE:
+                self._bodies.clear()
+            body = self._bodies[request] = dumps(build(_ID_SLOT, _TIME_SLOT))
+        return body
+
+    @staticmethod
+    def _fill(body: bytes, ident: str, created: int) -> bytes:
+        return body.replace(_ID_SLOT.encode(), ident.encode()).replace(
+            str(_TIME_SLOT).encode(), str(created).encode()
+        )
+
+    def _pace(self, frames: int, deep: bool) -> list[float]:
+        """Delays before each frame: deep research spreads over its duration."""
+        if frames == 0:
+            return []
+        if deep:
+            step = self.options.deep_research_seconds / frames
+            return [step] * frames
+        latency = self.options.latency_ms / 1000
+        step = min(0.05, latency / frames)
+        return [latency] + [step] * (frames - 1)
+
+    async def _delay(self, deep: bool) -> bool:
+        seconds = self.options.deep_research_seconds if deep else self.options.latency_ms / 1000
+        return seconds > 0 and await self._sleep(seconds)
+
+    # -- Sonar --------------------------------------------------------------------------------
+
+    def _chat_answer(self, chat: ChatRequest) -> Answer:
+        return self._answer(
+            chat.query,
+            chat.model,
+            chat.filters,
+            related=chat.related,
+            max_tokens=chat.max_tokens,
+        )
+
+    async def chat(self, request: Request, fault: Fault | None) -> Reply | Stream:
+        """POST /chat/completions (and aliases): a completion, or its SSE chunks."""
+        chat = parse_chat(parse_json_object(request.body))
+        answer = self._chat_answer(chat)
+        deep = is_deep(chat.model)
+        self.generations += 1
+        created = int(time.time())
+        if chat.stream:
+            frames = completion_chunks(chat, answer, created, _STREAM_PIECES)
+            return Stream(frames, self._pace(len(frames), deep))
+        await self._delay(deep)
+        body = self._template(chat, lambda i, t: completion(chat, answer, t, i))
+        return Reply(200, self._fill(body, str(uuid.uuid4()), created))
+
+    async def async_create(self, request: Request, fault: Fault | None) -> Reply:
+        """POST /async/chat/completions: start a Sonar async request."""
+        body = parse_json_object(request.body)
+        inner = body.get("request")
+        if not isinstance(inner, dict):
+            raise Invalid("request must be an object holding the chat-completions body", "request")
+        chat = parse_chat(inner)
+        failed = fault is not None and fault.agent_failed
+        duration = self.options.deep_research_seconds if is_deep(chat.model) else 0.0
+        run = Run(str(uuid.uuid4()), self._chat_answer(chat), duration, failed)
+        self.async_runs[run.ident] = (run, chat)
+        self.background_runs += 1
+        if not failed:
+            self.generations += 1
+        return json_reply(self._async_view(run, chat, full=True, fresh=True))
+
+    def _async_view(
+        self, run: Run, chat: ChatRequest, *, full: bool, fresh: bool = False
+    ) -> dict[str, Any]:
+        phase = "queued" if fresh else run.phase()
+        view: dict[str, Any] = {
+            "id": run.ident,
+            "model": chat.model,
+            "created_at": run.created,
+            "status": _ASYNC_STATUS[phase],
+        }
+        if phase != "queued":
+            view["started_at"] = run.created
+        if phase == "completed":
+            view["completed_at"] = run.finished_at
+            if full:
+                view["response"] = completion(chat, run.answer, run.created, run.ident)
+        elif phase in ("failed", "cancelled"):
+            view["failed_at"] = run.finished_at
+            view["error_message"] = "The simulated request failed (injected fault)."
+        return view
+
+    async def async_get(self, request: Request, fault: Fault | None) -> Reply:
+        """GET /async/chat/completions/{id}: the request, with its response once done."""
+        ident = request.path.rstrip("/").rsplit("/", 1)[-1]
+        found = self.async_runs.get(ident)
+        if found is None:
+            return error_reply(404, f"No async request with id {ident!r}.")
+        return json_reply(self._async_view(*found, full=True))
+
+    async def async_list(self, request: Request, fault: Fault | None) -> Reply:
+        """GET /async/chat/completions: every async request, newest first."""
+        views = [self._async_view(run, chat, full=False) for run, chat in self.async_runs.values()]
+        views.reverse()
+        return json_reply({"requests": views, "next_token": None})
+
+    # -- Agent --------------------------------------------------------------------------------
+
+    def _agent_answer(self, agent: AgentRequest) -> Answer:
+        return self._answer(
+            agent.query,
+            agent.tier,
+            agent.filters,
+            related_in_text=agent.related_in_text,
+            max_tokens=agent.max_output_tokens,
+        )
+
+    async def agent(self, request: Request, fault: Fault | None) -> Reply | Stream:
+        """POST /v1/agent and /v1/responses: a response, its events, or a queued run."""
+        agent = parse_agent(parse_json_object(request.body))
+        answer = self._agent_answer(agent)
+        failed = fault is not None and fault.agent_failed
+        ident = new_response_id()
+        created = int(time.time())
+        if agent.stream:
+            frames = agent_events(ident, agent, answer, created, _STREAM_PIECES, failed)
+            if not failed:
+                self.generations += 1
+            return Stream(frames, self._pace(len(frames), agent.deep))
+        if agent.background:
+            duration = (
+                self.options.deep_research_seconds if agent.deep else self.options.latency_ms / 1000
+            )
+            run = Run(ident, answer, duration, failed, created)
+            self.runs[ident] = (run, agent)
+            self.background_runs += 1
+            if not failed:
+                self.generations += 1
+            return json_reply(response_object(ident, agent, created, status="queued"))
+        await self._delay(agent.deep)
+        if failed:
+            return json_reply(failed_response(ident, agent, created))
+        self.generations += 1
+        body = self._template(
+            agent,
+            lambda i, t: response_object(
+                f"resp_{i}", agent, t, status="completed", answer=answer, completed=t
+            ),
+        )
+        return Reply(200, self._fill(body, ident.removeprefix("resp_"), int(time.time())))
+
+    def _run_view(self, run: Run, agent: AgentRequest) -> dict[str, Any]:
+        phase = run.phase()
+        if phase == "completed":
+            return response_object(
+                run.ident,
+                agent,
+                run.created,
+                status="completed",
+                answer=run.answer,
+                completed=run.finished_at,
+            )
+        if phase == "failed":
+            return failed_response(run.ident, agent, run.created)
+        return response_object(run.ident, agent, run.created, status=phase)
+
+    def _find_run(self, path: str, depth: int) -> tuple[str, tuple[Run, AgentRequest] | None]:
+        ident = path.strip("/").split("/")[depth]
+        return ident, self.runs.get(ident)
+
+    async def run_get(self, request: Request, fault: Fault | None) -> Reply:
+        """GET /v1/responses/{id}: a background run as it stands now."""
+        ident, found = self._find_run(request.path, 2)
+        if found is None:
+            return error_reply(404, f"No response with id {ident!r}; it may have expired.")
+        return json_reply(self._run_view(*found))
+
+    async def run_cancel(self, request: Request, fault: Fault | None) -> Reply:
+        """POST /v1/responses/{id}/cancel: cancel a background run that has not ended."""
+        ident, found = self._find_run(request.path, 2)
+        if found is None:
+            return error_reply(404, f"No response with id {ident!r}; it may have expired.")
+        found[0].cancel()
+        return json_reply(self._run_view(*found))
+
+    async def models(self, request: Request, fault: Fault | None) -> Reply:
+        """GET /v1/models: the model ids the simulator answers for."""
+        names = [*SONAR_MODELS, *sorted(set(PRESETS.values()))]
+        data = [{"id": n, "object": "model", "created": 0, "owned_by": "perplexity"} for n in names]
+        return json_reply({"object": "list", "data": data})
