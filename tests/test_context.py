@@ -115,6 +115,21 @@ def test_reformulate_uses_identifiers_of_the_question_when_sources_are_missing()
     )
 
 
+def test_prose_page_titles_leave_the_subject_to_the_question() -> None:
+    history = [
+        Message(role="user", content="How do I cancel an asyncio task?"),
+        Message(
+            role="assistant",
+            content="Call cancel() [1].",
+            sources=[
+                Source(url="https://example.org/a", title="How to cancel a task - Q&A site"),
+                Source(url="https://example.org/b", title="Cancelling tasks | A blog"),
+            ],
+        ),
+    ]
+    assert context.reformulate("Can I undo it?", history) == "Can I undo asyncio task?"
+
+
 def test_reformulate_leaves_a_query_alone_without_history_or_when_explicit() -> None:
     assert context.reformulate("How do I cancel it?", []) == "How do I cancel it?"
     explicit = "How do I cancel an asyncio task with a message?"

@@ -194,12 +194,11 @@ def _source_subject(message: Message | None) -> str | None:
         return None
     titles = [s.title for s in message.sources[:_SOURCE_TITLES] if s.title]
     prefix = _shared_prefix(titles)
-    if prefix:
+    if prefix or not titles:
         return prefix
-    if titles:
-        name = _title_name(titles[0])
-        return name if len(name) <= 80 else None
-    return None
+    # Without a shared name the top page's name will do, unless it is prose ("How to ...").
+    name = _title_name(titles[0])
+    return name if _IDENTIFIER.match(name) else None
 
 
 def _noun_phrases(text: str) -> list[str]:
