@@ -89,11 +89,25 @@ def _header(corpus: Corpus) -> str:
     return f"*Offline simulator answer from {corpus.label}.*"
 
 
+def _name(doc: Document) -> str:
+    """An API name as code (``json.dumps``); a prose title (a reference topic) as it is."""
+    return doc.title if " " in doc.title else f"`{doc.title}`"
+
+
+def _as_clause(sentence: str) -> str:
+    """A sentence ready for a citation marker: no closing punctuation, capitalised prose."""
+    sentence = sentence.rstrip(" .…:;,")
+    first = sentence.split(" ", 1)[0]
+    if first.isalpha() and first.islower():
+        sentence = sentence[0].upper() + sentence[1:]
+    return sentence
+
+
 def _brief(hits: list[Document]) -> str:
     sentences = []
     for n, doc in enumerate(hits[:4], start=1):
-        sentence = first_sentences(doc.text, 1).rstrip(".…") or doc.title
-        sentences.append(f"`{doc.title}`: {sentence} [{n}].")
+        sentence = _as_clause(first_sentences(doc.text, 1)) or doc.title
+        sentences.append(f"{_name(doc)}: {sentence} [{n}].")
     return " ".join(sentences)
 
 
@@ -106,8 +120,8 @@ def _report(query: str, hits: list[Document]) -> str:
         bullets = []
         for n in numbers:
             doc = hits[n - 1]
-            detail = first_sentences(doc.text, 3, limit=600).rstrip(".…") or doc.title
-            bullets.append(f"- **`{doc.title}`**: {detail} [{n}].")
+            detail = _as_clause(first_sentences(doc.text, 3, limit=600)) or doc.title
+            bullets.append(f"- **{_name(doc)}**: {detail} [{n}].")
         lines.append(f"## {section}\n\n" + "\n".join(bullets))
     cited = ", ".join(f"[{n}]" for n in range(1, len(hits) + 1))
     lines.append(
