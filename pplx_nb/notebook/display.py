@@ -156,7 +156,8 @@ def answer_html(answer: Answer, *, header: bool = True, research: bool = False) 
         parts.append(
             f'<div style="{_DIM}">{footer.removeprefix("<sub>").removesuffix("</sub>")}</div>'
         )
-    return "\n".join(parts)
+    # JupyterLab's class for rendered HTML gives links, code and headings the notebook's look.
+    return '<div class="jp-RenderedHTMLCommon">' + "\n".join(parts) + "</div>"
 
 
 def answer_bundle(

@@ -226,7 +226,7 @@ class RelatedQuestions(widgets.VBox):  # type: ignore[misc]
                 description=question,
                 tooltip=f"Ask: {question}",
                 icon="search",
-                layout=widgets.Layout(width="auto", max_width="100%"),
+                layout=widgets.Layout(width="auto", max_width="100%", align_self="flex-start"),
             )
             for question in answer.related_questions
         ]

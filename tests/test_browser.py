@@ -1,0 +1,127 @@
+"""A real JupyterLab in headless chromium: the magics stream a cited answer and a job finishes idle.
+
+Skipped (with the reason) when chromium is missing, unless PPLX_NB_REQUIRE_BROWSER=1, as in CI,
+where a missing browser is a failure. Saves docs/screenshot.png for the README.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support_browser.lab import CHROMIUM_ARGS, chromium_path, running_lab, write_notebook
+
+pytestmark = pytest.mark.browser
+
+SCREENSHOT = Path(__file__).resolve().parents[1] / "docs" / "screenshot.png"
+CELLS = [
+    "%load_ext pplx_nb",
+    "%%pplx --related\nHow do I cancel an asyncio task and wait for it to finish?",
+    "%%pplx_research\nCompare asyncio.gather and asyncio.TaskGroup for running tasks concurrently",
+    "print('The kernel is free while the research job runs.')",
+]
+KERNEL = "window.jupyterapp.shell.currentWidget.sessionContext.session?.kernel"
+JOB_STATE = """() => {
+  const kernel = KERNEL;
+  const cell = document.querySelectorAll('.jp-Notebook .jp-Cell')[2];
+  const bar = cell && cell.querySelector('.pplx-job-monitor .widget-hprogress .progress-bar');
+  const report = cell && cell.querySelector('.pplx-job-monitor a[href*="docs.python.org"]');
+  return {
+    kernel: kernel ? kernel.status : null,
+    width: bar ? parseFloat(bar.style.width) : null,
+    report: Boolean(report),
+  };
+}""".replace("KERNEL", KERNEL)
+
+
+def _require_browser() -> str:
+    required = os.environ.get("PPLX_NB_REQUIRE_BROWSER") == "1"
+    path = chromium_path()
+    if path is None:
+        reason = "chromium is not installed (apt-get install chromium)"
+        if required:
+            pytest.fail(f"PPLX_NB_REQUIRE_BROWSER=1 but {reason}")
+        pytest.skip(reason)
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        if required:
+            pytest.fail("PPLX_NB_REQUIRE_BROWSER=1 but the playwright package is missing")
+        pytest.skip("the playwright package is not installed")
+    return path
+
+
+def _wait_kernel_idle(page: Any, timeout_ms: int) -> None:
+    page.wait_for_function(
+        f"() => {{ try {{ return {KERNEL}.status === 'idle'; }} catch (e) {{ return false; }} }}",
+        timeout=timeout_ms,
+    )
+
+
+def test_notebook_streams_cited_answer_and_job_completes_while_kernel_idle(
+    tmp_path: Path,
+) -> None:
+    executable = _require_browser()
+    from playwright.sync_api import sync_playwright
+
+    root = tmp_path / "notebooks"
+    root.mkdir()
+    write_notebook(root / "demo.ipynb", CELLS)
+    env = {
+        "PPLX_NB_OFFLINE": "1",
+        "PPLX_NB_SIM_DEEP_RESEARCH_SECONDS": "3",
+        "PPLX_NB_SIM_LATENCY_MS": "200",
+        "CONVERSATION_LOGS_DIR": str(tmp_path / "conversation-logs"),
+    }
+    with running_lab(root, env) as lab, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=executable, headless=True, args=CHROMIUM_ARGS
+        )
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 1100})
+            page.goto(lab.notebook_url("demo.ipynb"))
+            _wait_kernel_idle(page, 60_000)
+            page.evaluate("window.jupyterapp.commands.execute('application:toggle-left-area')")
+            page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
+
+            answer = page.locator(".jp-Notebook .jp-Cell").nth(1)
+            answer.locator('.jp-RenderedMarkdown a[href*="docs.python.org"]').first.wait_for(
+                timeout=30_000
+            )
+            text = answer.locator(".jp-OutputArea").inner_text()
+            assert "Conversation" in text and "%pplx_followup" in text
+            assert "Sources" in text
+            assert "▌" not in text, "the streamed text was not replaced by the final answer"
+            assert answer.locator(".jp-RenderedMarkdown").count() == 1, "one display, updated"
+
+            samples = _follow_job(page, timeout=45)
+            moving = [s for s in samples if s["kernel"] == "idle" and 0 < (s["width"] or 0) < 100]
+            assert moving, f"the bar never moved while the kernel was idle: {samples}"
+            final = samples[-1]
+            assert final["width"] == 100 and final["report"], final
+            assert final["kernel"] == "idle"
+            free = page.locator(".jp-Notebook .jp-Cell").nth(3).locator(".jp-OutputArea")
+            assert "kernel is free" in free.inner_text()
+
+            page.evaluate("document.querySelector('.jp-WindowedPanel-outer')?.scrollTo(0, 0)")
+            time.sleep(0.5)
+            SCREENSHOT.parent.mkdir(exist_ok=True)
+            page.screenshot(path=str(SCREENSHOT))
+        finally:
+            browser.close()
+
+
+def _follow_job(page: Any, timeout: float) -> list[dict[str, Any]]:
+    """Sample the job monitor until its bar is full and the report is shown."""
+    samples: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = page.evaluate(JOB_STATE)
+        samples.append(state)
+        if state["width"] == 100 and state["report"]:
+            return samples
+        time.sleep(0.2)
+    pytest.fail(f"the job did not complete in {timeout} s: {samples[-5:]}")
