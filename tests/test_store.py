@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pickle
 import random
 import re
 import shutil
@@ -134,6 +135,34 @@ def test_append_adds_messages_with_their_metadata(store: ConversationStore) -> N
         "completionTokens": 30,
         "totalTokens": 42,
     }
+
+
+def test_appended_conversation_behaves_like_a_loaded_one(store: ConversationStore) -> None:
+    conversation = store.create([user("q"), assistant("a", sources=[Source(url="https://a.b")])])
+    cid = conversation.conversation_id
+
+    def first_use(operation: Any) -> tuple[Any, Any]:
+        """Apply ``operation`` first thing to a fresh append result and to a fresh load."""
+        appended = store.append(cid, user("follow-up"))
+        return operation(appended), operation(store.load(cid))
+
+    appended = store.append(cid, user("follow-up"))
+    assert isinstance(appended, pplx_nb.Conversation)
+    assert appended.message_count == len(store.load(cid).messages)
+    assert appended.path == str(store.path(cid))
+    assert appended == store.load(cid)
+    ours, theirs = first_use(lambda c: c.to_json_dict())
+    assert ours == theirs == store.read_raw(cid)
+    ours, theirs = first_use(lambda c: c.model_dump_json())
+    assert ours == theirs
+    ours, theirs = first_use(lambda c: pickle.loads(pickle.dumps(c)))
+    assert ours == theirs
+    ours, theirs = first_use(repr)
+    assert ours.split("(", 1)[1] == theirs.split("(", 1)[1]
+    ours, theirs = first_use(lambda c: c.messages[1].sources)
+    assert ours == theirs == [Source(url="https://a.b")]
+    ours, theirs = first_use(lambda c: c.model_copy(deep=True))
+    assert ours == theirs
 
 
 def test_create_keeps_metadata_in_camel_case(store: ConversationStore) -> None:

@@ -28,6 +28,7 @@ __all__ = [
     "corrupted",
     "encode",
     "extend_summary",
+    "header",
     "parse",
     "split",
     "summarize",
@@ -40,10 +41,12 @@ _ROLES = frozenset(("system", "user", "assistant"))
 
 
 class Canonical(NamedTuple):
-    """A canonical document split into its decoded header and its undecoded message lines."""
+    """A canonical document: its decoded header, and where its undecoded message lines are."""
 
     header: dict[str, Any]
-    body: bytes
+    data: bytes
+    body_start: int
+    body_end: int
     message_count: int
 
 
@@ -62,39 +65,54 @@ def encode(document: Mapping[str, Any]) -> bytes:
     return _assemble(header, b",\n".join(_dumps(m) for m in document["messages"]))
 
 
-def split(data: bytes) -> Canonical | None:
-    """Header and message lines of a canonical document, or ``None`` for any other layout."""
+def header(data: bytes) -> dict[str, Any] | None:
+    """The decoded header line (every key but ``messages``) of a canonical document, or ``None``."""
     newline = data.find(b"\n")
     head = data[:newline]
     if newline < 0 or not head.startswith(b"{") or not head.endswith(_MARK):
         return None
-    rest = data[newline + 1 :]
-    if rest == _EMPTY_REST:
-        body = b""
-    elif rest.endswith(_TAIL) and len(rest) > len(_TAIL):
-        body = rest[: -len(_TAIL)]
-    else:
-        return None
     try:
-        header = json.loads(head[: -len(_MARK)].rstrip(b", ") + b"}")
+        decoded = json.loads(head[: -len(_MARK)].rstrip(b", ") + b"}")
     except ValueError:
         return None
-    count = body.count(b"\n") + 1 if body else 0
-    if not isinstance(header, dict) or header.get("messageCount") != count:
+    return decoded if isinstance(decoded, dict) else None
+
+
+def split(data: bytes) -> Canonical | None:
+    """A canonical document's header and message lines, or ``None`` for any other layout.
+
+    Nothing is copied: the message lines stay in ``data``, located by offsets.
+    """
+    decoded = header(data)
+    if decoded is None:
         return None
-    return Canonical(header, body, count)
+    start = data.find(b"\n") + 1
+    if data.endswith(_EMPTY_REST) and len(data) - start == len(_EMPTY_REST):
+        end = start
+        count = 0
+    elif data.endswith(_TAIL) and len(data) - start > len(_TAIL):
+        end = len(data) - len(_TAIL)
+        count = data.count(b"\n", start, end) + 1
+    else:
+        return None
+    if decoded.get("messageCount") != count:
+        return None
+    return Canonical(decoded, data, start, end, count)
 
 
 def append_messages(
     canonical: Canonical, messages: Sequence[Mapping[str, Any]], updated_at: str
-) -> tuple[bytes, dict[str, Any]]:
-    """The new document bytes with ``messages`` appended, and its new header."""
-    header = dict(canonical.header)
-    header["updatedAt"] = updated_at
-    header["messageCount"] = canonical.message_count + len(messages)
+) -> bytes:
+    """The new document bytes with ``messages`` appended (one copy of the history)."""
+    fields = dict(canonical.header)
+    fields["updatedAt"] = updated_at
+    fields["messageCount"] = canonical.message_count + len(messages)
+    head = _dumps(fields)[:-1] + b", " + _MARK
     lines = b",\n".join(_dumps(dict(m)) for m in messages)
-    body = canonical.body + b",\n" + lines if canonical.body else lines
-    return _assemble(header, body), header
+    if canonical.body_start == canonical.body_end:
+        return b"".join((head, b"\n", lines, _TAIL))
+    body = memoryview(canonical.data)[canonical.body_start : canonical.body_end]
+    return b"".join((head, b"\n", body, b",\n", lines, _TAIL))
 
 
 def parse(data: bytes, conversation_id: str, where: str) -> dict[str, Any]:

@@ -166,7 +166,7 @@ class FileBackend:
                 new = encode(document)
                 summary = summarize(document)
             else:
-                new, _ = append_messages(canonical, messages, updated_at)
+                new = append_messages(canonical, messages, updated_at)
                 previous = self._fresh_summary(directory, before)
                 if previous is None:
                     summary = summarize(parse(new, conversation_id, str(path)))

@@ -29,8 +29,9 @@ from pplx_nb._errors import (
 from pplx_nb._fs import validate_conversation_id
 from pplx_nb._models import Conversation, ConversationSummary, Message
 from pplx_nb.store._base import StoreBackend
-from pplx_nb.store._document import corrupted, parse
+from pplx_nb.store._document import corrupted, header, parse
 from pplx_nb.store._file import FileBackend
+from pplx_nb.store._lazy import LazyConversation
 
 if TYPE_CHECKING:
     from pplx_nb._config import Settings
@@ -97,7 +98,9 @@ class ConversationStore:
     def append(self, conversation_id: str, *messages: Message | Mapping[str, Any]) -> Conversation:
         """Append messages to a stored conversation atomically and return the updated conversation.
 
-        Appends from several threads or processes are serialised; none is lost.
+        Appends from several threads or processes are serialised; none is lost. The history in
+        the returned conversation is validated when first used, so appending to a long
+        conversation costs no more than writing it.
         """
         validate_conversation_id(conversation_id)
         if not messages:
@@ -106,7 +109,15 @@ class ConversationStore:
                 "store.append(conversation_id, {'role': 'user', 'content': '...'}).",
             )
         data = self._backend.append(conversation_id, _message_dicts(messages))
-        return self._conversation(data, conversation_id)
+        fields = header(data)
+        if fields is None or "messageCount" not in fields:
+            return self._conversation(data, conversation_id)
+        try:
+            return LazyConversation.from_header(
+                fields, data, self._backend.location(conversation_id)
+            )
+        except pydantic.ValidationError:
+            return self._conversation(data, conversation_id)
 
     def fork(self, conversation_id: str) -> Conversation:
         """A new conversation with a copy of this one's messages and ``parentConversationId``."""
