@@ -283,6 +283,8 @@ def test_agent_rejects_unknown_fields_like_the_real_api(client: httpx2.Client) -
         {"model": "perplexity/sonar", "input": []},
         {"input": "x"},
         {"preset": "turbo", "input": "x"},
+        {"preset": {"name": "low"}, "input": "x"},
+        {"model": "perplexity/sonar", "input": [{"role": "robot", "content": "x"}]},
         {"model": "sonar", "input": "x"},
         {
             "model": "perplexity/sonar",

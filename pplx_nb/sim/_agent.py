@@ -129,7 +129,7 @@ def parse_agent(data: dict[str, Any]) -> AgentRequest:
         if key not in FIELDS:
             raise Invalid(f'invalid request body: json: unknown field "{key}"', key)
     model, preset = data.get("model"), data.get("preset")
-    if preset is not None and preset not in PRESETS:
+    if preset is not None and (not isinstance(preset, str) or preset not in PRESETS):
         raise Invalid(f"unknown preset {preset!r}; use one of {', '.join(PRESETS)}", "preset")
     if model is not None and (not isinstance(model, str) or "/" not in model):
         raise Invalid(
