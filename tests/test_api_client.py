@@ -11,6 +11,7 @@ import httpx2
 import pytest
 
 from pplx_nb import Settings
+from pplx_nb._config import DEFAULT_BASE_URL
 from pplx_nb._errors import (
     APIKeyInvalid,
     APIQuotaExceeded,
@@ -174,11 +175,15 @@ async def test_401_html_page_is_an_invalid_key_with_instructions(
 @pytest.mark.parametrize("style", STYLES)
 async def test_wrong_key_is_refused_by_a_keyed_server(style: str) -> None:
     with serve(latency_ms=0, api_key="pplx-the-right-key-000") as url:
-        wrong = Settings(api_key="pplx-the-wrong-key-111", base_url=url, api_style=style)
+        wrong = Settings(
+            api_key="pplx-the-wrong-key-111", base_url=url, api_style=style, offline=False
+        )
         async with AsyncClient(wrong) as client:
             with pytest.raises(APIKeyInvalid):
                 await client.ask(question())
-        right = Settings(api_key="pplx-the-right-key-000", base_url=url, api_style=style)
+        right = Settings(
+            api_key="pplx-the-right-key-000", base_url=url, api_style=style, offline=False
+        )
         async with AsyncClient(right) as client:
             assert (await client.ask(question())).text
 
@@ -298,7 +303,7 @@ async def test_bad_option_is_invalid_input_with_the_api_message(
 async def test_connection_refused_is_a_network_error_after_retries() -> None:
     with serve(latency_ms=0) as url:
         pass
-    settings = Settings(api_key="pplx-any-key-00000000", base_url=url, max_retries=1)
+    settings = Settings(api_key="pplx-any-key-00000000", base_url=url, max_retries=1, offline=False)
     async with AsyncClient(settings, retry=RetryPolicy(1, base=0.01)) as client:
         with pytest.raises(NetworkError) as caught:
             await client.ask(question())
@@ -308,7 +313,7 @@ async def test_connection_refused_is_a_network_error_after_retries() -> None:
 
 def test_missing_key_fails_early_with_instructions() -> None:
     with pytest.raises(APIKeyInvalid) as caught:
-        AsyncClient(Settings(api_key=None, offline=False))
+        AsyncClient(Settings(api_key=None, base_url=DEFAULT_BASE_URL, offline=False))
     assert "PERPLEXITY_API_KEY" in caught.value.message
 
 
@@ -357,7 +362,9 @@ async def test_unknown_extra_response_fields_are_ignored() -> None:
     def handler(request: httpx2.Request) -> httpx2.Response:
         return httpx2.Response(200, content=body, headers={"content-type": "application/json"})
 
-    settings = Settings(api_key="pplx-k-123456789", base_url="http://api.test", api_style="sonar")
+    settings = Settings(
+        api_key="pplx-k-123456789", base_url="http://api.test", api_style="sonar", offline=False
+    )
     async with AsyncClient(settings, transport=httpx2.MockTransport(handler)) as client:
         answer = await client.ask(question())
     assert answer.text == "Hi [1]"

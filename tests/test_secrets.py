@@ -114,6 +114,7 @@ def test_key_never_appears_anywhere(captured_logs: io.StringIO, style: str) -> N
             timeout_ms=300,
             max_retries=1,
             log_level="debug",
+            offline=False,
         )
         fast = RetryPolicy(1, base=0.01, cap=0.02)
 
@@ -125,7 +126,9 @@ def test_key_never_appears_anywhere(captured_logs: io.StringIO, style: str) -> N
         asyncio.run(run())
         with Client(settings, retry=fast) as sync_client:
             seen.extend([repr(sync_client), sync_client.ask(question()).text])
-        wrong = Settings(api_key="pplx-some-other-key-0000", base_url=url, api_style=style)
+        wrong = Settings(
+            api_key="pplx-some-other-key-0000", base_url=url, api_style=style, offline=False
+        )
         with Client(wrong) as wrong_client:
             try:
                 wrong_client.ask(question())
@@ -155,7 +158,7 @@ def test_key_echoed_by_a_server_is_scrubbed_from_errors(captured_logs: io.String
         echoed = request.headers["authorization"]
         return httpx2.Response(400, json={"error": {"message": f"bad request from {echoed}"}})
 
-    settings = Settings(api_key=KEY, base_url="http://api.test", api_style="sonar")
+    settings = Settings(api_key=KEY, base_url="http://api.test", api_style="sonar", offline=False)
     client = Client(settings, transport=httpx2.MockTransport(handler))
     with pytest.raises(PplxError) as caught:
         client.ask(question())
