@@ -32,7 +32,7 @@ def ask(question: str = QUESTION, **extra: Any) -> dict[str, Any]:
 
 @pytest.fixture
 def client(sim_url: str) -> Iterator[httpx2.Client]:
-    with httpx2.Client(base_url=sim_url, timeout=10) as http:
+    with httpx2.Client(base_url=sim_url, timeout=10, trust_env=False) as http:
         yield http
 
 

@@ -9,6 +9,10 @@ from typing import Any
 __all__ = ["inject_faults", "reset", "stats"]
 
 
+# The simulator is always local: never route control calls through an environment proxy.
+_opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
 def _call(base_url: str, method: str, path: str, payload: Any = None) -> Any:
     data = None if payload is None else json.dumps(payload).encode()
     request = urllib.request.Request(
@@ -17,7 +21,7 @@ def _call(base_url: str, method: str, path: str, payload: Any = None) -> Any:
         method=method,
         headers={"content-type": "application/json"},
     )
-    with urllib.request.urlopen(request, timeout=10) as response:
+    with _opener.open(request, timeout=10) as response:
         return json.loads(response.read())
 
 
