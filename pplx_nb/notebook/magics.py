@@ -15,9 +15,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import queue
-import re
-import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -35,16 +32,24 @@ from pplx_nb.notebook._args import (
     split_conversation_id,
     unquote,
 )
+from pplx_nb.notebook._progress import run_with_progress
+from pplx_nb.notebook._session import (
+    get_researcher,
+    last_conversation_id,
+    remember,
+    set_researcher,
+    switch,
+)
+from pplx_nb.notebook._transform import question_mark_keeper
 
 if TYPE_CHECKING:
     from pplx_nb._models import Answer, JobStatus, Progress
-    from pplx_nb.notebook.display import Bundle, ProgressView
+    from pplx_nb.notebook.display import Bundle
     from pplx_nb.research import Researcher
 
 __all__ = [
     "PplxMagics",
     "get_researcher",
-    "keep_question_marks",
     "last_conversation_id",
     "load_ipython_extension",
     "set_researcher",
@@ -63,52 +68,6 @@ def _line_magic(func: F) -> F:
 def _line_cell_magic(func: F) -> F:
     """IPython's ``@line_cell_magic`` marker, typed."""
     return cast(F, _magic.line_cell_magic(func))
-
-
-class _Session:
-    """This kernel's Researcher and the conversation a bare ``%pplx_followup`` continues."""
-
-    def __init__(self) -> None:
-        self.researcher: Researcher | None = None
-        self.last_conversation_id: str | None = None
-        self.lock = threading.Lock()
-
-
-_session = _Session()
-
-
-def set_researcher(researcher: Researcher | None) -> None:
-    """Use ``researcher`` for every magic in this kernel (``None``: build one again on next use).
-
-    The hook for tests and for notebooks that configure a Researcher in code. The previous
-    Researcher is not closed: whoever created it owns it.
-    """
-    with _session.lock:
-        _session.researcher = researcher
-        _session.last_conversation_id = None
-
-
-def get_researcher() -> Researcher:
-    """This kernel's Researcher, created on first use from the environment."""
-    with _session.lock:
-        if _session.researcher is None:
-            from pplx_nb._config import Settings
-            from pplx_nb.research import Researcher
-
-            settings = Settings.from_env()
-            queued = settings.enable_async_deep_research is not False
-            _session.researcher = Researcher(settings, async_deep_research=queued)
-        return _session.researcher
-
-
-def last_conversation_id() -> str | None:
-    """The conversation this kernel asked in last (what a bare ``%pplx_followup`` continues)."""
-    return _session.last_conversation_id
-
-
-def _remember(conversation_id: str | None) -> None:
-    if conversation_id:
-        _session.last_conversation_id = conversation_id
 
 
 class _Shown:
@@ -142,35 +101,6 @@ def _show_widget(widget: Any) -> None:
     display(widget)  # type: ignore[no-untyped-call]
 
 
-def _run_with_progress(call: Callable[[Callable[[Progress], object]], T], view: ProgressView) -> T:
-    """Run ``call(on_progress)`` on a helper thread while this (main) thread repaints ``view``."""
-    updates: queue.SimpleQueue[Progress] = queue.SimpleQueue()
-    outcome: list[Any] = []
-    failure: list[BaseException] = []
-    done = threading.Event()
-
-    def target() -> None:
-        try:
-            outcome.append(call(updates.put))
-        except BaseException as exc:
-            failure.append(exc)
-        finally:
-            done.set()
-
-    threading.Thread(target=target, name="pplx-wait", daemon=True).start()
-    while not done.is_set():
-        try:
-            view.update(updates.get(timeout=0.1))
-        except queue.Empty:
-            view.update(None)
-    while not updates.empty():
-        view.update(updates.get_nowait())
-    if failure:
-        raise failure[0]
-    result: T = outcome[0]
-    return result
-
-
 @magics_class
 class PplxMagics(Magics):
     """``%%pplx``, ``%%pplx_research``, ``%pplx_followup`` and the magics that look back."""
@@ -178,6 +108,7 @@ class PplxMagics(Magics):
     def __init__(self, shell: Any) -> None:
         super().__init__(shell)
         self.shown = _Shown()
+        self.keep_question_marks = question_mark_keeper(self.magics["line"])
 
     # -- plumbing -----------------------------------------------------------------------------
 
@@ -246,7 +177,7 @@ class PplxMagics(Magics):
     def _conversation(self, given: str | None) -> str:
         from pplx_nb._errors import ValidationError
 
-        cid = given or _session.last_conversation_id
+        cid = given or last_conversation_id()
         if cid is None:
             raise ValidationError(
                 "No conversation to continue in this kernel yet: pass its ID "
@@ -285,7 +216,7 @@ class PplxMagics(Magics):
 
         _show_widget(
             RelatedQuestions(
-                answer, self.researcher, on_answer=lambda a: _remember(a.conversation_id)
+                answer, self.researcher, on_answer=lambda a: remember(a.conversation_id)
             )
         )
 
@@ -318,7 +249,7 @@ class PplxMagics(Magics):
 
         view = ProgressView(label)
         try:
-            result = _run_with_progress(call, view)
+            result = run_with_progress(call, view)
         except KeyboardInterrupt as exc:
             view.show(notice_bundle("INTERRUPTED", interrupted))
             raise _AlreadyShown(exc) from exc
@@ -347,7 +278,7 @@ class PplxMagics(Magics):
             query = self._question(args.words, cell, args.raw)
             items = self.researcher.stream_search(query, files=args.file, **search_opts(args))
             answer = self._stream(items, "Searching", debug=args.debug)
-            _remember(answer.conversation_id)
+            remember(answer.conversation_id)
             return self._finish(args, answer)
         return None
 
@@ -390,7 +321,7 @@ class PplxMagics(Magics):
             result = ask(False, None)
             if isinstance(result, JobStatus):
                 self._queued_job(result)
-        _remember(result.conversation_id)
+        remember(result.conversation_id)
         return result
 
     @no_var_expand
@@ -434,7 +365,7 @@ class PplxMagics(Magics):
                     cid, query, fork=args.fork, files=args.file, **opts
                 )
                 result = self._stream(items, "Following up", debug=args.debug)
-                _remember(result.conversation_id)
+                remember(result.conversation_id)
             return self._finish(args, result)
         return None
 
@@ -602,9 +533,7 @@ class PplxMagics(Magics):
             settings.model_copy(update={"offline": offline}),
             async_deep_research=current.async_deep_research,
         )
-        last = _session.last_conversation_id
-        set_researcher(new)
-        _remember(last)
+        switch(new)
         current.close()
 
     # -- display hook -------------------------------------------------------------------------
@@ -642,26 +571,6 @@ class _AlreadyShown(Exception):
 
 
 _DISPLAYED_TYPES = ("Answer", "Conversation", "JobStatus")
-_QUESTION_LINE = re.compile(r"^(\s*)%(pplx\w*)[ \t]+(.*\?)[ \t]*$")
-
-
-def keep_question_marks(lines: list[str]) -> list[str]:
-    """Input transformer: ``%pplx_followup why?`` asks "why?" instead of opening IPython's help.
-
-    IPython reads a line ending in ``?`` as a help request; a line magic of ours WITH arguments is
-    turned into the explicit call first. ``%pplx?`` alone still shows the help, and cells that are
-    a cell magic (whose body is text) are left alone.
-    """
-    if lines and lines[0].lstrip().startswith("%%"):
-        return lines
-    out = []
-    for line in lines:
-        match = _QUESTION_LINE.match(line.rstrip("\r\n"))
-        if match and match.group(2) in PplxMagics.magics["line"]:
-            indent, name, rest = match.groups()
-            line = f"{indent}get_ipython().run_line_magic({name!r}, {rest!r})\n"
-        out.append(line)
-    return out
 
 
 def load_ipython_extension(ipython: Any) -> None:
@@ -672,8 +581,7 @@ def load_ipython_extension(ipython: Any) -> None:
     for name in _DISPLAYED_TYPES:
         formatter.for_type_by_name("pplx_nb._models", name, magics.display_result)
     ipython.events.register("pre_run_cell", magics.shown.clear)
-    if keep_question_marks not in ipython.input_transformers_cleanup:
-        ipython.input_transformers_cleanup.append(keep_question_marks)
+    ipython.input_transformers_cleanup.append(magics.keep_question_marks)
 
 
 def unload_ipython_extension(ipython: Any) -> None:
@@ -694,5 +602,6 @@ def unload_ipython_extension(ipython: Any) -> None:
     if magics is not None:
         with contextlib.suppress(ValueError):
             ipython.events.unregister("pre_run_cell", magics.shown.clear)
-    with contextlib.suppress(ValueError):
-        ipython.input_transformers_cleanup.remove(keep_question_marks)
+    if magics is not None:
+        with contextlib.suppress(ValueError):
+            ipython.input_transformers_cleanup.remove(magics.keep_question_marks)

@@ -37,7 +37,7 @@ _STATE_ICONS = {
 def _researcher(researcher: Researcher | None) -> Researcher:
     if researcher is not None:
         return researcher
-    from pplx_nb.notebook.magics import get_researcher
+    from pplx_nb.notebook._session import get_researcher
 
     return get_researcher()
 
@@ -92,6 +92,11 @@ class JobMonitor(widgets.VBox):  # type: ignore[misc]
         self._thread: threading.Thread | None = None
         if start:
             self.start()
+
+    def __repr__(self) -> str:
+        # Also the text/plain of the widget's output: what nbconvert, nbval and papermill keep.
+        state = status_line(self.status) if self.status is not None else "reading status"
+        return f"Research job {self.conversation_id}: {state}"
 
     # -- polling ------------------------------------------------------------------------------
 
@@ -237,6 +242,9 @@ class RelatedQuestions(widgets.VBox):  # type: ignore[misc]
         label = widgets.HTML("<b>Related</b> <span style='opacity:0.7'>(click to ask)</span>")
         super().__init__([label, *self.buttons, self.result, self.more])
         self.add_class("pplx-related")
+
+    def __repr__(self) -> str:
+        return "Related questions: " + " | ".join(self.source_answer.related_questions)
 
     def _clicked(self, button: Any) -> None:
         self.ask(str(button.description))

@@ -1,0 +1,496 @@
+"""The magics in a real IPython shell against the simulator: every magic, options, interpolation."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.utils.capture import capture_output
+
+from pplx_nb import Answer, Conversation, JobStatus, Researcher, Settings
+from pplx_nb.notebook import magics
+from pplx_nb.notebook._args import search_opts, split_conversation_id, unquote
+from pplx_nb.notebook._interpolate import interpolate
+
+# -- interpolation ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("about {topic}", "about asyncio"),
+        ("{topic} and {count}", "asyncio and 3"),
+        ("unknown {nope} stays", "unknown {nope} stays"),
+        ("doubled {{topic}} stays", "doubled {{topic}} stays"),
+        ("dict {'a': topic} and set {topic, count}", "dict {'a': topic} and set {topic, count}"),
+        ("format spec {topic:>10} stays", "format spec {topic:>10} stays"),
+        ("attr {obj.name} and {obj.missing}", "attr widget and {obj.missing}"),
+        ("private {obj._secret} stays", "private {obj._secret} stays"),
+        ("inline `f'{topic}'` code", "inline `f'{topic}'` code"),
+        (
+            "```python\nprint(f'{topic}')\n```\nabout {topic}",
+            "```python\nprint(f'{topic}')\n```\nabout asyncio",
+        ),
+        ("broken {bad}", "broken {bad}"),
+        ("unclosed ``` {topic}", "unclosed ``` {topic}"),
+    ],
+)
+def test_interpolation_replaces_known_names_and_leaves_the_rest(text: str, expected: str) -> None:
+    class Obj:
+        name = "widget"
+        _secret = "hidden"
+
+    class Bad:
+        def __str__(self) -> str:
+            raise RuntimeError("no str")
+
+    namespace = {"topic": "asyncio", "count": 3, "obj": Obj(), "bad": Bad()}
+    assert interpolate(text, namespace) == expected
+
+
+# -- option parsing -----------------------------------------------------------------------------
+
+
+def test_unquote_strips_one_pair_of_matching_quotes() -> None:
+    assert unquote('"a b"') == "a b"
+    assert unquote("'x'") == "x"
+    assert unquote("'x\"") == "'x\""
+    assert unquote("what's") == "what's"
+
+
+def test_split_conversation_id_takes_a_leading_id_only() -> None:
+    assert split_conversation_id(["20250124-1737734400000", "and", "then?"]) == (
+        "20250124-1737734400000",
+        ["and", "then?"],
+    )
+    assert split_conversation_id(["what", "next"]) == (None, ["what", "next"])
+    from pplx_nb import ValidationError
+
+    with pytest.raises(ValidationError, match="not a conversation ID"):
+        split_conversation_id(["20250124-17377", "x"])
+
+
+def test_search_opts_map_flags_to_api_fields() -> None:
+    args = argparse.Namespace(
+        model='"sonar"',
+        domain=["docs.python.org", "-example.com"],
+        recency="week",
+        after="01/02/2025",
+        before=None,
+        academic=True,
+        related=True,
+        images=False,
+        thinking=True,
+        no_cache=True,
+    )
+    assert search_opts(args) == {
+        "model": "sonar",
+        "search_domain_filter": ["docs.python.org", "-example.com"],
+        "search_recency_filter": "week",
+        "search_after_date_filter": "01/02/2025",
+        "search_mode": "academic",
+        "return_related_questions": True,
+        "show_thinking": True,
+        "use_cache": False,
+    }
+
+
+def test_magic_line_parsing_converts_dates_and_keeps_apostrophes() -> None:
+    from pplx_nb.notebook._args import parse_argstring
+
+    args = parse_argstring(
+        magics.PplxMagics.pplx,
+        "-m sonar --domain docs.python.org --domain '-example.com' --recency day "
+        "--after 2025-01-02 --before 03/04/2025 --no-cache -o ans what's asyncio?",
+    )
+    assert args.words == ["what's", "asyncio?"]
+    assert args.output == "ans"
+    opts = search_opts(args)
+    assert opts["search_after_date_filter"] == "01/02/2025"
+    assert opts["search_before_date_filter"] == "03/04/2025"
+    assert opts["search_domain_filter"] == ["docs.python.org", "-example.com"]
+
+
+# -- a real shell against the simulator ---------------------------------------------------------
+
+
+@pytest.fixture
+def researcher(settings: Settings) -> Iterator[Researcher]:
+    with Researcher(settings, async_deep_research=True) as r:
+        yield r
+
+
+@pytest.fixture
+def shell(researcher: Researcher) -> Iterator[InteractiveShell]:
+    shell = InteractiveShell.instance()
+    magics.set_researcher(researcher)
+    shell.run_line_magic("load_ext", "pplx_nb")
+    yield shell
+    shell.run_line_magic("unload_ext", "pplx_nb")
+    magics.set_researcher(None)
+    for name in ("ans", "df", "topic", "conv"):
+        shell.user_ns.pop(name, None)
+
+
+class Run:
+    """What one cell did: its result, what it displayed, and what it printed."""
+
+    def __init__(self, shell: InteractiveShell, source: str) -> None:
+        with capture_output() as captured:
+            outcome = shell.run_cell(source)
+        self.result = outcome.result
+        self.error = outcome.error_in_exec
+        self.outputs = [output.data for output in captured.outputs]
+        self.updates = [output.update for output in captured.outputs]
+        self.ids = [(output.transient or {}).get("display_id") for output in captured.outputs]
+        self.stdout = captured.stdout
+
+    @property
+    def last(self) -> dict[str, str]:
+        return self.outputs[-1]
+
+    def text(self) -> str:
+        return "\n".join(value for data in self.outputs for value in data.values())
+
+
+def _user_messages(researcher: Researcher, cid: str) -> list[str]:
+    return [m.content for m in researcher.history(cid).messages if m.role == "user"]
+
+
+def test_load_ext_imports_only_the_magic_machinery() -> None:
+    probe = (
+        "import sys\n"
+        "from IPython.core.interactiveshell import InteractiveShell\n"
+        "shell = InteractiveShell.instance()\n"
+        "before = set(sys.modules)\n"
+        "shell.run_line_magic('load_ext', 'pplx_nb')\n"
+        "assert 'pplx' in shell.magics_manager.magics['cell']\n"
+        "print(sorted(set(sys.modules) - before))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    ).stdout
+    loaded = out.strip()
+    for heavy in (
+        "pydantic",
+        "pandas",
+        "ipywidgets",
+        "httpx2",
+        "pplx_nb.research",
+        "pplx_nb._models",
+    ):
+        assert f"'{heavy}'" not in loaded, f"%load_ext pplx_nb imported {heavy}"
+
+
+def test_pplx_streams_into_one_display_and_returns_the_answer(
+    shell: InteractiveShell, researcher: Researcher
+) -> None:
+    run = Run(shell, "%%pplx\nHow do I cancel an asyncio task?")
+
+    answer = run.result
+    assert isinstance(answer, Answer)
+    assert shell.user_ns["_"] is answer
+    assert answer.conversation_id is not None
+    assert len(set(run.ids)) == 1 and run.ids[0], "every update goes to one display handle"
+    assert run.updates[0] is False and all(run.updates[1:])
+    assert len(run.outputs) >= 2
+    assert "Searching…" in run.outputs[0]["text/markdown"]
+    final = run.last["text/markdown"]
+    assert f"`{answer.conversation_id}`" in final and "%pplx_followup" in final
+    assert "](https://docs.python.org/3/library/" in final
+    assert "**Sources**" in final
+    assert answer.text[:40] not in run.stdout, "the answer is not shown a second time"
+    assert _user_messages(researcher, answer.conversation_id) == [
+        "How do I cancel an asyncio task?"
+    ]
+    assert magics.last_conversation_id() == answer.conversation_id
+
+
+def test_search_options_reach_the_simulator(shell: InteractiveShell) -> None:
+    narrowed = Run(
+        shell, "%%pplx --domain example.com --no-cache\nHow do I cancel an asyncio task?"
+    )
+    assert isinstance(narrowed.result, Answer)
+    assert narrowed.result.sources == []
+    assert "no document matching" in narrowed.result.text
+
+    run = Run(shell, "%%pplx -m sonar --related --recency year --academic -o ans\nasyncio.gather")
+    answer = shell.user_ns["ans"]
+    assert answer is run.result
+    assert answer.related_questions, "--related asks for related questions"
+    assert "**Related**" in run.last["text/markdown"]
+
+
+def test_thinking_is_kept_and_shown_collapsed(settings: Settings) -> None:
+    shell = InteractiveShell.instance()
+    sonar = settings.model_copy(update={"api_style": "sonar"})
+    with Researcher(sonar, async_deep_research=True) as researcher:
+        magics.set_researcher(researcher)
+        shell.run_line_magic("load_ext", "pplx_nb")
+        try:
+            run = Run(shell, "%%pplx -m sonar-reasoning-pro --thinking\nWhat does gather return?")
+            plain = Run(shell, "%%pplx -m sonar-reasoning-pro\nWhat does gather return?")
+        finally:
+            shell.run_line_magic("unload_ext", "pplx_nb")
+            magics.set_researcher(None)
+    assert isinstance(run.result, Answer) and run.result.thinking
+    assert "<details><summary>Thinking</summary>" in run.last["text/markdown"]
+    assert "<think>" not in run.result.text
+    assert isinstance(plain.result, Answer) and not plain.result.thinking
+    assert "Thinking" not in plain.last["text/markdown"]
+
+
+def test_braces_in_cells_interpolate_names_and_leave_code_alone(
+    shell: InteractiveShell, researcher: Researcher
+) -> None:
+    shell.user_ns["topic"] = "asyncio.TaskGroup"
+    cell = (
+        "%%pplx\n"
+        "Explain {topic} with this code:\n"
+        "```python\nresults = {name: await t for name, t in tasks.items()}\n"
+        "print(f'{topic}')\n```\n"
+        "Keep {{literal}} and {undefined_name} and {'a': 1}."
+    )
+    run = Run(shell, cell)
+    assert run.error is None
+    assert isinstance(run.result, Answer)
+    (question,) = _user_messages(researcher, str(run.result.conversation_id))
+    assert question.startswith("Explain asyncio.TaskGroup with this code:")
+    assert "print(f'{topic}')" in question
+    assert "{name: await t for name, t in tasks.items()}" in question
+    assert "Keep {{literal}} and {undefined_name} and {'a': 1}." in question
+
+    raw = Run(shell, "%%pplx --raw\nWhat is {topic}?")
+    assert isinstance(raw.result, Answer)
+    assert _user_messages(researcher, str(raw.result.conversation_id)) == ["What is {topic}?"]
+
+
+def test_line_form_asks_too_and_apostrophes_survive(
+    shell: InteractiveShell, researcher: Researcher
+) -> None:
+    run = Run(shell, "%pplx what's asyncio.Event for?")
+    assert isinstance(run.result, Answer), run.stdout
+    assert _user_messages(researcher, str(run.result.conversation_id)) == [
+        "what's asyncio.Event for?"
+    ]
+    quoted = Run(shell, '%pplx --domain "docs.python.org" "How is asyncio.Event set?"')
+    assert isinstance(quoted.result, Answer)
+    assert _user_messages(researcher, str(quoted.result.conversation_id)) == [
+        "How is asyncio.Event set?"
+    ]
+    helped = Run(shell, "%pplx_followup?")
+    assert "continue a conversation" in helped.stdout.lower()
+
+
+def test_followup_continues_the_last_conversation_of_the_kernel(
+    shell: InteractiveShell, researcher: Researcher
+) -> None:
+    first = Run(shell, "%%pplx\nHow do I cancel an asyncio task?").result
+    other = Run(shell, "%%pplx\nWhat is a context variable?").result
+    assert isinstance(first, Answer) and isinstance(other, Answer)
+
+    bare = Run(shell, "%pplx_followup and how do I read its value?")
+    assert isinstance(bare.result, Answer), bare.stdout
+    assert isinstance(bare.result, Answer)
+    assert bare.result.conversation_id == other.conversation_id
+
+    targeted = Run(shell, f"%%pplx_followup {first.conversation_id}\nAnd wait until it is done?")
+    assert isinstance(targeted.result, Answer)
+    assert targeted.result.conversation_id == first.conversation_id
+    assert _user_messages(researcher, str(first.conversation_id)) == [
+        "How do I cancel an asyncio task?",
+        "And wait until it is done?",
+    ]
+    assert len(_user_messages(researcher, str(other.conversation_id))) == 2
+    assert magics.last_conversation_id() == first.conversation_id
+    assert f"`{first.conversation_id}`" in targeted.last["text/markdown"]
+
+
+def test_fork_branches_and_leaves_the_original_unchanged(
+    shell: InteractiveShell, researcher: Researcher
+) -> None:
+    first = Run(shell, "%%pplx\nHow do I cancel an asyncio task?").result
+    assert isinstance(first, Answer)
+    before = researcher.history(str(first.conversation_id)).message_count
+
+    fork = Run(shell, f"%pplx_followup --fork {first.conversation_id} what about threads?").result
+    assert isinstance(fork, Answer)
+    assert fork.conversation_id != first.conversation_id
+    assert researcher.history(str(first.conversation_id)).message_count == before
+    child = researcher.history(str(fork.conversation_id))
+    assert child.parent_conversation_id == first.conversation_id
+    assert magics.last_conversation_id() == fork.conversation_id
+
+
+def test_research_is_queued_then_wait_shows_the_report(
+    shell: InteractiveShell, researcher: Researcher
+) -> None:
+    queued = Run(shell, "%%pplx_research -o job\nCompare asyncio.gather and asyncio.TaskGroup")
+    status = queued.result
+    assert isinstance(status, JobStatus)
+    assert shell.user_ns["job"] is status
+    assert status.status == "pending"
+    assert f"%pplx_wait {status.conversation_id}" in queued.last["text/markdown"]
+
+    busy = Run(shell, "%pplx_followup and what else?")
+    assert "JOB_IN_PROGRESS" in busy.text() or isinstance(busy.result, Answer)
+
+    waited = Run(shell, "%pplx_wait --timeout 60")
+    report = waited.result
+    assert isinstance(report, Answer)
+    assert report.conversation_id == status.conversation_id
+    assert '<progress value="' in waited.outputs[0]["text/html"]
+    assert "](https://docs.python.org/" in waited.last["text/markdown"]
+    assert researcher.status(status.conversation_id).status == "completed"  # type: ignore[union-attr]
+
+
+def test_research_wait_blocks_with_a_progress_bar(shell: InteractiveShell) -> None:
+    run = Run(shell, "%%pplx_research --wait\nHow does asyncio schedule callbacks?")
+    assert isinstance(run.result, Answer), run.text()
+    bars = [
+        data for data in run.outputs if "text/html" in data and "<progress" in data["text/html"]
+    ]
+    assert bars, "a progress bar is shown while waiting"
+    assert "%pplx_followup --research" in run.last["text/markdown"]
+    assert len(set(run.ids)) == 1
+
+
+def test_followup_in_research_mode_queues_a_job_on_the_same_conversation(
+    shell: InteractiveShell,
+) -> None:
+    first = Run(shell, "%%pplx\nHow do I cancel an asyncio task?").result
+    assert isinstance(first, Answer)
+    job = Run(shell, "%pplx_followup --research dig into cancellation scopes").result
+    assert isinstance(job, JobStatus)
+    assert job.conversation_id == first.conversation_id
+    done = Run(shell, f"%pplx_wait {first.conversation_id}").result
+    assert isinstance(done, Answer)
+
+
+def test_wait_timeout_is_a_styled_error(shell: InteractiveShell) -> None:
+    status = Run(shell, "%%pplx_research\nCompare asyncio.gather and asyncio.TaskGroup").result
+    assert isinstance(status, JobStatus)
+    run = Run(shell, f"%pplx_wait {status.conversation_id} --timeout 0.01")
+    assert run.error is None and run.result is None
+    assert "TIMEOUT_ERROR" in run.last["text/html"]
+    Run(shell, f"%pplx_wait {status.conversation_id} --timeout 60")
+
+
+def test_history_conversations_jobs_and_export(
+    shell: InteractiveShell, researcher: Researcher
+) -> None:
+    first = Run(shell, "%%pplx\nHow do I cancel an asyncio task?").result
+    assert isinstance(first, Answer)
+    Run(shell, "%pplx_followup and wait for it?")
+    job = Run(shell, "%%pplx_research\nHow does asyncio schedule callbacks?").result
+    assert isinstance(job, JobStatus)
+    Run(shell, "%pplx_wait")
+
+    history = Run(shell, f"%pplx_history {first.conversation_id}")
+    assert isinstance(history.result, Conversation)
+    assert "> and wait for it?" in history.last["text/markdown"]
+    assert "system" not in [m.role for m in history.result.messages]
+
+    listing = Run(shell, "%pplx_conversations").result
+    assert list(listing["conversation_id"]) == [job.conversation_id, first.conversation_id]
+    assert list(listing["message_count"]) == [3, 5]
+    assert len(Run(shell, "%pplx_conversations --limit 1").result) == 1
+
+    jobs = Run(shell, "%pplx_jobs").result
+    assert list(jobs["conversation_id"]) == [job.conversation_id]
+    assert list(jobs["status"]) == ["completed"]
+    assert list(jobs["percentage"]) == [100]
+
+    messages = Run(shell, f"%pplx_export {first.conversation_id}").result
+    assert len(messages) >= 4
+    Run(shell, "%pplx_export --all --level conversations -o df")
+    assert len(shell.user_ns["df"]) == 2
+    sources = Run(shell, f"%pplx_export {first.conversation_id} --level sources").result
+    assert len(sources) > 0
+
+
+def test_config_hides_the_key_and_switches_offline(
+    shell: InteractiveShell, researcher: Researcher
+) -> None:
+    from conftest import TEST_KEY
+
+    run = Run(shell, "%pplx_config")
+    assert "set (hidden)" in run.last["text/html"]
+    assert TEST_KEY not in run.text()
+
+    Run(shell, "%pplx_config --offline")
+    assert magics.get_researcher() is not researcher
+    assert magics.get_researcher().settings.is_offline
+    Run(shell, "%pplx_config --online")
+    assert not magics.get_researcher().settings.is_offline
+    magics.get_researcher().close()
+
+
+def test_errors_render_as_one_line_with_code_and_next_step(shell: InteractiveShell) -> None:
+    missing = Run(shell, "%pplx_followup 20000101-0000000000000 anything?")
+    assert missing.error is None and missing.result is None
+    assert "CONVERSATION_NOT_FOUND" in missing.last["text/html"]
+    assert "Traceback" not in missing.last["text/html"]
+
+    debug = Run(shell, "%pplx_followup --debug 20000101-0000000000000 anything?")
+    assert "Traceback" in debug.last["text/html"]
+
+    unknown = Run(shell, "%%pplx --bogus\nquestion")
+    assert "VALIDATION_ERROR" in unknown.last["text/html"]
+    assert "%%pplx?" in unknown.last["text/html"]
+
+    empty = Run(shell, "%%pplx\n   \n")
+    assert "VALIDATION_ERROR" in empty.last["text/html"]
+
+    bad_var = Run(shell, "%%pplx -o 1x\nWhat is asyncio?")
+    assert "give a Python variable name" in bad_var.last["text/html"]
+
+    magics.set_researcher(magics.get_researcher())
+    no_conversation = Run(shell, "%pplx_followup what next?")
+    assert "No conversation to continue" in no_conversation.last["text/html"]
+
+
+def test_question_mark_shows_the_options(shell: InteractiveShell) -> None:
+    run = Run(shell, "%%pplx?")
+    for option in ("--domain", "--recency", "--after", "--related", "--thinking", "-o"):
+        assert option in run.stdout
+
+
+def test_file_attachments_are_passed_to_the_researcher(
+    shell: InteractiveShell, settings: Settings, tmp_path: Path
+) -> None:
+    notes = tmp_path / "notes.txt"
+    notes.write_text("asyncio.TaskGroup cancels the remaining tasks when one fails.\n")
+    outside = Run(shell, f"%%pplx --file {notes}\nSummarize my notes")
+    assert "outside the allowed folders" in outside.last["text/html"]
+
+    allowed = settings.model_copy(update={"file_roots": (tmp_path,)})
+    with Researcher(allowed, async_deep_research=True) as researcher:
+        magics.set_researcher(researcher)
+        run = Run(shell, f"%%pplx --file {notes}\nSummarize my notes")
+        assert isinstance(run.result, Answer), run.text()
+        (message,) = [
+            m
+            for m in researcher.history(str(run.result.conversation_id)).messages
+            if m.role == "user"
+        ]
+    assert message.files, "the attached file is recorded on the question"
+    assert "TaskGroup cancels" in message.content
+
+
+def test_displaying_an_answer_later_renders_it_again(shell: InteractiveShell) -> None:
+    Run(shell, "%%pplx -o ans\nWhat does asyncio.sleep do?")
+    again = Run(shell, "ans")
+    assert any("**Sources**" in data.get("text/markdown", "") for data in again.outputs)
+
+
+def test_unload_removes_the_magics(shell: InteractiveShell) -> None:
+    shell.run_line_magic("unload_ext", "pplx_nb")
+    assert "pplx" not in shell.magics_manager.magics["cell"]
+    shell.run_line_magic("load_ext", "pplx_nb")
+    assert "pplx" in shell.magics_manager.magics["cell"]

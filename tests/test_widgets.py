@@ -1,0 +1,109 @@
+"""Widgets against the simulator: a JobMonitor follows a real job from a background thread."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from pplx_nb import Answer, JobStatus, Researcher, Settings
+from pplx_nb.notebook.widgets import JobMonitor, RelatedQuestions
+from pplx_nb.sim import inject_faults
+
+
+@pytest.fixture
+def researcher(settings: Settings) -> Iterator[Researcher]:
+    with Researcher(settings, async_deep_research=True) as r:
+        yield r
+
+
+def _queue(researcher: Researcher, question: str) -> JobStatus:
+    status = researcher.deep_research(question, wait=False)
+    assert isinstance(status, JobStatus)
+    return status
+
+
+def test_job_monitor_moves_the_bar_from_a_background_thread_and_shows_the_report(
+    researcher: Researcher,
+) -> None:
+    status = _queue(researcher, "Compare asyncio.gather and asyncio.TaskGroup")
+    seen: list[tuple[int, str]] = []
+    monitor = JobMonitor(status.conversation_id, researcher, interval=0.02, start=False)
+    monitor.bar.observe(
+        lambda change: seen.append((change["new"], threading.current_thread().name)), "value"
+    )
+    monitor.start()
+    assert monitor.join(timeout=60), "the monitor did not see the job end"
+
+    assert monitor.answer is not None and monitor.error is None
+    assert monitor.bar.value == 100
+    assert monitor.bar.bar_style == "success"
+    assert 'href="https://docs.python.org/' in monitor.report.value
+    assert status.conversation_id in monitor.report.value
+    values = [value for value, _ in seen]
+    assert values == sorted(values), "the bar never goes backwards"
+    assert any(0 < value < 100 for value in values), f"no intermediate progress: {values}"
+    assert all(name != threading.main_thread().name for _, name in seen)
+    assert "completed" in monitor.state.value
+    assert repr(monitor) == f"Research job {status.conversation_id}: completed"
+
+
+def test_job_monitor_lists_the_error_history_when_the_job_fails(
+    researcher: Researcher, sim_url: str
+) -> None:
+    inject_faults(sim_url, {"status": 401, "times": 50})
+    status = _queue(researcher, "Why does asyncio.run fail?")
+    monitor = JobMonitor(status.conversation_id, researcher, interval=0.02)
+    assert monitor.join(timeout=60)
+
+    assert monitor.answer is None
+    assert monitor.bar.bar_style == "danger"
+    assert "API_KEY_INVALID" in monitor.report.value
+    assert "Error history" in monitor.report.value
+    assert "failed" in monitor.state.value
+
+
+def test_job_monitor_of_a_plain_conversation_shows_its_answer(researcher: Researcher) -> None:
+    answer = researcher.search("What does asyncio.sleep do?")
+    assert answer.conversation_id is not None
+    monitor = JobMonitor(answer.conversation_id, researcher, start=False)
+    assert monitor.refresh() is True
+    assert monitor.done
+    assert monitor.bar.value == 100
+    assert "asyncio" in monitor.report.value
+
+
+def test_related_question_button_asks_the_follow_up_in_the_same_conversation(
+    researcher: Researcher,
+) -> None:
+    answer = researcher.search("How do I cancel an asyncio task?", return_related_questions=True)
+    assert answer.related_questions, "the simulator returns related questions when asked"
+    asked: list[Answer] = []
+    widget = RelatedQuestions(answer, researcher, on_answer=asked.append)
+    assert [b.description for b in widget.buttons] == answer.related_questions
+    assert repr(widget) == "Related questions: " + " | ".join(answer.related_questions)
+
+    widget.buttons[0].click()
+
+    assert len(asked) == 1
+    follow_up = asked[0]
+    assert follow_up.conversation_id == answer.conversation_id
+    assert 'href="https://docs.python.org/' in widget.result.value
+    assert answer.related_questions[0] in widget.result.value
+    assert all(not b.disabled for b in widget.buttons)
+    questions = [
+        m.content
+        for m in researcher.history(str(answer.conversation_id)).messages
+        if m.role == "user"
+    ]
+    assert questions[-1].startswith(answer.related_questions[0])
+
+
+def test_related_question_errors_render_in_the_widget(researcher: Researcher) -> None:
+    answer = researcher.search("How do I cancel an asyncio task?", return_related_questions=True)
+    gone: Any = answer.model_copy(update={"conversation_id": "20000101-0000000000000"})
+    widget = RelatedQuestions(gone, researcher)
+    assert widget.ask("anything?") is None
+    assert "CONVERSATION_NOT_FOUND" in widget.result.value
