@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import math
 import os
@@ -228,21 +229,24 @@ class Researcher:
 
     # -- the client, one per event loop -------------------------------------------------------
 
-    def _client(self) -> AsyncClient:
-        if self._fixed_client is not None:
-            return self._fixed_client
+    def _new_client(self) -> AsyncClient:
         from pplx_nb.api import AsyncClient, ResponseCache
 
-        loop = asyncio.get_running_loop()
         with self._lock:
-            client = self._clients.get(loop)
-            if client is None:
-                if self._cache is None:
-                    self._cache = ResponseCache(
-                        ttl=self._settings.cache_ttl, max_size=self._settings.cache_max_size
-                    )
-                client = AsyncClient(self._settings, cache=self._cache)
-                self._clients[loop] = client
+            if self._cache is None:
+                self._cache = ResponseCache(
+                    ttl=self._settings.cache_ttl, max_size=self._settings.cache_max_size
+                )
+        return AsyncClient(self._settings, cache=self._cache)
+
+    def _client(self) -> AsyncClient:
+        """The client of the running event loop (connections are bound to their loop)."""
+        if self._fixed_client is not None:
+            return self._fixed_client
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None:
+            client = self._clients.setdefault(loop, self._new_client())
         return client
 
     # -- building turns -------------------------------------------------------------------------
@@ -295,7 +299,23 @@ class Researcher:
         content = f"{query}\n\n{prepared.text}" if prepared.text else query
         return content, list(prepared.records) or None, list(prepared.notes)
 
+    @contextlib.contextmanager
+    def _counted(self) -> Iterator[None]:
+        """Count a request refused while its turn is built (bad input, unknown conversation)."""
+        started = time.perf_counter()
+        try:
+            yield
+        except Exception:
+            self._record(started, None, ok=False)
+            raise
+
     def _new_turn(
+        self, query: str, mode: Mode, files: Sequence[str | Path] | None, opts: dict[str, Any]
+    ) -> _Turn:
+        with self._counted():
+            return self._build_new_turn(query, mode, files, opts)
+
+    def _build_new_turn(
         self, query: str, mode: Mode, files: Sequence[str | Path] | None, opts: dict[str, Any]
     ) -> _Turn:
         query = self._check_query(query)
@@ -312,6 +332,18 @@ class Researcher:
         return _Turn(None, messages, user, _TOOLS[mode, False], model, opts, seed=[system])
 
     async def _followup_turn(
+        self,
+        conversation_id: str,
+        query: str,
+        mode: Mode,
+        fork: bool,
+        files: Sequence[str | Path] | None,
+        opts: dict[str, Any],
+    ) -> _Turn:
+        with self._counted():
+            return await self._build_followup_turn(conversation_id, query, mode, fork, files, opts)
+
+    async def _build_followup_turn(
         self,
         conversation_id: str,
         query: str,
@@ -450,6 +482,7 @@ class Researcher:
                 ticker.cancel()
         if tracker:
             tracker.update(100, "Completed")
+        assert answer is not None
         yield self._complete(turn, answer)
 
     @staticmethod
@@ -640,14 +673,15 @@ class Researcher:
         if messages and messages[-1]["role"] == "user" and job.request.get("searchQuery"):
             messages[-1] = {"role": "user", "content": str(job.request["searchQuery"])}
         request = self._build_request(messages, model, opts)
-        client = self._client()
         started = time.perf_counter()
-        remote_id = ctx.remote_id
-        if remote_id is None:
-            await ctx.report(25, "Querying Perplexity API...")
-            remote_id = await client.submit_background(request)
-            await ctx.record_remote_id(remote_id)
-        answer = await self._poll(client, request, remote_id, ctx)
+        # One client per job: nothing stays bound to the worker's loop after it stops.
+        async with self._fixed_client or self._new_client() as client:
+            remote_id = ctx.remote_id
+            if remote_id is None:
+                await ctx.report(25, "Querying Perplexity API...")
+                remote_id = await client.submit_background(request)
+                await ctx.record_remote_id(remote_id)
+            answer = await self._poll(client, request, remote_id, ctx)
         turn = _Turn(
             job.conversation_id, messages, conversation.messages[-1], job.tool, model, opts
         )
@@ -670,7 +704,7 @@ class Researcher:
                 if exc.status_code != 404:
                     raise
                 logger.warning("Remote run %s is unknown to the API; starting over", remote_id)
-                await ctx.note_error(exc) if hasattr(ctx, "note_error") else None
+                await ctx.note_error(exc)
                 remote_id = await client.submit_background(request)
                 await ctx.record_remote_id(remote_id)
                 continue
@@ -723,8 +757,8 @@ class Researcher:
     def metrics(self) -> dict[str, Any]:
         """Request counts, latency p50/p95/p99 in ms, API calls, tokens, cost."""
         snapshot = self._metrics.snapshot()
-        cache = self._cache.stats() if self._cache is not None else None
-        snapshot["cache"] = cache._asdict() if hasattr(cache, "_asdict") else _as_dict(cache)
+        if self._cache is not None:
+            snapshot["cache"] = dataclasses.asdict(self._cache.stats())
         return snapshot
 
     def health(self) -> dict[str, Any]:
@@ -859,27 +893,42 @@ class Researcher:
         return run_sync(self.await_job(conversation_id, timeout=timeout, on_progress=on_progress))
 
     def close(self) -> None:
-        """Stop the background worker and close the API clients."""
+        """Stop the background worker and close the API clients of every event loop used."""
         worker, self._worker = self._worker, None
         if worker is not None:
             worker.stop()
-        with self._lock:
-            clients = list(self._clients.items())
-            self._clients.clear()
+        clients = list(self._clients.items())
+        self._clients.clear()
         for loop, client in clients:
             if loop.is_closed():
                 continue
             with contextlib.suppress(Exception):
-                if loop.is_running():
-                    asyncio.run_coroutine_threadsafe(client.aclose(), loop).result(timeout=5)
-                else:
+                if not loop.is_running():
                     loop.run_until_complete(client.aclose())
+                elif _running_loop() is loop:
+                    loop.create_task(client.aclose())
+                else:
+                    asyncio.run_coroutine_threadsafe(client.aclose(), loop).result(timeout=5)
+
+    async def aclose(self) -> None:
+        """Like :meth:`close`, awaiting the client of the running loop."""
+        client = self._clients.pop(asyncio.get_running_loop(), None)
+        if client is not None:
+            await client.aclose()
+        await asyncio.to_thread(self.close)
 
     def __enter__(self) -> Researcher:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def _wire_messages(messages: Sequence[Message]) -> list[dict[str, str]]:
@@ -907,18 +956,6 @@ def _previous_user(conversation: Conversation, answer: Message) -> str | None:
         if message.role == "user":
             return message.reformulated_query
     return None
-
-
-def _as_dict(value: Any) -> Any:
-    if value is None:
-        return None
-    if hasattr(value, "model_dump"):
-        return value.model_dump()
-    if hasattr(value, "__dataclass_fields__"):
-        from dataclasses import asdict
-
-        return asdict(value)
-    return value
 
 
 def _rss_mb() -> float:

@@ -1,0 +1,237 @@
+"""The Researcher façade against the simulator over loopback, with a real store and job queue."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pplx_nb import (
+    Answer,
+    ConversationNotFound,
+    JobInProgress,
+    JobStatus,
+    Researcher,
+    Settings,
+    ValidationError,
+)
+from pplx_nb._models import Progress, Usage
+from pplx_nb._pricing import estimate_cost
+from pplx_nb.sim import stats
+
+
+@pytest.fixture
+def researcher(settings: Settings) -> Iterator[Researcher]:
+    r = Researcher(settings)
+    yield r
+    r.close()
+
+
+@pytest.fixture
+def async_researcher(settings: Settings) -> Iterator[Researcher]:
+    r = Researcher(settings, async_deep_research=True)
+    yield r
+    r.close()
+
+
+def _file(answer: Answer) -> dict[str, object]:
+    assert answer.conversation_path is not None
+    data: dict[str, object] = json.loads(
+        (Path(answer.conversation_path) / "conversation.json").read_text()
+    )
+    return data
+
+
+def test_search_creates_a_conversation_with_system_user_and_cited_answer(
+    researcher: Researcher,
+) -> None:
+    answer = researcher.search("How do I cancel an asyncio task?")
+    assert answer.text and answer.sources
+    assert all(s.url.startswith("https://docs.python.org/3/") for s in answer.sources)
+    data = _file(answer)
+    roles = [m["role"] for m in data["messages"]]  # type: ignore[index]
+    assert roles == ["system", "user", "assistant"]
+    assistant = data["messages"][2]  # type: ignore[index]
+    assert assistant["tool"] == "perplexity_search"
+    assert assistant["model"]
+    assert assistant["sources"] and assistant["usage"]["totalTokens"] > 0
+    assert assistant["cost"]["totalCost"] > 0
+    assert assistant["timestamp"].endswith("Z")
+    assert data["messageCount"] == 3
+    assert researcher.status(answer.conversation_id or "") is None
+
+
+def test_streaming_yields_deltas_that_add_up_to_the_stored_answer(researcher: Researcher) -> None:
+    items = list(researcher.stream_search("What does pathlib.Path.glob do?"))
+    deltas = [i for i in items if isinstance(i, str)]
+    final = items[-1]
+    assert isinstance(final, Answer)
+    assert len(deltas) > 1
+    assert "".join(deltas) == final.text
+    assert researcher.history(final.conversation_id or "").messages[-1].content == final.text
+
+
+def test_followups_continue_the_conversation_across_modes(researcher: Researcher) -> None:
+    first = researcher.search("How do I cancel an asyncio task?")
+    cid = first.conversation_id or ""
+    second = researcher.followup(cid, "How do I wait for it to finish?")
+    assert isinstance(second, Answer) and second.conversation_id == cid
+    third = researcher.followup(
+        cid, "Write a report on task cancellation", mode="research", wait=True
+    )
+    assert isinstance(third, Answer) and third.conversation_id == cid
+    fourth = researcher.followup(cid, "Summarise that in one line")
+    assert isinstance(fourth, Answer)
+    history = researcher.history(cid)
+    assert [m.role for m in history.messages] == ["user", "assistant"] * 4
+    tools = [m.tool for m in history.messages if m.role == "assistant"]
+    assert tools == [
+        "perplexity_search",
+        "perplexity_search_followup",
+        "perplexity_deep_research_followup",
+        "perplexity_search_followup",
+    ]
+    assert researcher.history(cid, include_system=True).messages[0].role == "system"
+
+
+def test_blocking_deep_research_reports_progress_in_order(researcher: Researcher) -> None:
+    seen: list[Progress] = []
+    answer = researcher.deep_research(
+        "Compare the threading and multiprocessing modules", wait=True, on_progress=seen.append
+    )
+    assert isinstance(answer, Answer)
+    assert answer.text.count("## ") >= 2
+    percentages = [p.percentage for p in seen]
+    assert percentages[0] == 25 and percentages[-1] == 100
+    assert percentages == sorted(percentages)
+    assert 50 in percentages
+
+
+def test_async_deep_research_queues_then_completes_and_blocks_followups_meanwhile(
+    async_researcher: Researcher,
+) -> None:
+    queued = async_researcher.deep_research("Explain the asyncio event loop in depth")
+    assert isinstance(queued, JobStatus) and queued.status == "pending"
+    cid = queued.conversation_id
+    with pytest.raises(JobInProgress) as info:
+        async_researcher.followup(cid, "and what about uvloop?")
+    assert info.value.code == "JOB_IN_PROGRESS"
+    report = async_researcher.wait(cid, timeout=30)
+    assert report.text and report.sources
+    status = async_researcher.status(cid)
+    assert status is not None and status.status == "completed"
+    after = async_researcher.followup(cid, "What is a coroutine?")
+    assert isinstance(after, Answer)
+    roles = [m.role for m in async_researcher.history(cid).messages]
+    assert roles == ["user", "assistant", "user", "assistant"]
+
+
+def test_a_recovered_job_resumes_its_remote_run_instead_of_paying_twice(
+    settings: Settings, sim_url: str
+) -> None:
+    from pplx_nb.jobs import Worker
+
+    r = Researcher(settings, async_deep_research=False)
+    try:
+        queued = r.deep_research("Describe the json module", wait=False)
+        assert isinstance(queued, JobStatus)
+        job = r.queue.claim("crashed-worker")
+        assert job is not None
+        from pplx_nb.api import AsyncClient, Request
+
+        async def submit() -> str:
+            async with AsyncClient(settings) as client:
+                return await client.submit_background(
+                    Request(
+                        messages=[{"role": "user", "content": "Describe the json module"}],
+                        model="sonar-deep-research",
+                    )
+                )
+
+        remote_id = asyncio.run(submit())
+        before = stats(sim_url)["background_runs"]
+        r.queue.set_remote_id(job, remote_id)
+        r.queue.release(job)
+        worker = Worker(r.queue, r.execute_job, concurrency=1)
+        worker.start()
+        try:
+            report = r.wait(queued.conversation_id, timeout=30)
+        finally:
+            worker.stop()
+        assert report.text
+        assert stats(sim_url)["background_runs"] == before
+    finally:
+        r.close()
+
+
+def test_bad_input_is_refused_before_any_call(researcher: Researcher, sim_url: str) -> None:
+    with pytest.raises(ValidationError):
+        researcher.search("   ")
+    with pytest.raises(ValidationError, match="limit"):
+        researcher.search("x" * 40_000)
+    with pytest.raises(ValidationError, match="Unknown option"):
+        researcher.search("hello", colour="blue")
+    with pytest.raises(ValidationError):
+        researcher.followup("../../etc/passwd", "hi")
+    with pytest.raises(ConversationNotFound) as info:
+        researcher.followup("20250124-1706102400123", "hi")
+    assert "perplexity_search" in str(info.value)
+    assert stats(sim_url)["generations"] == 0
+
+
+def test_fork_continues_in_a_child_and_leaves_the_parent_alone(researcher: Researcher) -> None:
+    first = researcher.search("What is itertools.groupby?")
+    parent = first.conversation_id or ""
+    child = researcher.followup(parent, "Show an example of it", fork=True)
+    assert isinstance(child, Answer)
+    assert child.conversation_id != parent
+    assert len(researcher.history(parent).messages) == 2
+    assert researcher.history(child.conversation_id or "").parent_conversation_id == parent
+
+
+def test_metrics_and_health(researcher: Researcher) -> None:
+    researcher.search("What is functools.lru_cache?")
+    researcher.search("What is functools.lru_cache?")
+    with pytest.raises(ValidationError):
+        researcher.search("")
+    m = researcher.metrics()
+    assert m["requests"]["total"] == 3
+    assert m["requests"]["success"] == 2 and m["requests"]["failed"] == 1
+    assert m["requests"]["cached"] == 1
+    assert m["latency"]["p50"] > 0 and m["api"]["tokens"] > 0
+    h = researcher.health()
+    assert h["status"] == "healthy", h
+    assert h["checks"]["store"] and h["checks"]["api"]
+
+
+def test_sync_methods_work_while_an_event_loop_runs_in_the_thread(researcher: Researcher) -> None:
+    async def inside_a_running_loop() -> Answer:
+        return researcher.search("What does re.compile return?")
+
+    answer = asyncio.run(inside_a_running_loop())
+    assert answer.text
+
+
+def test_async_methods_work_in_the_callers_loop(settings: Settings) -> None:
+    async def main() -> Answer:
+        r = Researcher(settings)
+        try:
+            answer = await r.asearch("What is a dataclass?")
+            more = await r.afollowup(answer.conversation_id or "", "How do I make it frozen?")
+            assert isinstance(more, Answer)
+            return more
+        finally:
+            await r.aclose()
+
+    assert asyncio.run(main()).text
+
+
+def test_estimated_cost_is_marked_and_follows_the_price_table() -> None:
+    cost = estimate_cost("sonar-pro", Usage(prompt_tokens=1_000_000, completion_tokens=1_000_000))
+    assert cost.estimated
+    assert cost.input_cost == pytest.approx(3.0)
+    assert cost.output_cost == pytest.approx(15.0)
+    assert cost.total_cost == pytest.approx(18.0 + cost.request_cost)
