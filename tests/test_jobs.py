@@ -369,3 +369,16 @@ def test_status_messages_name_the_state_progress_and_errors(
     done = queue.complete(job)
     assert "completed" in format_status_message(done)
     assert "cancelled" in format_status_message(done.model_copy(update={"status": "cancelled"}))
+
+
+def test_a_job_with_a_damaged_status_does_not_block_the_others(
+    queue: JobQueue, logs_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    broken, fine = new_conversation(logs_dir), new_conversation(logs_dir)
+    queue.enqueue(broken, "t", {}, priority=9)
+    queue.enqueue(fine, "t", {})
+    (logs_dir / broken / "status.json").write_text("{truncated")
+    job = queue.claim("w")
+    assert job is not None and job.conversation_id == fine
+    assert queue.recover_stale() == 0
+    assert any("cannot be recovered" in r.getMessage() for r in caplog.records)

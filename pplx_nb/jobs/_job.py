@@ -60,10 +60,11 @@ class JobContext:
     """
 
     def __init__(self, queue: JobQueue, job: Job) -> None:
+        # A claim already records 25 % "Querying Perplexity API...".
         self._queue = queue
         self.job = job
         self._remote_id = job.remote_id
-        self._last: tuple[int, str] | None = None
+        self._last: tuple[int, str] | None = (25, "Querying Perplexity API...")
 
     @property
     def attempt(self) -> int:

@@ -194,7 +194,12 @@ class JobQueue:
         for marker in self._index.candidates():
             if not self._index.claim(marker):
                 continue
-            job = self._take(marker, worker_id)
+            try:
+                job = self._take(marker, worker_id)
+            except PplxError as exc:
+                # The marker stays claimed, so recover_stale keeps reporting the damaged job.
+                logger.error("Job %s cannot be claimed: %s", conversation_of(marker), exc)
+                continue
             if job is not None:
                 logger.info(
                     "Job dequeued: %s (priority %d, attempt %d)",
@@ -388,7 +393,12 @@ class JobQueue:
         number of jobs recovered.
         """
         claimed = self._index.claimed()
-        recovered = sum(self._recover(marker) for marker in claimed)
+        recovered = 0
+        for marker in claimed:
+            try:
+                recovered += self._recover(marker)
+            except PplxError as exc:
+                logger.error("Job %s cannot be recovered: %s", conversation_of(marker), exc)
         return recovered + self._rebuild_index(set(claimed))
 
     def _recover(self, marker: str) -> int:
@@ -402,12 +412,15 @@ class JobQueue:
             if status is None or status.get("queueKey") != marker or status["status"] in _DONE:
                 self._index.drop(marker)
                 return 0
+            if status["status"] == "pending":
+                # A claimant died between renaming the marker and taking the job.
+                if _age_seconds(status.get("updatedAt")) <= self.lease_seconds:
+                    return 0
+                self._index.requeue(marker)
+                return 1
             age = _age_seconds(status.get("heartbeatAt") or status.get("updatedAt"))
             if age <= self.lease_seconds:
                 return 0
-            if status["status"] == "pending":
-                self._index.requeue(marker)
-                return 1
             attempt = int(status.get("attempts", 1))
             info = {
                 "code": "JOB_LEASE_EXPIRED",
@@ -431,35 +444,39 @@ class JobQueue:
         return 1
 
     def _rebuild_index(self, claimed: set[str]) -> int:
-        pending = set(self._index.pending())
+        known = set(self._index.pending()) | claimed
         rebuilt = 0
         for directory in self._conversation_dirs():
             if not (directory / JOB_FILE).exists():
                 continue
-            status = _read(directory / STATUS_FILE)
-            marker = status.get("queueKey") if status else None
-            if not status or not isinstance(marker, str) or marker in pending | claimed:
-                continue
-            with locked(directory):
-                status = _read(directory / STATUS_FILE)
-                if status is None or status.get("queueKey") != marker:
-                    continue
-                in_index = (
-                    self._index.pending_path(marker).exists()
-                    or self._index.claimed_path(marker).exists()
-                )
-                if in_index:
-                    continue
-                if status["status"] == "pending":
-                    self._index.add_pending(marker)
-                elif status["status"] == "in_progress":
-                    self._index.add_claimed(marker)
-                else:
-                    continue
-                rebuilt += 1
+            try:
+                rebuilt += self._rebuild_marker(directory, known)
+            except PplxError as exc:
+                logger.error("Job %s cannot be indexed: %s", directory.name, exc)
         if rebuilt:
             logger.warning("Job index: re-created %d missing marker(s)", rebuilt)
         return rebuilt
+
+    def _rebuild_marker(self, directory: Path, known: set[str]) -> int:
+        status = _read(directory / STATUS_FILE)
+        marker = status.get("queueKey") if status else None
+        if not status or not isinstance(marker, str) or marker in known:
+            return 0
+        with locked(directory):
+            status = _read(directory / STATUS_FILE)
+            if status is None or status.get("queueKey") != marker:
+                return 0
+            if self._index.pending_path(marker).exists():
+                return 0
+            if self._index.claimed_path(marker).exists():
+                return 0
+            if status["status"] == "pending":
+                self._index.add_pending(marker)
+            elif status["status"] == "in_progress":
+                self._index.add_claimed(marker)
+            else:
+                return 0
+        return 1
 
     # -- reading -------------------------------------------------------------------------------
 

@@ -170,6 +170,9 @@ class Worker:
                 await work
             self._settle(self.queue.release, job)
             return
+        except LeaseLost as exc:
+            self._on_lost(job, [exc])
+            return
         except Exception as exc:
             self._settle(self.queue.fail, job, _as_pplx_error(exc))
             return

@@ -1,0 +1,284 @@
+"""Job queue: cycle throughput, claim races between processes, claim latency, vs a SQLite queue.
+
+The SQLite baseline is the usual design (litequeue, persist-queue): one table, a claim is
+``BEGIN IMMEDIATE; SELECT ... ORDER BY priority DESC, id LIMIT 1; UPDATE ...; COMMIT`` in WAL mode.
+Both queues do the same work per job: enqueue, claim, complete; the cycle benchmark also appends
+the answer to the conversation through the store (the part a runner does), for both queues.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import sqlite3
+import tempfile
+import time
+from collections.abc import Callable
+from multiprocessing.synchronize import Event as EventType
+from pathlib import Path
+from typing import Any
+
+from bench._util import median, ratio, table
+from pplx_nb._models import Message, Usage
+from pplx_nb.jobs import JobQueue
+from pplx_nb.store import ConversationStore
+
+TITLE = "Job queue"
+
+RUNS = 3
+CYCLES = 1_000
+RACE_JOBS = 2_000
+RACE_PROCESSES = 4
+LATENCY_PENDING = 10_000
+LATENCY_SAMPLES = 200
+TOOL = "perplexity_deep_research"
+
+
+def _conversations(root: Path, n: int) -> list[str]:
+    store = ConversationStore(root)
+    return [
+        store.create([Message(role="user", content=f"question {i}")]).conversation_id
+        for i in range(n)
+    ]
+
+
+def _answer(job_id: str) -> Message:
+    return Message(
+        role="assistant",
+        content="An answer [1].",
+        tool=TOOL,
+        usage=Usage(prompt_tokens=10, completion_tokens=20, total_tokens=30),
+        jobId=job_id,
+    )
+
+
+# -- the SQLite baseline ---------------------------------------------------------------------
+
+
+class SqliteQueue:
+    """A job table in SQLite (WAL), claimed with BEGIN IMMEDIATE + SELECT + UPDATE."""
+
+    def __init__(self, path: Path) -> None:
+        self.db = sqlite3.connect(path, timeout=60, isolation_level=None)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.execute(
+            "CREATE TABLE IF NOT EXISTS jobs (id INTEGER PRIMARY KEY, conversation TEXT, "
+            "priority INTEGER, status TEXT, worker TEXT, request TEXT)"
+        )
+        self.db.execute("CREATE INDEX IF NOT EXISTS claim ON jobs (status, priority DESC, id)")
+
+    def enqueue(self, conversation_id: str, request: dict[str, Any], priority: int = 0) -> None:
+        self.db.execute(
+            "INSERT INTO jobs (conversation, priority, status, request) VALUES (?, ?, ?, ?)",
+            (conversation_id, priority, "pending", json.dumps(request)),
+        )
+
+    def claim(self, worker: str) -> tuple[int, str] | None:
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            row = self.db.execute(
+                "SELECT id, conversation FROM jobs WHERE status = 'pending' "
+                "ORDER BY priority DESC, id LIMIT 1"
+            ).fetchone()
+            if row is not None:
+                self.db.execute(
+                    "UPDATE jobs SET status = 'in_progress', worker = ? WHERE id = ?",
+                    (worker, row[0]),
+                )
+        finally:
+            self.db.execute("COMMIT")
+        return None if row is None else (int(row[0]), str(row[1]))
+
+    def complete(self, job_id: int) -> None:
+        self.db.execute("UPDATE jobs SET status = 'completed' WHERE id = ?", (job_id,))
+
+
+# -- single-process cycles -------------------------------------------------------------------
+
+
+def _cycles_ours(root: Path, ids: list[str]) -> float:
+    queue, store = JobQueue(root), ConversationStore(root)
+    start = time.perf_counter()
+    for cid in ids:
+        queue.enqueue(cid, TOOL, {"searchQuery": "q"})
+        job = queue.claim("bench")
+        assert job is not None
+        store.append(cid, _answer(job.job_id))
+        queue.complete(job, tokens=30)
+    return len(ids) / (time.perf_counter() - start)
+
+
+def _cycles_sqlite(root: Path, ids: list[str]) -> float:
+    queue, store = SqliteQueue(root / "queue.db"), ConversationStore(root)
+    start = time.perf_counter()
+    for cid in ids:
+        queue.enqueue(cid, {"searchQuery": "q"})
+        claimed = queue.claim("bench")
+        assert claimed is not None
+        store.append(cid, _answer(str(claimed[0])))
+        queue.complete(claimed[0])
+    return len(ids) / (time.perf_counter() - start)
+
+
+def _cycles(kind: Callable[[Path, list[str]], float]) -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        return kind(root, _conversations(root, CYCLES))
+
+
+# -- processes racing to claim ---------------------------------------------------------------
+
+
+def _race_worker_ours(root: str, go: EventType, out: Any) -> None:
+    queue = JobQueue(Path(root))
+    claimed: list[str] = []
+    go.wait()
+    while (job := queue.claim(f"p{mp.current_process().pid}")) is not None:
+        queue.complete(job)
+        claimed.append(job.job_id)
+    out.put((claimed, time.perf_counter()))
+
+
+def _race_worker_sqlite(root: str, go: EventType, out: Any) -> None:
+    queue = SqliteQueue(Path(root) / "queue.db")
+    claimed: list[str] = []
+    go.wait()
+    while (job := queue.claim(f"p{mp.current_process().pid}")) is not None:
+        queue.complete(job[0])
+        claimed.append(str(job[0]))
+    out.put((claimed, time.perf_counter()))
+
+
+def _race(kind: str) -> tuple[float, int, int]:
+    """Claims per second of RACE_PROCESSES processes over RACE_JOBS jobs, duplicates, claims."""
+    ctx = mp.get_context("fork")
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        ids = [f"{i}" for i in range(RACE_JOBS)]
+        if kind == "ours":
+            queue = JobQueue(root)
+            for cid in _conversations(root, RACE_JOBS):
+                queue.enqueue(cid, TOOL, {"searchQuery": "q"})
+            target: Callable[..., None] = _race_worker_ours
+        else:
+            sqlite_queue = SqliteQueue(root / "queue.db")
+            for cid in ids:
+                sqlite_queue.enqueue(cid, {"searchQuery": "q"})
+            sqlite_queue.db.close()
+            target = _race_worker_sqlite
+        go, out = ctx.Event(), ctx.Queue()
+        procs = [
+            ctx.Process(target=target, args=(str(root), go, out)) for _ in range(RACE_PROCESSES)
+        ]
+        for proc in procs:
+            proc.start()
+        time.sleep(0.5)
+        start = time.perf_counter()
+        go.set()
+        results = [out.get(timeout=300) for _ in procs]
+        for proc in procs:
+            proc.join()
+        took = max(end for _, end in results) - start
+        claimed = [job for jobs, _ in results for job in jobs]
+        return len(claimed) / took, len(claimed) - len(set(claimed)), len(claimed)
+
+
+# -- claim latency with a deep queue ---------------------------------------------------------
+
+
+def _latency_ours() -> list[float]:
+    """Median claim latency (ms) of RUNS runs over one queue kept at LATENCY_PENDING jobs."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        queue = JobQueue(root)
+        for i, cid in enumerate(_conversations(root, LATENCY_PENDING)):
+            queue.enqueue(cid, TOOL, {"searchQuery": "q"}, priority=i % 3)
+        runs = []
+        for _ in range(RUNS):
+            samples = []
+            for _ in range(LATENCY_SAMPLES):
+                start = time.perf_counter()
+                job = queue.claim("bench")
+                samples.append(time.perf_counter() - start)
+                assert job is not None
+                queue.release(job)
+            runs.append(median(samples) * 1000)
+        assert queue.pending_count() == LATENCY_PENDING
+        return runs
+
+
+def _latency_sqlite() -> list[float]:
+    with tempfile.TemporaryDirectory() as tmp:
+        queue = SqliteQueue(Path(tmp) / "queue.db")
+        for i in range(LATENCY_PENDING):
+            queue.enqueue(str(i), {"searchQuery": "q"}, priority=i % 3)
+        runs = []
+        for _ in range(RUNS):
+            samples = []
+            for _ in range(LATENCY_SAMPLES):
+                start = time.perf_counter()
+                job = queue.claim("bench")
+                samples.append(time.perf_counter() - start)
+                assert job is not None
+                queue.db.execute("UPDATE jobs SET status = 'pending' WHERE id = ?", (job[0],))
+            runs.append(median(samples) * 1000)
+        return runs
+
+
+def run() -> str:
+    """Run every measurement RUNS times and report medians and ratios."""
+    cycles_ours = median([_cycles(_cycles_ours) for _ in range(RUNS)])
+    cycles_sqlite = median([_cycles(_cycles_sqlite) for _ in range(RUNS)])
+    races_ours = [_race("ours") for _ in range(RUNS)]
+    races_sqlite = [_race("sqlite") for _ in range(RUNS)]
+    race_ours = median([r[0] for r in races_ours])
+    race_sqlite = median([r[0] for r in races_sqlite])
+    dup_ours = sum(r[1] for r in races_ours)
+    dup_sqlite = sum(r[1] for r in races_sqlite)
+    latency_ours = median(_latency_ours())
+    latency_sqlite = median(_latency_sqlite())
+    rows = [
+        [
+            f"cycles/s, 1 process (enqueue → claim → append answer → complete, {CYCLES} jobs)",
+            f"{cycles_ours:,.0f}",
+            f"{cycles_sqlite:,.0f}",
+            ratio(cycles_ours, cycles_sqlite),
+        ],
+        [
+            f"claims/s, {RACE_PROCESSES} processes racing over {RACE_JOBS:,} jobs "
+            "(claim + complete)",
+            f"{race_ours:,.0f}",
+            f"{race_sqlite:,.0f}",
+            ratio(race_ours, race_sqlite),
+        ],
+        [
+            f"duplicate claims in {RUNS} races ({sum(r[2] for r in races_ours):,} claims)",
+            str(dup_ours),
+            str(dup_sqlite),
+            "",
+        ],
+        [
+            f"claim latency, median ms, {LATENCY_PENDING:,} pending",
+            f"{latency_ours:.2f}",
+            f"{latency_sqlite:.2f}",
+            ratio(latency_sqlite, latency_ours) + " faster" if latency_ours else "",
+        ],
+    ]
+    return "\n\n".join(
+        [
+            "pplx_nb's queue (markers claimed by `os.rename`, status.json per conversation, "
+            "fenced by worker id and attempt) against a SQLite job table claimed with "
+            "`BEGIN IMMEDIATE; SELECT … ORDER BY priority DESC, id; UPDATE` (WAL, "
+            "synchronous=NORMAL). Medians of "
+            f"{RUNS} runs; ratio = pplx_nb / SQLite (for latency: how many times faster).",
+            table(["measure", "pplx_nb", "SQLite queue", "ratio"], rows),
+            "Targets from issue 4: ≥ 500 cycles/s, zero duplicate claims, ≤ 5 ms claim latency "
+            "with 10,000 pending. Anchors measured elsewhere: litequeue (SQLite) ≈ 3,700 "
+            "claims/s with 4 processes; persist-queue's SQLiteAckQueue gave 12–16 duplicate "
+            "claims per 2,000 items in the same race. The SQLite queue is faster per claim (one "
+            "B-tree page, no file per job); the file queue keeps each job's state next to its "
+            "conversation, readable by the TypeScript server's tools, with no shared database "
+            "to lock or corrupt.",
+        ]
+    )

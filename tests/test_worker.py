@@ -1,0 +1,346 @@
+"""The Worker against the simulator over loopback: in a thread, and as real processes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.runners import sim_runner
+
+from pplx_nb import Settings
+from pplx_nb._models import Message
+from pplx_nb.jobs import Job, JobContext, JobQueue, Worker
+from pplx_nb.store import ConversationStore
+
+REPO = Path(__file__).resolve().parent.parent
+TOOL = "perplexity_deep_research"
+
+
+@pytest.fixture
+def worker_env(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """The environment a worker reads: the simulator, the test key, the logs directory."""
+    env = {
+        "PERPLEXITY_BASE_URL": settings.base_url,
+        "PERPLEXITY_API_KEY": settings.api_key.get_secret_value() if settings.api_key else "",
+        "PPLX_NB_OFFLINE": "false",
+        "CONVERSATION_LOGS_DIR": str(settings.conversation_logs_dir),
+        "PPLX_NB_JOB_LEASE_SECONDS": "1",
+        "PERPLEXITY_MAX_JOB_RETRIES": "2",
+        "LOG_LEVEL": "info",
+    }
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    return env
+
+
+@pytest.fixture
+def store(settings: Settings) -> ConversationStore:
+    return ConversationStore(settings.logs_dir())
+
+
+def _submit(
+    store: ConversationStore, queue: JobQueue, query: str = "asyncio tasks", **request: Any
+) -> str:
+    conversation = store.create([Message(role="user", content=query)])
+    cid = conversation.conversation_id
+    queue.enqueue(cid, TOOL, {"query": query, **request})
+    return cid
+
+
+def _replies(store: ConversationStore, cid: str) -> list[Message]:
+    return [m for m in store.load(cid).messages if m.role == "assistant"]
+
+
+def _wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+class _RecordingQueue(JobQueue):
+    """Reads status.json back after every progress write, as a poller would see it."""
+
+    seen: list[tuple[str, int, str]]
+
+    def progress(self, job: Job, percentage: int, message: str) -> None:
+        super().progress(job, percentage, message)
+        status = self.status(job.conversation_id)
+        assert status is not None and status.progress is not None
+        self.seen.append((status.status, status.progress.percentage, status.progress.message))
+
+
+def test_a_job_runs_to_completion_with_progress_in_order(
+    worker_env: dict[str, str], store: ConversationStore, settings: Settings
+) -> None:
+    queue = _RecordingQueue(settings.logs_dir(), lease_seconds=2)
+    queue.seen = []
+    cid = _submit(store, queue, "How do I cancel an asyncio task?")
+    first = queue.status(cid)
+    assert first is not None and first.status == "pending"
+    started: list[tuple[str, int, str]] = []
+
+    async def runner(job: Job, ctx: JobContext) -> object:
+        status = queue.status(job.conversation_id)
+        assert status is not None and status.progress is not None
+        started.append((status.status, status.progress.percentage, status.progress.message))
+        return await sim_runner(job, ctx)
+
+    worker = Worker(queue, runner, concurrency=1, poll_interval=0.02)
+    worker.start()
+    try:
+        _wait_for(lambda: (s := queue.status(cid)) is not None and s.done, 20, "completion")
+    finally:
+        worker.stop(timeout=5)
+    assert started == [("in_progress", 25, "Querying Perplexity API...")]
+    assert queue.seen[0] == ("in_progress", 50, "Processing response...")
+    later = [pct for _, pct, _ in queue.seen[1:]]
+    assert later and later == sorted(later) and all(75 <= p <= 95 for p in later)
+    assert {msg for _, _, msg in queue.seen[1:]} == {"Finalizing research report..."}
+    final = queue.status(cid)
+    assert final is not None and final.status == "completed" and final.attempts == 1
+    assert final.progress is not None and final.progress.elapsed_ms > 0
+    (reply,) = _replies(store, cid)
+    assert reply.content and (reply.model_extra or {}).get("jobId") == final.model_extra["jobId"]  # type: ignore[index]
+    assert not (settings.logs_dir() / cid / "job.json").exists()
+
+
+def test_a_job_that_fails_twice_succeeds_on_the_third_attempt(
+    worker_env: dict[str, str], store: ConversationStore, settings: Settings
+) -> None:
+    queue = JobQueue.from_settings(Settings.from_env())
+    cid = _submit(store, queue, fail_attempts=2)
+    worker = Worker(queue, sim_runner, concurrency=2, poll_interval=0.02)
+    worker.start()
+    try:
+        _wait_for(lambda: (s := queue.status(cid)) is not None and s.done, 20, "completion")
+    finally:
+        worker.stop(timeout=5)
+    status = queue.status(cid)
+    assert status is not None and status.status == "completed" and status.attempts == 3
+    assert [(e.attempt, e.code) for e in status.error_history] == [
+        (1, "API_SERVER_ERROR"),
+        (2, "API_SERVER_ERROR"),
+    ]
+    assert len(_replies(store, cid)) == 1
+
+
+def test_a_job_that_always_fails_ends_failed_after_three_attempts(
+    worker_env: dict[str, str], store: ConversationStore, settings: Settings
+) -> None:
+    queue = JobQueue.from_settings(Settings.from_env())
+    cid = _submit(store, queue, fail_attempts=99)
+    worker = Worker(queue, sim_runner, concurrency=1, poll_interval=0.02)
+    worker.start()
+    try:
+        _wait_for(lambda: (s := queue.status(cid)) is not None and s.done, 20, "failure")
+    finally:
+        worker.stop(timeout=5)
+    status = queue.status(cid)
+    assert status is not None and status.status == "failed" and status.attempts == 3
+    assert len(status.error_history) == 3
+    assert status.error is not None and status.error.code == "API_SERVER_ERROR"
+    directory = settings.logs_dir() / cid
+    assert not (directory / "job.json").exists()
+    assert (directory / "status.json").exists() and (directory / "conversation.json").exists()
+    assert _replies(store, cid) == []
+
+
+def test_jobs_run_concurrently_up_to_the_limit(
+    settings: Settings, store: ConversationStore
+) -> None:
+    queue = JobQueue(settings.logs_dir())
+    ids = [_submit(store, queue) for _ in range(6)]
+    active, peak = 0, 0
+
+    async def runner(job: Job, ctx: JobContext) -> None:
+        nonlocal active, peak
+        active += 1
+        peak = max(peak, active)
+        await asyncio.sleep(0.2)
+        active -= 1
+
+    worker = Worker(queue, runner, concurrency=3, poll_interval=0.02)
+    worker.start()
+    try:
+        _wait_for(lambda: all(queue.status(c).done for c in ids), 10, "all jobs")  # type: ignore[union-attr]
+    finally:
+        worker.stop(timeout=5)
+    assert peak == 3
+
+
+def test_stopping_a_worker_releases_a_job_still_running(
+    settings: Settings, store: ConversationStore
+) -> None:
+    queue = JobQueue(settings.logs_dir())
+    cid = _submit(store, queue)
+    cancelled = []
+
+    async def runner(job: Job, ctx: JobContext) -> None:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.append(job.job_id)
+            raise
+
+    worker = Worker(queue, runner, concurrency=1, poll_interval=0.02, drain_seconds=0.2)
+    worker.start()
+    _wait_for(lambda: queue.status(cid).status == "in_progress", 5, "claim")  # type: ignore[union-attr]
+    worker.stop(timeout=5)
+    assert not worker.running and len(cancelled) == 1
+    status = queue.status(cid)
+    assert status is not None and status.status == "pending" and status.attempts == 0
+
+
+def test_cancelling_a_running_job_stops_its_runner(
+    settings: Settings, store: ConversationStore
+) -> None:
+    queue = JobQueue(settings.logs_dir(), lease_seconds=0.3)
+    cid = _submit(store, queue)
+    cancelled = []
+
+    async def runner(job: Job, ctx: JobContext) -> None:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.append(job.job_id)
+            raise
+
+    worker = Worker(queue, runner, concurrency=1, poll_interval=0.02)
+    worker.start()
+    try:
+        _wait_for(lambda: queue.status(cid).status == "in_progress", 5, "claim")  # type: ignore[union-attr]
+        queue.cancel(cid)
+        _wait_for(lambda: bool(cancelled), 5, "the runner to be cancelled")
+    finally:
+        worker.stop(timeout=5)
+    status = queue.status(cid)
+    assert status is not None and status.status == "cancelled"
+
+
+# -- worker processes --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def spawn(worker_env: dict[str, str]) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(log: Path, *args: str) -> subprocess.Popen[bytes]:
+        env = {**os.environ, **worker_env, "PYTHONPATH": str(REPO / "tests")}
+        command = [
+            sys.executable,
+            "-m",
+            "pplx_nb.worker",
+            "--runner",
+            "support.runners:sim_runner",
+            "--poll-interval",
+            "0.05",
+            *args,
+        ]
+        with log.open("wb") as out:
+            proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=out, stderr=out)
+        procs.append(proc)
+        return proc
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)
+
+
+def test_worker_process_exits_zero_on_sigterm_and_releases_its_job(
+    spawn: Callable[..., subprocess.Popen[bytes]],
+    store: ConversationStore,
+    settings: Settings,
+    tmp_path: Path,
+) -> None:
+    queue = JobQueue.from_settings(Settings.from_env())
+    cid = _submit(store, queue, sleep=30)
+    proc = spawn(tmp_path / "w.log", "--drain", "0.2")
+    _wait_for(lambda: queue.status(cid).status == "in_progress", 30, "claim")  # type: ignore[union-attr]
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=20) == 0
+    status = queue.status(cid)
+    assert status is not None and status.status == "pending" and status.attempts == 0
+    log = (tmp_path / "w.log").read_text()
+    assert "Job dequeued" in log and "Job released" in log
+
+
+@pytest.mark.slow
+def test_four_worker_processes_drain_500_jobs_each_exactly_once(
+    spawn: Callable[..., subprocess.Popen[bytes]],
+    store: ConversationStore,
+    settings: Settings,
+    tmp_path: Path,
+) -> None:
+    queue = JobQueue.from_settings(Settings.from_env())
+    ids = [_submit(store, queue, f"asyncio question {i}") for i in range(500)]
+    procs = [spawn(tmp_path / f"w{i}.log", "--concurrency", "4") for i in range(4)]
+    _wait_for(lambda: queue.pending_count() == 0, 180, "the queue to drain")
+    _wait_for(lambda: all(queue.status(c).done for c in ids), 60, "the last jobs")  # type: ignore[union-attr]
+    for proc in procs:
+        proc.send_signal(signal.SIGTERM)
+    assert [proc.wait(timeout=30) for proc in procs] == [0, 0, 0, 0]
+    statuses = [queue.status(c) for c in ids]
+    assert all(s is not None and s.status == "completed" and s.attempts == 1 for s in statuses)
+    for cid, status in zip(ids, statuses, strict=True):
+        (reply,) = _replies(store, cid)
+        assert (reply.model_extra or {})["jobId"] == status.model_extra["jobId"]  # type: ignore[union-attr, index]
+    logs = [(tmp_path / f"w{i}.log").read_text() for i in range(4)]
+    assert sum(log.count("Job completed") for log in logs) == 500
+    assert sum(log.count("Job dequeued") for log in logs) == 500
+    assert sum(1 for log in logs if "Job completed" in log) >= 2
+
+
+@pytest.mark.slow
+def test_a_job_of_a_killed_worker_completes_once_on_another_after_the_lease(
+    spawn: Callable[..., subprocess.Popen[bytes]],
+    store: ConversationStore,
+    settings: Settings,
+    tmp_path: Path,
+) -> None:
+    queue = JobQueue.from_settings(Settings.from_env())
+    cid = _submit(store, queue, sleep=1.5)
+    doomed = spawn(tmp_path / "doomed.log", "--worker-id", "doomed")
+    _wait_for(lambda: queue.status(cid).worker_id == "doomed", 30, "the first claim")  # type: ignore[union-attr]
+    doomed.send_signal(signal.SIGKILL)
+    doomed.wait(timeout=10)
+    survivor = spawn(tmp_path / "survivor.log", "--worker-id", "survivor")
+    _wait_for(lambda: queue.status(cid).done, 30, "completion on the survivor")  # type: ignore[union-attr]
+    survivor.send_signal(signal.SIGTERM)
+    assert survivor.wait(timeout=20) == 0
+    status = queue.status(cid)
+    assert status is not None and status.status == "completed"
+    assert status.worker_id == "survivor" and status.attempts == 2
+    assert [e.code for e in status.error_history] == ["JOB_LEASE_EXPIRED"]
+    assert len(_replies(store, cid)) == 1
+
+
+def test_an_unexpected_exception_in_a_runner_is_recorded_and_retried(
+    settings: Settings, store: ConversationStore
+) -> None:
+    queue = JobQueue(settings.logs_dir(), max_job_retries=1)
+    cid = _submit(store, queue)
+
+    async def runner(job: Job, ctx: JobContext) -> None:
+        raise KeyError("missing-field")
+
+    worker = Worker(queue, runner, concurrency=1, poll_interval=0.02)
+    worker.start()
+    try:
+        _wait_for(lambda: queue.status(cid).done, 10, "failure")  # type: ignore[union-attr]
+    finally:
+        worker.stop(timeout=5)
+    status = queue.status(cid)
+    assert status is not None and status.status == "failed" and status.attempts == 2
+    assert status.error is not None and "KeyError" in status.error.message
