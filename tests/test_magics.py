@@ -372,6 +372,18 @@ def test_followup_in_research_mode_queues_a_job_on_the_same_conversation(
     assert isinstance(done, Answer)
 
 
+def test_jobs_watch_shows_each_unfinished_job(shell: InteractiveShell) -> None:
+    status = Run(shell, "%%pplx_research\nHow does asyncio schedule callbacks?").result
+    assert isinstance(status, JobStatus)
+    watched = Run(shell, "%pplx_jobs --watch -o df")
+    frame = shell.user_ns["df"]
+    assert list(frame["conversation_id"]) == [status.conversation_id]
+    if frame["status"][0] in ("pending", "in_progress"):
+        assert f"Research job** `{status.conversation_id}`" in watched.outputs[0]["text/markdown"]
+    Run(shell, "%pplx_wait --timeout 60")
+    assert len(Run(shell, "%pplx_jobs --watch").outputs) == 0, "finished jobs are not watched"
+
+
 def test_wait_timeout_is_a_styled_error(shell: InteractiveShell) -> None:
     status = Run(shell, "%%pplx_research\nCompare asyncio.gather and asyncio.TaskGroup").result
     assert isinstance(status, JobStatus)
