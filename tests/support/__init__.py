@@ -1,0 +1,1 @@
+"""Helpers for the test suite: job runners that worker processes can import by name."""
