@@ -112,7 +112,11 @@ class _Backend:
         return self._researcher
 
     def start_worker(self) -> None:
-        self.get().start_worker()
+        researcher = self.get()
+        # Create the queue first: Researcher.start_worker builds it under its own (non-reentrant)
+        # lock, and would wait on itself if the queue did not exist yet.
+        _ = researcher.queue
+        researcher.start_worker()
 
     def close(self) -> None:
         if self._researcher is not None:

@@ -1,0 +1,450 @@
+"""The MCP server driven over stdio with the official ``mcp`` client, against the offline simulator.
+
+Two servers are shared by the module (blocking and async deep research) to keep the file fast;
+each runs as ``python -m pplx_nb.mcp`` in its own process, exactly as an assistant would start it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, ExitStack
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from anyio.from_thread import BlockingPortal, start_blocking_portal
+from mcp import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp_types import CallToolResult, TextContent
+
+from pplx_nb import Researcher, Settings
+from pplx_nb._models import Progress
+from pplx_nb.mcp._progress import ProgressRelay
+
+ROOT = Path(__file__).resolve().parent.parent
+TOOLS = {
+    "perplexity_search",
+    "perplexity_deep_research",
+    "perplexity_search_followup",
+    "perplexity_deep_research_followup",
+    "get_conversation_history",
+    "list_conversations",
+}
+UNKNOWN_ID = "20200101-1577836800000"
+
+
+def _server_env(logs_dir: Path, **extra: str) -> dict[str, str]:
+    env = {
+        "PPLX_NB_OFFLINE": "1",
+        "PPLX_NB_SIM_LATENCY_MS": "0",
+        "PPLX_NB_SIM_DEEP_RESEARCH_SECONDS": "0.5",
+        "CONVERSATION_LOGS_DIR": str(logs_dir),
+        "PYTHONPATH": str(ROOT),
+        "LOG_LEVEL": "info",
+    }
+    env.update(extra)
+    return env
+
+
+class McpClient:
+    """One server process and one client session, driven from sync tests through a portal."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self._env = env
+        self._stack = ExitStack()
+        self._errlog = None
+        self.portal: BlockingPortal
+
+    def __enter__(self) -> McpClient:
+        self.portal = self._stack.enter_context(start_blocking_portal())
+        self._errlog = self._stack.enter_context(open(os.devnull, "w"))
+        params = StdioServerParameters(
+            command=sys.executable, args=["-m", "pplx_nb.mcp"], env=self._env, cwd=str(ROOT)
+        )
+        streams: AbstractContextManager[Any] = self.portal.wrap_async_context_manager(
+            stdio_client(params, errlog=self._errlog)
+        )
+        read, write = self._stack.enter_context(streams)
+        self.session: ClientSession = self._stack.enter_context(
+            self.portal.wrap_async_context_manager(ClientSession(read, write))
+        )
+        self.portal.call(self.session.initialize)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
+
+    def call(
+        self, name: str, arguments: dict[str, Any], progress: list[float] | None = None
+    ) -> CallToolResult:
+        async def on_progress(value: float, total: float | None, message: str | None) -> None:
+            if progress is not None:
+                progress.append(value)
+
+        async def call() -> CallToolResult:
+            return await self.session.call_tool(
+                name, arguments, read_timeout_seconds=60, progress_callback=on_progress
+            )
+
+        return self.portal.call(call)
+
+    def alive(self) -> bool:
+        self.portal.call(self.session.send_ping)
+        return True
+
+
+def _text(result: CallToolResult) -> str:
+    block = result.content[0]
+    assert isinstance(block, TextContent)
+    return block.text
+
+
+def _data(result: CallToolResult) -> dict[str, Any]:
+    assert result.structured_content is not None, _text(result)
+    return result.structured_content
+
+
+@pytest.fixture(scope="module")
+def logs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One conversation-logs directory shared by the servers and the test process."""
+    return tmp_path_factory.mktemp("mcp") / "conversation-logs"
+
+
+@pytest.fixture(scope="module")
+def client(logs_dir: Path) -> Iterator[McpClient]:
+    """A server in blocking mode (the MCP default)."""
+    with McpClient(_server_env(logs_dir)) as mcp:
+        yield mcp
+
+
+@pytest.fixture(scope="module")
+def async_client(logs_dir: Path) -> Iterator[McpClient]:
+    """A server with PERPLEXITY_ENABLE_ASYNC_DEEP_RESEARCH=true, running the worker."""
+    env = _server_env(
+        logs_dir,
+        PERPLEXITY_ENABLE_ASYNC_DEEP_RESEARCH="true",
+        PPLX_NB_SIM_DEEP_RESEARCH_SECONDS="2",
+    )
+    with McpClient(env) as mcp:
+        yield mcp
+
+
+def test_tools_list_has_the_six_tools_with_bounded_schemas(client: McpClient) -> None:
+    tools = {tool.name: tool for tool in client.portal.call(client.session.list_tools).tools}
+    assert set(tools) == TOOLS
+
+    search = tools["perplexity_search"].input_schema
+    assert search["required"] == ["query"]
+    assert search["properties"]["query"]["minLength"] == 1
+    assert search["properties"]["query"]["maxLength"] == 10_000
+    domains = search["properties"]["search_domain_filter"]["anyOf"][0]
+    assert domains["maxItems"] == 20
+    for name in ("search_recency_filter", "search_after_date_filter", "showThinking", "files"):
+        assert name in search["properties"]
+
+    followup = tools["perplexity_deep_research_followup"].input_schema
+    assert set(followup["required"]) == {"conversationId", "query"}
+    assert followup["properties"]["conversationId"]["pattern"] == r"^\d{8}-\d{13}$"
+    assert "reasoning_effort" in followup["properties"]
+
+    history = tools["get_conversation_history"].input_schema["properties"]
+    assert history["includeSystemPrompt"]["default"] is False
+
+    for name, tool in tools.items():
+        assert tool.annotations is not None
+        read_only = name in ("get_conversation_history", "list_conversations")
+        assert tool.annotations.read_only_hint is read_only
+        assert tool.output_schema is not None
+    assert "NEW conversation" in (tools["perplexity_search"].description or "")
+    assert "Cross-Mode" in (tools["perplexity_deep_research_followup"].description or "")
+
+
+def test_search_then_followups_in_both_modes_show_every_turn_in_order(client: McpClient) -> None:
+    started = client.call("perplexity_search", {"query": "How do I cancel an asyncio task?"})
+    assert not started.is_error, _text(started)
+    data = _data(started)
+    cid = data["conversationId"]
+    text = _text(started)
+    assert text.startswith("🔗 **Conversation Started**\n")
+    assert f"Conversation ID: `{cid}`" in text
+    assert f"Location: `{data['conversationPath']}`" in text
+    assert "• Quick search: Use `perplexity_search_followup`" in text
+    assert "• Deep dive: Use `perplexity_deep_research_followup`" in text
+    assert data["answer"] and data["answer"] in text
+    assert data["sources"] and data["sources"][0]["url"].startswith("https://docs.python.org/")
+    assert data["usage"]["totalTokens"] > 0 and data["cost"]["totalCost"] >= 0
+    assert Path(data["conversationPath"], "conversation.json").is_file()
+
+    quick = client.call(
+        "perplexity_search_followup",
+        {"conversationId": cid, "query": "What does asyncio.shield do?"},
+    )
+    assert not quick.is_error, _text(quick)
+    assert _text(quick).startswith("🔗 **Conversation Continued**")
+    assert _data(quick)["conversationId"] == cid
+
+    progress: list[float] = []
+    deep = client.call(
+        "perplexity_deep_research_followup",
+        {"conversationId": cid, "query": "Compare asyncio.wait_for and asyncio.timeout"},
+        progress=progress,
+    )
+    assert not deep.is_error, _text(deep)
+    assert _data(deep)["status"] == "completed" and _data(deep)["answer"]
+    assert progress and progress == sorted(set(progress))
+
+    history = client.call("get_conversation_history", {"conversationId": cid})
+    assert not history.is_error, _text(history)
+    turns = _data(history)["messages"]
+    assert [m["role"] for m in turns] == ["user", "assistant"] * 3
+    assert [m["content"] for m in turns[::2]] == [
+        "How do I cancel an asyncio task?",
+        "What does asyncio.shield do?",
+        "Compare asyncio.wait_for and asyncio.timeout",
+    ]
+    assert [m["tool"] for m in turns[1::2]] == [
+        "perplexity_search",
+        "perplexity_search_followup",
+        "perplexity_deep_research_followup",
+    ]
+    assert _data(history)["job"] is None
+    assert _text(history).index("What does asyncio.shield do?") < _text(history).index(
+        "Compare asyncio.wait_for"
+    )
+
+    with_system = client.call(
+        "get_conversation_history", {"conversationId": cid, "includeSystemPrompt": True}
+    )
+    assert _data(with_system)["messages"][0]["role"] == "system"
+
+    listed = client.call("list_conversations", {"limit": 50})
+    assert cid in [c["conversationId"] for c in _data(listed)["conversations"]]
+
+
+INVALID, NOT_FOUND = "VALIDATION_ERROR", "CONVERSATION_NOT_FOUND"
+BAD_CALLS = [
+    ("perplexity_search_followup", {"conversationId": "../etc", "query": "hi"}, INVALID),
+    ("get_conversation_history", {"conversationId": "x" * 20}, INVALID),
+    ("perplexity_search_followup", {"conversationId": UNKNOWN_ID, "query": "hi"}, NOT_FOUND),
+    ("get_conversation_history", {"conversationId": UNKNOWN_ID}, NOT_FOUND),
+    ("perplexity_search", {"query": ""}, INVALID),
+    ("perplexity_search", {"query": "   "}, INVALID),
+    ("perplexity_search", {"query": "x" * 10_001}, INVALID),
+    ("perplexity_search", {"query": "q", "search_domain_filter": ["a.com"] * 21}, INVALID),
+    ("perplexity_deep_research", {}, INVALID),
+]
+
+
+@pytest.mark.parametrize(("tool", "arguments", "code"), BAD_CALLS)
+def test_bad_calls_are_coded_error_results_and_the_server_lives_on(
+    client: McpClient, tool: str, arguments: dict[str, Any], code: str
+) -> None:
+    result = client.call(tool, arguments)
+    assert result.is_error
+    text = _text(result)
+    assert text.startswith(f"{code}: ")
+    if code == "CONVERSATION_NOT_FOUND":
+        assert "perplexity_search" in text
+    if "conversationId" in arguments and code == "VALIDATION_ERROR":
+        assert "yyyymmdd" in text
+    assert client.alive()
+
+
+def test_health_resource_reports_status_and_metrics(client: McpClient) -> None:
+    result = client.portal.call(client.session.read_resource, "pplx://health")
+    report = json.loads(result.contents[0].text)  # type: ignore[union-attr]
+    assert report["status"] in ("healthy", "degraded", "unhealthy")
+    assert report["checks"]["store"] is True
+    assert "requests" in json.dumps(report["metrics"])
+
+
+def test_async_deep_research_answers_at_once_and_history_shows_it_completed(
+    async_client: McpClient,
+) -> None:
+    start = time.perf_counter()
+    queued = async_client.call(
+        "perplexity_deep_research", {"query": "How does asyncio schedule callbacks?"}
+    )
+    took = time.perf_counter() - start
+    assert not queued.is_error, _text(queued)
+    assert took < 1.0
+    text = _text(queued)
+    assert text.startswith("🆕 **New Conversation Started**\n")
+    assert "queued for background processing" in text and "`get_conversation_history`" in text
+    cid = _data(queued)["conversationId"]
+    assert _data(queued)["status"] == "pending"
+
+    blocked = async_client.call(
+        "perplexity_search_followup", {"conversationId": cid, "query": "and in trio?"}
+    )
+    assert blocked.is_error and _text(blocked).startswith("JOB_IN_PROGRESS: ")
+
+    deadline = time.monotonic() + 30
+    while True:
+        history = async_client.call("get_conversation_history", {"conversationId": cid})
+        job = _data(history)["job"]
+        assert job is not None and job["status"] in ("pending", "in_progress", "completed")
+        if job["status"] == "completed" or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert job["status"] == "completed"
+    assert "completed" in _text(history)
+    messages = _data(history)["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant"]
+    assert messages[1]["tool"] == "perplexity_deep_research" and messages[1]["content"]
+
+
+def test_conversation_from_a_researcher_continues_through_the_mcp_server(
+    client: McpClient, logs_dir: Path
+) -> None:
+    settings = Settings(
+        offline=True, sim_latency_ms=0, conversation_logs_dir=logs_dir, api_key=None
+    )
+    with Researcher(settings) as researcher:
+        answer = researcher.search("What is a context manager?")
+    assert answer.conversation_id is not None
+
+    result = client.call(
+        "perplexity_search_followup",
+        {"conversationId": answer.conversation_id, "query": "How does contextlib help?"},
+    )
+    assert not result.is_error, _text(result)
+    history = client.call("get_conversation_history", {"conversationId": answer.conversation_id})
+    contents = [m["content"] for m in _data(history)["messages"]]
+    assert contents[0] == "What is a context manager?"
+    assert contents[1] == answer.text
+    assert contents[2] == "How does contextlib help?"
+    assert len(contents) == 4
+
+
+def _raw_lines(process: subprocess.Popen[bytes]) -> queue.Queue[bytes]:
+    lines: queue.Queue[bytes] = queue.Queue()
+
+    def pump() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            lines.put(line)
+
+    threading.Thread(target=pump, daemon=True).start()
+    return lines
+
+
+def _response(lines: queue.Queue[bytes], request_id: int, seen: list[bytes]) -> dict[str, Any]:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+        seen.append(line)
+        message: dict[str, Any] = json.loads(line)
+        if message.get("id") == request_id and ("result" in message or "error" in message):
+            return message
+    raise AssertionError(f"no response to request {request_id}")
+
+
+MALFORMED = [
+    b"{",
+    b"not json at all",
+    b"[1, 2, 3]",
+    b'{"jsonrpc": "2.0"}',
+    b'{"jsonrpc": "1.0", "id": 1, "method": "tools/list"}',
+    b'{"jsonrpc": "2.0", "id": {"nested": 1}, "method": "tools/list"}',
+    b'{"jsonrpc": "2.0", "method": 42}',
+    b"\xff\xfe\x00 binary",
+    b"null",
+    b'"a string"',
+]
+
+
+def test_malformed_jsonrpc_lines_do_not_stop_the_server_and_stdout_is_only_jsonrpc(
+    tmp_path: Path,
+) -> None:
+    env = {**os.environ, **_server_env(tmp_path / "logs")}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pplx_nb.mcp"],
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    assert process.stdin is not None
+    lines = _raw_lines(process)
+    seen: list[bytes] = []
+
+    def send(message: dict[str, Any] | bytes) -> None:
+        assert process.stdin is not None
+        raw = message if isinstance(message, bytes) else json.dumps(message).encode()
+        process.stdin.write(raw + b"\n")
+        process.stdin.flush()
+
+    try:
+        send(
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-11-25",
+                    "capabilities": {},
+                    "clientInfo": {"name": "raw-test", "version": "1"},
+                },
+            }
+        )
+        assert "result" in _response(lines, 1, seen)
+        send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        for index in range(200):
+            send(MALFORMED[index % len(MALFORMED)])
+        send({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
+        tools = _response(lines, 2, seen)["result"]["tools"]
+        assert {tool["name"] for tool in tools} == TOOLS
+        call = {
+            "jsonrpc": "2.0",
+            "id": 3,
+            "method": "tools/call",
+            "params": {"name": "perplexity_search", "arguments": {"query": "What is a coroutine?"}},
+        }
+        send(call)
+        result = _response(lines, 3, seen)["result"]
+        assert result.get("isError") is not True, result
+        assert result["structuredContent"]["answer"]
+    finally:
+        process.stdin.close()
+        process.wait(timeout=10)
+        if process.stdout is not None:
+            process.stdout.close()
+    assert process.returncode == 0
+    while not lines.empty():
+        seen.append(lines.get())
+    for line in seen:
+        message = json.loads(line)
+        assert isinstance(message, dict) and message["jsonrpc"] == "2.0", line
+
+
+def test_progress_relay_sends_a_heartbeat_that_always_increases() -> None:
+    sent: list[tuple[float, float | None, str | None]] = []
+
+    async def sink(progress: float, total: float | None = None, message: str | None = None) -> None:
+        sent.append((progress, total, message))
+
+    async def run() -> None:
+        relay = ProgressRelay(sink, heartbeat=0.05)
+        async with relay.running():
+            relay(Progress(percentage=25, message="Querying Perplexity API..."))
+            await anyio.sleep(0.18)
+            relay(Progress(percentage=50, message="Processing response..."))
+            await anyio.sleep(0.02)
+
+    anyio.run(run)
+    values = [value for value, _, _ in sent]
+    assert len(sent) >= 4
+    assert values == sorted(set(values))
+    assert values[0] == 25 and values[-1] == 50
+    assert sent[1][2] is not None and sent[1][2].startswith("Querying Perplexity API...")
+    assert all(total == 100 for _, total, _ in sent)
