@@ -51,9 +51,15 @@ def tokenize(text: str) -> list[str]:
 
 @dataclass(frozen=True, slots=True)
 class BM25Index:
-    """An inverted index with Okapi BM25 scoring (``k1``, ``b``) over pre-tokenised documents."""
+    """An inverted index with Okapi BM25 scoring (``k1``, ``b``) over pre-tokenised documents.
 
-    postings: dict[str, tuple[npt.NDArray[np.int32], npt.NDArray[np.float32]]]
+    Postings are stored flat (one array of document ids, one of term frequencies, and each
+    term's slice of them), which keeps the pickled index quick to load.
+    """
+
+    spans: dict[str, tuple[int, int]]
+    doc_ids: npt.NDArray[np.int32]
+    freqs: npt.NDArray[np.float32]
     doc_norms: npt.NDArray[np.float32]
     k1: float = 1.2
     b: float = 0.75
@@ -69,21 +75,31 @@ class BM25Index:
     ) -> BM25Index:
         """Index documents given as term lists; a document's id is its position."""
         ids: dict[str, list[int]] = {}
-        freqs: dict[str, list[int]] = {}
+        counts: dict[str, list[int]] = {}
         lengths: list[int] = []
         for doc_id, terms in enumerate(documents):
             lengths.append(len(terms))
             for term, count in Counter(terms).items():
                 ids.setdefault(term, []).append(doc_id)
-                freqs.setdefault(term, []).append(count)
+                counts.setdefault(term, []).append(count)
         length = np.asarray(lengths, dtype=np.float32)
         average = float(length.mean()) if len(lengths) else 1.0
         norms = (k1 * (1.0 - b + b * length / max(average, 1.0))).astype(np.float32)
-        postings = {
-            term: (np.asarray(ids[term], dtype=np.int32), np.asarray(freqs[term], dtype=np.float32))
-            for term in sorted(ids)
-        }
-        return cls(postings, norms, k1, b)
+        spans: dict[str, tuple[int, int]] = {}
+        flat_ids: list[int] = []
+        flat_counts: list[int] = []
+        for term in sorted(ids):
+            spans[term] = (len(flat_ids), len(flat_ids) + len(ids[term]))
+            flat_ids.extend(ids[term])
+            flat_counts.extend(counts[term])
+        return cls(
+            spans,
+            np.asarray(flat_ids, dtype=np.int32),
+            np.asarray(flat_counts, dtype=np.float32),
+            norms,
+            k1,
+            b,
+        )
 
     def search(self, query: str, limit: int) -> list[tuple[int, float]]:
         """The ``limit`` best ``(doc_id, score)`` pairs for ``query``, best first.
@@ -96,10 +112,11 @@ class BM25Index:
             return []
         scores = np.zeros(total, dtype=np.float64)
         for term in terms:
-            posting = self.postings.get(term)
-            if posting is None:
+            span = self.spans.get(term)
+            if span is None:
                 continue
-            doc_ids, tf = posting
+            doc_ids = self.doc_ids[span[0] : span[1]]
+            tf = self.freqs[span[0] : span[1]]
             df = doc_ids.shape[0]
             idf = math.log(1.0 + (total - df + 0.5) / (df + 0.5))
             scores[doc_ids] += idf * tf * (self.k1 + 1.0) / (tf + self.doc_norms[doc_ids])

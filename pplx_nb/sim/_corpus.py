@@ -24,7 +24,7 @@ from pplx_nb.sim._stdlib_docs import stdlib_documents, stdlib_root
 
 __all__ = ["Corpus", "cache_dir", "directory_documents", "load_corpus"]
 
-_FORMAT = 6
+_FORMAT = 7
 _TITLE_WEIGHT = 3
 _EXTENSIONS = (".md", ".txt", ".rst")
 _HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
