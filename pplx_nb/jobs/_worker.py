@@ -160,25 +160,32 @@ class Worker:
         lost: list[LeaseLost] = []
         beat = asyncio.create_task(self._heartbeat(job, work, lost))
         try:
-            result = await asyncio.shield(work)
+            await asyncio.wait({work})
         except asyncio.CancelledError:
-            if work.done() or lost:
-                self._on_lost(job, lost)
+            if not work.done():
+                work.cancel()
+                with contextlib.suppress(BaseException):
+                    await work
+                if lost:
+                    self._on_lost(job, lost)
+                else:
+                    self._settle(self.queue.release, job)
                 return
-            work.cancel()
-            with contextlib.suppress(BaseException):
-                await work
-            self._settle(self.queue.release, job)
-            return
-        except LeaseLost as exc:
-            self._on_lost(job, [exc])
-            return
-        except Exception as exc:
-            self._settle(self.queue.fail, job, _as_pplx_error(exc))
-            return
+            # The job ended just as the worker was stopped: settle it below.
         finally:
             beat.cancel()
-        self._settle(self.queue.complete, job, **_result_meta(result))
+        if lost:
+            self._on_lost(job, lost)
+        elif work.cancelled():
+            self._settle(self.queue.release, job)
+        elif isinstance(error := work.exception(), LeaseLost):
+            self._on_lost(job, [error])
+        elif isinstance(error, Exception):
+            self._settle(self.queue.fail, job, _as_pplx_error(error))
+        elif error is not None:
+            raise error
+        else:
+            self._settle(self.queue.complete, job, **_result_meta(work.result()))
 
     async def _heartbeat(self, job: Job, work: asyncio.Task[Any], lost: list[LeaseLost]) -> None:
         interval = self.queue.lease_seconds / 3
