@@ -12,7 +12,7 @@ import asyncio
 import os
 import queue
 import threading
-from collections.abc import AsyncIterator, Coroutine, Iterator
+from collections.abc import AsyncIterator, Coroutine, Generator
 from typing import Any, TypeVar
 
 __all__ = ["background_loop", "iterate_sync", "run_sync"]
@@ -73,7 +73,7 @@ def run_sync(coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         raise
 
 
-def iterate_sync(items: AsyncIterator[T]) -> Iterator[T]:
+def iterate_sync(items: AsyncIterator[T]) -> Generator[T, None, None]:
     """Iterate ``items`` on the background loop, yielding each one in the calling thread.
 
     Items pass through a queue, so the consumer (e.g. the kernel's main thread) does the work

@@ -344,8 +344,8 @@ def test_sync_client_works_while_the_calling_thread_runs_a_loop(settings: Settin
 def test_sync_stream_consumer_stops_early(settings: Settings, sim_url: str) -> None:
     with Client(settings.model_copy(update={"api_style": "sonar"})) as client:
         stream = client.stream(question())
-        first = next(iter(stream))
-        stream.close()  # type: ignore[attr-defined]
+        first = next(stream)
+        stream.close()
         assert isinstance(first, str)
         assert client.ask(question()).text
 
@@ -371,3 +371,34 @@ async def test_unknown_extra_response_fields_are_ignored() -> None:
     assert [s.url for s in answer.sources] == ["https://a.example/"]
     assert answer.usage is not None and answer.usage.total_tokens == 3
     assert answer.cost is None
+
+
+def test_sync_bridge_uses_one_loop_thread_and_cancels_abandoned_producers() -> None:
+    from pplx_nb._sync import iterate_sync, run_sync
+
+    closed = threading.Event()
+
+    async def numbers() -> Any:
+        try:
+            for n in range(1000):
+                await asyncio.sleep(0)
+                yield n, threading.current_thread().name
+        finally:
+            closed.set()
+
+    stream = iterate_sync(numbers())
+    first, producer_thread = next(stream)
+    stream.close()
+    assert first == 0 and producer_thread == "pplx_nb-loop"
+    assert closed.wait(2)
+
+    async def thread_name() -> str:
+        return threading.current_thread().name
+
+    async def fail() -> None:
+        raise InvalidInput("bad", status_code=400)
+
+    assert run_sync(thread_name()) == "pplx_nb-loop"
+    with pytest.raises(InvalidInput):
+        run_sync(fail())
+    assert [t.name for t in threading.enumerate()].count("pplx_nb-loop") == 1

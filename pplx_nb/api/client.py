@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Generator
 from types import TracebackType
 
 import httpx2
@@ -315,7 +315,7 @@ class Client:
 
         return run_sync(self._async.ask(request))
 
-    def stream(self, request: Request) -> Iterator[str | Answer]:
+    def stream(self, request: Request) -> Generator[str | Answer, None, None]:
         """See :meth:`AsyncClient.stream`; deltas are yielded in the calling thread."""
         from pplx_nb._sync import iterate_sync
 
