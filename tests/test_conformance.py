@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import time
 
-from openai import OpenAI
+import pytest
+from openai import NotFoundError, OpenAI
 from perplexity import Perplexity
 
 QUESTION = "How do I cancel an asyncio task?"
@@ -94,3 +95,31 @@ def test_openai_chat_completions(sim_url: str) -> None:
     assert extra["search_results"][0]["title"] == "asyncio.Task.cancel"
     assert extra["citations"][0].startswith("https://docs.python.org/")
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == content
+
+
+def test_background_runs_through_both_sdks(sim_url: str) -> None:
+    with (
+        Perplexity(api_key="test-key", base_url=sim_url, max_retries=0) as pplx,
+        OpenAI(api_key="test-key", base_url=sim_url + "/v1", max_retries=0) as oai,
+    ):
+        queued = pplx.responses.create(preset="medium", input=QUESTION, background=True)
+        assert queued.status == "queued" and queued.output == []
+        deadline = time.monotonic() + 5
+        current = pplx.responses.retrieve(queued.id)
+        while current.status != "completed" and time.monotonic() < deadline:
+            time.sleep(0.05)
+            current = pplx.responses.retrieve(queued.id)
+        same = oai.responses.retrieve(queued.id)
+        with pytest.raises(NotFoundError):
+            oai.responses.retrieve("resp_missing")
+        cancelled = oai.responses.cancel(
+            oai.responses.create(
+                model="perplexity/sonar-deep-research", input=QUESTION, background=True
+            ).id
+        )
+        models = [m.id for m in oai.models.list().data]
+
+    assert "## Overview" in current.output_text
+    assert same.output_text == current.output_text
+    assert cancelled.status == "cancelled"
+    assert "sonar-deep-research" in models
