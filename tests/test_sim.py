@@ -702,3 +702,19 @@ def test_unknown_path_and_wrong_method(client: httpx2.Client) -> None:
     assert missing.status_code == 404 and error_of(missing)["type"] == "not_found"
     wrong = client.get("/chat/completions")
     assert wrong.status_code == 405
+
+
+def test_expect_continue_gets_an_interim_100(sim_url: str) -> None:
+    body = json.dumps(ask("sort a list")).encode()
+    host, port = sim_url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.sendall(
+            b"POST /chat/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+            b"Connection: close\r\nContent-Length: %d\r\n\r\n" % len(body)
+        )
+        assert sock.recv(100) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        sock.sendall(body)
+        received = b""
+        while chunk := sock.recv(65536):
+            received += chunk
+    assert received.startswith(b"HTTP/1.1 200 OK") and b"list.sort" in received

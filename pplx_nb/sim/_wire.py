@@ -54,7 +54,16 @@ class _BadRequest(Exception):
 
 
 class _Head:
-    __slots__ = ("body_length", "chunked", "headers", "keep_alive", "method", "path", "query")
+    __slots__ = (
+        "body_length",
+        "chunked",
+        "expects_continue",
+        "headers",
+        "keep_alive",
+        "method",
+        "path",
+        "query",
+    )
 
     def __init__(self, raw: bytes) -> None:
         lines = raw.split(b"\r\n")
@@ -71,6 +80,7 @@ class _Head:
         self.headers: list[tuple[bytes, bytes]] = []
         length = 0
         self.chunked = False
+        self.expects_continue = False
         connection = b""
         for line in lines[1:]:
             name, sep, value = line.partition(b":")
@@ -87,6 +97,8 @@ class _Head:
                 self.chunked = b"chunked" in value.lower()
             elif name == b"connection":
                 connection = value.lower()
+            elif name == b"expect":
+                self.expects_continue = value.lower() == b"100-continue"
         if length > _MAX_BODY:
             raise _BadRequest(413, b"request body too large")
         self.body_length = length
@@ -129,6 +141,7 @@ class _Connection(asyncio.Protocol):
         self.server = server
         self.transport: asyncio.Transport | None = None
         self.buffer = bytearray()
+        self.continued = False
         self.task: asyncio.Task[None] | None = None
         self.closed = asyncio.get_running_loop().create_future()
         self.writable = asyncio.Event()
@@ -175,6 +188,7 @@ class _Connection(asyncio.Protocol):
         if parsed is None:
             return
         head, body = parsed
+        self.continued = False
         self.task = asyncio.ensure_future(self._run(head, body))
         self.server.tasks.add(self.task)
         self.task.add_done_callback(self.server.tasks.discard)
@@ -191,15 +205,23 @@ class _Connection(asyncio.Protocol):
             rest = self.buffer[start:]
             decoded = _dechunk(rest)
             if decoded is None:
+                self._continue(head)
                 return None
             body, used = decoded
             del self.buffer[: start + used]
             return head, body
         if len(self.buffer) < start + head.body_length:
+            self._continue(head)
             return None
         body = bytes(self.buffer[start : start + head.body_length])
         del self.buffer[: start + head.body_length]
         return head, body
+
+    def _continue(self, head: _Head) -> None:
+        """Tell a client waiting on ``Expect: 100-continue`` to send its body (once)."""
+        if head.expects_continue and not self.continued and self.transport is not None:
+            self.continued = True
+            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def _write_simple(self, status: int, message: bytes) -> None:
         assert self.transport is not None
