@@ -28,6 +28,7 @@ _FORMAT = 7
 _TITLE_WEIGHT = 3
 _EXTENSIONS = (".md", ".txt", ".rst")
 _HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
+_RST_UNDERLINE = re.compile(r"^([=\-~^\"'`*+#])\1{2,}\s*$")
 
 _loaded: dict[str, Corpus] = {}
 _lock = threading.Lock()
@@ -80,26 +81,38 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
 
+def _sections(text: str, default: str) -> list[tuple[str, str]]:
+    """Split text at Markdown (``## Title``) and reStructuredText (underlined) headings."""
+    sections: list[tuple[str, list[str]]] = [(default, [])]
+    lines = text.splitlines()
+    skip = False
+    for n, line in enumerate(lines):
+        if skip:
+            skip = False
+            continue
+        following = lines[n + 1] if n + 1 < len(lines) else ""
+        match = _HEADING.match(line)
+        if match:
+            sections.append((match.group(2), []))
+        elif line.strip() and _RST_UNDERLINE.match(following) and len(following) >= len(line):
+            sections.append((line.strip(), []))
+            skip = True
+        elif not _RST_UNDERLINE.match(line) or sections[-1][1]:
+            sections[-1][1].append(line)
+    return [(title, "\n".join(body).strip()) for title, body in sections]
+
+
 def directory_documents(directory: Path) -> list[Document]:
-    """One document per Markdown section (or per file without headings) under ``directory``."""
+    """One document per section (Markdown or reST heading) of each file under ``directory``."""
     documents: list[Document] = []
     for path in _directory_files(directory):
         text = path.read_text(encoding="utf-8", errors="replace")
         url = path.resolve().as_uri()
         name = path.relative_to(directory).as_posix()
-        sections: list[tuple[str, list[str]]] = [(path.stem, [])]
-        for line in text.splitlines():
-            match = _HEADING.match(line)
-            if match:
-                sections.append((match.group(2), []))
-            else:
-                sections[-1][1].append(line)
-        for heading, lines in sections:
-            body = "\n".join(lines).strip()
-            if not body:
-                continue
-            anchor = "" if heading == path.stem else f"#{_slug(heading)}"
-            documents.append(Document(heading, url + anchor, body, name))
+        for heading, body in _sections(text, path.stem):
+            if body:
+                anchor = "" if heading == path.stem else f"#{_slug(heading)}"
+                documents.append(Document(heading, url + anchor, body, name))
     return documents
 
 
