@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import socket
 import subprocess
 import sys
 import threading
@@ -23,6 +24,7 @@ import pytest
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult, TextContent
 
 from pplx_nb import Researcher, Settings
@@ -57,20 +59,20 @@ def _server_env(logs_dir: Path, **extra: str) -> dict[str, str]:
 class McpClient:
     """One server process and one client session, driven from sync tests through a portal."""
 
-    def __init__(self, env: dict[str, str]) -> None:
+    def __init__(self, env: dict[str, str], errlog: Path) -> None:
         self._env = env
         self._stack = ExitStack()
-        self._errlog = None
+        self.errlog = errlog
         self.portal: BlockingPortal
 
     def __enter__(self) -> McpClient:
         self.portal = self._stack.enter_context(start_blocking_portal())
-        self._errlog = self._stack.enter_context(open(os.devnull, "w"))
+        errors = self._stack.enter_context(self.errlog.open("w"))
         params = StdioServerParameters(
             command=sys.executable, args=["-m", "pplx_nb.mcp"], env=self._env, cwd=str(ROOT)
         )
         streams: AbstractContextManager[Any] = self.portal.wrap_async_context_manager(
-            stdio_client(params, errlog=self._errlog)
+            stdio_client(params, errlog=errors)
         )
         read, write = self._stack.enter_context(streams)
         self.session: ClientSession = self._stack.enter_context(
@@ -121,7 +123,7 @@ def logs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def client(logs_dir: Path) -> Iterator[McpClient]:
     """A server in blocking mode (the MCP default)."""
-    with McpClient(_server_env(logs_dir)) as mcp:
+    with McpClient(_server_env(logs_dir), logs_dir.parent / "blocking.log") as mcp:
         yield mcp
 
 
@@ -133,7 +135,7 @@ def async_client(logs_dir: Path) -> Iterator[McpClient]:
         PERPLEXITY_ENABLE_ASYNC_DEEP_RESEARCH="true",
         PPLX_NB_SIM_DEEP_RESEARCH_SECONDS="2",
     )
-    with McpClient(env) as mcp:
+    with McpClient(env, logs_dir.parent / "async.log") as mcp:
         yield mcp
 
 
@@ -300,6 +302,7 @@ def test_async_deep_research_answers_at_once_and_history_shows_it_completed(
     messages = _data(history)["messages"]
     assert [m["role"] for m in messages] == ["user", "assistant"]
     assert messages[1]["tool"] == "perplexity_deep_research" and messages[1]["content"]
+    assert "Async deep research: enabled" in async_client.errlog.read_text()
 
 
 def test_conversation_from_a_researcher_continues_through_the_mcp_server(
@@ -362,18 +365,41 @@ MALFORMED = [
 ]
 
 
+# The server as `python -m pplx_nb.mcp` runs it, with library code that prints to stdout during a
+# tool call, on the event loop and from a thread: those lines must land on stderr.
+NOISY_SERVER = """
+import sys, threading
+from pplx_nb.research import Researcher
+
+ask = Researcher.asearch
+
+async def noisy(self, *args, **kwargs):
+    print("stray print during a call")
+    thread = threading.Thread(target=print, args=("stray print from a thread",))
+    thread.start()
+    thread.join()
+    return await ask(self, *args, **kwargs)
+
+Researcher.asearch = noisy
+from pplx_nb.mcp.__main__ import main
+sys.exit(main())
+"""
+
+
 def test_malformed_jsonrpc_lines_do_not_stop_the_server_and_stdout_is_only_jsonrpc(
     tmp_path: Path,
 ) -> None:
     env = {**os.environ, **_server_env(tmp_path / "logs")}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "pplx_nb.mcp"],
-        cwd=ROOT,
-        env=env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-    )
+    stderr = tmp_path / "stderr.txt"
+    with stderr.open("wb") as errors:
+        process = subprocess.Popen(
+            [sys.executable, "-c", NOISY_SERVER],
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=errors,
+        )
     assert process.stdin is not None
     lines = _raw_lines(process)
     seen: list[bytes] = []
@@ -425,6 +451,9 @@ def test_malformed_jsonrpc_lines_do_not_stop_the_server_and_stdout_is_only_jsonr
     for line in seen:
         message = json.loads(line)
         assert isinstance(message, dict) and message["jsonrpc"] == "2.0", line
+    logged = stderr.read_text()
+    assert "stray print during a call" in logged and "stray print from a thread" in logged
+    assert "Async deep research: disabled" in logged
 
 
 def test_progress_relay_sends_a_heartbeat_that_always_increases() -> None:
@@ -448,3 +477,39 @@ def test_progress_relay_sends_a_heartbeat_that_always_increases() -> None:
     assert values[0] == 25 and values[-1] == 50
     assert sent[1][2] is not None and sent[1][2].startswith("Querying Perplexity API...")
     assert all(total == 100 for _, total, _ in sent)
+
+
+def test_http_transport_serves_the_same_tools(tmp_path: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, **_server_env(tmp_path / "logs")}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pplx_nb.mcp", "--transport", "http", "--port", str(port)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+    async def tool_names() -> set[str]:
+        async with (
+            streamable_http_client(f"http://127.0.0.1:{port}/mcp") as (read, write, *_),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            return {tool.name for tool in (await session.list_tools()).tools}
+
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+            except OSError:
+                assert time.monotonic() < deadline and process.poll() is None
+                time.sleep(0.05)
+        assert anyio.run(tool_names) == TOOLS
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
