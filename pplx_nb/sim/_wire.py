@@ -337,6 +337,8 @@ class WireServer:
             for connection in list(self.connections):
                 if connection.transport is not None:
                     connection.transport.close()
+            # Let the transports run their close callbacks before the loop goes away.
+            await asyncio.sleep(0)
             for task in list(self.tasks):
                 task.cancel()
             if self.tasks:
