@@ -65,9 +65,6 @@ class SimApp:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Serve one ASGI connection scope."""
-        if scope["type"] == "lifespan":
-            await self._lifespan(receive, send)
-            return
         if scope["type"] != "http":
             return
         if self._stopping is None:
@@ -106,16 +103,6 @@ class SimApp:
         """Wake every request that is waiting (hangs, paced streams) so shutdown is quick."""
         if self._stopping is not None:
             self._stopping.set()
-
-    async def _lifespan(self, receive: Receive, send: Send) -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                self.stop()
-                await send({"type": "lifespan.shutdown.complete"})
-                return
 
     async def _send_reply(self, send: Send, reply: Reply) -> None:
         headers = [
