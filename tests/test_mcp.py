@@ -227,8 +227,17 @@ def test_search_then_followups_in_both_modes_show_every_turn_in_order(client: Mc
     )
     assert _data(with_system)["messages"][0]["role"] == "system"
 
-    listed = client.call("list_conversations", {"limit": 50})
-    assert cid in [c["conversationId"] for c in _data(listed)["conversations"]]
+    def listed(**filters: Any) -> list[str]:
+        result = client.call("list_conversations", {"limit": 50, **filters})
+        assert not result.is_error, _text(result)
+        return [c["conversationId"] for c in _data(result)["conversations"]]
+
+    assert cid in listed()
+    assert cid in listed(tool="perplexity_deep_research_followup", text="asyncio.shield")
+    assert cid not in listed(text="no conversation mentions this phrase")
+    assert listed(since="2999-01-01T00:00:00Z") == []
+    bad = client.call("list_conversations", {"since": "yesterday-ish"})
+    assert bad.is_error and _text(bad).startswith("VALIDATION_ERROR: ")
 
 
 INVALID, NOT_FOUND = "VALIDATION_ERROR", "CONVERSATION_NOT_FOUND"

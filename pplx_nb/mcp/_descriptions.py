@@ -120,7 +120,7 @@ Returns full conversation with all messages, metadata, and file path. When a dee
 
 LIST = """List stored Perplexity conversations, newest first, with their IDs, first question, message count and job status. Use it to find a conversation ID to continue with `perplexity_search_followup` / `perplexity_deep_research_followup` or to read with `get_conversation_history`.
 
-Optional filters: `text` (words in the questions or answers), `tool` (the tool that produced a turn), `limit` (default 20)."""
+Optional filters: `text` (words in the questions or answers), `tool` (the tool that produced a turn), `model`, `since` / `until` (ISO 8601 instants of creation), `limit` (default 20)."""
 
 DESCRIPTIONS = {
     "perplexity_search": SEARCH,

@@ -27,14 +27,17 @@ __all__ = [
     "IncludeSystemPrompt",
     "Limit",
     "ListText",
+    "ModelName",
     "Query",
     "ReasoningEffort",
     "RecencyFilter",
     "RelatedQuestions",
     "SearchMode",
     "ShowThinking",
+    "Since",
     "SourceOut",
     "ToolName",
+    "Until",
 ]
 
 MAX_QUERY_CHARS = 10_000
@@ -129,6 +132,24 @@ ListText = Annotated[
         max_length=500,
         description="Only conversations whose questions or answers contain these words.",
     ),
+]
+Since = Annotated[
+    str | None,
+    Field(
+        max_length=40,
+        description="Only conversations created at or after this instant (ISO 8601).",
+    ),
+]
+Until = Annotated[
+    str | None,
+    Field(
+        max_length=40,
+        description="Only conversations created at or before this instant (ISO 8601).",
+    ),
+]
+ModelName = Annotated[
+    str | None,
+    Field(max_length=100, description="Only conversations answered by this model."),
 ]
 ToolName = Annotated[
     Literal[

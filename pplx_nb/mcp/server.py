@@ -51,13 +51,16 @@ from pplx_nb.mcp._schemas import (
     IncludeSystemPrompt,
     Limit,
     ListText,
+    ModelName,
     Query,
     ReasoningEffort,
     RecencyFilter,
     RelatedQuestions,
     SearchMode,
     ShowThinking,
+    Since,
     ToolName,
+    Until,
 )
 
 if TYPE_CHECKING:
@@ -289,8 +292,13 @@ class _Tools:
         limit: Limit = 20,
         text: ListText = None,
         tool: ToolName = None,
+        model: ModelName = None,
+        since: Since = None,
+        until: Until = None,
     ) -> ListOutput:
-        summaries = self._backend.get().conversations(text=text, tool=tool, limit=limit)
+        summaries = self._backend.get().conversations(
+            text=text, tool=tool, model=model, since=since, until=until, limit=limit
+        )
         return list_result(summaries)
 
 
