@@ -464,6 +464,7 @@ def test_prune_deletes_only_old_idle_conversations(store: ConversationStore) -> 
     assert store.prune(timedelta(days=30)) == 1
     assert not store.exists(idle)
     assert all(store.exists(c) for c in (running, broken, fresh.conversation_id))
+    time.sleep(0.002)  # the fresh one must be at least a millisecond old
     assert store.prune(timedelta(0)) == 1
     assert not store.exists(fresh.conversation_id)
     with pytest.raises(ValidationError):

@@ -21,12 +21,12 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pplx_nb._errors import ConversationNotFound
+from pplx_nb._errors import ConversationNotFound, FilesystemError
 from pplx_nb._fs import (
     CONVERSATION_ID_RE,
     atomic_write_bytes,
@@ -74,10 +74,10 @@ def _fingerprint(stat: os.stat_result) -> list[int]:
     return [stat.st_ino, stat.st_size, stat.st_mtime_ns]
 
 
-def read_job_state(directory: Path) -> str | None:
+def read_job_state(directory: Path | str) -> str | None:
     """The ``status`` in a conversation directory's status.json, or ``None`` without a job."""
     try:
-        with open(directory / STATUS_FILE, "rb") as file:
+        with open(os.path.join(directory, STATUS_FILE), "rb") as file:
             state = json.loads(file.read()).get("status")
     except (OSError, ValueError, AttributeError):
         return None
@@ -95,6 +95,7 @@ class FileBackend:
     def __init__(self, root: Path, *, durable: bool = False) -> None:
         self.root = root
         self.durable = durable
+        self._root_str = str(root)
 
     def __repr__(self) -> str:
         return f"FileBackend(root={str(self.root)!r}, durable={self.durable})"
@@ -152,9 +153,7 @@ class FileBackend:
         """Append under the conversation's lock: read, splice new lines in, replace atomically."""
         directory = self.directory(conversation_id)
         path = directory / CONVERSATION_FILE
-        if not directory.is_dir():
-            raise not_found(conversation_id, self.root)
-        with locked(directory):
+        with self._locked(conversation_id, directory):
             data, before = self._read(conversation_id, path)
             updated_at = now_iso()
             canonical = split(data)
@@ -175,6 +174,18 @@ class FileBackend:
             self._write(directory, new, summary)
         return new
 
+    @contextlib.contextmanager
+    def _locked(self, conversation_id: str, directory: Path) -> Iterator[None]:
+        """The directory's lock; CONVERSATION_NOT_FOUND if the directory is not there."""
+        with contextlib.ExitStack() as stack:
+            try:
+                stack.enter_context(locked(directory))
+            except FilesystemError as exc:
+                if isinstance(exc.__cause__, FileNotFoundError):
+                    raise not_found(conversation_id, self.root) from None
+                raise
+            yield
+
     def _write(self, directory: Path, data: bytes, summary: dict[str, Any]) -> None:
         written = atomic_write_bytes(directory / CONVERSATION_FILE, data, durable=self.durable)
         # The summary is a derived, self-checking copy: it needs no fsync of its own.
@@ -186,10 +197,8 @@ class FileBackend:
     def delete(self, conversation_id: str) -> None:
         """Move the directory aside under the lock (readers see all or nothing), then remove it."""
         directory = self.directory(conversation_id)
-        if not directory.is_dir():
-            raise not_found(conversation_id, self.root)
         trash = self.root / f".deleted-{conversation_id}-{os.getpid()}-{next(_trash_counter)}"
-        with locked(directory), fs_errors(directory, "delete"):
+        with self._locked(conversation_id, directory), fs_errors(directory, "delete"):
             try:
                 os.rename(directory, trash)
             except FileNotFoundError:
@@ -238,8 +247,9 @@ class FileBackend:
 
     def summary(self, conversation_id: str) -> dict[str, Any]:
         """The light summary: summary.json if it still matches conversation.json, else computed."""
-        directory = self.directory(conversation_id)
-        path = directory / CONVERSATION_FILE
+        # Plain strings, not Path objects: list() calls this for every conversation.
+        directory = os.path.join(self._root_str, validate_conversation_id(conversation_id))
+        path = os.path.join(directory, CONVERSATION_FILE)
         try:
             stat = os.stat(path)
         except FileNotFoundError:
@@ -249,19 +259,19 @@ class FileBackend:
                 raise exc
         summary = self._fresh_summary(directory, stat)
         if summary is None:
-            data, _ = self._read(conversation_id, path)
-            summary = summarize(parse(data, conversation_id, str(path)))
+            data, _ = self._read(conversation_id, Path(path))
+            summary = summarize(parse(data, conversation_id, path))
         summary["jobStatus"] = read_job_state(directory)
-        summary["path"] = str(directory)
+        summary["path"] = directory
         return summary
 
     def job_state(self, conversation_id: str) -> str | None:
         """The conversation's job status (pending, in_progress, ...), or ``None`` without a job."""
         return read_job_state(self.directory(conversation_id))
 
-    def _fresh_summary(self, directory: Path, stat: os.stat_result) -> dict[str, Any] | None:
+    def _fresh_summary(self, directory: Path | str, stat: os.stat_result) -> dict[str, Any] | None:
         with contextlib.suppress(OSError, ValueError):
-            with open(directory / SUMMARY_FILE, "rb") as file:
+            with open(os.path.join(directory, SUMMARY_FILE), "rb") as file:
                 stamped = json.loads(file.read())
             summary = stamped.get("summary") if isinstance(stamped, dict) else None
             if isinstance(summary, dict) and stamped.get("of") == _fingerprint(stat):
