@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Generator
+from collections.abc import AsyncGenerator, AsyncIterator, Generator
+from contextlib import aclosing
 from types import TracebackType
 
 import httpx2
@@ -147,9 +148,11 @@ class AsyncClient:
         while True:
             yielded = False
             try:
-                async for item in self._stream_once(call, request, model, timeout, retries):
-                    yielded = yielded or isinstance(item, str)
-                    yield item
+                attempt = self._stream_once(call, request, model, timeout, retries)
+                async with aclosing(attempt) as items:
+                    async for item in items:
+                        yielded = yielded or isinstance(item, str)
+                        yield item
                 return
             except APIError as error:
                 if yielded or not self.retry.should_retry(error, retries):
@@ -233,7 +236,7 @@ class AsyncClient:
 
     async def _stream_once(
         self, call: Call, request: Request, model: str, timeout: float, retries: int
-    ) -> AsyncIterator[str | Answer]:
+    ) -> AsyncGenerator[str | Answer, None]:
         what = self._what(call)
         logger.debug("%s, streamed (attempt %d)", what, retries + 1)
         with transport_errors(what, timeout, secret=self._key):
