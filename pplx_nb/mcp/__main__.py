@@ -54,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.transport == "stdio":
             server.run("stdio")
         else:
+            server.load_tools()
             logger.info(
                 "Serving MCP over streamable HTTP on http://%s:%d/mcp", args.host, args.port
             )
