@@ -29,7 +29,7 @@ from pplx_nb.research import SYSTEM_PROMPT
 TITLE = "MCP server (python -m pplx_nb.mcp)"
 
 ROOT = Path(__file__).resolve().parent.parent
-RUNS = 5
+RUNS = 7
 SEARCHES = 100
 HELLO = '''
 from mcp.server.mcpserver import MCPServer
