@@ -332,6 +332,14 @@ def test_ts_server_file_loads_and_round_trips(store: ConversationStore) -> None:
     assert conversation.to_json_dict() == original
 
 
+def test_path_is_the_directory_even_if_the_file_names_another_id(
+    store: ConversationStore,
+) -> None:
+    install_ts_conversation(store, conversationId="copied by hand")
+    assert store.load(TS_ID).path == str(store.root / TS_ID)
+    assert store.append(TS_ID, user("still works")).path == str(store.root / TS_ID)
+
+
 def test_ts_server_file_accepts_appends_and_keeps_unknown_keys(store: ConversationStore) -> None:
     original = install_ts_conversation(store, title="TS notes")
     original["messages"][1]["annotations"] = [{"kind": "flag"}]

@@ -262,7 +262,7 @@ class ConversationStore:
             parse(data, cid, where)  # names a JSON syntax error precisely
             raise corrupted(cid, where, _first_problem(exc)) from exc
         conversation.message_count = len(conversation.messages)
-        conversation.path = self._backend.location(conversation.conversation_id)
+        conversation.path = self._backend.location(conversation_id or conversation.conversation_id)
         return conversation
 
 
