@@ -302,7 +302,7 @@ def _frame(store: ConversationStore, level: Any) -> None:
 def run() -> str:
     """Run every measurement in a temporary directory and return the Markdown section."""
     load_before = os.getloadavg()[0]
-    with tempfile.TemporaryDirectory(prefix="pplx-bench-store-", dir=Path.cwd()) as tmp:
+    with tempfile.TemporaryDirectory(prefix="pplx-bench-store-") as tmp:
         root = Path(tmp)
         parts = [_big_append(root), _small_appends(root)]
         start = time.perf_counter()
