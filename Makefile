@@ -17,8 +17,11 @@ $(STAMP): pyproject.toml | $(PY)
 ## test: the whole suite — unit, simulator, store, jobs, MCP, notebooks (nbval), browser
 test: $(STAMP)
 	PPLX_NB_OFFLINE=1 $(PY) -m pytest tests
+# matplotlib's one-time font-cache notice must not land in a notebook's compared output.
 	@if ls notebooks/*.ipynb >/dev/null 2>&1; then \
-		PPLX_NB_OFFLINE=1 $(PY) -m pytest -p no:cacheprovider --nbval --sanitize-with notebooks/sanitize.cfg notebooks/; \
+		$(PY) -c 'import matplotlib.pyplot' && \
+		PPLX_NB_OFFLINE=1 $(PY) -m pytest -p no:cacheprovider --nbval \
+			--nbval-sanitize-with notebooks/sanitize.cfg notebooks/; \
 	fi
 
 ## test-fast: the suite without multi-process stress and browser tests
