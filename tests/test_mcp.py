@@ -123,7 +123,8 @@ def logs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def client(logs_dir: Path) -> Iterator[McpClient]:
     """A server in blocking mode (the MCP default)."""
-    with McpClient(_server_env(logs_dir), logs_dir.parent / "blocking.log") as mcp:
+    env = _server_env(logs_dir, PPLX_NB_FILE_ROOTS=str(logs_dir.parent))
+    with McpClient(env, logs_dir.parent / "blocking.log") as mcp:
         yield mcp
 
 
@@ -238,6 +239,41 @@ def test_search_then_followups_in_both_modes_show_every_turn_in_order(client: Mc
     assert listed(since="2999-01-01T00:00:00Z") == []
     bad = client.call("list_conversations", {"since": "yesterday-ish"})
     assert bad.is_error and _text(bad).startswith("VALIDATION_ERROR: ")
+
+
+def test_blocking_deep_research_returns_the_report_with_progress(client: McpClient) -> None:
+    progress: list[float] = []
+    result = client.call(
+        "perplexity_deep_research",
+        {"query": "How do asyncio event loops run callbacks?", "reasoning_effort": "low"},
+        progress=progress,
+    )
+    assert not result.is_error, _text(result)
+    data = _data(result)
+    assert data["status"] == "completed" and data["answer"] and data["sources"]
+    assert _text(result).startswith("🔗 **Conversation Started**")
+    assert progress and progress == sorted(set(progress))
+
+
+def test_attached_files_reach_the_conversation_and_outside_files_are_refused(
+    client: McpClient, logs_dir: Path
+) -> None:
+    notes = logs_dir.parent / "notes.txt"
+    notes.write_text("Our service cancels asyncio tasks on shutdown.\n")
+    result = client.call(
+        "perplexity_search", {"query": "Is this shutdown approach sound?", "files": [str(notes)]}
+    )
+    assert not result.is_error, _text(result)
+    cid = _data(result)["conversationId"]
+    history = _data(client.call("get_conversation_history", {"conversationId": cid}))
+    question = history["messages"][0]
+    assert "cancels asyncio tasks on shutdown" in question["content"]
+    assert question["files"] and question["files"][0]["sha256"]
+
+    outside = client.call(
+        "perplexity_search", {"query": "What is this?", "files": ["/etc/hostname"]}
+    )
+    assert outside.is_error and _text(outside).startswith("VALIDATION_ERROR: ")
 
 
 INVALID, NOT_FOUND = "VALIDATION_ERROR", "CONVERSATION_NOT_FOUND"
