@@ -102,6 +102,7 @@ class Tools:
         showThinking: ShowThinking = False,
         files: Files = None,
     ) -> AskOutput:
+        """Search and answer on a NEW conversation."""
         answer = await self._backend.get().asearch(
             query,
             files=files,
@@ -131,6 +132,7 @@ class Tools:
         showThinking: ShowThinking = False,
         files: Files = None,
     ) -> AskOutput:
+        """Deep research on a NEW conversation: blocks with progress, or queues."""
         relay = ProgressRelay(ctx.report_progress)
         async with relay.running():
             result = await self._backend.get().adeep_research(
@@ -163,6 +165,7 @@ class Tools:
         showThinking: ShowThinking = False,
         files: Files = None,
     ) -> AskOutput:
+        """Continue a conversation with a quick search."""
         result = await self._backend.get().afollowup(
             conversationId,
             query,
@@ -195,6 +198,7 @@ class Tools:
         showThinking: ShowThinking = False,
         files: Files = None,
     ) -> AskOutput:
+        """Continue a conversation with deep research."""
         relay = ProgressRelay(ctx.report_progress)
         async with relay.running():
             result = await self._backend.get().afollowup(
@@ -221,6 +225,7 @@ class Tools:
         conversationId: ConversationId,
         includeSystemPrompt: IncludeSystemPrompt = False,
     ) -> HistoryOutput:
+        """A conversation's turns, preceded by its job status if one ran."""
         from pplx_nb.jobs import format_status_message
 
         researcher = self._backend.get()
@@ -238,6 +243,7 @@ class Tools:
         since: Since = None,
         until: Until = None,
     ) -> ListOutput:
+        """Stored conversations, newest first, filtered."""
         summaries = self._backend.get().conversations(
             text=text, tool=tool, model=model, since=since, until=until, limit=limit
         )
