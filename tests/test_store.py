@@ -165,6 +165,29 @@ def test_appended_conversation_behaves_like_a_loaded_one(store: ConversationStor
     assert ours == theirs
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="names fds through /proc")
+def test_durable_store_syncs_the_file_and_its_directory(
+    logs_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def recording_fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    store = ConversationStore(logs_dir, durable=True)
+    conversation = store.create([user("keep me")])
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    store.append(conversation.conversation_id, user("after a power cut too"))
+    monkeypatch.undo()
+
+    directory = str(store.path(conversation.conversation_id))
+    assert directory in synced
+    assert any(p.startswith(f"{directory}/.conversation.json.") for p in synced)
+    assert store.load(conversation.conversation_id).message_count == 2
+
+
 def test_create_keeps_metadata_in_camel_case(store: ConversationStore) -> None:
     parent = store.create([user("first")])
     child = store.create([user("second")], parent_conversation_id=parent.conversation_id)
