@@ -134,7 +134,7 @@ def async_client(logs_dir: Path) -> Iterator[McpClient]:
     env = _server_env(
         logs_dir,
         PERPLEXITY_ENABLE_ASYNC_DEEP_RESEARCH="true",
-        PPLX_NB_SIM_DEEP_RESEARCH_SECONDS="2",
+        PPLX_NB_SIM_DEEP_RESEARCH_SECONDS="1",
     )
     with McpClient(env, logs_dir.parent / "async.log") as mcp:
         yield mcp
@@ -313,6 +313,18 @@ def test_health_resource_reports_status_and_metrics(client: McpClient) -> None:
     assert "requests" in json.dumps(report["metrics"])
 
 
+def _wait_for_job(mcp: McpClient, cid: str) -> CallToolResult:
+    """Poll get_conversation_history until the job is no longer pending or running."""
+    deadline = time.monotonic() + 30
+    while True:
+        history = mcp.call("get_conversation_history", {"conversationId": cid})
+        job = _data(history)["job"]
+        assert job is not None and job["status"] in ("pending", "in_progress", "completed")
+        if job["status"] == "completed" or time.monotonic() > deadline:
+            return history
+        time.sleep(0.2)
+
+
 def test_async_deep_research_answers_at_once_and_history_shows_it_completed(
     async_client: McpClient,
 ) -> None:
@@ -334,19 +346,23 @@ def test_async_deep_research_answers_at_once_and_history_shows_it_completed(
     )
     assert blocked.is_error and _text(blocked).startswith("JOB_IN_PROGRESS: ")
 
-    deadline = time.monotonic() + 30
-    while True:
-        history = async_client.call("get_conversation_history", {"conversationId": cid})
-        job = _data(history)["job"]
-        assert job is not None and job["status"] in ("pending", "in_progress", "completed")
-        if job["status"] == "completed" or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
-    assert job["status"] == "completed"
+    history = _wait_for_job(async_client, cid)
+    assert _data(history)["job"]["status"] == "completed"
     assert "completed" in _text(history)
     messages = _data(history)["messages"]
     assert [m["role"] for m in messages] == ["user", "assistant"]
     assert messages[1]["tool"] == "perplexity_deep_research" and messages[1]["content"]
+
+    again = async_client.call(
+        "perplexity_deep_research_followup",
+        {"conversationId": cid, "query": "How do call_soon and call_later differ?"},
+    )
+    assert not again.is_error, _text(again)
+    assert "follow-up has been queued" in _text(again)
+    assert _data(again)["status"] == "pending" and _data(again)["conversationId"] == cid
+    messages = _data(_wait_for_job(async_client, cid))["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant"] * 2
+    assert messages[3]["tool"] == "perplexity_deep_research_followup"
     assert "Async deep research: enabled" in async_client.errlog.read_text()
 
 
