@@ -8,13 +8,14 @@ A run that ends ``failed`` or ``cancelled`` arrives as HTTP 200 and is raised as
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Required
 from urllib.parse import quote
 
 from pydantic import BaseModel
+from typing_extensions import TypedDict
 
 from pplx_nb._errors import APIServerError, NetworkError
-from pplx_nb._models import Answer, Cost, Source, Usage
+from pplx_nb._models import Answer
 from pplx_nb.api._adapter import Call, encode, read_wire
 from pplx_nb.api._sse import Event
 from pplx_nb.api._text import RELATED_INSTRUCTION, DeltaFilter, split_related, split_think
@@ -55,12 +56,12 @@ def agent_target(model: str) -> dict[str, str]:
     return dict(SONAR_TO_AGENT.get(name, {"model": f"perplexity/{name}"}))
 
 
-class _SearchResult(BaseModel):
-    url: str
-    title: str | None = None
-    date: str | None = None
-    snippet: str | None = None
-    last_updated: str | None = None
+class _SearchResult(TypedDict, total=False):
+    url: Required[str]
+    title: str | None
+    date: str | None
+    snippet: str | None
+    last_updated: str | None
 
 
 class _Content(BaseModel):
@@ -74,19 +75,19 @@ class _Item(BaseModel):
     results: list[_SearchResult] | None = None
 
 
-class _Cost(BaseModel):
-    input_cost: float = 0.0
-    output_cost: float = 0.0
-    tool_calls_cost: float = 0.0
-    total_cost: float = 0.0
-    currency: str = "USD"
+class _Cost(TypedDict, total=False):
+    input_cost: float
+    output_cost: float
+    tool_calls_cost: float
+    total_cost: float
+    currency: str
 
 
-class _Usage(BaseModel):
-    input_tokens: int = 0
-    output_tokens: int = 0
-    total_tokens: int = 0
-    cost: _Cost | None = None
+class _Usage(TypedDict, total=False):
+    input_tokens: int
+    output_tokens: int
+    total_tokens: int
+    cost: _Cost
 
 
 class _Error(BaseModel):
@@ -116,24 +117,16 @@ class _Event(BaseModel):
     message: str | None = None
 
 
-def _sources(response: _Response) -> list[Source]:
+def _sources(response: _Response) -> list[_SearchResult]:
     seen: set[str] = set()
     sources = []
     for item in response.output:
         if item.type != "search_results":
             continue
-        for r in item.results or ():
-            if r.url not in seen:
-                seen.add(r.url)
-                sources.append(
-                    Source(
-                        url=r.url,
-                        title=r.title,
-                        date=r.date,
-                        snippet=r.snippet,
-                        last_updated=r.last_updated,
-                    )
-                )
+        for result in item.results or ():
+            if result["url"] not in seen:
+                seen.add(result["url"])
+                sources.append(result)
     return sources
 
 
@@ -147,25 +140,25 @@ def _text(response: _Response) -> str:
     )
 
 
-def _usage(usage: _Usage | None) -> tuple[Usage | None, Cost | None]:
+def _usage(usage: _Usage | None) -> tuple[dict[str, int] | None, dict[str, Any] | None]:
     if usage is None:
         return None, None
-    mapped = Usage(
-        prompt_tokens=usage.input_tokens,
-        completion_tokens=usage.output_tokens,
-        total_tokens=usage.total_tokens or usage.input_tokens + usage.output_tokens,
-    )
-    cost = usage.cost
+    prompt, completion = usage.get("input_tokens", 0), usage.get("output_tokens", 0)
+    counts = {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": usage.get("total_tokens") or prompt + completion,
+    }
+    cost = usage.get("cost")
     if cost is None:
-        return mapped, None
-    return mapped, Cost(
-        input_cost=cost.input_cost,
-        output_cost=cost.output_cost,
-        request_cost=cost.tool_calls_cost,
-        total_cost=cost.total_cost,
-        currency=cost.currency,
-        estimated=False,
-    )
+        return counts, None
+    return counts, {
+        "input_cost": cost.get("input_cost", 0.0),
+        "output_cost": cost.get("output_cost", 0.0),
+        "request_cost": cost.get("tool_calls_cost", 0.0),
+        "total_cost": cost.get("total_cost", 0.0),
+        "currency": cost.get("currency", "USD"),
+    }
 
 
 def _run_failed(response: _Response) -> APIServerError:
@@ -206,16 +199,18 @@ def _answer(response: _Response, model: str, streamed: str = "") -> Answer:
     text, thinking = split_think(text)
     text, related = split_related(text)
     usage, cost = _usage(response.usage)
-    return Answer(
-        text=text,
-        thinking=thinking,
-        sources=_sources(response),
-        related_questions=related,
-        model=response.model or model,
-        usage=usage,
-        cost=cost,
-        response_id=response.id,
-        finish_reason=finish,
+    return Answer.model_validate(
+        {
+            "text": text,
+            "thinking": thinking,
+            "sources": _sources(response),
+            "related_questions": related,
+            "model": response.model or model,
+            "usage": usage,
+            "cost": cost,
+            "response_id": response.id,
+            "finish_reason": finish,
+        }
     )
 
 

@@ -7,13 +7,14 @@ Background runs use Sonar's async API: ``POST /async/chat/completions`` and
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Required
 from urllib.parse import quote
 
 from pydantic import BaseModel
+from typing_extensions import TypedDict
 
 from pplx_nb._errors import APIServerError, NetworkError
-from pplx_nb._models import Answer, Cost, Source, Usage
+from pplx_nb._models import Answer
 from pplx_nb.api._adapter import Call, encode, read_wire
 from pplx_nb.api._sse import Event
 from pplx_nb.api._text import DeltaFilter, split_think
@@ -22,30 +23,30 @@ from pplx_nb.api.request import Request
 __all__ = ["SonarAdapter"]
 
 
-class _SearchResult(BaseModel):
-    url: str
-    title: str | None = None
-    date: str | None = None
-    snippet: str | None = None
-    last_updated: str | None = None
+class _SearchResult(TypedDict, total=False):
+    url: Required[str]
+    title: str | None
+    date: str | None
+    snippet: str | None
+    last_updated: str | None
 
 
-class _Cost(BaseModel):
-    input_tokens_cost: float = 0.0
-    output_tokens_cost: float = 0.0
-    request_cost: float = 0.0
-    total_cost: float = 0.0
+class _Cost(TypedDict, total=False):
+    input_tokens_cost: float
+    output_tokens_cost: float
+    request_cost: float
+    total_cost: float
 
 
-class _Usage(BaseModel):
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    total_tokens: int = 0
-    reasoning_tokens: int | None = None
-    citation_tokens: int | None = None
-    num_search_queries: int | None = None
-    search_context_size: str | None = None
-    cost: _Cost | None = None
+class _Usage(TypedDict, total=False):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    reasoning_tokens: int | None
+    citation_tokens: int | None
+    num_search_queries: int | None
+    search_context_size: str | None
+    cost: _Cost
 
 
 class _Text(BaseModel):
@@ -82,59 +83,44 @@ class _AsyncRun(BaseModel):
     response: _Completion | None = None
 
 
-def _sources(completion: _Completion) -> list[Source]:
+def _sources(completion: _Completion) -> list[_SearchResult] | list[dict[str, str]]:
     if completion.search_results:
-        return [
-            Source(
-                url=r.url,
-                title=r.title,
-                date=r.date,
-                snippet=r.snippet,
-                last_updated=r.last_updated,
-            )
-            for r in completion.search_results
-        ]
-    return [Source(url=url) for url in completion.citations or ()]
+        return completion.search_results
+    return [{"url": url} for url in completion.citations or ()]
 
 
-def _usage(usage: _Usage | None) -> tuple[Usage | None, Cost | None]:
+def _usage(usage: _Usage | None) -> tuple[dict[str, Any] | None, dict[str, float] | None]:
     if usage is None:
         return None, None
-    mapped = Usage(
-        prompt_tokens=usage.prompt_tokens,
-        completion_tokens=usage.completion_tokens,
-        total_tokens=usage.total_tokens,
-        reasoning_tokens=usage.reasoning_tokens,
-        citation_tokens=usage.citation_tokens,
-        num_search_queries=usage.num_search_queries,
-        search_context_size=usage.search_context_size,
-    )
-    cost = usage.cost
+    counts: dict[str, Any] = dict(usage)
+    cost = counts.pop("cost", None)
     if cost is None:
-        return mapped, None
-    return mapped, Cost(
-        input_cost=cost.input_tokens_cost,
-        output_cost=cost.output_tokens_cost,
-        request_cost=cost.request_cost,
-        total_cost=cost.total_cost,
-        estimated=False,
-    )
+        return counts, None
+    return counts, {
+        "input_cost": cost.get("input_tokens_cost", 0.0),
+        "output_cost": cost.get("output_tokens_cost", 0.0),
+        "request_cost": cost.get("request_cost", 0.0),
+        "total_cost": cost.get("total_cost", 0.0),
+    }
 
 
 def _answer(completion: _Completion, content: str, finish_reason: str | None, model: str) -> Answer:
+    """One validation pass builds the Answer with its sources, usage and cost."""
     text, thinking = split_think(content)
     usage, cost = _usage(completion.usage)
-    return Answer(
-        text=text,
-        thinking=thinking,
-        sources=_sources(completion),
-        related_questions=completion.related_questions or [],
-        images=completion.images or [],
-        model=completion.model or model,
-        usage=usage,
-        cost=cost,
-        response_id=completion.id,
-        finish_reason=finish_reason,
+    return Answer.model_validate(
+        {
+            "text": text,
+            "thinking": thinking,
+            "sources": _sources(completion),
+            "related_questions": completion.related_questions or [],
+            "images": completion.images or [],
+            "model": completion.model or model,
+            "usage": usage,
+            "cost": cost,
+            "response_id": completion.id,
+            "finish_reason": finish_reason,
+        }
     )
 
 
