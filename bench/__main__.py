@@ -1,7 +1,7 @@
 """``python -m bench [NAME ...]``: run the benchmark modules and update bench/RESULTS.md.
 
-Each ``bench/bench_<name>.py`` defines ``TITLE`` and ``run() -> str`` (a Markdown section with medians
-and ratios). Only the sections of the modules that ran are replaced in RESULTS.md.
+Each ``bench/bench_<name>.py`` defines ``TITLE`` and ``run() -> str`` (a Markdown section
+with medians and ratios). Only the sections of the modules that ran are replaced in RESULTS.md.
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ HERE = Path(__file__).parent
 RESULTS = HERE / "RESULTS.md"
 HEADER = """# Benchmark results
 
-`make bench` runs every `bench/bench_*.py`; each compares pplx_nb with the alternatives in the same run
-and reports medians and ratios. The machine is a noisy 2-core box: read the ratios, not the absolutes.
+`make bench` runs every `bench/bench_*.py`; each compares pplx_nb with the alternatives in the
+same run and reports medians and ratios. The machine is a noisy 2-core box: read the ratios, not
+the absolutes.
 """
 
 
@@ -48,7 +49,10 @@ def main(argv: list[str]) -> int:
         pattern = re.compile(
             rf"<!-- bench:{re.escape(name)} -->.*?<!-- /bench:{re.escape(name)} -->", re.S
         )
-        text = pattern.sub(lambda _: block, text) if pattern.search(text) else f"{text}\n{block}\n"
+        if pattern.search(text):
+            text = pattern.sub(lambda _, block=block: block, text)
+        else:
+            text = f"{text}\n{block}\n"
     RESULTS.write_text(text)
     return 0
 

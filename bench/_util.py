@@ -32,12 +32,8 @@ def timed(fn: Callable[[], object], repeat: int = 5) -> list[float]:
 
 
 def fresh_interpreter_seconds(code: str, repeat: int = 5) -> list[float]:
-    """Seconds that ``code`` takes in each of ``repeat`` fresh interpreters (interpreter start excluded)."""
-    probe = (
-        "import time; _t0 = time.perf_counter()\n"
-        + code
-        + "\nprint(time.perf_counter() - _t0)"
-    )
+    """Seconds ``code`` takes in each of ``repeat`` fresh interpreters (start-up excluded)."""
+    probe = "import time; _t0 = time.perf_counter()\n" + code + "\nprint(time.perf_counter() - _t0)"
     results = []
     for _ in range(repeat):
         out = subprocess.run(

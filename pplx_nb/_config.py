@@ -1,6 +1,7 @@
 """Settings: the one place that reads environment variables.
 
-Every component takes a :class:`Settings` (or builds the default one with :func:`Settings.from_env`).
+Every component takes a :class:`Settings` (or builds the default one with
+:func:`Settings.from_env`).
 An explicit keyword argument always wins over the environment::
 
     Settings(api_key="pplx-...", offline=False)
@@ -48,7 +49,9 @@ class Settings(BaseSettings):
     )
 
     api_key: SecretStr | None = Field(None, validation_alias=_env("PERPLEXITY_API_KEY", "api_key"))
-    base_url: str = Field(DEFAULT_BASE_URL, validation_alias=_env("PERPLEXITY_BASE_URL", "base_url"))
+    base_url: str = Field(
+        DEFAULT_BASE_URL, validation_alias=_env("PERPLEXITY_BASE_URL", "base_url")
+    )
     api_style: Literal["agent", "sonar"] = Field(
         "agent", validation_alias=_env("PERPLEXITY_API_STYLE", "api_style")
     )
@@ -59,14 +62,18 @@ class Settings(BaseSettings):
         gt=0,
         validation_alias=_env("PERPLEXITY_DEEP_RESEARCH_TIMEOUT", "deep_research_timeout_ms"),
     )
-    max_retries: int = Field(3, ge=0, validation_alias=_env("PERPLEXITY_MAX_RETRIES", "max_retries"))
+    max_retries: int = Field(
+        3, ge=0, validation_alias=_env("PERPLEXITY_MAX_RETRIES", "max_retries")
+    )
     cache_ttl: float = Field(3600, ge=0, validation_alias=_env("PERPLEXITY_CACHE_TTL", "cache_ttl"))
     cache_max_size: int = Field(
         100, ge=0, validation_alias=_env("PERPLEXITY_CACHE_MAX_SIZE", "cache_max_size")
     )
     enable_async_deep_research: bool | None = Field(
         None,
-        validation_alias=_env("PERPLEXITY_ENABLE_ASYNC_DEEP_RESEARCH", "enable_async_deep_research"),
+        validation_alias=_env(
+            "PERPLEXITY_ENABLE_ASYNC_DEEP_RESEARCH", "enable_async_deep_research"
+        ),
         description="None: each face picks its default (MCP blocks, notebooks queue).",
     )
     max_job_retries: int = Field(

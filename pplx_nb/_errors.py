@@ -53,7 +53,7 @@ _SECRET_PATTERNS = (
 
 
 def redact(text: str, *secrets: str | None) -> str:
-    """Return ``text`` with API keys (the given ones and anything key-shaped) replaced by ``***``."""
+    """Return ``text`` with API keys (given ones, anything key-shaped) replaced by ``***``."""
     for secret in secrets:
         if secret:
             text = text.replace(secret, "***")
@@ -108,7 +108,7 @@ class ConversationCorrupted(PplxError, ValueError):
 
 
 class FilesystemError(PplxError, OSError):
-    """Reading or writing the store failed (permissions, disk full, ...); names the path and reason."""
+    """Reading or writing the store failed (permissions, disk full...); names path and reason."""
 
     code = "FILESYSTEM_ERROR"
 

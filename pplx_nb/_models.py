@@ -1,9 +1,9 @@
 """Pydantic models shared by every layer.
 
-Stored models (:class:`Message`, :class:`Conversation`, :class:`JobStatus` and what they hold) use the
-camelCase keys of the conversation-logs files and keep unknown keys, so files written by other tools
-(the TypeScript perplexity-mcp-server) load and round-trip unchanged. :class:`Answer` is what users get
-back from a question.
+Stored models (:class:`Message`, :class:`Conversation`, :class:`JobStatus` and what they
+hold) use the camelCase keys of the conversation-logs files and keep unknown keys, so files
+written by other tools (the TypeScript perplexity-mcp-server) load and round-trip unchanged.
+:class:`Answer` is what users get back from a question.
 """
 
 from __future__ import annotations
@@ -39,7 +39,9 @@ JobState = Literal["pending", "in_progress", "completed", "failed", "cancelled"]
 def now_iso(moment: datetime | None = None) -> str:
     """An ISO 8601 UTC timestamp with milliseconds and ``Z``, as the files use."""
     moment = moment or datetime.now(UTC)
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+    return (
+        moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+    )
 
 
 class _Stored(BaseModel):
@@ -233,7 +235,9 @@ class Answer(BaseModel):
             for number, source in enumerate(self.sources, 1):
                 extra = " · ".join(x for x in (source.domain, source.date) if x)
                 title = source.title or source.url
-                lines.append(f"{number}. [{title}]({source.url})" + (f" — {extra}" if extra else ""))
+                lines.append(
+                    f"{number}. [{title}]({source.url})" + (f" — {extra}" if extra else "")
+                )
             parts.append("\n".join(lines))
         if self.related_questions:
             parts.append("**Related**\n\n" + "\n".join(f"- {q}" for q in self.related_questions))

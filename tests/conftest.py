@@ -1,4 +1,4 @@
-"""Fixtures shared by the whole suite: a fresh simulator over loopback and settings pointing at it."""
+"""Fixtures shared by the suite: a fresh simulator over loopback and settings pointing at it."""
 
 from __future__ import annotations
 
