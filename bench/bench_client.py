@@ -172,6 +172,9 @@ def run() -> str:
             f"{CONCURRENCY} (in {BATCHES} batches, contenders taking turns); median of {RUNS} "
             "runs; cache off.",
             table(["client", "req/s (median)", "range", "pplx_nb ÷ it (median of runs)"], rows),
+            "Absolute req/s swing with the load other processes put on the machine (see the "
+            "ranges); the ratio column compares contenders within each run, so it is the figure "
+            "to read.",
             verdict,
         ]
     )
