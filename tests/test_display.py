@@ -257,6 +257,12 @@ def test_markdown_to_html_covers_answers_and_escapes_everything_else(
     assert markdown_to_html(source) == expected
 
 
+def test_markdown_headings_can_be_demoted_for_widgets() -> None:
+    assert markdown_to_html("## Overview", heading_offset=2) == "<h4>Overview</h4>"
+    assert markdown_to_html("##### Deep", heading_offset=2) == "<h6>Deep</h6>"
+    assert "<h4>Overview</h4>" in display.answer_html(make_answer(text="## Overview\n\nText [1]."))
+
+
 def test_markdown_links_keep_titles_and_code_inside() -> None:
     html = markdown_to_html('[`Task`](https://docs.python.org/x "The *title*")')
     assert html == (

@@ -30,8 +30,8 @@ _TOKEN = "\x00{}\x00"
 _TOKEN_RE = re.compile("\x00(\\d+)\x00")
 
 
-def markdown_to_html(text: str) -> str:
-    """Convert the Markdown in ``text`` to safe HTML."""
+def markdown_to_html(text: str, *, heading_offset: int = 0) -> str:
+    """Convert the Markdown in ``text`` to safe HTML; ``heading_offset`` demotes headings."""
     out: list[str] = []
     paragraph: list[str] = []
     lines = text.replace("\r\n", "\n").split("\n")
@@ -57,7 +57,7 @@ def markdown_to_html(text: str) -> str:
             flush()
         elif heading := _HEADING.match(line):
             flush()
-            level = len(heading.group(1))
+            level = min(6, len(heading.group(1)) + heading_offset)
             out.append(f"<h{level}>{_inline(heading.group(2))}</h{level}>")
         elif _RULE.match(line):
             flush()
@@ -77,7 +77,8 @@ def markdown_to_html(text: str) -> str:
             while index < len(lines) and (quote := _QUOTE.match(lines[index])):
                 quoted.append(quote.group(1))
                 index += 1
-            out.append(f"<blockquote>{markdown_to_html(chr(10).join(quoted))}</blockquote>")
+            inner = markdown_to_html(chr(10).join(quoted), heading_offset=heading_offset)
+            out.append(f"<blockquote>{inner}</blockquote>")
             continue
         else:
             paragraph.append(line.strip())

@@ -148,7 +148,8 @@ def answer_html(answer: Answer, *, header: bool = True, research: bool = False) 
             "<details><summary>Thinking</summary>"
             f"<blockquote>{markdown_to_html(answer.thinking)}</blockquote></details>"
         )
-    parts.append(markdown_to_html(linked_text(answer.text, answer.sources)))
+    # Widgets sit inside a cell's output: report headings one or two sizes down read better there.
+    parts.append(markdown_to_html(linked_text(answer.text, answer.sources), heading_offset=2))
     if answer.sources:
         parts.append(markdown_to_html(sources_markdown(answer.sources)))
     footer = footer_markdown(answer)
