@@ -178,6 +178,22 @@ def test_stream_ends_with_finish_reason_even_without_done_marker() -> None:
     assert [s.url for s in answer.sources] == ["https://a.example/"]
 
 
+def test_stream_keeps_sources_and_usage_from_earlier_chunks() -> None:
+    parser = ADAPTER.stream_parser(question(), "sonar")
+    parser.feed(chunk("Hi [1].", search_results=[{"url": "https://a.example/", "title": "A"}]))
+    parser.feed(chunk("", "stop", usage={"prompt_tokens": 1, "total_tokens": 4}))
+    answer = parser.finish()
+    assert [s.url for s in answer.sources] == ["https://a.example/"]
+    assert answer.usage is not None and answer.usage.total_tokens == 4
+
+
+def test_stream_whose_text_comes_only_in_the_final_message() -> None:
+    parser = ADAPTER.stream_parser(question(), "sonar")
+    final = {"index": 0, "finish_reason": "stop", "message": {"content": "All at once."}}
+    assert parser.feed(Event("", json.dumps({"choices": [final]}))) == "All at once."
+    assert parser.finish().text == "All at once."
+
+
 def test_stream_done_object_and_done_marker_both_end_it() -> None:
     parser = ADAPTER.stream_parser(question(), "sonar")
     parser.feed(chunk("Hi"))

@@ -130,6 +130,9 @@ def _error_text(error: _Error | str | None) -> str:
     return error or "unknown error"
 
 
+_ENVELOPE = ("id", "model", "citations", "search_results", "related_questions", "images", "usage")
+
+
 class _SonarStream:
     """Accumulates chat-completion chunks until a ``finish_reason``, a done object or ``[DONE]``."""
 
@@ -151,7 +154,7 @@ class _SonarStream:
                 f"The API reported an error mid-stream: {_error_text(chunk.error)}. Retry the "
                 "question."
             )
-        self._last = chunk
+        self._merge(chunk)
         if chunk.object == "chat.completion.done":
             self._ended = True
         if not chunk.choices:
@@ -161,13 +164,22 @@ class _SonarStream:
             self._finish = choice.finish_reason
             self._ended = True
         piece = choice.delta.content if choice.delta is not None else None
+        if not piece and self._ended and not self._parts and choice.message is not None:
+            piece = choice.message.content  # a server that sends the whole text only at the end
         if not piece:
-            if not self._parts and choice.message is not None and choice.message.content:
-                piece = choice.message.content if self._ended else None
-            if not piece:
-                return ""
+            return ""
         self._parts.append(piece)
         return self._filter.feed(piece)
+
+    def _merge(self, chunk: _Completion) -> None:
+        """Keep the newest value of each envelope field; not every chunk repeats them all."""
+        if self._last is None:
+            self._last = chunk
+            return
+        for name in _ENVELOPE:
+            value = getattr(chunk, name)
+            if value is not None:
+                setattr(self._last, name, value)
 
     def finish(self) -> Answer:
         if not self._ended or self._last is None:
