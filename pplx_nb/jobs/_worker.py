@@ -142,14 +142,14 @@ class Worker:
     def _claim(self) -> Job | None:
         try:
             return self.queue.claim(self.worker_id)
-        except PplxError as exc:
+        except (PplxError, OSError) as exc:
             logger.error("Worker %s could not claim a job: %s", self.worker_id, exc)
             return None
 
     def _recover(self) -> None:
         try:
             self.queue.recover_stale()
-        except PplxError as exc:
+        except (PplxError, OSError) as exc:
             logger.error("Worker %s could not recover stale jobs: %s", self.worker_id, exc)
 
     # -- one job -------------------------------------------------------------------------------
