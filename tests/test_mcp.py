@@ -574,3 +574,26 @@ def test_http_transport_serves_the_same_tools(tmp_path: Path) -> None:
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+def test_a_refused_key_is_a_coded_error_and_never_shown(tmp_path: Path) -> None:
+    from pplx_nb.sim import serve
+
+    wrong_key = "pplx-wrong-SECRET-0123456789abcdef"
+    with serve(latency_ms=0, api_key="pplx-the-right-one-0123456789") as url:
+        env = _server_env(
+            tmp_path / "logs",
+            PPLX_NB_OFFLINE="0",
+            PERPLEXITY_BASE_URL=url,
+            PERPLEXITY_API_KEY=wrong_key,
+            LOG_LEVEL="debug",
+        )
+        with McpClient(env, tmp_path / "server.log") as mcp:
+            result = mcp.call("perplexity_search", {"query": "What is a coroutine?"})
+            health = mcp.portal.call(mcp.session.read_resource, "pplx://health")
+    assert result.is_error
+    assert _text(result).startswith("API_KEY_INVALID: ")
+    shown = [_text(result), json.dumps(result.structured_content), str(health)]
+    shown.append((tmp_path / "server.log").read_text())
+    assert "Tool perplexity_search failed: API_KEY_INVALID" in shown[-1]
+    assert not any("SECRET-0123456789" in text for text in shown)
