@@ -613,10 +613,12 @@ def test_writer_killed_mid_write_never_corrupts_or_loses_acknowledged_appends(
         missing = [a for a in acknowledged if a not in contents]
         assert missing == [], f"round {round_} lost acknowledged appends"
 
-    loaded = store.load(conversation_id)
-    assert loaded.message_count >= 200 + len(acknowledged)
+    loaded = store.append(conversation_id, user("after the last kill"))
+    assert loaded.message_count >= 200 + len(acknowledged) + 1
     assert store.list()[0].message_count == loaded.message_count
     assert len(acknowledged) > 50
+    left = sorted(p.name for p in store.path(conversation_id).iterdir())
+    assert left == [".lock", "conversation.json", "summary.json"]  # dead writers' temp files swept
 
 
 def test_deleted_directory_during_listing_is_not_an_error(store: ConversationStore) -> None:

@@ -55,6 +55,7 @@ STATUS_FILE = "status.json"
 _DIR_MODE = 0o700
 _JOB_STATES = frozenset(("pending", "in_progress", "completed", "failed", "cancelled"))
 _trash_counter = itertools.count()
+_TEMP_PREFIXES = (f".{CONVERSATION_FILE}.", f".{SUMMARY_FILE}.")
 
 logger = logging.getLogger("pplx_nb.store")
 
@@ -72,6 +73,19 @@ def not_found(conversation_id: str, root: Path) -> ConversationNotFound:
 
 def _fingerprint(stat: os.stat_result) -> list[int]:
     return [stat.st_ino, stat.st_size, stat.st_mtime_ns]
+
+
+def _sweep_leftovers(directory: Path) -> None:
+    """Remove temp files of writers that died mid-write (call with the directory's lock held).
+
+    The store writes its two files only under the lock (or before the id is known), so while we
+    hold it any temp file of theirs belongs to a dead process.
+    """
+    with contextlib.suppress(OSError):
+        for name in os.listdir(directory):
+            if name.endswith(".tmp") and name.startswith(_TEMP_PREFIXES):
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(directory, name))
 
 
 def read_job_state(directory: Path | str) -> str | None:
@@ -154,6 +168,7 @@ class FileBackend:
         directory = self.directory(conversation_id)
         path = directory / CONVERSATION_FILE
         with self._locked(conversation_id, directory):
+            _sweep_leftovers(directory)
             data, before = self._read(conversation_id, path)
             updated_at = now_iso()
             canonical = split(data)
