@@ -165,6 +165,16 @@ def test_appended_conversation_behaves_like_a_loaded_one(store: ConversationStor
     assert ours == theirs
 
 
+def test_empty_conversation_accepts_appends(store: ConversationStore) -> None:
+    conversation = store.create([])
+    assert conversation.messages == []
+    store.append(conversation.conversation_id, user("first words"))
+    store.append(conversation.conversation_id, user("second words"))
+    loaded = store.load(conversation.conversation_id)
+    assert [m.content for m in loaded.messages] == ["first words", "second words"]
+    assert store.list()[0].first_query == "first words"
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="names fds through /proc")
 def test_durable_store_syncs_the_file_and_its_directory(
     logs_dir: Path, monkeypatch: pytest.MonkeyPatch
@@ -212,6 +222,8 @@ def test_invalid_messages_are_refused_and_nothing_is_stored(store: ConversationS
 
 def test_files_are_private_to_the_user(tmp_path: Path) -> None:
     store = ConversationStore(tmp_path / "fresh" / "conversation-logs")
+    assert store.list() == []
+    assert not (tmp_path / "fresh").exists()  # reading never creates directories
     conversation = store.create([user("private?")])
     store.append(conversation.conversation_id, user("yes"))
 
