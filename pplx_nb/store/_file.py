@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
-import logging
 import os
 import shutil
 import time
@@ -56,8 +55,6 @@ _DIR_MODE = 0o700
 _JOB_STATES = frozenset(("pending", "in_progress", "completed", "failed", "cancelled"))
 _trash_counter = itertools.count()
 _TEMP_PREFIXES = (f".{CONVERSATION_FILE}.", f".{SUMMARY_FILE}.")
-
-logger = logging.getLogger("pplx_nb.store")
 
 
 def not_found(conversation_id: str, root: Path) -> ConversationNotFound:
