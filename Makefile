@@ -20,7 +20,8 @@ test: $(STAMP)
 # matplotlib's one-time font-cache notice must not land in a notebook's compared output.
 	@if ls notebooks/*.ipynb >/dev/null 2>&1; then \
 		$(PY) -c 'import matplotlib.pyplot' && \
-		PPLX_NB_OFFLINE=1 $(PY) -m pytest -p no:cacheprovider --nbval \
+		PPLX_NB_OFFLINE=1 PPLX_NB_SIM_LATENCY_MS=0 PPLX_NB_SIM_DEEP_RESEARCH_SECONDS=1 \
+			$(PY) -m pytest -p no:cacheprovider --nbval \
 			--nbval-sanitize-with notebooks/sanitize.cfg notebooks/; \
 	fi
 
