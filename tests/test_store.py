@@ -535,6 +535,20 @@ def test_threads_appending_at_once_lose_nothing(store: ConversationStore) -> Non
     assert store.list()[0].message_count == 201
 
 
+def test_a_held_lock_times_out_with_a_filesystem_error(store: ConversationStore) -> None:
+    from pplx_nb._fs import locked
+
+    conversation = store.create([user("locked")])
+    directory = store.path(conversation.conversation_id)
+    with locked(directory):
+        started = time.monotonic()
+        with pytest.raises(FilesystemError, match="Could not lock"), locked(directory, timeout=0.1):
+            pass
+        assert 0.1 <= time.monotonic() - started < 2
+    with locked(directory, timeout=0.1):
+        pass  # released when the holder leaves
+
+
 APPENDER = """
 import sys
 from pplx_nb.store import ConversationStore
