@@ -45,7 +45,7 @@ def background_loop() -> asyncio.AbstractEventLoop:
         return _loop
 
 
-def _check_thread(loop: asyncio.AbstractEventLoop) -> None:
+def _check_thread() -> None:
     if threading.current_thread() is _thread:
         raise RuntimeError(
             "A pplx_nb sync method was called from pplx_nb's own event-loop thread; "
@@ -61,7 +61,7 @@ def run_sync(coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
     """
     loop = background_loop()
     try:
-        _check_thread(loop)
+        _check_thread()
     except RuntimeError:
         coro.close()
         raise
@@ -97,7 +97,7 @@ def iterate_sync(items: AsyncIterator[T]) -> Generator[T, None, None]:
                 await closer()
 
     loop = background_loop()
-    _check_thread(loop)
+    _check_thread()
     future = asyncio.run_coroutine_threadsafe(pump(), loop)
     finished = False
     try:
