@@ -285,3 +285,8 @@ async def test_strict_server_rejection_is_invalid_input(settings: Settings) -> N
         with pytest.raises(InvalidInput, match="temperature") as caught:
             await client.ask(question(temperature=5.0))
     assert caught.value.status_code == 400
+
+
+def test_disable_search_drops_the_web_search_tool() -> None:
+    assert sent(question(), "sonar")["tools"][0]["type"] == "web_search"
+    assert "tools" not in sent(question(disable_search=True), "sonar")

@@ -274,3 +274,8 @@ async def test_sim_accepts_every_option(settings: Settings) -> None:
             )
         )
     assert answer.sources and all(s.domain == "docs.python.org" for s in answer.sources)
+
+
+def test_disable_search_is_sent_only_when_asked() -> None:
+    assert sent(question(disable_search=True))["disable_search"] is True
+    assert "disable_search" not in sent(question())

@@ -277,7 +277,8 @@ class AgentAdapter:
         else:
             body["input"] = turns
         filters = request.filters()
-        if "model" in target or filters or request.search_context_size is not None:
+        wants_search = "model" in target or filters or request.search_context_size is not None
+        if wants_search and not request.disable_search:
             tool: dict[str, Any] = {"type": "web_search"}
             if filters:
                 tool["filters"] = filters

@@ -28,8 +28,10 @@ class Request:
 
     ``messages`` is the chat history ending with the user's question (an optional system message
     first). ``model=None`` uses ``Settings.model``. The search options are named like the Sonar
-    API fields; ``None`` leaves a field out of the request. ``use_cache=False`` skips the response
-    cache; ``timeout_ms`` overrides the configured timeout for this request.
+    API fields; ``None`` leaves a field out of the request. ``disable_search`` answers from the
+    model alone (Sonar's ``disable_search``; no web_search tool for the Agent API).
+    ``use_cache=False`` skips the response cache; ``timeout_ms`` overrides the configured
+    timeout for this request.
     """
 
     messages: list[dict[str, Any]] = field(default_factory=list)
@@ -45,6 +47,7 @@ class Request:
     search_context_size: str | None = None
     max_tokens: int | None = None
     temperature: float | None = None
+    disable_search: bool = False
     use_cache: bool = True
     timeout_ms: int | None = None
 

@@ -212,6 +212,8 @@ class SonarAdapter:
             body["max_tokens"] = request.max_tokens
         if request.temperature is not None:
             body["temperature"] = request.temperature
+        if request.disable_search:
+            body["disable_search"] = True
         return body
 
     def chat(self, request: Request, model: str, *, stream: bool) -> Call:

@@ -394,6 +394,7 @@ async def areformulate(
             model=REFORMULATION_MODEL,
             max_tokens=60,
             temperature=0.0,
+            disable_search=True,
         )
         answer = await client.ask(request)
     except Exception as exc:  # any failure means: use the heuristic
