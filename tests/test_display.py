@@ -46,9 +46,9 @@ class Recorder:
     """Collects what a view publishes: (bundle, display_id, update)."""
 
     def __init__(self) -> None:
-        self.calls: list[tuple[dict[str, str], str, bool]] = []
+        self.calls: list[tuple[dict[str, str], str | None, bool]] = []
 
-    def __call__(self, bundle: dict[str, str], display_id: str, update: bool) -> None:
+    def __call__(self, bundle: dict[str, str], display_id: str | None, update: bool) -> None:
         self.calls.append((bundle, display_id, update))
 
 
@@ -194,23 +194,23 @@ def test_conversation_bundle_shows_turns_sources_and_parent() -> None:
 def test_stream_view_shows_first_text_at_once_then_at_most_every_interval() -> None:
     recorder = Recorder()
     view = display.StreamView(interval=0.05, publish=recorder)
-    assert recorder.calls[0][2] is False
-    assert "Searching…" in recorder.calls[0][0]["text/plain"]
+    assert recorder.calls[0] == (display.BLANK, view.display_id, False)
+    assert "Searching…" in recorder.calls[1][0]["text/plain"]
     view.feed("first")
     assert view.first_text_at is not None
     assert recorder.calls[-1][0]["text/plain"] == "first"
     for _ in range(50):
         view.feed(".")
-    assert len(recorder.calls) == 2
+    assert len(recorder.calls) == 3
     time.sleep(0.06)
     view.feed("!")
-    assert len(recorder.calls) == 3
+    assert len(recorder.calls) == 4
     assert recorder.calls[-1][0]["text/plain"].endswith(".!")
     assert {call[1] for call in recorder.calls} == {view.display_id}
     assert all(call[2] for call in recorder.calls[1:])
 
 
-def test_stream_view_flushes_pending_text_and_finishes_with_the_answer() -> None:
+def test_stream_view_ends_blank_with_the_answer_displayed_after_it() -> None:
     recorder = Recorder()
     view = display.StreamView(interval=10, publish=recorder)
     view.feed("a")
@@ -218,8 +218,12 @@ def test_stream_view_flushes_pending_text_and_finishes_with_the_answer() -> None
     view.flush()
     assert recorder.calls[-1][0]["text/plain"] == "ab"
     view.finish(make_answer())
-    assert CID in recorder.calls[-1][0]["text/markdown"]
+    blank, final = recorder.calls[-2:]
+    assert blank == (display.BLANK, view.display_id, True)
+    assert final[1] is None and final[2] is False
+    assert CID in final[0]["text/markdown"]
     view.fail(ConversationNotFound("gone"))
+    assert recorder.calls[-2] == final, "the live area is blanked once"
     assert "CONVERSATION_NOT_FOUND" in recorder.calls[-1][0]["text/html"]
 
 
@@ -234,6 +238,7 @@ def test_progress_view_repaints_only_when_something_changed() -> None:
     view.update(Progress(percentage=50, message="Processing"))
     assert view.paints == 2
     assert '<progress value="50"' in recorder.calls[-1][0]["text/html"]
+    assert all(call[1] == view.display_id for call in recorder.calls)
 
 
 @pytest.mark.parametrize(

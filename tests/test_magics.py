@@ -196,10 +196,12 @@ def test_pplx_streams_into_one_display_and_returns_the_answer(
     assert isinstance(answer, Answer)
     assert shell.user_ns["_"] is answer
     assert answer.conversation_id is not None
-    assert len(set(run.ids)) == 1 and run.ids[0], "every update goes to one display handle"
-    assert run.updates[0] is False and all(run.updates[1:])
-    assert len(run.outputs) >= 2
-    assert "Searching…" in run.outputs[0]["text/markdown"]
+    live = run.ids[0]
+    assert live and run.ids[:-1] == [live] * (len(run.ids) - 1), "one display handle streams"
+    assert run.updates[0] is False and all(run.updates[1:-1])
+    assert run.outputs[0] == run.outputs[-2] == {"text/html": ""}, "the live area ends blank"
+    assert "Searching…" in run.outputs[1]["text/markdown"]
+    assert run.ids[-1] is None and run.updates[-1] is False, "the answer is its own output"
     final = run.last["text/markdown"]
     assert f"`{answer.conversation_id}`" in final and "%pplx_followup" in final
     assert "](https://docs.python.org/3/library/" in final
@@ -344,7 +346,7 @@ def test_research_is_queued_then_wait_shows_the_report(
     report = waited.result
     assert isinstance(report, Answer)
     assert report.conversation_id == status.conversation_id
-    assert '<progress value="' in waited.outputs[0]["text/html"]
+    assert '<progress value="' in waited.outputs[1]["text/html"]
     assert "](https://docs.python.org/" in waited.last["text/markdown"]
     assert researcher.status(status.conversation_id).status == "completed"  # type: ignore[union-attr]
 
@@ -357,7 +359,7 @@ def test_research_wait_blocks_with_a_progress_bar(shell: InteractiveShell) -> No
     ]
     assert bars, "a progress bar is shown while waiting"
     assert "%pplx_followup --research" in run.last["text/markdown"]
-    assert len(set(run.ids)) == 1
+    assert len(set(run.ids[:-1])) == 1 and run.ids[-1] is None
 
 
 def test_followup_in_research_mode_queues_a_job_on_the_same_conversation(

@@ -3,7 +3,8 @@
 Every function here is pure (object in, ``{mime: text}`` out) so it can be tested without a kernel.
 :class:`StreamView` and :class:`ProgressView` own one display handle each and update it in place;
 they must be driven from the kernel's main thread (output published from other threads is fragile
-in ipykernel).
+in ipykernel). The outcome they end with is displayed as an output of its own, so notebooks run
+by nbval record it too.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from pplx_nb._models import Answer, Conversation, JobStatus, Progress, Source
 
 __all__ = [
+    "BLANK",
     "Bundle",
     "ProgressView",
     "StreamView",
@@ -323,28 +325,37 @@ def notice_bundle(code: str, message: str) -> Bundle:
 # -- live views -------------------------------------------------------------------------------
 
 
-Publisher = Callable[[Bundle, str, bool], None]
+Publisher = Callable[[Bundle, str | None, bool], None]
+BLANK: Bundle = {"text/html": ""}
 
 
-def _publish(bundle: Bundle, display_id: str, update: bool) -> None:
+def _publish(bundle: Bundle, display_id: str | None, update: bool) -> None:
     from IPython.display import display, update_display
 
     if update:
         update_display(bundle, raw=True, display_id=display_id)  # type: ignore[no-untyped-call]
-    else:
+    elif display_id:
         display(bundle, raw=True, display_id=display_id)  # type: ignore[no-untyped-call]
+    else:
+        display(bundle, raw=True)  # type: ignore[no-untyped-call]
 
 
 class _View:
-    """One display area updated in place."""
+    """A live display area: blank when first displayed and again at the end, outcome below it.
+
+    Front ends that apply display updates (JupyterLab, nbclient, papermill) and test runners that
+    ignore them (nbval keeps only the first version of a display) thus end with the same outputs:
+    a blank live area and the outcome, displayed once.
+    """
 
     def __init__(self, *, publish: Publisher | None = None) -> None:
         import uuid
 
         self.display_id = uuid.uuid4().hex
         self._publish = publish or _publish
-        self._shown = False
+        self.closed = False
         self.started = time.monotonic()
+        self._publish(dict(BLANK), self.display_id, False)
 
     @property
     def elapsed(self) -> float:
@@ -352,13 +363,20 @@ class _View:
         return time.monotonic() - self.started
 
     def show(self, bundle: Mapping[str, str]) -> None:
-        """Display ``bundle`` (the first time) or replace what the view shows."""
-        self._publish(dict(bundle), self.display_id, self._shown)
-        self._shown = True
+        """Replace what the live area shows."""
+        self._publish(dict(bundle), self.display_id, True)
+
+    def close(self, outcome: Mapping[str, str] | None = None) -> None:
+        """Blank the live area and display ``outcome`` (if any) as an output of its own."""
+        if not self.closed:
+            self.closed = True
+            self._publish(dict(BLANK), self.display_id, True)
+        if outcome is not None:
+            self._publish(dict(outcome), None, False)
 
     def fail(self, error: BaseException, *, debug: bool = False) -> None:
-        """Replace the view with the styled error."""
-        self.show(error_bundle(error, debug=debug))
+        """Close the view with the styled error."""
+        self.close(error_bundle(error, debug=debug))
 
 
 class StreamView(_View):
@@ -409,7 +427,7 @@ class StreamView(_View):
 
     def finish(self, answer: Answer, *, related: bool = True, research: bool = False) -> None:
         """Replace the streamed text with the rendered answer."""
-        self.show(answer_bundle(answer, related=related, elapsed=self.elapsed, research=research))
+        self.close(answer_bundle(answer, related=related, elapsed=self.elapsed, research=research))
 
 
 class ProgressView(_View):

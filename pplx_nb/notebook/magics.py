@@ -251,13 +251,16 @@ class PplxMagics(Magics):
         try:
             result = run_with_progress(call, view)
         except KeyboardInterrupt as exc:
-            view.show(notice_bundle("INTERRUPTED", interrupted))
+            view.close(notice_bundle("INTERRUPTED", interrupted))
             raise _AlreadyShown(exc) from exc
         except BaseException as exc:
             view.fail(exc, debug=debug)
             raise _AlreadyShown(exc) from exc
-        if isinstance(result, Answer):
-            view.show(answer_bundle(result, elapsed=view.elapsed, research=True))
+        view.close(
+            answer_bundle(result, elapsed=view.elapsed, research=True)
+            if isinstance(result, Answer)
+            else None
+        )
         return result
 
     # -- asking -------------------------------------------------------------------------------
