@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
 
+from pplx_nb._errors import redact
 from pplx_nb.notebook.display import answer_html, error_bundle, status_line
 
 if TYPE_CHECKING:
@@ -183,7 +184,7 @@ class JobMonitor(widgets.VBox):  # type: ignore[misc]
         history = self.status.error_history if self.status else []
         items = "".join(
             f"<li>attempt {e.attempt or '?'}: <b>{html.escape(e.code)}</b> "
-            f"{html.escape(e.message)}</li>"
+            f"{html.escape(redact(e.message))}</li>"
             for e in history
         )
         listing = f"<details open><summary>Error history</summary><ol>{items}</ol></details>"
