@@ -508,3 +508,24 @@ def test_unload_removes_the_magics(shell: InteractiveShell) -> None:
     assert "pplx" not in shell.magics_manager.magics["cell"]
     shell.run_line_magic("load_ext", "pplx_nb")
     assert "pplx" in shell.magics_manager.magics["cell"]
+
+
+@pytest.mark.parametrize(("env", "queued"), [(None, True), ("true", True), ("false", False)])
+def test_kernel_researcher_comes_from_the_environment_and_queues_unless_told_not_to(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, env: str | None, queued: bool
+) -> None:
+    monkeypatch.setenv("CONVERSATION_LOGS_DIR", str(tmp_path))
+    monkeypatch.setenv("PPLX_NB_OFFLINE", "1")
+    if env is None:
+        monkeypatch.delenv("PERPLEXITY_ENABLE_ASYNC_DEEP_RESEARCH", raising=False)
+    else:
+        monkeypatch.setenv("PERPLEXITY_ENABLE_ASYNC_DEEP_RESEARCH", env)
+    magics.set_researcher(None)
+    researcher = magics.get_researcher()
+    try:
+        assert magics.get_researcher() is researcher, "one Researcher per kernel"
+        assert researcher.async_deep_research is queued
+        assert researcher.store.root == tmp_path.resolve()
+    finally:
+        magics.set_researcher(None)
+        researcher.close()
