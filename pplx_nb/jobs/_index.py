@@ -59,6 +59,9 @@ class JobIndex:
         self.base = root / INDEX_DIR
         self.pending_dir = self.base / "pending"
         self.claimed_dir = self.base / "claimed"
+        # Plain strings on the claim path: building Path objects costs more than the syscalls.
+        self._pending = str(self.pending_dir)
+        self._claimed = str(self.claimed_dir)
         self._ready = False
 
     def _ensure(self) -> None:
@@ -69,11 +72,17 @@ class JobIndex:
 
     def pending_path(self, marker: str) -> Path:
         """Where the pending marker ``marker`` lives."""
-        return self.pending_dir.joinpath(*_pending_subdirs(marker), marker)
+        return Path(self._pending_str(marker))
 
     def claimed_path(self, marker: str) -> Path:
         """Where the claimed marker ``marker`` lives."""
-        return self.claimed_dir / marker
+        return Path(self._claimed_str(marker))
+
+    def _pending_str(self, marker: str) -> str:
+        return os.path.join(self._pending, *_pending_subdirs(marker), marker)
+
+    def _claimed_str(self, marker: str) -> str:
+        return os.path.join(self._claimed, marker)
 
     def add_pending(self, marker: str) -> None:
         """Create the pending marker (idempotent)."""
@@ -113,9 +122,9 @@ class JobIndex:
 
     def drop(self, marker: str) -> None:
         """Remove the marker wherever it is (a finished or cancelled job)."""
-        for path in (self.claimed_path(marker), self.pending_path(marker)):
+        for path in (self._claimed_str(marker), self._pending_str(marker)):
             with contextlib.suppress(FileNotFoundError):
-                path.unlink()
+                os.unlink(path)
                 return
 
     def candidates(self) -> Iterator[str]:
@@ -124,12 +133,12 @@ class JobIndex:
         Emptied directories met on the way are removed, so old windows do not pile up.
         """
         self._ensure()
-        return _walk(self.pending_dir, _LEVELS)
+        return _walk(self._pending, _LEVELS)
 
     def claim(self, marker: str) -> bool:
         """Move a pending marker to claimed; True for exactly one of any racing callers."""
         try:
-            os.rename(self.pending_path(marker), self.claimed_path(marker))
+            os.rename(self._pending_str(marker), self._claimed_str(marker))
         except FileNotFoundError:
             return False
         return True
@@ -137,22 +146,22 @@ class JobIndex:
     def pending(self) -> list[str]:
         """Every pending marker, in claim order (walks the whole index)."""
         self._ensure()
-        return list(_walk(self.pending_dir, _LEVELS, prune=False))
+        return list(_walk(self._pending, _LEVELS, prune=False))
 
     def claimed(self) -> list[str]:
         """Every claimed marker (jobs in progress, or claimed by a worker that died)."""
         self._ensure()
-        return sorted(_listdir(self.claimed_dir))
+        return sorted(_listdir(self._claimed))
 
 
-def _walk(directory: Path, levels: int, *, prune: bool = True) -> Iterator[str]:
+def _walk(directory: str, levels: int, *, prune: bool = True) -> Iterator[str]:
     """Names ``levels`` directories below ``directory``, in sorted order, depth first."""
     names = sorted(_listdir(directory))
     if levels == 0:
         yield from names
         return
     for name in names:
-        child = directory / name
+        child = os.path.join(directory, name)
         yielded = False
         for marker in _walk(child, levels - 1, prune=prune):
             yielded = True
@@ -161,13 +170,13 @@ def _walk(directory: Path, levels: int, *, prune: bool = True) -> Iterator[str]:
             _rmdir(child)
 
 
-def _listdir(path: Path) -> list[str]:
+def _listdir(path: str) -> list[str]:
     try:
         return [name for name in os.listdir(path) if not name.startswith(".")]
     except (FileNotFoundError, NotADirectoryError):
         return []
 
 
-def _rmdir(path: Path) -> None:
+def _rmdir(path: str) -> None:
     with contextlib.suppress(OSError):
         os.rmdir(path)
