@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from nbval.plugin import IPyNbCell
+from nbval.plugin import IPyNbCell  # type: ignore[import-untyped]
 
 _APPENDED = frozenset({"display_data", "execute_result", "stream", "error"})
 
