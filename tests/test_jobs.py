@@ -109,7 +109,7 @@ def test_claim_flips_status_to_in_progress_with_worker_attempt_and_start_progres
         2,
     )
     assert job.attempt == 1 and job.worker_id == "worker-1"
-    assert job.job_id == queued.model_extra["jobId"]  # type: ignore[index]
+    assert job.job_id == (queued.model_extra or {}).get("jobId")
     status = queue.status(cid)
     assert status is not None and status.status == "in_progress"
     assert status.worker_id == "worker-1" and status.attempts == 1 and status.heartbeat_at
@@ -154,7 +154,7 @@ def test_completion_removes_job_json_and_keeps_status(queue: JobQueue, logs_dir:
     assert status.status == "completed" and status.completed_at
     assert status.progress is not None and status.progress.percentage == 100
     assert _files(logs_dir, cid) == {"status.json"}
-    assert status.model_extra["result"] == {"tokens": 120, "cost": 0.01}  # type: ignore[index]
+    assert (status.model_extra or {}).get("result") == {"tokens": 120, "cost": 0.01}
 
 
 def test_failed_attempts_are_retried_then_the_job_fails_after_three(

@@ -16,7 +16,7 @@ import pytest
 from support.runners import sim_runner
 
 from pplx_nb import Settings
-from pplx_nb._models import Message
+from pplx_nb._models import JobStatus, Message
 from pplx_nb.jobs import Job, JobContext, JobQueue, Worker
 from pplx_nb.store import ConversationStore
 
@@ -53,6 +53,16 @@ def _submit(
     cid = conversation.conversation_id
     queue.enqueue(cid, TOOL, {"query": query, **request})
     return cid
+
+
+def _status(queue: JobQueue, cid: str) -> JobStatus:
+    status = queue.status(cid)
+    assert status is not None
+    return status
+
+
+def _job_id(item: JobStatus | Message) -> object:
+    return (item.model_extra or {}).get("jobId")
 
 
 def _replies(store: ConversationStore, cid: str) -> list[Message]:
@@ -110,7 +120,7 @@ def test_a_job_runs_to_completion_with_progress_in_order(
     assert final is not None and final.status == "completed" and final.attempts == 1
     assert final.progress is not None and final.progress.elapsed_ms > 0
     (reply,) = _replies(store, cid)
-    assert reply.content and (reply.model_extra or {}).get("jobId") == final.model_extra["jobId"]  # type: ignore[index]
+    assert reply.content and _job_id(reply) == _job_id(final) is not None
     assert not (settings.logs_dir() / cid / "job.json").exists()
 
 
@@ -172,7 +182,7 @@ def test_jobs_run_concurrently_up_to_the_limit(
     worker = Worker(queue, runner, concurrency=3, poll_interval=0.02)
     worker.start()
     try:
-        _wait_for(lambda: all(queue.status(c).done for c in ids), 10, "all jobs")  # type: ignore[union-attr]
+        _wait_for(lambda: all(_status(queue, c).done for c in ids), 10, "all jobs")
     finally:
         worker.stop(timeout=5)
     assert peak == 3
@@ -194,7 +204,7 @@ def test_stopping_a_worker_releases_a_job_still_running(
 
     worker = Worker(queue, runner, concurrency=1, poll_interval=0.02, drain_seconds=0.2)
     worker.start()
-    _wait_for(lambda: queue.status(cid).status == "in_progress", 5, "claim")  # type: ignore[union-attr]
+    _wait_for(lambda: _status(queue, cid).status == "in_progress", 5, "claim")
     worker.stop(timeout=5)
     assert not worker.running and len(cancelled) == 1
     status = queue.status(cid)
@@ -218,7 +228,7 @@ def test_cancelling_a_running_job_stops_its_runner(
     worker = Worker(queue, runner, concurrency=1, poll_interval=0.02)
     worker.start()
     try:
-        _wait_for(lambda: queue.status(cid).status == "in_progress", 5, "claim")  # type: ignore[union-attr]
+        _wait_for(lambda: _status(queue, cid).status == "in_progress", 5, "claim")
         queue.cancel(cid)
         _wait_for(lambda: bool(cancelled), 5, "the runner to be cancelled")
     finally:
@@ -267,7 +277,7 @@ def test_worker_process_exits_zero_on_sigterm_and_releases_its_job(
     queue = JobQueue.from_settings(Settings.from_env())
     cid = _submit(store, queue, sleep=30)
     proc = spawn(tmp_path / "w.log", "--drain", "0.2")
-    _wait_for(lambda: queue.status(cid).status == "in_progress", 30, "claim")  # type: ignore[union-attr]
+    _wait_for(lambda: _status(queue, cid).status == "in_progress", 30, "claim")
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=20) == 0
     status = queue.status(cid)
@@ -287,15 +297,15 @@ def test_four_worker_processes_drain_500_jobs_each_exactly_once(
     ids = [_submit(store, queue, f"asyncio question {i}") for i in range(500)]
     procs = [spawn(tmp_path / f"w{i}.log", "--concurrency", "4") for i in range(4)]
     _wait_for(lambda: queue.pending_count() == 0, 180, "the queue to drain")
-    _wait_for(lambda: all(queue.status(c).done for c in ids), 60, "the last jobs")  # type: ignore[union-attr]
+    _wait_for(lambda: all(_status(queue, c).done for c in ids), 60, "the last jobs")
     for proc in procs:
         proc.send_signal(signal.SIGTERM)
     assert [proc.wait(timeout=30) for proc in procs] == [0, 0, 0, 0]
-    statuses = [queue.status(c) for c in ids]
-    assert all(s is not None and s.status == "completed" and s.attempts == 1 for s in statuses)
+    statuses = [_status(queue, c) for c in ids]
+    assert all(s.status == "completed" and s.attempts == 1 for s in statuses)
     for cid, status in zip(ids, statuses, strict=True):
         (reply,) = _replies(store, cid)
-        assert (reply.model_extra or {})["jobId"] == status.model_extra["jobId"]  # type: ignore[union-attr, index]
+        assert _job_id(reply) == _job_id(status) is not None
     logs = [(tmp_path / f"w{i}.log").read_text() for i in range(4)]
     assert sum(log.count("Job completed") for log in logs) == 500
     assert sum(log.count("Job dequeued") for log in logs) == 500
@@ -312,11 +322,11 @@ def test_a_job_of_a_killed_worker_completes_once_on_another_after_the_lease(
     queue = JobQueue.from_settings(Settings.from_env())
     cid = _submit(store, queue, sleep=1.5)
     doomed = spawn(tmp_path / "doomed.log", "--worker-id", "doomed")
-    _wait_for(lambda: queue.status(cid).worker_id == "doomed", 30, "the first claim")  # type: ignore[union-attr]
+    _wait_for(lambda: _status(queue, cid).worker_id == "doomed", 30, "the first claim")
     doomed.send_signal(signal.SIGKILL)
     doomed.wait(timeout=10)
     survivor = spawn(tmp_path / "survivor.log", "--worker-id", "survivor")
-    _wait_for(lambda: queue.status(cid).done, 30, "completion on the survivor")  # type: ignore[union-attr]
+    _wait_for(lambda: _status(queue, cid).done, 30, "completion on the survivor")
     survivor.send_signal(signal.SIGTERM)
     assert survivor.wait(timeout=20) == 0
     status = queue.status(cid)
@@ -338,7 +348,7 @@ def test_an_unexpected_exception_in_a_runner_is_recorded_and_retried(
     worker = Worker(queue, runner, concurrency=1, poll_interval=0.02)
     worker.start()
     try:
-        _wait_for(lambda: queue.status(cid).done, 10, "failure")  # type: ignore[union-attr]
+        _wait_for(lambda: _status(queue, cid).done, 10, "failure")
     finally:
         worker.stop(timeout=5)
     status = queue.status(cid)

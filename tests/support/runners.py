@@ -90,6 +90,7 @@ async def sim_runner(job: Job, ctx: JobContext) -> Message | None:
     if request.get("only_on") and request["only_on"] != job.worker_id:
         raise APIServerError(f"Worker {job.worker_id} refuses this job on purpose.")
     text, usage = await _stream_answer(settings, str(request.get("query", "asyncio")), ctx)
-    message = Message(role="assistant", content=text, tool=job.tool, usage=usage, jobId=job.job_id)
+    fields = {"role": "assistant", "content": text, "tool": job.tool, "usage": usage}
+    message = Message.model_validate({**fields, "jobId": job.job_id})
     store.append(job.conversation_id, message)
     return message
