@@ -244,18 +244,13 @@ def test_cancelling_a_running_job_stops_its_runner(
 def spawn(worker_env: dict[str, str]) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
     procs: list[subprocess.Popen[bytes]] = []
 
-    def start(log: Path, *args: str) -> subprocess.Popen[bytes]:
+    def start(
+        log: Path, *args: str, runner: str | None = "support.runners:sim_runner"
+    ) -> subprocess.Popen[bytes]:
         env = {**os.environ, **worker_env, "PYTHONPATH": str(REPO / "tests")}
-        command = [
-            sys.executable,
-            "-m",
-            "pplx_nb.worker",
-            "--runner",
-            "support.runners:sim_runner",
-            "--poll-interval",
-            "0.05",
-            *args,
-        ]
+        command = [sys.executable, "-m", "pplx_nb.worker", "--poll-interval", "0.05", *args]
+        if runner is not None:
+            command += ["--runner", runner]
         with log.open("wb") as out:
             proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=out, stderr=out)
         procs.append(proc)
@@ -284,6 +279,34 @@ def test_worker_process_exits_zero_on_sigterm_and_releases_its_job(
     assert status is not None and status.status == "pending" and status.attempts == 0
     log = (tmp_path / "w.log").read_text()
     assert "Job dequeued" in log and "Job released" in log
+
+
+def test_worker_process_runs_a_researcher_job_by_default(
+    spawn: Callable[..., subprocess.Popen[bytes]],
+    settings: Settings,
+    store: ConversationStore,
+    tmp_path: Path,
+) -> None:
+    from pplx_nb import Researcher
+
+    researcher = Researcher(Settings.from_env(), async_deep_research=False)
+    try:
+        queued = researcher.deep_research("How does json.dumps handle floats?", wait=False)
+    finally:
+        researcher.close()
+    assert isinstance(queued, JobStatus) and queued.status == "pending"
+    cid = queued.conversation_id
+    queue = JobQueue.from_settings(Settings.from_env())
+    proc = spawn(tmp_path / "w.log", "--concurrency", "2", runner=None)
+    _wait_for(lambda: _status(queue, cid).done, 60, "the research job")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=20) == 0
+    status = _status(queue, cid)
+    assert status.status == "completed" and status.remote_id
+    (reply,) = _replies(store, cid)
+    assert reply.content and _job_id(reply) == _job_id(status)
+    log = (tmp_path / "w.log").read_text()
+    assert "Job completed" in log and "tokens n/a" not in log
 
 
 @pytest.mark.slow
