@@ -84,19 +84,23 @@ class JobIndex:
     def _claimed_str(self, marker: str) -> str:
         return os.path.join(self._claimed, marker)
 
-    def add_pending(self, marker: str) -> None:
-        """Create the pending marker (idempotent)."""
+    def add_pending(self, marker: str, job_file: Path | None = None) -> None:
+        """Create the pending marker (idempotent).
+
+        With ``job_file`` the marker is a hard link to it: creating an inode costs ≈0.5–1 ms on
+        a busy ext4 disk, a link a few microseconds.
+        """
         self._ensure()
-        path = self.pending_path(marker)
+        path = self._pending_str(marker)
         for _ in range(8):
             try:
-                os.close(os.open(path, os.O_WRONLY | os.O_CREAT, _FILE_MODE))
+                _make_marker(path, job_file)
                 return
             except FileNotFoundError:
                 # A claimer may remove an emptied directory between our mkdir and create.
-                ensure_dir(path.parent)
+                ensure_dir(Path(path).parent)
         with fs_errors(path, "create"):
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT, _FILE_MODE))
+            _make_marker(path, job_file)
 
     def add_claimed(self, marker: str) -> None:
         """Create the claimed marker (idempotent); used when rebuilding the index."""
@@ -152,6 +156,24 @@ class JobIndex:
         """Every claimed marker (jobs in progress, or claimed by a worker that died)."""
         self._ensure()
         return sorted(_listdir(self._claimed))
+
+
+def _make_marker(path: str, job_file: Path | None) -> None:
+    if job_file is not None:
+        try:
+            os.link(job_file, path)
+            return
+        except FileExistsError:
+            return
+        except FileNotFoundError:
+            if not os.path.exists(job_file):
+                job_file = None
+            else:
+                raise
+        except OSError:
+            # A file system without hard links: fall back to an empty file.
+            job_file = None
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT, _FILE_MODE))
 
 
 def _walk(directory: str, levels: int, *, prune: bool = True) -> Iterator[str]:

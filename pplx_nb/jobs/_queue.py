@@ -173,7 +173,7 @@ class JobQueue:
             }
             _write(directory / JOB_FILE, job)
             _write(directory / STATUS_FILE, status)
-            self._index.add_pending(marker)
+            self._index.add_pending(marker, directory / JOB_FILE)
         logger.info(
             "Job enqueued: %s (tool %s, priority %d)",
             conversation_id,
@@ -471,7 +471,7 @@ class JobQueue:
             if self._index.claimed_path(marker).exists():
                 return 0
             if status["status"] == "pending":
-                self._index.add_pending(marker)
+                self._index.add_pending(marker, directory / JOB_FILE)
             elif status["status"] == "in_progress":
                 self._index.add_claimed(marker)
             else:
