@@ -1,4 +1,4 @@
-"""The claim index: one empty marker file per queued job, named so that sorting gives claim order.
+"""The claim index: one marker file per queued job, named so that sorting gives claim order.
 
 A marker is named ``{PRIORITY_MAX - priority:05d}-{enqueued_us:016d}-{conversationId}``, so a plain
 string sort yields priority descending, then enqueue time ascending (FIFO). Pending markers live
@@ -13,7 +13,9 @@ so a claim lists a few small directories (at most 100 entries, or a tenth of a s
 enqueues) and stays cheap with tens of thousands of jobs queued: one flat directory of 10,000
 names takes ≈4 ms to list and sort here. Claiming moves a marker into the flat
 ``<root>/.jobs/claimed/`` with ``os.rename``: of several processes renaming the same file, exactly
-one succeeds. ``.jobs`` never matches the conversation-id pattern, so the store's listing skips it.
+one succeeds. A marker is a hard link to the job's job.json (a link is far cheaper than a new
+inode), or an empty file when rebuilt. ``.jobs`` never matches the conversation-id pattern, so
+the store's listing skips it.
 """
 
 from __future__ import annotations
