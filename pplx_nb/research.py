@@ -361,7 +361,10 @@ class Researcher:
             conversation_id = self._store.fork(conversation_id).conversation_id
         history = context.chain_messages(self._store, conversation_id)
         model = self._model(mode, opts)
-        content, records, notes = self._attach(query, files, history)
+        # A file counts as already embedded only if its turn survives the context budget.
+        question = Message(role="user", content=query)
+        visible = context.fit_history([*history, question], model).messages[:-1]
+        content, records, notes = self._attach(query, files, visible)
 
         search_query = query
         reformulated: str | None = None

@@ -235,3 +235,27 @@ def test_estimated_cost_is_marked_and_follows_the_price_table() -> None:
     assert cost.input_cost == pytest.approx(3.0)
     assert cost.output_cost == pytest.approx(15.0)
     assert cost.total_cost == pytest.approx(18.0 + cost.request_cost)
+
+
+def test_attached_files_are_embedded_once_per_conversation(
+    settings: Settings, tmp_path: Path
+) -> None:
+    notes = tmp_path / "notes.md"
+    notes.write_text("Our service cancels tasks with TaskGroup on shutdown.\n")
+    r = Researcher(settings.model_copy(update={"file_roots": (tmp_path,)}))
+    try:
+        first = r.search("How should we cancel tasks?", files=[notes])
+        cid = first.conversation_id or ""
+        r.followup(cid, "And timeouts?", files=[notes], mode="research", wait=True)
+        notes.write_text("We moved to asyncio.timeout for shutdown.\n")
+        r.followup(cid, "Is that still right?", files=[notes])
+        users = [m for m in r.history(cid).messages if m.role == "user"]
+        assert "TaskGroup on shutdown" in users[0].content
+        assert users[0].files and users[0].files[0]["sha256"]
+        assert "TaskGroup on shutdown" not in users[1].content and not users[1].files
+        assert "asyncio.timeout for shutdown" in users[2].content
+        assert users[2].files and users[2].files[0]["sha256"] != users[0].files[0]["sha256"]
+        with pytest.raises(ValidationError):
+            r.search("Read this", files=["../../etc/shadow"])
+    finally:
+        r.close()
