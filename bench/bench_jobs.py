@@ -127,7 +127,9 @@ def _cycles_sqlite(root: Path, ids: list[str]) -> float:
 def _cycles(kind: Callable[[Path, list[str]], float], where: str | None = None) -> float:
     with tempfile.TemporaryDirectory(dir=where) as tmp:
         root = Path(tmp)
-        return kind(root, _conversations(root, CYCLES))
+        ids = _conversations(root, CYCLES)
+        os.sync()  # the set-up's writeback must not land in the timed part
+        return kind(root, ids)
 
 
 # -- processes racing to claim ---------------------------------------------------------------
