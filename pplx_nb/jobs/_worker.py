@@ -121,8 +121,10 @@ class Worker:
                     if job is None:
                         break
                     running.add(asyncio.create_task(self._execute(job)))
-                timeout = None if len(running) >= self.concurrency else self.poll_interval
-                _, _ = await asyncio.wait(
+                full = len(running) >= self.concurrency
+                # When full, still wake up for the periodic recovery of other workers' jobs.
+                timeout = self.queue.lease_seconds / 2 if full else self.poll_interval
+                await asyncio.wait(
                     {stopping, *running}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
                 )
                 running = {task for task in running if not task.done()}
