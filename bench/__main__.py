@@ -30,7 +30,6 @@ def _section(name: str, body: str) -> str:
 
 def main(argv: list[str]) -> int:
     names = argv or sorted(p.stem.removeprefix("bench_") for p in HERE.glob("bench_*.py"))
-    text = RESULTS.read_text() if RESULTS.exists() else HEADER
     os.environ.setdefault("PPLX_NB_OFFLINE", "1")
     for name in names:
         module = importlib.import_module(f"bench.bench_{name}")
@@ -45,16 +44,20 @@ def main(argv: list[str]) -> int:
             f"{took:.0f} s</sub>"
         )
         print(body, flush=True)
-        block = _section(name, body)
-        pattern = re.compile(
-            rf"<!-- bench:{re.escape(name)} -->.*?<!-- /bench:{re.escape(name)} -->", re.S
-        )
-        if pattern.search(text):
-            text = pattern.sub(lambda _, block=block: block, text)
-        else:
-            text = f"{text}\n{block}\n"
-    RESULTS.write_text(text)
+        _store(name, body)
     return 0
+
+
+def _store(name: str, body: str) -> None:
+    """Replace (or add) one section, re-reading the file so other runs' sections survive."""
+    text = RESULTS.read_text() if RESULTS.exists() else HEADER
+    block = _section(name, body)
+    pattern = re.compile(
+        rf"<!-- bench:{re.escape(name)} -->.*?<!-- /bench:{re.escape(name)} -->", re.S
+    )
+    found = pattern.search(text)
+    text = pattern.sub(lambda _: block, text) if found else f"{text}\n{block}\n"
+    RESULTS.write_text(text)
 
 
 if __name__ == "__main__":
