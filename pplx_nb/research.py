@@ -181,7 +181,7 @@ class Researcher:
             weakref.WeakKeyDictionary()
         )
         self._cache: Any = None
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._queue: JobQueue | None = None
         self._worker: Worker | None = None
         self._metrics = Metrics()

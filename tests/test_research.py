@@ -259,3 +259,12 @@ def test_attached_files_are_embedded_once_per_conversation(
             r.search("Read this", files=["../../etc/shadow"])
     finally:
         r.close()
+
+
+def test_the_worker_starts_before_anything_else_touched_the_queue(settings: Settings) -> None:
+    r = Researcher(settings, async_deep_research=True)
+    try:
+        worker = r.start_worker(concurrency=1)
+        assert worker is r.start_worker()
+    finally:
+        r.close()
