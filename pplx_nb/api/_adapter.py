@@ -7,16 +7,25 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, Required, TypeVar
 
 from pydantic import BaseModel, ValidationError
+from typing_extensions import TypedDict
 
-from pplx_nb._errors import APIServerError
+from pplx_nb._errors import APIServerError, NetworkError
 from pplx_nb._models import Answer
 from pplx_nb.api._sse import Event
 from pplx_nb.api.request import Request
 
-__all__ = ["Adapter", "Call", "StreamParser", "encode", "read_wire"]
+__all__ = [
+    "Adapter",
+    "Call",
+    "SearchResult",
+    "StreamParser",
+    "encode",
+    "read_wire",
+    "stream_cut_short",
+]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -45,6 +54,24 @@ def read_wire(model: type[M], raw: bytes | str, what: str) -> M:
             f"The API sent {what} that pplx_nb cannot read ({problem}). Check that "
             "PERPLEXITY_BASE_URL and PERPLEXITY_API_STYLE point at a compatible server."
         ) from exc
+
+
+class SearchResult(TypedDict, total=False):
+    """One search result as both protocols send it; validated into a Source by the Answer."""
+
+    url: Required[str]
+    title: str | None
+    date: str | None
+    snippet: str | None
+    last_updated: str | None
+
+
+def stream_cut_short() -> NetworkError:
+    """The error for a stream that ended before its terminal event or chunk."""
+    return NetworkError(
+        "The answer stream ended before the API finished it; the answer would be incomplete. "
+        "Retry the question."
+    )
 
 
 class StreamParser(Protocol):

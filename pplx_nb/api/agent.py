@@ -8,15 +8,15 @@ A run that ends ``failed`` or ``cancelled`` arrives as HTTP 200 and is raised as
 
 from __future__ import annotations
 
-from typing import Any, Required
+from typing import Any
 from urllib.parse import quote
 
 from pydantic import BaseModel
 from typing_extensions import TypedDict
 
-from pplx_nb._errors import APIServerError, NetworkError
+from pplx_nb._errors import APIServerError
 from pplx_nb._models import Answer
-from pplx_nb.api._adapter import Call, encode, read_wire
+from pplx_nb.api._adapter import Call, SearchResult, encode, read_wire, stream_cut_short
 from pplx_nb.api._sse import Event
 from pplx_nb.api._text import RELATED_INSTRUCTION, DeltaFilter, split_related, split_think
 from pplx_nb.api.request import Request
@@ -56,14 +56,6 @@ def agent_target(model: str) -> dict[str, str]:
     return dict(SONAR_TO_AGENT.get(name, {"model": f"perplexity/{name}"}))
 
 
-class _SearchResult(TypedDict, total=False):
-    url: Required[str]
-    title: str | None
-    date: str | None
-    snippet: str | None
-    last_updated: str | None
-
-
 class _Content(BaseModel):
     type: str = ""
     text: str | None = None
@@ -72,7 +64,7 @@ class _Content(BaseModel):
 class _Item(BaseModel):
     type: str = ""
     content: list[_Content] | None = None
-    results: list[_SearchResult] | None = None
+    results: list[SearchResult] | None = None
 
 
 class _Cost(TypedDict, total=False):
@@ -117,7 +109,7 @@ class _Event(BaseModel):
     message: str | None = None
 
 
-def _sources(response: _Response) -> list[_SearchResult]:
+def _sources(response: _Response) -> list[SearchResult]:
     seen: set[str] = set()
     sources = []
     for item in response.output:
@@ -247,10 +239,7 @@ class _AgentStream:
 
     def finish(self) -> Answer:
         if self._final is None:
-            raise NetworkError(
-                "The answer stream ended before the API finished it; the answer would be "
-                "incomplete. Retry the question."
-            )
+            raise stream_cut_short()
         return _answer(self._final, self._model, "".join(self._parts))
 
 

@@ -7,28 +7,20 @@ Background runs use Sonar's async API: ``POST /async/chat/completions`` and
 
 from __future__ import annotations
 
-from typing import Any, Required
+from typing import Any
 from urllib.parse import quote
 
 from pydantic import BaseModel
 from typing_extensions import TypedDict
 
-from pplx_nb._errors import APIServerError, NetworkError
+from pplx_nb._errors import APIServerError
 from pplx_nb._models import Answer
-from pplx_nb.api._adapter import Call, encode, read_wire
+from pplx_nb.api._adapter import Call, SearchResult, encode, read_wire, stream_cut_short
 from pplx_nb.api._sse import Event
 from pplx_nb.api._text import DeltaFilter, split_think
 from pplx_nb.api.request import Request
 
 __all__ = ["SonarAdapter"]
-
-
-class _SearchResult(TypedDict, total=False):
-    url: Required[str]
-    title: str | None
-    date: str | None
-    snippet: str | None
-    last_updated: str | None
 
 
 class _Cost(TypedDict, total=False):
@@ -69,7 +61,7 @@ class _Completion(BaseModel):
     object: str | None = None
     choices: list[_Choice] = []
     citations: list[str] | None = None
-    search_results: list[_SearchResult] | None = None
+    search_results: list[SearchResult] | None = None
     related_questions: list[str] | None = None
     images: list[dict[str, Any]] | None = None
     usage: _Usage | None = None
@@ -83,7 +75,7 @@ class _AsyncRun(BaseModel):
     response: _Completion | None = None
 
 
-def _sources(completion: _Completion) -> list[_SearchResult] | list[dict[str, str]]:
+def _sources(completion: _Completion) -> list[SearchResult] | list[dict[str, str]]:
     if completion.search_results:
         return completion.search_results
     return [{"url": url} for url in completion.citations or ()]
@@ -122,6 +114,14 @@ def _answer(completion: _Completion, content: str, finish_reason: str | None, mo
             "finish_reason": finish_reason,
         }
     )
+
+
+def _complete_answer(completion: _Completion, model: str) -> Answer:
+    """The answer in a whole (not streamed) completion: its first choice's message."""
+    choice = completion.choices[0] if completion.choices else None
+    content = choice.message.content if choice is not None and choice.message else None
+    finish = choice.finish_reason if choice is not None else None
+    return _answer(completion, content or "", finish, model)
 
 
 def _error_text(error: _Error | str | None) -> str:
@@ -183,10 +183,7 @@ class _SonarStream:
 
     def finish(self) -> Answer:
         if not self._ended or self._last is None:
-            raise NetworkError(
-                "The answer stream ended before the API finished it; the answer would be "
-                "incomplete. Retry the question."
-            )
+            raise stream_cut_short()
         return _answer(self._last, "".join(self._parts), self._finish, self._model)
 
 
@@ -230,11 +227,7 @@ class SonarAdapter:
             raise APIServerError(
                 f"The API answered with an error: {_error_text(completion.error)}. Retry."
             )
-        choice = completion.choices[0] if completion.choices else None
-        message = choice.message if choice is not None else None
-        content = message.content if message is not None else None
-        finish = choice.finish_reason if choice is not None else None
-        return _answer(completion, content or "", finish, model)
+        return _complete_answer(completion, model)
 
     def stream_parser(self, request: Request, model: str) -> _SonarStream:
         """A parser for ``chat.completion.chunk`` events."""
@@ -261,11 +254,7 @@ class SonarAdapter:
         if status in ("CREATED", "IN_PROGRESS", "QUEUED", "PENDING"):
             return None
         if status == "COMPLETED" and run.response is not None:
-            completion = run.response
-            choice = completion.choices[0] if completion.choices else None
-            content = choice.message.content if choice and choice.message else None
-            finish = choice.finish_reason if choice else None
-            return _answer(completion, content or "", finish, completion.model or "")
+            return _complete_answer(run.response, run.response.model or "")
         reason = run.error_message or f"status {run.status}"
         raise APIServerError(
             f"The background research run {run.id} failed: {reason}. Start it again.",
