@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from support.runners import sim_runner
 
 from pplx_nb import Settings
 from pplx_nb._models import JobStatus, Message
-from pplx_nb.jobs import Job, JobContext, JobQueue, Worker
+from pplx_nb.jobs import Job, JobContext, JobQueue, JobRunner, Worker
 from pplx_nb.store import ConversationStore
 
 REPO = Path(__file__).resolve().parent.parent
@@ -77,6 +78,30 @@ def _wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
         time.sleep(0.05)
 
 
+@contextmanager
+def _running(queue: JobQueue, runner: JobRunner, **options: Any) -> Iterator[Worker]:
+    """A worker on its background thread for the block, stopped (drained) after it."""
+    worker = Worker(queue, runner, poll_interval=0.02, **options)
+    worker.start()
+    try:
+        yield worker
+    finally:
+        worker.stop(timeout=5)
+
+
+def _sleeper(cancelled: list[str]) -> JobRunner:
+    """A runner that sleeps until cancelled, recording the job ids it was cancelled on."""
+
+    async def runner(job: Job, ctx: JobContext) -> None:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.append(job.job_id)
+            raise
+
+    return runner
+
+
 class _RecordingQueue(JobQueue):
     """Reads status.json back after every progress write, as a poller would see it."""
 
@@ -105,12 +130,8 @@ def test_a_job_runs_to_completion_with_progress_in_order(
         started.append((status.status, status.progress.percentage, status.progress.message))
         return await sim_runner(job, ctx)
 
-    worker = Worker(queue, runner, concurrency=1, poll_interval=0.02)
-    worker.start()
-    try:
+    with _running(queue, runner, concurrency=1):
         _wait_for(lambda: (s := queue.status(cid)) is not None and s.done, 20, "completion")
-    finally:
-        worker.stop(timeout=5)
     assert started == [("in_progress", 25, "Querying Perplexity API...")]
     assert queue.seen[0] == ("in_progress", 50, "Processing response...")
     later = [pct for _, pct, _ in queue.seen[1:]]
@@ -129,12 +150,8 @@ def test_a_job_that_fails_twice_succeeds_on_the_third_attempt(
 ) -> None:
     queue = JobQueue.from_settings(Settings.from_env())
     cid = _submit(store, queue, fail_attempts=2)
-    worker = Worker(queue, sim_runner, concurrency=2, poll_interval=0.02)
-    worker.start()
-    try:
+    with _running(queue, sim_runner, concurrency=2):
         _wait_for(lambda: (s := queue.status(cid)) is not None and s.done, 20, "completion")
-    finally:
-        worker.stop(timeout=5)
     status = queue.status(cid)
     assert status is not None and status.status == "completed" and status.attempts == 3
     assert [(e.attempt, e.code) for e in status.error_history] == [
@@ -149,12 +166,8 @@ def test_a_job_that_always_fails_ends_failed_after_three_attempts(
 ) -> None:
     queue = JobQueue.from_settings(Settings.from_env())
     cid = _submit(store, queue, fail_attempts=99)
-    worker = Worker(queue, sim_runner, concurrency=1, poll_interval=0.02)
-    worker.start()
-    try:
+    with _running(queue, sim_runner, concurrency=1):
         _wait_for(lambda: (s := queue.status(cid)) is not None and s.done, 20, "failure")
-    finally:
-        worker.stop(timeout=5)
     status = queue.status(cid)
     assert status is not None and status.status == "failed" and status.attempts == 3
     assert len(status.error_history) == 3
@@ -179,12 +192,8 @@ def test_jobs_run_concurrently_up_to_the_limit(
         await asyncio.sleep(0.2)
         active -= 1
 
-    worker = Worker(queue, runner, concurrency=3, poll_interval=0.02)
-    worker.start()
-    try:
+    with _running(queue, runner, concurrency=3):
         _wait_for(lambda: all(_status(queue, c).done for c in ids), 10, "all jobs")
-    finally:
-        worker.stop(timeout=5)
     assert peak == 3
 
 
@@ -193,15 +202,8 @@ def test_stopping_a_worker_releases_a_job_still_running(
 ) -> None:
     queue = JobQueue(settings.logs_dir())
     cid = _submit(store, queue)
-    cancelled = []
-
-    async def runner(job: Job, ctx: JobContext) -> None:
-        try:
-            await asyncio.sleep(30)
-        except asyncio.CancelledError:
-            cancelled.append(job.job_id)
-            raise
-
+    cancelled: list[str] = []
+    runner = _sleeper(cancelled)
     worker = Worker(queue, runner, concurrency=1, poll_interval=0.02, drain_seconds=0.2)
     worker.start()
     _wait_for(lambda: _status(queue, cid).status == "in_progress", 5, "claim")
@@ -216,23 +218,12 @@ def test_cancelling_a_running_job_stops_its_runner(
 ) -> None:
     queue = JobQueue(settings.logs_dir(), lease_seconds=0.3)
     cid = _submit(store, queue)
-    cancelled = []
-
-    async def runner(job: Job, ctx: JobContext) -> None:
-        try:
-            await asyncio.sleep(30)
-        except asyncio.CancelledError:
-            cancelled.append(job.job_id)
-            raise
-
-    worker = Worker(queue, runner, concurrency=1, poll_interval=0.02)
-    worker.start()
-    try:
+    cancelled: list[str] = []
+    runner = _sleeper(cancelled)
+    with _running(queue, runner, concurrency=1):
         _wait_for(lambda: _status(queue, cid).status == "in_progress", 5, "claim")
         queue.cancel(cid)
         _wait_for(lambda: bool(cancelled), 5, "the runner to be cancelled")
-    finally:
-        worker.stop(timeout=5)
     status = queue.status(cid)
     assert status is not None and status.status == "cancelled"
 
@@ -368,12 +359,8 @@ def test_an_unexpected_exception_in_a_runner_is_recorded_and_retried(
     async def runner(job: Job, ctx: JobContext) -> None:
         raise KeyError("missing-field")
 
-    worker = Worker(queue, runner, concurrency=1, poll_interval=0.02)
-    worker.start()
-    try:
+    with _running(queue, runner, concurrency=1):
         _wait_for(lambda: _status(queue, cid).done, 10, "failure")
-    finally:
-        worker.stop(timeout=5)
     status = queue.status(cid)
     assert status is not None and status.status == "failed" and status.attempts == 2
     assert status.error is not None and "KeyError" in status.error.message
