@@ -21,7 +21,7 @@ from pplx_nb._errors import (
     ValidationError,
 )
 from pplx_nb._fs import ensure_dir, id_from_ms
-from pplx_nb.jobs import JobQueue, LeaseLost, format_status_message
+from pplx_nb.jobs import Job, JobQueue, LeaseLost, format_status_message
 
 _ms = count(int(time.time() * 1000))
 
@@ -31,6 +31,15 @@ def new_conversation(root: Path) -> str:
     conversation_id = id_from_ms(next(_ms))
     ensure_dir(root / conversation_id)
     return conversation_id
+
+
+def _claimed(queue: JobQueue, root: Path, worker: str = "w") -> Job:
+    """A new conversation with a job enqueued and claimed by ``worker``."""
+    cid = new_conversation(root)
+    queue.enqueue(cid, "t", {})
+    job = queue.claim(worker)
+    assert job is not None
+    return job
 
 
 @pytest.fixture
@@ -146,10 +155,8 @@ def test_threads_racing_to_claim_get_every_job_exactly_once(
 
 
 def test_completion_removes_job_json_and_keeps_status(queue: JobQueue, logs_dir: Path) -> None:
-    cid = new_conversation(logs_dir)
-    queue.enqueue(cid, "t", {})
-    job = queue.claim("w")
-    assert job is not None
+    job = _claimed(queue, logs_dir)
+    cid = job.conversation_id
     status = queue.complete(job, tokens=120, cost=0.01)
     assert status.status == "completed" and status.completed_at
     assert status.progress is not None and status.progress.percentage == 100
@@ -182,10 +189,7 @@ def test_failed_attempts_are_retried_then_the_job_fails_after_three(
 def test_an_error_that_cannot_succeed_on_retry_fails_at_once(
     queue: JobQueue, logs_dir: Path
 ) -> None:
-    cid = new_conversation(logs_dir)
-    queue.enqueue(cid, "t", {})
-    job = queue.claim("w")
-    assert job is not None
+    job = _claimed(queue, logs_dir)
     status = queue.fail(job, APIKeyInvalid("bad key"))
     assert status.status == "failed" and status.attempts == 1
 
@@ -194,10 +198,7 @@ def test_retry_count_follows_the_setting(logs_dir: Path) -> None:
     queue = JobQueue.from_settings(
         Settings(conversation_logs_dir=logs_dir, max_job_retries=0, offline=True)
     )
-    cid = new_conversation(logs_dir)
-    queue.enqueue(cid, "t", {})
-    job = queue.claim("w")
-    assert job is not None
+    job = _claimed(queue, logs_dir)
     assert queue.fail(job, APIServerError("once")).status == "failed"
 
 
@@ -205,10 +206,8 @@ def test_a_job_whose_worker_stopped_heartbeating_is_requeued_after_the_lease(
     logs_dir: Path,
 ) -> None:
     queue = JobQueue(logs_dir, lease_seconds=0.3)
-    cid = new_conversation(logs_dir)
-    queue.enqueue(cid, "t", {})
-    job = queue.claim("dead-worker")
-    assert job is not None
+    job = _claimed(queue, logs_dir, "dead-worker")
+    cid = job.conversation_id
     assert queue.recover_stale() == 0
     time.sleep(0.4)
     assert queue.recover_stale() == 1
@@ -221,10 +220,7 @@ def test_a_job_whose_worker_stopped_heartbeating_is_requeued_after_the_lease(
 
 def test_heartbeats_keep_a_long_job_from_being_recovered(logs_dir: Path) -> None:
     queue = JobQueue(logs_dir, lease_seconds=0.3)
-    cid = new_conversation(logs_dir)
-    queue.enqueue(cid, "t", {})
-    job = queue.claim("w")
-    assert job is not None
+    job = _claimed(queue, logs_dir)
     for _ in range(4):
         time.sleep(0.15)
         queue.heartbeat(job)
@@ -234,10 +230,8 @@ def test_heartbeats_keep_a_long_job_from_being_recovered(logs_dir: Path) -> None
 
 def test_a_worker_that_lost_its_lease_cannot_write_to_the_job(logs_dir: Path) -> None:
     queue = JobQueue(logs_dir, lease_seconds=0.2)
-    cid = new_conversation(logs_dir)
-    queue.enqueue(cid, "t", {})
-    stale = queue.claim("slow")
-    assert stale is not None
+    stale = _claimed(queue, logs_dir, "slow")
+    cid = stale.conversation_id
     time.sleep(0.3)
     queue.recover_stale()
     current = queue.claim("fast")
@@ -260,10 +254,7 @@ def test_a_worker_that_lost_its_lease_cannot_write_to_the_job(logs_dir: Path) ->
 
 
 def test_release_requeues_without_counting_the_attempt(queue: JobQueue, logs_dir: Path) -> None:
-    cid = new_conversation(logs_dir)
-    queue.enqueue(cid, "t", {})
-    job = queue.claim("w")
-    assert job is not None
+    job = _claimed(queue, logs_dir)
     status = queue.release(job)
     assert status.status == "pending" and status.attempts == 0 and status.worker_id is None
     again = queue.claim("w2")
