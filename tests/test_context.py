@@ -337,6 +337,9 @@ def _exchange(n: int) -> list[Message]:
     ]
 
 
+_PARENT_THEN_CHILD = ["Be brief.", "question 1", "answer 1", "question 2", "answer 2"]
+
+
 def test_a_fork_continues_its_parent_without_repeating_turns(logs_dir: Path) -> None:
     store = ConversationStore(logs_dir)
     parent = store.create([Message(role="system", content="Be brief."), *_exchange(1)])
@@ -344,13 +347,7 @@ def test_a_fork_continues_its_parent_without_repeating_turns(logs_dir: Path) -> 
     store.append(child.conversation_id, *_exchange(2))
     store.append(parent.conversation_id, *_exchange(3))
     history = context.chain_messages(store, child.conversation_id)
-    assert [m.content for m in history] == [
-        "Be brief.",
-        "question 1",
-        "answer 1",
-        "question 2",
-        "answer 2",
-    ]
+    assert [m.content for m in history] == _PARENT_THEN_CHILD
 
 
 def test_a_child_holding_only_its_own_turns_follows_its_parent(logs_dir: Path) -> None:
@@ -361,13 +358,7 @@ def test_a_child_holding_only_its_own_turns_follows_its_parent(logs_dir: Path) -
         parent_conversation_id=parent.conversation_id,
     )
     history = context.chain_messages(store, child.conversation_id)
-    assert [m.content for m in history] == [
-        "Be brief.",
-        "question 1",
-        "answer 1",
-        "question 2",
-        "answer 2",
-    ]
+    assert [m.content for m in history] == _PARENT_THEN_CHILD
 
 
 def test_a_cycle_written_into_the_files_is_refused_cleanly(logs_dir: Path) -> None:

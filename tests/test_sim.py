@@ -46,6 +46,18 @@ def sse_payloads(response: httpx2.Response) -> list[Any]:
     return frames
 
 
+def poll_until(client: httpx2.Client, path: str, final: str) -> list[dict[str, Any]]:
+    """Every state ``GET path`` returned until its status was ``final`` (for at most 5 s)."""
+    states: list[dict[str, Any]] = []
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        states.append(client.get(path).json())
+        if states[-1]["status"] == final:
+            break
+        time.sleep(0.02)
+    return states
+
+
 def error_of(response: httpx2.Response) -> dict[str, Any]:
     error: dict[str, Any] = response.json()["error"]
     assert set(error) >= {"message", "type", "code"}
@@ -221,14 +233,9 @@ def test_sonar_async_request_completes_with_a_full_response(client: httpx2.Clien
     assert created["status"] == "CREATED"
     assert "response" not in created
 
-    seen = {created["status"]}
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        current = client.get(f"/async/chat/completions/{created['id']}").json()
-        seen.add(current["status"])
-        if current["status"] == "COMPLETED":
-            break
-        time.sleep(0.05)
+    states = poll_until(client, f"/async/chat/completions/{created['id']}", "COMPLETED")
+    current = states[-1]
+    seen = {created["status"], *(state["status"] for state in states)}
     assert seen >= {"CREATED", "IN_PROGRESS", "COMPLETED"}
     assert current["response"]["choices"][0]["message"]["content"].startswith("<think>")
     assert current["completed_at"] >= current["created_at"]
@@ -355,16 +362,10 @@ def test_background_run_goes_queued_in_progress_completed(client: httpx2.Client)
     ).json()
     assert created["status"] == "queued" and created["output"] == []
 
-    statuses = []
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        current = client.get(f"/v1/responses/{created['id']}").json()
-        statuses.append(current["status"])
-        if current["status"] == "completed":
-            break
-        assert current["output"] == []
-        time.sleep(0.02)
+    *running, current = poll_until(client, f"/v1/responses/{created['id']}", "completed")
+    statuses = [state["status"] for state in (*running, current)]
     assert "in_progress" in statuses and statuses[-1] == "completed"
+    assert all(state["output"] == [] for state in running)
     assert current["output"][1]["content"][0]["text"].count("## ") >= 3
     same = client.get(f"/v1/agent/{created['id']}").json()
     assert same["output"] == current["output"]
