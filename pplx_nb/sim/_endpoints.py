@@ -111,6 +111,13 @@ class Endpoints:
             body = self._bodies[request] = dumps(build(_ID_SLOT, _TIME_SLOT))
         return body
 
+    def _started(self, run: Run) -> Run:
+        """Count a new background run, and its answer unless the run is set to fail."""
+        self.background_runs += 1
+        if not run.failed:
+            self.generations += 1
+        return run
+
     @staticmethod
     def _fill(body: bytes, ident: str, created: int) -> bytes:
         return body.replace(_ID_SLOT.encode(), ident.encode()).replace(
@@ -166,11 +173,8 @@ class Endpoints:
         chat = parse_chat(inner)
         failed = fault is not None and fault.agent_failed
         duration = self.options.deep_research_seconds if is_deep(chat.model) else 0.0
-        run = Run(str(uuid.uuid4()), self._chat_answer(chat), duration, failed)
+        run = self._started(Run(str(uuid.uuid4()), self._chat_answer(chat), duration, failed))
         self.async_runs[run.ident] = (run, chat)
-        self.background_runs += 1
-        if not failed:
-            self.generations += 1
         return json_reply(self._async_view(run, chat, full=True, fresh=True))
 
     def _async_view(
@@ -235,11 +239,7 @@ class Endpoints:
             duration = (
                 self.options.deep_research_seconds if agent.deep else self.options.latency_ms / 1000
             )
-            run = Run(ident, answer, duration, failed, created)
-            self.runs[ident] = (run, agent)
-            self.background_runs += 1
-            if not failed:
-                self.generations += 1
+            self.runs[ident] = (self._started(Run(ident, answer, duration, failed, created)), agent)
             return json_reply(response_object(ident, agent, created, status="queued"))
         await self._delay(agent.deep)
         if failed:
@@ -268,22 +268,26 @@ class Endpoints:
             return failed_response(run.ident, agent, run.created)
         return response_object(run.ident, agent, run.created, status=phase)
 
-    def _find_run(self, path: str, depth: int) -> tuple[str, tuple[Run, AgentRequest] | None]:
-        ident = path.strip("/").split("/")[depth]
-        return ident, self.runs.get(ident)
+    def _find_run(self, path: str) -> tuple[Run, AgentRequest] | Reply:
+        """The run named by ``/v1/responses/{id}[/...]``, or the 404 reply for an unknown id."""
+        ident = path.strip("/").split("/")[2]
+        found = self.runs.get(ident)
+        if found is None:
+            return error_reply(404, f"No response with id {ident!r}; it may have expired.")
+        return found
 
     async def run_get(self, request: Request, fault: Fault | None) -> Reply:
         """GET /v1/responses/{id}: a background run as it stands now."""
-        ident, found = self._find_run(request.path, 2)
-        if found is None:
-            return error_reply(404, f"No response with id {ident!r}; it may have expired.")
+        found = self._find_run(request.path)
+        if isinstance(found, Reply):
+            return found
         return json_reply(self._run_view(*found))
 
     async def run_cancel(self, request: Request, fault: Fault | None) -> Reply:
         """POST /v1/responses/{id}/cancel: cancel a background run that has not ended."""
-        ident, found = self._find_run(request.path, 2)
-        if found is None:
-            return error_reply(404, f"No response with id {ident!r}; it may have expired.")
+        found = self._find_run(request.path)
+        if isinstance(found, Reply):
+            return found
         found[0].cancel()
         return json_reply(self._run_view(*found))
 
