@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from multiprocessing.synchronize import Event as EventType
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from bench._util import median, ratio, table
 from pplx_nb._fs import atomic_write_json
@@ -36,6 +36,8 @@ LATENCY_SAMPLES = 200
 TOOL = "perplexity_deep_research"
 TMPFS = "/dev/shm"
 
+J = TypeVar("J")
+
 
 def _conversations(root: Path, n: int) -> list[str]:
     store = ConversationStore(root)
@@ -46,12 +48,14 @@ def _conversations(root: Path, n: int) -> list[str]:
 
 
 def _answer(job_id: str) -> Message:
-    return Message(
-        role="assistant",
-        content="An answer [1].",
-        tool=TOOL,
-        usage=Usage(prompt_tokens=10, completion_tokens=20, total_tokens=30),
-        jobId=job_id,
+    return Message.model_validate(
+        {
+            "role": "assistant",
+            "content": "An answer [1].",
+            "tool": TOOL,
+            "usage": Usage(prompt_tokens=10, completion_tokens=20, total_tokens=30),
+            "jobId": job_id,
+        }
     )
 
 
@@ -192,6 +196,21 @@ def _race(kind: str) -> tuple[float, int, int]:
 # -- claim latency with a deep queue ---------------------------------------------------------
 
 
+def _claim_latencies(claim: Callable[[], J | None], put_back: Callable[[J], object]) -> list[float]:
+    """Median claim latency (ms) of each of RUNS runs of LATENCY_SAMPLES claims, each put back."""
+    runs = []
+    for _ in range(RUNS):
+        samples = []
+        for _ in range(LATENCY_SAMPLES):
+            start = time.perf_counter()
+            job = claim()
+            samples.append(time.perf_counter() - start)
+            assert job is not None
+            put_back(job)
+        runs.append(median(samples) * 1000)
+    return runs
+
+
 def _latency_ours() -> list[float]:
     """Median claim latency (ms) of RUNS runs over one queue kept at LATENCY_PENDING jobs."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -199,16 +218,7 @@ def _latency_ours() -> list[float]:
         queue = JobQueue(root)
         for i, cid in enumerate(_conversations(root, LATENCY_PENDING)):
             queue.enqueue(cid, TOOL, {"searchQuery": "q"}, priority=i % 3)
-        runs = []
-        for _ in range(RUNS):
-            samples = []
-            for _ in range(LATENCY_SAMPLES):
-                start = time.perf_counter()
-                job = queue.claim("bench")
-                samples.append(time.perf_counter() - start)
-                assert job is not None
-                queue.release(job)
-            runs.append(median(samples) * 1000)
+        runs = _claim_latencies(lambda: queue.claim("bench"), queue.release)
         assert queue.pending_count() == LATENCY_PENDING
         return runs
 
@@ -218,17 +228,12 @@ def _latency_sqlite() -> list[float]:
         queue = SqliteQueue(Path(tmp) / "queue.db")
         for i in range(LATENCY_PENDING):
             queue.enqueue(str(i), {"searchQuery": "q"}, priority=i % 3)
-        runs = []
-        for _ in range(RUNS):
-            samples = []
-            for _ in range(LATENCY_SAMPLES):
-                start = time.perf_counter()
-                job = queue.claim("bench")
-                samples.append(time.perf_counter() - start)
-                assert job is not None
-                queue.db.execute("UPDATE jobs SET status = 'pending' WHERE id = ?", (job[0],))
-            runs.append(median(samples) * 1000)
-        return runs
+        return _claim_latencies(
+            lambda: queue.claim("bench"),
+            lambda job: queue.db.execute(
+                "UPDATE jobs SET status = 'pending' WHERE id = ?", (job[0],)
+            ),
+        )
 
 
 def _disk_probe() -> tuple[float, float]:
