@@ -373,3 +373,28 @@ def test_a_job_with_a_damaged_status_does_not_block_the_others(
     assert job is not None and job.conversation_id == fine
     assert queue.recover_stale() == 0
     assert any("cannot be recovered" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize(
+    "damage", [{"status": None}, {"status": "exploded"}, {"attempts": "x"}, {"attempts": None}]
+)
+def test_a_status_without_a_valid_state_is_corrupted_not_a_crash(
+    logs_dir: Path, damage: dict[str, object], caplog: pytest.LogCaptureFixture
+) -> None:
+    from pplx_nb._errors import ConversationCorrupted
+
+    queue = JobQueue(logs_dir, lease_seconds=0.05)
+    claimed = _claimed(queue, logs_dir)
+    waiting = new_conversation(logs_dir)
+    queue.enqueue(waiting, "t", {})
+    for cid in (claimed.conversation_id, waiting):
+        path = logs_dir / cid / "status.json"
+        status = json.loads(path.read_text())
+        status.update(damage)
+        path.write_text(json.dumps(status))
+    time.sleep(0.1)
+    assert queue.recover_stale() == 0
+    assert queue.claim("w") is None
+    with pytest.raises(ConversationCorrupted, match="Delete it to reset"):
+        queue.cancel(waiting)
+    assert sum("cannot be" in r.getMessage() for r in caplog.records) >= 2

@@ -139,7 +139,7 @@ class JobQueue:
                 conversation_id=conversation_id,
             )
         with locked(directory):
-            current = _read(directory / STATUS_FILE)
+            current = _read_status(directory / STATUS_FILE)
             if current is not None and current.get("status") in _ACTIVE:
                 raise JobInProgress(
                     f"Conversation {conversation_id} already has a {current['status']} job. "
@@ -223,7 +223,7 @@ class JobQueue:
             return None
         directory = self.root / conversation_id
         with locked(directory):
-            status = _read(directory / STATUS_FILE)
+            status = _read_status(directory / STATUS_FILE)
             if status is None or status.get("queueKey") != marker:
                 self._index.drop(marker)
                 return None
@@ -370,7 +370,7 @@ class JobQueue:
         """
         directory = self._dir(conversation_id)
         with locked(directory):
-            status = _read(directory / STATUS_FILE)
+            status = _read_status(directory / STATUS_FILE)
             if status is None:
                 return None
             if status.get("status") in _ACTIVE:
@@ -408,7 +408,7 @@ class JobQueue:
             return 0
         directory = self.root / conversation_id
         with locked(directory):
-            status = _read(directory / STATUS_FILE)
+            status = _read_status(directory / STATUS_FILE)
             if status is None or status.get("queueKey") != marker or status["status"] in _DONE:
                 self._index.drop(marker)
                 return 0
@@ -458,12 +458,12 @@ class JobQueue:
         return rebuilt
 
     def _rebuild_marker(self, directory: Path, known: set[str]) -> int:
-        status = _read(directory / STATUS_FILE)
+        status = _read_status(directory / STATUS_FILE)
         marker = status.get("queueKey") if status else None
         if not status or not isinstance(marker, str) or marker in known:
             return 0
         with locked(directory):
-            status = _read(directory / STATUS_FILE)
+            status = _read_status(directory / STATUS_FILE)
             if status is None or status.get("queueKey") != marker:
                 return 0
             if self._index.pending_path(marker).exists():
@@ -483,7 +483,7 @@ class JobQueue:
     def status(self, conversation_id: str) -> JobStatus | None:
         """The conversation's status.json, or None if no job ever ran for it."""
         directory = self._dir(conversation_id)
-        data = _read(directory / STATUS_FILE)
+        data = _read_status(directory / STATUS_FILE)
         return None if data is None else _status_model(data, directory)
 
     def pending_count(self) -> int:
@@ -494,7 +494,7 @@ class JobQueue:
         """Every conversation's job status (newest first), optionally only in ``states``."""
         found = []
         for directory in self._conversation_dirs():
-            data = _read(directory / STATUS_FILE)
+            data = _read_status(directory / STATUS_FILE)
             if data is None or (states is not None and data.get("status") not in states):
                 continue
             found.append(_status_model(data, directory))
@@ -559,7 +559,7 @@ class _Owned:
     def __enter__(self) -> _Owned:
         self._lock.__enter__()
         try:
-            status = _read(self.directory / STATUS_FILE)
+            status = _read_status(self.directory / STATUS_FILE)
             job = self._job
             if status is None or not (
                 status.get("status") == "in_progress"
@@ -612,6 +612,21 @@ def _read(path: Path) -> dict[str, Any] | None:
             path=str(path),
         )
     return data
+
+
+def _read_status(path: Path) -> dict[str, Any] | None:
+    """status.json, checked for the fields the queue acts on; ``None`` if no job ever ran."""
+    status = _read(path)
+    if status is None:
+        return None
+    state, attempts = status.get("status"), status.get("attempts", 0)
+    if state not in _ACTIVE + _DONE or not isinstance(attempts, int):
+        raise ConversationCorrupted(
+            f"{path} holds no valid job state (status {state!r}, attempts {attempts!r}). "
+            "Delete it to reset the job state.",
+            path=str(path),
+        )
+    return status
 
 
 def _status_model(data: dict[str, Any], directory: Path) -> JobStatus:
