@@ -364,3 +364,27 @@ def test_an_unexpected_exception_in_a_runner_is_recorded_and_retried(
     status = queue.status(cid)
     assert status is not None and status.status == "failed" and status.attempts == 2
     assert status.error is not None and "KeyError" in status.error.message
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--concurrency", "0", "--runner", "json:dumps"], "concurrency must be at least 1"),
+        (["--runner", "no_such_module:run"], "No module named 'no_such_module'"),
+        (["--runner", "json:no_such_function"], "has no attribute 'no_such_function'"),
+    ],
+)
+def test_worker_process_with_unusable_arguments_exits_2_saying_why(
+    worker_env: dict[str, str], args: list[str], said: str
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "pplx_nb.worker", *args],
+        cwd=REPO,
+        env={**os.environ, **worker_env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "The worker cannot start" in done.stderr and said in done.stderr
+    assert "Traceback" not in done.stderr

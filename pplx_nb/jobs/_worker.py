@@ -16,9 +16,10 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
-from pplx_nb._errors import PplxError
+from pplx_nb._errors import PplxError, ValidationError
 from pplx_nb.jobs._job import Job, JobContext, JobRunner, LeaseLost
 from pplx_nb.jobs._queue import JobQueue
 
@@ -50,7 +51,10 @@ class Worker:
         drain_seconds: float = 10.0,
     ) -> None:
         if concurrency < 1:
-            raise ValueError("concurrency must be at least 1")
+            raise ValidationError(
+                f"Worker concurrency must be at least 1, got {concurrency!r} "
+                "(python -m pplx_nb.worker --concurrency N)."
+            )
         self.queue = queue
         self.runner = runner
         self.concurrency = concurrency
@@ -202,7 +206,7 @@ class Worker:
             except PplxError as exc:
                 logger.warning("Heartbeat of %s failed: %s", job.conversation_id, exc)
 
-    def _settle(self, action: Any, job: Job, *args: Any, **kwargs: Any) -> None:
+    def _settle(self, action: Callable[..., object], job: Job, *args: Any, **kwargs: Any) -> None:
         try:
             action(job, *args, **kwargs)
         except LeaseLost as exc:

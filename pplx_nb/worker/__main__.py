@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import cast
 
 from pplx_nb._config import Settings
-from pplx_nb._errors import ValidationError
+from pplx_nb._errors import PplxError, ValidationError
 from pplx_nb._logging import configure_logging
 from pplx_nb.jobs import JobQueue, JobRunner, Worker
 
@@ -44,7 +44,13 @@ def load_runner(spec: str) -> JobRunner:
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise ValidationError(f"--runner expects module:function, got {spec!r}.")
-    target = getattr(importlib.import_module(module_name), attr)
+    try:
+        target = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ValidationError(
+            f"--runner {spec!r} cannot be loaded: {exc}. Check the module is importable "
+            "(PYTHONPATH) and defines that function."
+        ) from exc
     if not callable(target):
         raise ValidationError(f"--runner {spec!r} does not name a callable.")
     return cast(JobRunner, target)
@@ -59,32 +65,43 @@ async def _serve(worker: Worker) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m pplx_nb.worker`` and ``pplx-nb-worker``."""
+    """Entry point of ``python -m pplx_nb.worker`` and ``pplx-nb-worker``.
+
+    Returns 0 after a clean stop, 2 when the configuration or the arguments are unusable.
+    """
     args = _parser().parse_args(argv)
     settings = Settings.from_env()
     configure_logging(settings)
-    researcher = None
-    if args.runner:
-        runner = load_runner(args.runner)
-    else:
-        from pplx_nb.research import Researcher
-
-        researcher = Researcher(settings)
-        runner = researcher.execute_job
-    worker = Worker(
-        JobQueue.from_settings(settings),
-        runner,
-        concurrency=args.concurrency,
-        worker_id=args.worker_id,
-        poll_interval=args.poll_interval,
-        drain_seconds=args.drain,
-    )
     try:
+        _run(args, settings)
+    except PplxError as exc:
+        logger.error("The worker cannot start: %s", exc)
+        return 2
+    return 0
+
+
+def _run(args: argparse.Namespace, settings: Settings) -> None:
+    researcher = None
+    try:
+        if args.runner:
+            runner = load_runner(args.runner)
+        else:
+            from pplx_nb.research import Researcher
+
+            researcher = Researcher(settings)
+            runner = researcher.execute_job
+        worker = Worker(
+            JobQueue.from_settings(settings),
+            runner,
+            concurrency=args.concurrency,
+            worker_id=args.worker_id,
+            poll_interval=args.poll_interval,
+            drain_seconds=args.drain,
+        )
         asyncio.run(_serve(worker))
     finally:
         if researcher is not None:
             researcher.close()
-    return 0
 
 
 if __name__ == "__main__":
