@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import signal
@@ -12,7 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx2
 import pytest
@@ -20,6 +21,9 @@ import pytest
 from pplx_nb.sim import inject_faults, reset, serve, shared_server_url, stats
 from pplx_nb.sim._bm25 import BM25Index, tokenize
 from pplx_nb.sim._corpus import directory_documents, load_corpus
+from pplx_nb.sim._endpoints import Endpoints
+from pplx_nb.sim._http import Reply, Request
+from pplx_nb.sim._options import SimOptions
 
 OFFLINE_MARK = "*Offline simulator answer from the Python documentation.*"
 QUESTION = "How do I cancel an asyncio task?"
@@ -720,3 +724,25 @@ def test_expect_continue_gets_an_interim_100(sim_url: str) -> None:
         while chunk := sock.recv(65536):
             received += chunk
     assert received.startswith(b"HTTP/1.1 200 OK") and b"list.sort" in received
+
+
+def test_huge_prompts_are_answered_alike_but_not_kept_in_the_caches() -> None:
+    async def no_wait(seconds: float) -> bool:
+        return False
+
+    endpoints = Endpoints(load_corpus(), SimOptions(latency_ms=0), no_wait)
+
+    def answer(question: str) -> dict[str, Any]:
+        body = json.dumps(ask(question)).encode()
+        reply = asyncio.run(
+            endpoints.chat(Request("POST", "/chat/completions", "", {}, body), None)
+        )
+        assert isinstance(reply, Reply) and reply.status == 200
+        return cast(dict[str, Any], json.loads(reply.body))
+
+    huge = QUESTION + " padding" * 5_000
+    first, second = answer(huge), answer(huge)
+    assert first["choices"] == second["choices"] and first["search_results"]
+    assert (len(endpoints._answers), len(endpoints._bodies)) == (0, 0)
+    answer(QUESTION)
+    assert (len(endpoints._answers), len(endpoints._bodies)) == (1, 1)

@@ -33,6 +33,9 @@ from pplx_nb.sim._validate import Invalid, parse_json_object
 __all__ = ["Endpoints"]
 
 _CACHE_SIZE = 4096
+# Requests longer than this are answered but not cached: the caches keep each request as a key,
+# so a few thousand huge prompts would otherwise pin gigabytes.
+_CACHEABLE_CHARS = 16_384
 _ID_SLOT = "SIMID0SLOT"
 _TIME_SLOT = 4102444800
 _STREAM_PIECES = 16
@@ -84,8 +87,6 @@ class Endpoints:
         key = (query, tier, filters, related, related_in_text, max_tokens)
         answer = self._answers.get(key)
         if answer is None:
-            if len(self._answers) >= _CACHE_SIZE:
-                self._answers.clear()
             answer = compose(
                 self.corpus,
                 query,
@@ -95,10 +96,13 @@ class Endpoints:
                 related_in_text=related_in_text,
                 max_tokens=max_tokens,
             )
-            self._answers[key] = answer
+            if len(query) <= _CACHEABLE_CHARS:
+                if len(self._answers) >= _CACHE_SIZE:
+                    self._answers.clear()
+                self._answers[key] = answer
         return answer
 
-    def _template(self, request: Hashable, build: Callable[[str, int], Any]) -> bytes:
+    def _template(self, request: Hashable, prompt: str, build: Callable[[str, int], Any]) -> bytes:
         """The serialised answer to ``request`` with placeholders for its id and timestamp.
 
         Requests repeat (benchmarks, retries, notebooks re-run), so the JSON is built once and
@@ -106,9 +110,11 @@ class Endpoints:
         """
         body = self._bodies.get(request)
         if body is None:
-            if len(self._bodies) >= _CACHE_SIZE:
-                self._bodies.clear()
-            body = self._bodies[request] = dumps(build(_ID_SLOT, _TIME_SLOT))
+            body = dumps(build(_ID_SLOT, _TIME_SLOT))
+            if len(prompt) <= _CACHEABLE_CHARS:
+                if len(self._bodies) >= _CACHE_SIZE:
+                    self._bodies.clear()
+                self._bodies[request] = body
         return body
 
     def _started(self, run: Run) -> Run:
@@ -161,7 +167,7 @@ class Endpoints:
             frames = completion_chunks(chat, answer, created, _STREAM_PIECES)
             return Stream(frames, self._pace(len(frames), deep))
         await self._delay(deep)
-        body = self._template(chat, lambda i, t: completion(chat, answer, t, i))
+        body = self._template(chat, chat.prompt, lambda i, t: completion(chat, answer, t, i))
         return Reply(200, self._fill(body, str(uuid.uuid4()), created))
 
     async def async_create(self, request: Request, fault: Fault | None) -> Reply:
@@ -247,6 +253,7 @@ class Endpoints:
         self.generations += 1
         body = self._template(
             agent,
+            agent.prompt,
             lambda i, t: response_object(
                 f"resp_{i}", agent, t, status="completed", answer=answer, completed=t
             ),
