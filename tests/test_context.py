@@ -327,6 +327,17 @@ def test_fences_grow_around_content_that_holds_backticks(workdir: Path) -> None:
     assert "````md\n```python" in prepared.text
 
 
+def test_an_api_key_in_an_attached_file_is_neither_sent_nor_stored(workdir: Path) -> None:
+    key = "pplx-" + "k3y" * 12
+    (workdir / ".env").write_text(f"PERPLEXITY_API_KEY={key}\nLOG_LEVEL=debug\n")
+    prepared = context.prepare_files([".env"], [])
+    assert key not in prepared.text and "PERPLEXITY_API_KEY=***" in prepared.text
+    assert "LOG_LEVEL=debug" in prepared.text
+    assert prepared.notes == [".env holds API-key-shaped text; it was sent and stored as ***."]
+    (record,) = prepared.records
+    assert key not in json.dumps(record)
+
+
 # -- branch chains ---------------------------------------------------------------------------------
 
 

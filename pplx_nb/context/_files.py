@@ -1,7 +1,8 @@
 """Files attached to a question: read safely, embedded once per conversation.
 
-A file is embedded in the question as a fenced block headed by its path, and recorded in the
-user message's ``files`` metadata as ``{"path", "sha256", "bytes"}``. Those records are what
+A file is embedded in the question as a fenced block headed by its path (API-key-shaped text in
+it replaced by ``***``, so a key never reaches a conversation file), and recorded in the user
+message's ``files`` metadata as ``{"path", "sha256", "bytes"}``. Those records are what
 de-duplication looks at: a file whose resolved path and hash already appear in any earlier
 message is not embedded again (a note says so), whatever mode the earlier turn used; a file
 that changed since is embedded anew.
@@ -12,11 +13,12 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import stat
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from pplx_nb._errors import ValidationError
+from pplx_nb._errors import ValidationError, redact
 from pplx_nb._models import Message
 
 __all__ = ["DEFAULT_MAX_BYTES", "PreparedFiles", "embedded_files", "prepare_files"]
@@ -70,13 +72,20 @@ def _resolve(path: str | Path, roots: list[Path]) -> Path:
             "the working directory, or widen the allowed folders with PPLX_NB_FILE_ROOTS.",
             path=str(path),
         )
-    if not resolved.exists():
+    try:
+        mode = resolved.stat().st_mode
+    except (FileNotFoundError, NotADirectoryError):
         raise ValidationError(
             f"File {str(path)!r} does not exist. Check the path (relative paths start at the "
             "working directory).",
             path=str(path),
-        )
-    if not resolved.is_file():
+        ) from None
+    except OSError as exc:
+        raise ValidationError(
+            f"File {str(path)!r} cannot be read ({exc.strerror or exc}). Check its permissions.",
+            path=str(path),
+        ) from None
+    if not stat.S_ISREG(mode):
         raise ValidationError(
             f"{str(path)!r} is not a regular file. Attach files one by one, not folders.",
             path=str(path),
@@ -166,7 +175,10 @@ def prepare_files(
         if key in seen:
             notes.append(f"{name} changed since it was last attached; the new version is included.")
         seen.setdefault(key, set()).add(digest)
-        blocks.append(_fenced(name, text))
+        safe = redact(text)
+        if safe != text:
+            notes.append(f"{name} holds API-key-shaped text; it was sent and stored as ***.")
+        blocks.append(_fenced(name, safe))
         records.append({"path": key, "sha256": digest, "bytes": len(data)})
     if records:
         logger.info("embedding %d file(s): %s", len(records), ", ".join(r["path"] for r in records))
