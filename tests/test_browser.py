@@ -1,7 +1,8 @@
 """A real JupyterLab in headless chromium: the magics stream a cited answer and a job finishes idle.
 
 Skipped (with the reason) when chromium is missing, unless PPLX_NB_REQUIRE_BROWSER=1, as in CI,
-where a missing browser is a failure. Saves docs/screenshot.png for the README.
+where a missing browser is a failure. Saves a screenshot under tests/.artifacts/, or over the
+README's docs/screenshot.png when PPLX_NB_UPDATE_SCREENSHOT=1.
 """
 
 from __future__ import annotations
@@ -16,7 +17,12 @@ from support_browser.lab import CHROMIUM_ARGS, chromium_path, running_lab, write
 
 pytestmark = pytest.mark.browser
 
-SCREENSHOT = Path(__file__).resolve().parents[1] / "docs" / "screenshot.png"
+_ROOT = Path(__file__).resolve().parents[1]
+SCREENSHOT = (
+    _ROOT / "docs" / "screenshot.png"
+    if os.environ.get("PPLX_NB_UPDATE_SCREENSHOT") == "1"
+    else _ROOT / "tests" / ".artifacts" / "screenshot.png"
+)
 CELLS = [
     "%load_ext pplx_nb",
     "%%pplx --related\nHow do I cancel an asyncio task and wait for it to finish?",
@@ -109,6 +115,7 @@ def test_notebook_streams_cited_answer_and_job_completes_while_kernel_idle(
             page.evaluate("document.querySelector('.jp-WindowedPanel-outer')?.scrollTo(0, 0)")
             time.sleep(0.5)
             SCREENSHOT.parent.mkdir(exist_ok=True)
+            SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(SCREENSHOT))
         finally:
             browser.close()
