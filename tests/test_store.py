@@ -502,11 +502,15 @@ def test_prune_deletes_only_old_idle_conversations(store: ConversationStore) -> 
     idle = old(1706102400001)
     running = old(1706102400002, status="in_progress")
     broken = old(1706102400003, broken=True)
+    unreadable = old(1706102400004)
+    (store.root / unreadable / "conversation.json").unlink()
+    (store.root / unreadable / "conversation.json").mkdir()
     fresh = store.create([user("recent")])
 
     assert store.prune(timedelta(days=30)) == 1
     assert not store.exists(idle)
     assert all(store.exists(c) for c in (running, broken, fresh.conversation_id))
+    assert (store.root / unreadable).is_dir()
     time.sleep(0.002)  # the fresh one must be at least a millisecond old
     assert store.prune(timedelta(0)) == 1
     assert not store.exists(fresh.conversation_id)

@@ -152,7 +152,12 @@ class ConversationStore:
                 if _parse_instant(summary.get("updatedAt"), "updatedAt") >= cutoff:
                     continue
                 self._backend.delete(conversation_id)
-            except (ConversationNotFound, ConversationCorrupted, ValidationError) as exc:
+            except (
+                ConversationNotFound,
+                ConversationCorrupted,
+                FilesystemError,
+                ValidationError,
+            ) as exc:
                 logger.info("prune: keeping %s (%s)", conversation_id, exc)
                 continue
             deleted += 1
