@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import httpx2
@@ -155,6 +156,16 @@ def test_delta_filter_handles_tags_split_across_deltas() -> None:
     shown = "".join(delta_filter.feed(piece) for piece in pieces) + delta_filter.flush()
     assert shown == "Hello world"
     assert delta_filter.thinking == "planning"
+
+
+def test_delta_filter_reads_a_long_think_block_in_linear_time() -> None:
+    pieces = ["<think>", *["one reasoning step; "] * 30_000, "</th", "ink>", "\n\nThe answer."]
+    delta_filter = DeltaFilter()
+    started = time.perf_counter()
+    shown = "".join(delta_filter.feed(piece) for piece in pieces) + delta_filter.flush()
+    assert time.perf_counter() - started < 1.0
+    assert shown == "The answer."
+    assert delta_filter.thinking == ("one reasoning step; " * 30_000).strip()
 
 
 def test_delta_filter_passes_text_that_only_looks_like_a_tag_start() -> None:

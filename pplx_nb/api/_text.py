@@ -60,27 +60,22 @@ class DeltaFilter:
         self._related = related
         self._state = "start"
         self._buffer = ""
+        self._thought: list[str] = []
         self.thinking: str | None = None
 
     def feed(self, delta: str) -> str:
         """The part of the answer text that can be shown now."""
+        if self._state == "think":
+            return self._think(delta)
         self._buffer += delta
         if self._state == "start":
             head = self._buffer.lstrip()
             if head.startswith(_OPEN):
-                self._state = "think"
-            elif _OPEN.startswith(head):
+                self._state, self._buffer = "think", ""
+                return self._think(head[len(_OPEN) :])
+            if _OPEN.startswith(head):
                 return ""
-            else:
-                self._state = "text"
-        if self._state == "think":
-            head = self._buffer.lstrip()
-            end = head.find(_CLOSE)
-            if end < 0:
-                return ""
-            self.thinking = head[len(_OPEN) : end].strip()
-            self._buffer = head[end + len(_CLOSE) :]
-            self._state = "gap"
+            self._state = "text"
         if self._state == "gap":
             self._buffer = self._buffer.lstrip()
             if not self._buffer:
@@ -89,6 +84,22 @@ class DeltaFilter:
         if self._state == "held":
             return ""
         return self._release()
+
+    def _think(self, delta: str) -> str:
+        # Reasoning runs to thousands of deltas: each is looked at once, with only the few
+        # characters before it that could start a split closing tag, never the whole block.
+        window = self._buffer + delta
+        end = window.find(_CLOSE)
+        if end < 0:
+            cut = max(0, len(window) - len(_CLOSE) + 1)
+            self._thought.append(window[:cut])
+            self._buffer = window[cut:]
+            return ""
+        self._thought.append(window[:end])
+        self.thinking = "".join(self._thought).strip()
+        self._thought = []
+        self._state, self._buffer = "gap", window[end + len(_CLOSE) :]
+        return self.feed("")
 
     def flush(self) -> str:
         """Whatever answer text is still held back once the stream has ended."""
