@@ -13,6 +13,7 @@ import pytest
 from pplx_nb import Settings
 from pplx_nb._config import DEFAULT_BASE_URL
 from pplx_nb._errors import (
+    APIError,
     APIKeyInvalid,
     APIQuotaExceeded,
     APIServerError,
@@ -371,6 +372,20 @@ async def test_unknown_extra_response_fields_are_ignored() -> None:
     assert [s.url for s in answer.sources] == ["https://a.example/"]
     assert answer.usage is not None and answer.usage.total_tokens == 3
     assert answer.cost is None
+
+
+async def test_a_redirect_to_a_login_page_says_to_check_the_base_url() -> None:
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(302, headers={"location": "https://sso.example/login"})
+
+    settings = Settings(
+        api_key="pplx-k-123456789", base_url="http://api.test", api_style="sonar", offline=False
+    )
+    async with AsyncClient(settings, transport=httpx2.MockTransport(handler)) as client:
+        with pytest.raises(APIError) as caught:
+            await client.ask(question())
+    assert caught.value.status_code == 302
+    assert "Unexpected HTTP 302" in str(caught.value) and "PERPLEXITY_BASE_URL" in str(caught.value)
 
 
 def test_sync_bridge_uses_one_loop_thread_and_cancels_abandoned_producers() -> None:

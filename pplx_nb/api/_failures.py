@@ -121,4 +121,8 @@ def from_status(
             f"The API could not finish {what} (HTTP {status}){tried}{said}. Retry in a moment.",
             **details,
         )
-    return APIError(f"Unexpected HTTP {status} from {what}{said}.", **details)
+    return APIError(
+        f"Unexpected HTTP {status} from {what}{said}. Check that PERPLEXITY_BASE_URL points at "
+        "the Perplexity API or a compatible server (not a proxy or login page), then retry.",
+        **details,
+    )
