@@ -119,7 +119,9 @@ class Worker:
             while not stop_event.is_set():
                 if time.monotonic() >= next_recovery:
                     next_recovery = time.monotonic() + self.queue.lease_seconds / 2
-                    self._recover()
+                    # Recovery looks into every conversation directory (≈0.1 s for 10,000):
+                    # off the loop, so running jobs keep streaming and heartbeating meanwhile.
+                    await asyncio.to_thread(self._recover)
                 while len(running) < self.concurrency and not stop_event.is_set():
                     job = self._claim()
                     if job is None:
