@@ -22,6 +22,7 @@ from pplx_nb import __version__
 from pplx_nb._config import DEFAULT_BASE_URL, Settings
 from pplx_nb._errors import APIError, APIKeyInvalid
 from pplx_nb._models import Answer
+from pplx_nb._sync import iterate_sync, run_sync
 from pplx_nb.api._adapter import Adapter, Call
 from pplx_nb.api._failures import KEY_HELP, from_status, transport_errors
 from pplx_nb.api._sse import events
@@ -308,30 +309,20 @@ class Client:
 
     def close(self) -> None:
         """Close the connection pool."""
-        from pplx_nb._sync import run_sync
-
         run_sync(self._async.aclose())
 
     def ask(self, request: Request) -> Answer:
         """See :meth:`AsyncClient.ask`."""
-        from pplx_nb._sync import run_sync
-
         return run_sync(self._async.ask(request))
 
     def stream(self, request: Request) -> Generator[str | Answer, None, None]:
         """See :meth:`AsyncClient.stream`; deltas are yielded in the calling thread."""
-        from pplx_nb._sync import iterate_sync
-
         return iterate_sync(self._async.stream(request))
 
     def submit_background(self, request: Request) -> str:
         """See :meth:`AsyncClient.submit_background`."""
-        from pplx_nb._sync import run_sync
-
         return run_sync(self._async.submit_background(request))
 
     def poll_background(self, remote_id: str) -> Answer | None:
         """See :meth:`AsyncClient.poll_background`."""
-        from pplx_nb._sync import run_sync
-
         return run_sync(self._async.poll_background(remote_id))
