@@ -118,6 +118,7 @@ class JobQueue:
             ValidationError: bad id, priority outside ±9999, or a request that is not JSON.
             ConversationNotFound: the conversation directory does not exist.
             JobInProgress: the conversation already has a pending or in_progress job.
+            ConversationCorrupted: its status.json is damaged (deleting it resets the job state).
         """
         directory = self._dir(conversation_id)
         if not isinstance(priority, int) or not -PRIORITY_MAX <= priority <= PRIORITY_MAX:
