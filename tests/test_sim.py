@@ -193,6 +193,9 @@ def test_malformed_json_is_a_400_not_a_crash(client: httpx2.Client) -> None:
         response = client.post(path, content=b"{not json", headers={"content-type": "x"})
         assert response.status_code == 400
         assert "malformed JSON" in error_of(response)["message"]
+        nested = client.post(path, content=b"[" * 100_000, headers={"content-type": "x"})
+        assert nested.status_code == 400
+        assert "nested too deeply" in error_of(nested)["message"]
     assert client.post("/chat/completions", json=ask()).status_code == 200
 
 

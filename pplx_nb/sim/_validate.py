@@ -35,6 +35,8 @@ def parse_json_object(body: bytes) -> dict[str, Any]:
         data = json.loads(body) if body.strip() else None
     except (ValueError, UnicodeDecodeError) as exc:
         raise Invalid(f"invalid request body: malformed JSON ({exc})") from exc
+    except RecursionError as exc:
+        raise Invalid("invalid request body: JSON nested too deeply") from exc
     if not isinstance(data, dict):
         raise Invalid("invalid request body: expected a JSON object")
     return data
