@@ -388,6 +388,23 @@ async def test_a_redirect_to_a_login_page_says_to_check_the_base_url() -> None:
     assert "Unexpected HTTP 302" in str(caught.value) and "PERPLEXITY_BASE_URL" in str(caught.value)
 
 
+@pytest.mark.parametrize("body", [b"<html>Bad Gateway</html>", b"[" * 100_000])
+async def test_an_unreadable_error_body_still_gives_the_status_error(body: bytes) -> None:
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(502, content=body)
+
+    settings = Settings(
+        api_key="pplx-k-123456789",
+        base_url="http://api.test",
+        api_style="agent",
+        offline=False,
+        max_retries=0,
+    )
+    async with AsyncClient(settings, transport=httpx2.MockTransport(handler)) as client:
+        with pytest.raises(APIServerError, match=r"HTTP 502\)\. This is usually temporary"):
+            await client.ask(question())
+
+
 def test_sync_bridge_uses_one_loop_thread_and_cancels_abandoned_producers() -> None:
     from pplx_nb._sync import iterate_sync, run_sync
 

@@ -60,7 +60,7 @@ def _api_message(body: bytes) -> str:
     """The error message in an ``{"error": {"message": ...}}``-style body, or ``""``."""
     try:
         data = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return ""
     if isinstance(data, dict):
         error = data.get("error", data)
