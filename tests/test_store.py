@@ -31,6 +31,7 @@ from pplx_nb import (
     Usage,
     ValidationError,
 )
+from pplx_nb.jobs import JobQueue
 
 DATA = Path(__file__).parent / "data"
 TS_FIXTURE = DATA / "ts_server_conversation.json"
@@ -301,6 +302,21 @@ def test_truncated_conversation_is_reported_as_corrupted(store: ConversationStor
     assert "not valid JSON" in str(caught.value)
     with pytest.raises(ConversationCorrupted):
         store.append(conversation.conversation_id, user("more"))
+
+
+def test_json_nested_too_deeply_is_corrupted_everywhere_it_is_read(
+    store: ConversationStore,
+) -> None:
+    conversation = store.create([user("about to be overwritten")])
+    cid = conversation.conversation_id
+    for name in ("conversation.json", "summary.json", "status.json"):
+        (store.path(cid) / name).write_bytes(b"[" * 100_000)
+    for read in (store.load, store.read_raw, lambda c: store.append(c, user("more"))):
+        with pytest.raises(ConversationCorrupted, match="not valid JSON"):
+            read(cid)
+    assert store.list() == [] and len(store.last_skipped) == 1
+    with pytest.raises(ConversationCorrupted, match="not valid JSON"):
+        JobQueue(store.root).status(cid)
 
 
 def test_schema_violation_is_reported_as_corrupted(store: ConversationStore) -> None:

@@ -601,7 +601,7 @@ def _read(path: Path) -> dict[str, Any] | None:
         return None
     try:
         data = json.loads(raw)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise ConversationCorrupted(
             f"{path} is not valid JSON ({exc}). Restore it from a backup or delete it to reset "
             "the job state.",

@@ -119,7 +119,7 @@ def parse(data: bytes, conversation_id: str, where: str) -> dict[str, Any]:
     """Decode a whole document and check its shape; CONVERSATION_CORRUPTED says what is wrong."""
     try:
         document = json.loads(data)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise corrupted(conversation_id, where, f"not valid JSON ({exc})") from exc
     if not isinstance(document, dict):
         raise corrupted(conversation_id, where, "the top level is not a JSON object")

@@ -90,7 +90,7 @@ def read_job_state(directory: Path | str) -> str | None:
     try:
         with open(os.path.join(directory, STATUS_FILE), "rb") as file:
             state = json.loads(file.read()).get("status")
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):
         return None
     return state if state in _JOB_STATES else None
 
@@ -282,7 +282,7 @@ class FileBackend:
         return read_job_state(self.directory(conversation_id))
 
     def _fresh_summary(self, directory: Path | str, stat: os.stat_result) -> dict[str, Any] | None:
-        with contextlib.suppress(OSError, ValueError):
+        with contextlib.suppress(OSError, ValueError, RecursionError):
             with open(os.path.join(directory, SUMMARY_FILE), "rb") as file:
                 stamped = json.loads(file.read())
             summary = stamped.get("summary") if isinstance(stamped, dict) else None
