@@ -55,7 +55,10 @@ def _number(value: Any, key: str, kind: type[int] | type[float]) -> Any:
 def parse_fault(raw: Any) -> Fault:
     """Validate one fault given as a dict (or its JSON text); raise ``ValueError`` if malformed."""
     if isinstance(raw, str | bytes):
-        raw = json.loads(raw)
+        try:
+            raw = json.loads(raw)
+        except RecursionError:
+            raise ValueError("a fault must be a flat JSON object, not deeply nested") from None
     if not isinstance(raw, Mapping):
         raise ValueError("a fault must be a JSON object")
     known = set(Fault.__dataclass_fields__)

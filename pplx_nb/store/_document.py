@@ -73,7 +73,7 @@ def header(data: bytes) -> dict[str, Any] | None:
         return None
     try:
         decoded = json.loads(head[: -len(_MARK)].rstrip(b", ") + b"}")
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     return decoded if isinstance(decoded, dict) else None
 
