@@ -47,6 +47,12 @@ def store(settings: Settings) -> ConversationStore:
     return ConversationStore(settings.logs_dir())
 
 
+@pytest.fixture
+def queue(worker_env: dict[str, str]) -> JobQueue:
+    """The queue as a worker configured by ``worker_env`` sees it (1 s lease, 2 job retries)."""
+    return JobQueue.from_settings(Settings.from_env())
+
+
 def _submit(
     store: ConversationStore, queue: JobQueue, query: str = "asyncio tasks", **request: Any
 ) -> str:
@@ -146,9 +152,8 @@ def test_a_job_runs_to_completion_with_progress_in_order(
 
 
 def test_a_job_that_fails_twice_succeeds_on_the_third_attempt(
-    worker_env: dict[str, str], store: ConversationStore, settings: Settings
+    store: ConversationStore, queue: JobQueue
 ) -> None:
-    queue = JobQueue.from_settings(Settings.from_env())
     cid = _submit(store, queue, fail_attempts=2)
     with _running(queue, sim_runner, concurrency=2):
         _wait_for(lambda: (s := queue.status(cid)) is not None and s.done, 20, "completion")
@@ -162,9 +167,8 @@ def test_a_job_that_fails_twice_succeeds_on_the_third_attempt(
 
 
 def test_a_job_that_always_fails_ends_failed_after_three_attempts(
-    worker_env: dict[str, str], store: ConversationStore, settings: Settings
+    store: ConversationStore, settings: Settings, queue: JobQueue
 ) -> None:
-    queue = JobQueue.from_settings(Settings.from_env())
     cid = _submit(store, queue, fail_attempts=99)
     with _running(queue, sim_runner, concurrency=1):
         _wait_for(lambda: (s := queue.status(cid)) is not None and s.done, 20, "failure")
@@ -257,10 +261,9 @@ def spawn(worker_env: dict[str, str]) -> Iterator[Callable[..., subprocess.Popen
 def test_worker_process_exits_zero_on_sigterm_and_releases_its_job(
     spawn: Callable[..., subprocess.Popen[bytes]],
     store: ConversationStore,
-    settings: Settings,
     tmp_path: Path,
+    queue: JobQueue,
 ) -> None:
-    queue = JobQueue.from_settings(Settings.from_env())
     cid = _submit(store, queue, sleep=30)
     proc = spawn(tmp_path / "w.log", "--drain", "0.2")
     _wait_for(lambda: _status(queue, cid).status == "in_progress", 30, "claim")
@@ -274,9 +277,9 @@ def test_worker_process_exits_zero_on_sigterm_and_releases_its_job(
 
 def test_worker_process_runs_a_researcher_job_by_default(
     spawn: Callable[..., subprocess.Popen[bytes]],
-    settings: Settings,
     store: ConversationStore,
     tmp_path: Path,
+    queue: JobQueue,
 ) -> None:
     from pplx_nb import Researcher
 
@@ -287,7 +290,6 @@ def test_worker_process_runs_a_researcher_job_by_default(
         researcher.close()
     assert isinstance(queued, JobStatus) and queued.status == "pending"
     cid = queued.conversation_id
-    queue = JobQueue.from_settings(Settings.from_env())
     proc = spawn(tmp_path / "w.log", "--concurrency", "2", runner=None)
     _wait_for(lambda: _status(queue, cid).done, 60, "the research job")
     proc.send_signal(signal.SIGTERM)
@@ -304,10 +306,9 @@ def test_worker_process_runs_a_researcher_job_by_default(
 def test_four_worker_processes_drain_500_jobs_each_exactly_once(
     spawn: Callable[..., subprocess.Popen[bytes]],
     store: ConversationStore,
-    settings: Settings,
     tmp_path: Path,
+    queue: JobQueue,
 ) -> None:
-    queue = JobQueue.from_settings(Settings.from_env())
     ids = [_submit(store, queue, f"asyncio question {i}") for i in range(500)]
     procs = [spawn(tmp_path / f"w{i}.log", "--concurrency", "4") for i in range(4)]
     _wait_for(lambda: queue.pending_count() == 0, 180, "the queue to drain")
@@ -330,10 +331,9 @@ def test_four_worker_processes_drain_500_jobs_each_exactly_once(
 def test_a_job_of_a_killed_worker_completes_once_on_another_after_the_lease(
     spawn: Callable[..., subprocess.Popen[bytes]],
     store: ConversationStore,
-    settings: Settings,
     tmp_path: Path,
+    queue: JobQueue,
 ) -> None:
-    queue = JobQueue.from_settings(Settings.from_env())
     cid = _submit(store, queue, sleep=1.5)
     doomed = spawn(tmp_path / "doomed.log", "--worker-id", "doomed")
     _wait_for(lambda: _status(queue, cid).worker_id == "doomed", 30, "the first claim")
