@@ -12,7 +12,10 @@ from pplx_nb._errors import PplxError
 if TYPE_CHECKING:
     from pplx_nb.jobs._queue import JobQueue
 
-__all__ = ["Job", "JobContext", "JobRunner", "LeaseLost"]
+__all__ = ["START_PROGRESS", "Job", "JobContext", "JobRunner", "LeaseLost"]
+
+START_PROGRESS = (25, "Querying Perplexity API...")
+"""The progress a claim records: a runner's first identical report only heartbeats."""
 
 
 class LeaseLost(PplxError):
@@ -60,11 +63,10 @@ class JobContext:
     """
 
     def __init__(self, queue: JobQueue, job: Job) -> None:
-        # A claim already records 25 % "Querying Perplexity API...".
         self._queue = queue
         self.job = job
         self._remote_id = job.remote_id
-        self._last: tuple[int, str] | None = (25, "Querying Perplexity API...")
+        self._last: tuple[int, str] = START_PROGRESS
 
     @property
     def attempt(self) -> int:

@@ -42,7 +42,7 @@ from pplx_nb._fs import (
 )
 from pplx_nb._models import JobState, JobStatus, now_iso
 from pplx_nb.jobs._index import PRIORITY_MAX, JobIndex, conversation_of, marker_name
-from pplx_nb.jobs._job import Job, LeaseLost
+from pplx_nb.jobs._job import START_PROGRESS, Job, LeaseLost
 
 if TYPE_CHECKING:
     from pplx_nb._config import Settings
@@ -53,7 +53,6 @@ logger = logging.getLogger("pplx_nb.jobs")
 
 STATUS_FILE = "status.json"
 JOB_FILE = "job.json"
-START_PROGRESS = (25, "Querying Perplexity API...")
 NON_RETRYABLE = frozenset(
     {
         "VALIDATION_ERROR",
