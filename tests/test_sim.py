@@ -397,6 +397,16 @@ def test_unknown_response_id_is_a_404_envelope(client: httpx2.Client) -> None:
     }
 
 
+def test_only_the_newest_runs_are_kept_older_ones_expire(
+    client: httpx2.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("pplx_nb.sim._endpoints._CACHE_SIZE", 3)
+    body = {"preset": "fast", "input": QUESTION, "background": True}
+    ids = [client.post("/v1/responses", json=body).json()["id"] for _ in range(4)]
+    assert client.get(f"/v1/responses/{ids[0]}").status_code == 404
+    assert [client.get(f"/v1/responses/{i}").status_code for i in ids[1:]] == [200, 200, 200]
+
+
 def test_models_lists_sonar_models(client: httpx2.Client) -> None:
     ids = [m["id"] for m in client.get("/v1/models").json()["data"]]
     assert {"sonar", "sonar-pro", "sonar-reasoning-pro", "sonar-deep-research"} <= set(ids)

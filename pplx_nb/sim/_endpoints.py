@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Hashable
-from typing import Any
+from typing import Any, TypeVar
 
 from pplx_nb.sim._agent import (
     PRESETS,
@@ -46,6 +46,16 @@ _ASYNC_STATUS = {
     "failed": "FAILED",
     "cancelled": "FAILED",
 }
+
+
+T = TypeVar("T")
+
+
+def _remember(runs: dict[str, T], ident: str, entry: T) -> None:
+    """Keep a run by id; past _CACHE_SIZE runs the oldest is forgotten, as if it expired."""
+    while len(runs) >= _CACHE_SIZE:
+        del runs[next(iter(runs))]
+    runs[ident] = entry
 
 
 class Endpoints:
@@ -180,7 +190,7 @@ class Endpoints:
         failed = fault is not None and fault.agent_failed
         duration = self.options.deep_research_seconds if is_deep(chat.model) else 0.0
         run = self._started(Run(str(uuid.uuid4()), self._chat_answer(chat), duration, failed))
-        self.async_runs[run.ident] = (run, chat)
+        _remember(self.async_runs, run.ident, (run, chat))
         return json_reply(self._async_view(run, chat, full=True, fresh=True))
 
     def _async_view(
@@ -245,7 +255,8 @@ class Endpoints:
             duration = (
                 self.options.deep_research_seconds if agent.deep else self.options.latency_ms / 1000
             )
-            self.runs[ident] = (self._started(Run(ident, answer, duration, failed, created)), agent)
+            run = self._started(Run(ident, answer, duration, failed, created))
+            _remember(self.runs, ident, (run, agent))
             return json_reply(response_object(ident, agent, created, status="queued"))
         await self._delay(agent.deep)
         if failed:
