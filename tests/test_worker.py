@@ -217,6 +217,22 @@ def test_stopping_a_worker_releases_a_job_still_running(
     assert status is not None and status.status == "pending" and status.attempts == 0
 
 
+def test_a_stop_timeout_shortens_that_drain_only(
+    settings: Settings, store: ConversationStore
+) -> None:
+    queue = JobQueue(settings.logs_dir())
+    cid = _submit(store, queue)
+    cancelled: list[str] = []
+    worker = Worker(queue, _sleeper(cancelled), poll_interval=0.02, drain_seconds=30)
+    worker.start()
+    _wait_for(lambda: _status(queue, cid).status == "in_progress", 5, "claim")
+    started = time.monotonic()
+    worker.stop(timeout=1)
+    assert time.monotonic() - started < 1 and not worker.running and len(cancelled) == 1
+    assert _status(queue, cid).status == "pending"
+    assert worker.drain_seconds == 30
+
+
 def test_cancelling_a_running_job_stops_its_runner(
     settings: Settings, store: ConversationStore
 ) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import socket
 import threading
@@ -65,6 +66,7 @@ class Worker:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._started = threading.Event()
+        self._drain_cap = math.inf
 
     def __repr__(self) -> str:
         return f"Worker(id={self.worker_id!r}, concurrency={self.concurrency})"
@@ -76,6 +78,7 @@ class Worker:
         if self._thread is not None and self._thread.is_alive():
             return
         self._started.clear()
+        self._drain_cap = math.inf
         self._thread = threading.Thread(
             target=asyncio.run, args=(self._main(),), name=f"pplx-worker-{self.worker_id}"
         )
@@ -97,12 +100,13 @@ class Worker:
     def stop(self, timeout: float = 30.0) -> None:
         """Stop claiming, let running jobs finish (at most ``drain_seconds``), release the rest.
 
-        Waits up to ``timeout`` seconds for the thread to end.
+        Waits up to ``timeout`` seconds for the thread to end; the drain then lasts at most half
+        of that.
         """
         loop, stop, thread = self._loop, self._stop, self._thread
         if loop is None or stop is None or thread is None:
             return
-        self.drain_seconds = min(self.drain_seconds, timeout / 2)
+        self._drain_cap = timeout / 2
         with contextlib.suppress(RuntimeError):
             loop.call_soon_threadsafe(stop.set)
         thread.join(timeout)
@@ -142,7 +146,7 @@ class Worker:
     async def _drain(self, running: set[asyncio.Task[None]]) -> None:
         if not running:
             return
-        _, left = await asyncio.wait(running, timeout=self.drain_seconds)
+        _, left = await asyncio.wait(running, timeout=min(self.drain_seconds, self._drain_cap))
         for task in left:
             task.cancel()
         await asyncio.gather(*left, return_exceptions=True)
