@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import pickle
 import re
 import signal
 import socket
@@ -668,6 +670,40 @@ def test_directory_corpus_is_cached_under_xdg_cache_home(
     assert (best.title, best.url.rsplit("/", 1)[-1]) == ("Tide tables", "b.rst#tide-tables")
     assert [doc.title for doc in directory_documents(docs)] == ["a", "Tide tables"]
     assert list((tmp_path / "cache" / "pplx_nb").glob("dircorpus-*.pkl"))
+
+
+@pytest.mark.skipif(not hasattr(os, "getuid"), reason="POSIX ownership and modes")
+def test_a_cache_file_others_could_have_written_is_rebuilt_not_unpickled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# Harbours\n\nBoats moor in harbours.")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    load_corpus(docs)
+    (cached,) = (tmp_path / "cache" / "pplx_nb").glob("dircorpus-*.pkl")
+    marker = tmp_path / "planted-code-ran"
+    cached.write_bytes(pickle.dumps(_Planted(str(marker))))
+    cached.parent.chmod(0o777)
+    monkeypatch.setattr("pplx_nb.sim._corpus._loaded", {})
+
+    corpus = load_corpus(docs)
+    assert not marker.exists()
+    assert corpus.search("harbours", 1)[0][0].title == "Harbours"
+
+
+class _Planted:
+    """A pickle that, once loaded, leaves a file behind: what a hostile cache file could do."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple[object, tuple[str, str]]:
+        return (_touch, (self.path, ""))
+
+
+def _touch(path: str, text: str) -> None:
+    Path(path).write_text(text)
 
 
 # -- HTTP/1.1 details --------------------------------------------------------------------------

@@ -3,7 +3,8 @@
 The default corpus is the Python documentation shipped with the interpreter; ``--corpus DIR``
 indexes a folder of ``.md`` / ``.txt`` / ``.rst`` files instead. Building the default one takes a
 few seconds, so the result is pickled under the user cache directory and reused by every later
-process; within a process each corpus is loaded once.
+process (only a file that no other user could have written is unpickled); within a process each
+corpus is loaded once.
 """
 
 from __future__ import annotations
@@ -133,7 +134,31 @@ def _cache_path(directory: Path | None) -> Path:
     return cache_dir() / f"{kind}-{version}-{_fingerprint(directory)}.pkl"
 
 
+def _fallback_dir() -> Path:
+    """A per-user cache folder in the temp directory, for when the home is read-only."""
+    uid = getattr(os, "getuid", lambda: None)()
+    return Path(tempfile.gettempdir()) / (f"pplx_nb-{uid}" if uid is not None else "pplx_nb")
+
+
+def _trusted(path: Path) -> bool:
+    """Whether only this user can have written ``path`` and its folder.
+
+    Unpickling runs code, so a cache file another user could plant (a shared temp folder, a
+    group-writable directory) is rebuilt instead of loaded.
+    """
+    uid = getattr(os, "getuid", lambda: None)()
+    if uid is None:
+        return True
+    try:
+        stats = [path.parent.stat(), path.stat()]
+    except OSError:
+        return False
+    return all(st.st_uid == uid and not st.st_mode & 0o022 for st in stats)
+
+
 def _read_cache(path: Path) -> Corpus | None:
+    if not _trusted(path):
+        return None
     try:
         corpus = pickle.loads(path.read_bytes())
     except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
@@ -143,9 +168,9 @@ def _read_cache(path: Path) -> Corpus | None:
 
 def _write_cache(path: Path, corpus: Corpus) -> None:
     # Best effort: a read-only home just means rebuilding next time.
-    for folder in (path.parent, Path(tempfile.gettempdir()) / "pplx_nb"):
+    for folder in (path.parent, _fallback_dir()):
         try:
-            folder.mkdir(parents=True, exist_ok=True)
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
             with os.fdopen(fd, "wb") as handle:
                 handle.write(pickle.dumps(corpus, protocol=pickle.HIGHEST_PROTOCOL))
@@ -169,9 +194,7 @@ def load_corpus(directory: Path | str | None = None) -> Corpus:
         if key in _loaded:
             return _loaded[key]
         path = _cache_path(folder)
-        corpus = _read_cache(path) or _read_cache(
-            Path(tempfile.gettempdir()) / "pplx_nb" / path.name
-        )
+        corpus = _read_cache(path) or _read_cache(_fallback_dir() / path.name)
         if corpus is None:
             corpus = _build(folder)
             _write_cache(path, corpus)
