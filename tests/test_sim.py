@@ -20,6 +20,7 @@ from typing import Any, cast
 import httpx2
 import pytest
 
+from pplx_nb._errors import ValidationError
 from pplx_nb.sim import inject_faults, reset, serve, shared_server_url, stats
 from pplx_nb.sim._bm25 import BM25Index, tokenize
 from pplx_nb.sim._corpus import directory_documents, load_corpus
@@ -670,6 +671,22 @@ def test_directory_corpus_is_cached_under_xdg_cache_home(
     assert (best.title, best.url.rsplit("/", 1)[-1]) == ("Tide tables", "b.rst#tide-tables")
     assert [doc.title for doc in directory_documents(docs)] == ["a", "Tide tables"]
     assert list((tmp_path / "cache" / "pplx_nb").glob("dircorpus-*.pkl"))
+
+
+def test_a_missing_or_empty_corpus_folder_is_refused_saying_why(tmp_path: Path) -> None:
+    with pytest.raises(ValidationError, match="does not exist"):
+        load_corpus(tmp_path / "missing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValidationError, match="holds no text files"):
+        load_corpus(tmp_path / "empty")
+    done = subprocess.run(
+        [sys.executable, "-m", "pplx_nb.sim", "--corpus", str(tmp_path / "empty")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    assert "holds no text files" in done.stderr and "Traceback" not in done.stderr
 
 
 @pytest.mark.skipif(not hasattr(os, "getuid"), reason="POSIX ownership and modes")

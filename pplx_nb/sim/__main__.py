@@ -36,9 +36,14 @@ def main(argv: list[str] | None = None) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, early_stop)
 
+    from pplx_nb._errors import PplxError
     from pplx_nb.sim._server import base_url, bind, make_app, run_forever
 
-    app = make_app(args.corpus, args.latency_ms, args.deep_research_seconds, args.api_key)
+    try:
+        app = make_app(args.corpus, args.latency_ms, args.deep_research_seconds, args.api_key)
+    except PplxError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     try:
         sock = bind(args.host, args.port)
     except OSError as exc:

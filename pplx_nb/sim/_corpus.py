@@ -19,6 +19,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from pplx_nb._errors import ValidationError
 from pplx_nb.sim._bm25 import BM25Index, tokenize
 from pplx_nb.sim._documents import Document
 from pplx_nb.sim._stdlib_docs import stdlib_documents, stdlib_root
@@ -187,8 +188,17 @@ def _build(directory: Path | None) -> Corpus:
 
 
 def load_corpus(directory: Path | str | None = None) -> Corpus:
-    """The corpus for ``directory`` (default: the Python docs): from memory, disk cache or built."""
+    """The corpus for ``directory`` (default: the Python docs): from memory, disk cache or built.
+
+    A folder that does not exist or holds no documents is a VALIDATION_ERROR.
+    """
     folder = Path(directory).expanduser().resolve() if directory is not None else None
+    if folder is not None and not folder.is_dir():
+        raise ValidationError(
+            f"The corpus folder {directory} does not exist. Point --corpus at a folder of .md, "
+            ".txt or .rst files, or leave it out to use the Python docs.",
+            corpus=str(directory),
+        )
     key = str(folder)
     with _lock:
         if key in _loaded:
@@ -198,5 +208,12 @@ def load_corpus(directory: Path | str | None = None) -> Corpus:
         if corpus is None:
             corpus = _build(folder)
             _write_cache(path, corpus)
+        if folder is not None and not corpus.documents:
+            raise ValidationError(
+                f"The corpus folder {directory} holds no text files (.md, .txt, .rst) to answer "
+                "from. Point --corpus at a folder of documents, or leave it out to use the Python "
+                "docs.",
+                corpus=str(directory),
+            )
         _loaded[key] = corpus
         return corpus
