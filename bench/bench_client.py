@@ -105,7 +105,7 @@ async def _contenders(url: str) -> tuple[dict[str, Ask], list[Callable[[], Await
         return completion.choices[0].message.content, extra.get("search_results")
 
     async def pplx_sdk_ask() -> Any:
-        completion = await pplx_sdk.chat.completions.create(model=MODEL, messages=MESSAGES)  # type: ignore[arg-type]
+        completion = await pplx_sdk.chat.completions.create(model=MODEL, messages=MESSAGES)
         return completion.choices[0].message.content, completion.search_results
 
     asks: dict[str, Ask] = {
@@ -114,7 +114,12 @@ async def _contenders(url: str) -> tuple[dict[str, Ask], list[Callable[[], Await
         "openai AsyncOpenAI": openai_ask,
         "perplexityai AsyncPerplexity": pplx_sdk_ask,
     }
-    closers = [ours.aclose, raw.aclose, openai_sdk.close, pplx_sdk.close]
+    closers: list[Callable[[], Awaitable[Any]]] = [
+        ours.aclose,
+        raw.aclose,
+        openai_sdk.close,
+        pplx_sdk.close,
+    ]
     return asks, closers
 
 
