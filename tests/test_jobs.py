@@ -344,6 +344,17 @@ def test_a_damaged_status_file_is_reported_as_corrupted(queue: JobQueue, logs_di
         queue.status(cid)
 
 
+def test_listing_jobs_skips_a_damaged_status_with_a_warning(
+    queue: JobQueue, logs_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    fine, broken = new_conversation(logs_dir), new_conversation(logs_dir)
+    queue.enqueue(fine, "t", {})
+    queue.enqueue(broken, "t", {})
+    (logs_dir / broken / "status.json").write_text("{truncated")
+    assert [s.conversation_id for s in queue.jobs()] == [fine]
+    assert f"Skipping the job status of {broken}" in caplog.text
+
+
 def test_status_messages_name_the_state_progress_and_errors(
     queue: JobQueue, logs_dir: Path
 ) -> None:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from pplx_nb._errors import (
     ConversationCorrupted,
     ConversationNotFound,
+    FilesystemError,
     JobInProgress,
     PplxError,
     ValidationError,
@@ -491,13 +492,20 @@ class JobQueue:
         return len(self._index.pending())
 
     def jobs(self, states: tuple[JobState, ...] | None = None) -> list[JobStatus]:
-        """Every conversation's job status (newest first), optionally only in ``states``."""
+        """Every conversation's job status (newest first), optionally only in ``states``.
+
+        A damaged or unreadable status.json is skipped with a warning, so it never hides the
+        others.
+        """
         found = []
         for directory in self._conversation_dirs():
-            data = _read_status(directory / STATUS_FILE)
-            if data is None or (states is not None and data.get("status") not in states):
-                continue
-            found.append(_status_model(data, directory))
+            try:
+                data = _read_status(directory / STATUS_FILE)
+                if data is None or (states is not None and data.get("status") not in states):
+                    continue
+                found.append(_status_model(data, directory))
+            except (ConversationCorrupted, FilesystemError) as exc:
+                logger.warning("Skipping the job status of %s: %s", directory.name, exc)
         found.sort(key=lambda s: s.started_at, reverse=True)
         return found
 
