@@ -292,6 +292,8 @@ def test_cancel_ends_pending_and_running_jobs(queue: JobQueue, logs_dir: Path) -
         queue.heartbeat(job)
     assert queue.claim("w") is None
     assert queue.cancel(new_conversation(logs_dir)) is None
+    with pytest.raises(ConversationNotFound):
+        queue.cancel(id_from_ms(next(_ms)))
 
 
 def test_missing_markers_are_rebuilt_from_status_files(queue: JobQueue, logs_dir: Path) -> None:

@@ -133,12 +133,7 @@ class JobQueue:
                 f"The job request must be JSON-serialisable: {exc}. Pass plain dicts, lists, "
                 "strings and numbers."
             ) from exc
-        if not directory.is_dir():
-            raise ConversationNotFound(
-                f"Conversation {conversation_id} does not exist. Start a new conversation with "
-                "`perplexity_deep_research` first.",
-                conversation_id=conversation_id,
-            )
+        _must_exist(directory)
         with locked(directory):
             current = _read_status(directory / STATUS_FILE)
             if current is not None and current.get("status") in _ACTIVE:
@@ -367,9 +362,12 @@ class JobQueue:
     def cancel(self, conversation_id: str) -> JobStatus | None:
         """Cancel the conversation's pending or in_progress job; None if it never had one.
 
+        CONVERSATION_NOT_FOUND if the conversation does not exist.
+
         A running worker notices at its next heartbeat and stops; an ended job is left as it is.
         """
         directory = self._dir(conversation_id)
+        _must_exist(directory)
         with locked(directory):
             status = _read_status(directory / STATUS_FILE)
             if status is None:
@@ -599,6 +597,15 @@ class _Owned:
                     action()
         finally:
             self._lock.__exit__(None, None, None)
+
+
+def _must_exist(directory: Path) -> None:
+    if not directory.is_dir():
+        raise ConversationNotFound(
+            f"Conversation {directory.name} does not exist. Start a new conversation with "
+            "`perplexity_deep_research` first.",
+            conversation_id=directory.name,
+        )
 
 
 def _read(path: Path) -> dict[str, Any] | None:
