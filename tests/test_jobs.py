@@ -296,6 +296,28 @@ def test_cancel_ends_pending_and_running_jobs(queue: JobQueue, logs_dir: Path) -
         queue.cancel(id_from_ms(next(_ms)))
 
 
+def test_deleting_a_conversation_retires_its_jobs_quietly(
+    logs_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from pplx_nb.store import ConversationStore
+
+    store = ConversationStore(logs_dir)
+    queue = JobQueue(logs_dir, lease_seconds=0.05)
+    running = _claimed(queue, logs_dir)
+    waiting = new_conversation(logs_dir)
+    queue.enqueue(waiting, "t", {})
+    store.delete(running.conversation_id)
+    store.delete(waiting)
+    with pytest.raises(LeaseLost, match="conversation was deleted"):
+        queue.heartbeat(running)
+    time.sleep(0.1)
+    with caplog.at_level(logging.WARNING, logger="pplx_nb.jobs"):
+        assert queue.recover_stale() == 0
+        assert queue.claim("w") is None
+    assert caplog.records == []
+    assert queue.pending_count() == 0 and list((logs_dir / ".jobs" / "claimed").iterdir()) == []
+
+
 def test_missing_markers_are_rebuilt_from_status_files(queue: JobQueue, logs_dir: Path) -> None:
     cids = [new_conversation(logs_dir) for _ in range(3)]
     for cid in cids:

@@ -214,10 +214,10 @@ class JobQueue:
 
     def _take(self, marker: str, worker_id: str) -> Job | None:
         conversation_id = conversation_of(marker)
-        if not CONVERSATION_ID_RE.match(conversation_id):
+        directory = self.root / conversation_id
+        if not CONVERSATION_ID_RE.match(conversation_id) or not directory.is_dir():
             self._index.drop(marker)
             return None
-        directory = self.root / conversation_id
         with locked(directory):
             status = _read_status(directory / STATUS_FILE)
             if status is None or status.get("queueKey") != marker:
@@ -402,10 +402,10 @@ class JobQueue:
 
     def _recover(self, marker: str) -> int:
         conversation_id = conversation_of(marker)
-        if not CONVERSATION_ID_RE.match(conversation_id):
+        directory = self.root / conversation_id
+        if not CONVERSATION_ID_RE.match(conversation_id) or not directory.is_dir():
             self._index.drop(marker)
             return 0
-        directory = self.root / conversation_id
         with locked(directory):
             status = _read_status(directory / STATUS_FILE)
             if status is None or status.get("queueKey") != marker or status["status"] in _DONE:
@@ -563,10 +563,12 @@ class _Owned:
         self._after.append(action)
 
     def __enter__(self) -> _Owned:
+        job = self._job
+        if not self.directory.is_dir():
+            raise _lease_lost(job, "gone (its conversation was deleted)")
         self._lock.__enter__()
         try:
             status = _read_status(self.directory / STATUS_FILE)
-            job = self._job
             if status is None or not (
                 status.get("status") == "in_progress"
                 and status.get("jobId") == job.job_id
@@ -575,13 +577,7 @@ class _Owned:
             ):
                 state = "gone" if status is None else status.get("status")
                 owner = " under another worker" if state == "in_progress" else ""
-                raise LeaseLost(
-                    f"Job {job.job_id} of conversation {job.conversation_id} (attempt "
-                    f"{job.attempt}) is no longer owned by worker {job.worker_id}: it is "
-                    f"{state}{owner}. This worker's result was discarded.",
-                    conversation_id=job.conversation_id,
-                    job_id=job.job_id,
-                )
+                raise _lease_lost(job, f"{state}{owner}")
         except BaseException:
             self._lock.__exit__(None, None, None)
             raise
@@ -597,6 +593,16 @@ class _Owned:
                     action()
         finally:
             self._lock.__exit__(None, None, None)
+
+
+def _lease_lost(job: Job, state: str) -> LeaseLost:
+    return LeaseLost(
+        f"Job {job.job_id} of conversation {job.conversation_id} (attempt {job.attempt}) is no "
+        f"longer owned by worker {job.worker_id}: it is {state}. This worker's result was "
+        "discarded.",
+        conversation_id=job.conversation_id,
+        job_id=job.job_id,
+    )
 
 
 def _must_exist(directory: Path) -> None:
