@@ -27,6 +27,7 @@ __all__ = [
     "atomic_write_bytes",
     "atomic_write_json",
     "ensure_dir",
+    "filesystem_error",
     "fs_errors",
     "fsync_dir",
     "id_from_ms",
@@ -77,13 +78,18 @@ def fs_errors(path: Path | str, action: str = "access") -> Iterator[None]:
     except FilesystemError:
         raise
     except OSError as exc:
-        reason = exc.strerror or type(exc).__name__
-        raise FilesystemError(
-            f"Could not {action} {path}: {reason}. Check that the directory exists, is writable "
-            "and the disk is not full (CONVERSATION_LOGS_DIR sets where conversations live).",
-            path=str(path),
-            reason=reason,
-        ) from exc
+        raise filesystem_error(path, action, exc) from exc
+
+
+def filesystem_error(path: Path | str, action: str, exc: OSError) -> FilesystemError:
+    """The FILESYSTEM_ERROR for ``exc``, raised while trying to ``action`` ``path``."""
+    reason = exc.strerror or type(exc).__name__
+    return FilesystemError(
+        f"Could not {action} {path}: {reason}. Check that the directory exists, is writable "
+        "and the disk is not full (CONVERSATION_LOGS_DIR sets where conversations live).",
+        path=str(path),
+        reason=reason,
+    )
 
 
 def ensure_dir(path: Path) -> Path:
@@ -145,8 +151,7 @@ def read_bytes(path: Path) -> bytes:
     except FileNotFoundError:
         raise
     except OSError as exc:
-        with fs_errors(path, "read"):
-            raise exc
+        raise filesystem_error(path, "read", exc) from exc
 
 
 @contextlib.contextmanager

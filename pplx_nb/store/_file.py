@@ -30,6 +30,7 @@ from pplx_nb._fs import (
     CONVERSATION_ID_RE,
     atomic_write_bytes,
     ensure_dir,
+    filesystem_error,
     fs_errors,
     fsync_dir,
     id_from_ms,
@@ -230,8 +231,7 @@ class FileBackend:
         except FileNotFoundError:
             raise not_found(conversation_id, self.root) from None
         except OSError as exc:
-            with fs_errors(path, "read"):
-                raise exc
+            raise filesystem_error(path, "read", exc) from exc
         with file, fs_errors(path, "read"):
             stat = os.fstat(file.fileno())
             return file.read(), stat
@@ -252,8 +252,7 @@ class FileBackend:
         except FileNotFoundError:
             return []
         except OSError as exc:
-            with fs_errors(self.root, "list"):
-                raise exc
+            raise filesystem_error(self.root, "list", exc) from exc
         found.sort(reverse=True)
         return found
 
@@ -267,8 +266,7 @@ class FileBackend:
         except FileNotFoundError:
             raise not_found(conversation_id, self.root) from None
         except OSError as exc:
-            with fs_errors(path, "read"):
-                raise exc
+            raise filesystem_error(path, "read", exc) from exc
         summary = self._fresh_summary(directory, stat)
         if summary is None:
             data, _ = self._read(conversation_id, Path(path))
