@@ -301,7 +301,8 @@ def test_followup_continues_the_last_conversation_of_the_kernel(
     assert isinstance(bare.result, Answer)
     assert bare.result.conversation_id == other.conversation_id
 
-    targeted = Run(shell, f"%%pplx_followup {first.conversation_id}\nAnd wait until it is done?")
+    shell.user_ns["cid"] = first.conversation_id
+    targeted = Run(shell, "%%pplx_followup {cid}\nAnd wait until it is done?")
     assert isinstance(targeted.result, Answer)
     assert targeted.result.conversation_id == first.conversation_id
     assert _user_messages(researcher, str(first.conversation_id)) == [
@@ -370,8 +371,10 @@ def test_followup_in_research_mode_queues_a_job_on_the_same_conversation(
     job = Run(shell, "%pplx_followup --research dig into cancellation scopes").result
     assert isinstance(job, JobStatus)
     assert job.conversation_id == first.conversation_id
-    done = Run(shell, f"%pplx_wait {first.conversation_id}").result
-    assert isinstance(done, Answer)
+    shell.user_ns["first"] = first
+    done = Run(shell, "%pplx_wait {first.conversation_id}").result
+    assert isinstance(done, Answer), "line-magic IDs take {name.attr} fields"
+    assert done.conversation_id == first.conversation_id
 
 
 def test_jobs_watch_shows_each_unfinished_job(shell: InteractiveShell) -> None:

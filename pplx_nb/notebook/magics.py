@@ -177,6 +177,11 @@ class PplxMagics(Magics):
     def _conversation(self, given: str | None) -> str:
         from pplx_nb._errors import ValidationError
 
+        if given:
+            from pplx_nb.notebook._interpolate import interpolate
+
+            # `%pplx_wait {job.conversation_id}`: IDs take the same {name} fields as questions.
+            given = interpolate(given, self.namespace)
         cid = given or last_conversation_id()
         if cid is None:
             raise ValidationError(
@@ -344,7 +349,12 @@ class PplxMagics(Magics):
         """
         with self._guard(line), _AlreadyShown.silenced():
             args = parse_argstring(self.pplx_followup, line)
-            given, words = split_conversation_id(args.words)
+            words = list(args.words)
+            if words and words[0].startswith("{"):
+                from pplx_nb.notebook._interpolate import interpolate
+
+                words[0] = interpolate(words[0], self.namespace)
+            given, words = split_conversation_id(words)
             cid = self._conversation(given)
             query = self._question(words, cell, args.raw)
             opts = search_opts(args)
