@@ -1,1 +1,1 @@
-"""pplx_nb benchmarks: each ``bench_<area>.py`` compares pplx_nb with the alternatives in one run."""
+"""pplx_nb benchmarks: each ``bench_<area>.py`` compares pplx_nb with the alternatives."""

@@ -6,9 +6,14 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
 
-__all__ = ["fresh_interpreter_seconds", "median", "ratio", "table", "timed"]
+__all__ = ["ROOT", "fresh_interpreter_seconds", "median", "ratio", "simulator", "table", "timed"]
+
+ROOT = Path(__file__).resolve().parent.parent
+"""The checkout: where ``python -m pplx_nb.sim`` finds the package."""
 
 
 def median(values: Sequence[float]) -> float:
@@ -48,3 +53,21 @@ def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+@contextmanager
+def simulator() -> Iterator[str]:
+    """``python -m pplx_nb.sim --latency-ms 0`` in its own process; yields its base URL."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pplx_nb.sim", "--latency-ms", "0"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        yield process.stdout.readline().strip()
+    finally:
+        process.terminate()
+        process.wait(timeout=10)

@@ -11,21 +11,16 @@ alike. The table shows the median req/s of the runs and the median of the per-ru
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
-from pathlib import Path
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx2
 
-from bench._util import median, table
+from bench._util import median, simulator, table
 
 TITLE = "API client throughput (500 requests, concurrency 16)"
 
-ROOT = Path(__file__).resolve().parent.parent
 REQUESTS = 500
 CONCURRENCY = 16
 RUNS = 5
@@ -38,24 +33,6 @@ MESSAGES = [{"role": "user", "content": "How do I run coroutines concurrently wi
 OURS = "pplx_nb AsyncClient"
 
 Ask = Callable[[], Awaitable[Any]]
-
-
-@contextmanager
-def _simulator() -> Iterator[str]:
-    """``python -m pplx_nb.sim --latency-ms 0`` in its own process; yields its base URL."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "pplx_nb.sim", "--latency-ms", "0"],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        assert process.stdout is not None
-        yield process.stdout.readline().strip()
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
 
 
 async def _seconds(ask: Ask, count: int) -> float:
@@ -147,7 +124,7 @@ async def _measure(url: str) -> dict[str, list[float]]:
 
 def run() -> str:
     """Measure every contender; the Markdown section for RESULTS.md."""
-    with _simulator() as url:
+    with simulator() as url:
         results = asyncio.run(_measure(url))
     ours_runs = results[OURS]
     medians = {name: median(values) for name, values in results.items()}

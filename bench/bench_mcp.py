@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +22,11 @@ import httpx2
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-from bench._util import median, ratio, table
+from bench._util import ROOT, median, ratio, simulator, table
 from pplx_nb.research import SYSTEM_PROMPT
 
 TITLE = "MCP server (python -m pplx_nb.mcp)"
 
-ROOT = Path(__file__).resolve().parent.parent
 RUNS = 7
 SEARCHES = 100
 HELLO = '''
@@ -45,24 +43,6 @@ def hello(name: str) -> str:
 
 app.run()
 '''
-
-
-@contextmanager
-def _simulator() -> Iterator[str]:
-    """``python -m pplx_nb.sim --latency-ms 0`` in its own process; yields its base URL."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "pplx_nb.sim", "--latency-ms", "0"],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        assert process.stdout is not None
-        yield process.stdout.readline().strip()
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
 
 
 def _children() -> set[int]:
@@ -176,7 +156,7 @@ def _question(index: int) -> str:
 
 async def _measure(hello: Path, logs: Path) -> dict[str, Any]:
     ours_start, hello_start = await _startups(hello, logs)
-    with _simulator() as base_url:
+    with simulator() as base_url:
         async with _connect(["-m", "pplx_nb.mcp"], _pplx_env(logs, base_url)) as server:
             session = server.session
             rss_idle = _rss_mb(server.pid)

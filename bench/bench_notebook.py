@@ -136,7 +136,7 @@ def _stamping_transport(stamps: _Stamps) -> Any:
     """An httpx2 transport that records the request and when response bytes arrive."""
     import httpx2
 
-    class Stream(httpx2.AsyncByteStream):  # type: ignore[misc]
+    class Stream(httpx2.AsyncByteStream):
         def __init__(self, inner: Any) -> None:
             self._inner = inner
 
@@ -152,7 +152,7 @@ def _stamping_transport(stamps: _Stamps) -> Any:
         async def aclose(self) -> None:
             await self._inner.aclose()
 
-    class Transport(httpx2.AsyncBaseTransport):  # type: ignore[misc]
+    class Transport(httpx2.AsyncBaseTransport):
         def __init__(self) -> None:
             self._inner = httpx2.AsyncHTTPTransport()
 
@@ -213,7 +213,7 @@ def _cell_runs(url: str, repeat: int) -> dict[str, list[float]]:
     shell = InteractiveShell.instance()
     publisher = _TimedPublisher()
     stamps = _Stamps()
-    shell.display_pub, saved = publisher, shell.display_pub
+    shell.display_pub, saved = publisher, shell.display_pub  # type: ignore[assignment]
     results: dict[str, list[float]] = {"cell": [], "raw": [], "visible": [], "first_text": []}
     with tempfile.TemporaryDirectory() as logs, httpx2.Client(timeout=30) as raw_client:
         settings = Settings(
@@ -227,7 +227,7 @@ def _cell_runs(url: str, repeat: int) -> dict[str, list[float]]:
                 for index in range(repeat + 2):
                     publisher.first_text = stamps.first_byte = stamps.first_text = None
                     start = time.perf_counter()
-                    outcome = shell.run_cell(f"%%pplx --no-cache\n{QUESTION}", silent=True)
+                    outcome = shell.run_cell(f"%%pplx --no-cache\n{QUESTION}", silent=True)  # type: ignore[no-untyped-call]
                     took = time.perf_counter() - start
                     shown, arrived = publisher.first_text, stamps.first_text
                     if outcome.error_in_exec is not None or shown is None or arrived is None:
