@@ -11,7 +11,9 @@ response cache; the protocol adapter picked by ``Settings.api_style`` owns the w
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+import ssl
 from collections.abc import AsyncGenerator, AsyncIterator, Generator
 from contextlib import aclosing
 from types import TracebackType
@@ -36,6 +38,12 @@ __all__ = ["AsyncClient", "Client"]
 
 logger = logging.getLogger("pplx_nb.api")
 _LIMITS = httpx2.Limits(max_connections=100, max_keepalive_connections=32)
+
+
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    # Loading the CA bundle takes ≈35 ms; httpx2 would do it again for every client.
+    return httpx2.create_ssl_context()
 
 
 class AsyncClient:
@@ -89,6 +97,7 @@ class AsyncClient:
             transport=transport,
             timeout=self.settings.timeout_ms / 1000,
             limits=_LIMITS,
+            verify=_tls_context(),
         )
 
     @property
