@@ -43,6 +43,7 @@ from pplx_nb._models import (
     Answer,
     Conversation,
     ConversationSummary,
+    JobState,
     JobStatus,
     Message,
     Progress,
@@ -752,6 +753,13 @@ class Researcher:
         from pplx_nb._fs import validate_conversation_id
 
         return self.queue.status(validate_conversation_id(conversation_id))
+
+    def jobs(self, states: tuple[JobState, ...] | None = None) -> list[JobStatus]:
+        """Every research job on disk, newest first, optionally only those in ``states``.
+
+        A damaged status.json is skipped with a warning instead of hiding the other jobs.
+        """
+        return self.queue.jobs(states)
 
     def conversations(self, **filters: Any) -> list[ConversationSummary]:
         """Stored conversations, newest first (filters: since, until, tool, model, text, limit)."""

@@ -429,6 +429,14 @@ def test_history_conversations_jobs_and_export(
     assert len(shell.user_ns["df"]) == 2
     sources = Run(shell, f"%pplx_export {first.conversation_id} --level sources").result
     assert len(sources) > 0
+    other = Run(shell, "%%pplx_research\nWhat does asyncio.shield do?").result
+    assert isinstance(other, JobStatus)
+    Run(shell, "%pplx_wait")
+    (researcher.store.path(job.conversation_id) / "status.json").write_text("{not json")
+    survivors = Run(shell, "%pplx_jobs").result
+    assert list(survivors["conversation_id"]) == [other.conversation_id], (
+        "a damaged status is skipped"
+    )
 
 
 def test_config_hides_the_key_and_switches_offline(

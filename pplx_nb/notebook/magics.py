@@ -422,11 +422,7 @@ class PplxMagics(Magics):
             args = parse_argstring(self.pplx_jobs, line)
             from pplx_nb.notebook._tables import jobs_frame
 
-            statuses = [
-                status
-                for summary in self.researcher.conversations()
-                if (status := self.researcher.status(summary.conversation_id)) is not None
-            ]
+            statuses = self.researcher.jobs()
             if any(not s.done for s in statuses) and self.researcher.async_deep_research:
                 self.researcher.start_worker()
             if args.watch:
