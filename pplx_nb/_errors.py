@@ -14,6 +14,7 @@ says what to do next. Each class also derives from the builtin a user would natu
         ├── APIKeyInvalid (PermissionError)    API_KEY_INVALID      401 / 403
         ├── APIQuotaExceeded                   API_QUOTA_EXCEEDED   429 after retries
         ├── APIServerError                     API_SERVER_ERROR     5xx after retries, failed runs
+        │   └── RemoteRunFailed                API_SERVER_ERROR     a run that ended unanswered
         ├── InvalidInput (ValueError)          INVALID_INPUT        400 / 404 / 413 from the API
         ├── APITimeoutError (TimeoutError)     TIMEOUT_ERROR
         └── NetworkError (ConnectionError)     NETWORK_ERROR
@@ -41,6 +42,7 @@ __all__ = [
     "JobInProgress",
     "NetworkError",
     "PplxError",
+    "RemoteRunFailed",
     "ValidationError",
     "error_from_code",
     "redact",
@@ -159,6 +161,13 @@ class APIServerError(APIError):
     """The API failed on its side (5xx after retries, or a run that ended ``failed``)."""
 
     code = "API_SERVER_ERROR"
+
+
+class RemoteRunFailed(APIServerError):
+    """A run ended ``failed``, ``cancelled`` or incomplete without an answer (``request_id``).
+
+    Polling it again cannot help: a retry must submit a new run.
+    """
 
 
 class InvalidInput(APIError, ValueError):

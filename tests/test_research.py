@@ -268,3 +268,19 @@ def test_the_worker_starts_before_anything_else_touched_the_queue(settings: Sett
         assert worker is r.start_worker()
     finally:
         r.close()
+
+
+def test_a_remote_run_that_failed_is_submitted_again_not_polled_again(
+    async_researcher: Researcher, sim_url: str
+) -> None:
+    from pplx_nb.sim import inject_faults
+
+    inject_faults(sim_url, {"agent_failed": True, "path": "/v1/agent"})
+    queued = async_researcher.deep_research("Describe the json module", wait=False)
+    assert isinstance(queued, JobStatus)
+    report = async_researcher.wait(queued.conversation_id, timeout=30)
+    assert report.text
+    status = async_researcher.status(queued.conversation_id)
+    assert status is not None and status.status == "completed" and status.attempts == 2
+    assert "submits a new background run" in status.error_history[0].message
+    assert stats(sim_url)["background_runs"] == 2

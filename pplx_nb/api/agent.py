@@ -14,7 +14,7 @@ from urllib.parse import quote
 from pydantic import BaseModel
 from typing_extensions import TypedDict
 
-from pplx_nb._errors import APIServerError
+from pplx_nb._errors import APIServerError, RemoteRunFailed
 from pplx_nb._models import Answer
 from pplx_nb.api._adapter import Call, SearchResult, encode, read_wire, stream_cut_short
 from pplx_nb.api._sse import Event
@@ -153,23 +153,23 @@ def _usage(usage: _Usage | None) -> tuple[dict[str, int] | None, dict[str, Any] 
     }
 
 
-def _run_failed(response: _Response) -> APIServerError:
+def _run_failed(response: _Response) -> RemoteRunFailed:
     ident = response.id or "(no id)"
     status = response.status or "failed"
     if status == "cancelled":
-        return APIServerError(
+        return RemoteRunFailed(
             f"The run {ident} was cancelled before it finished. Ask again to start a new one.",
             request_id=response.id,
         )
     if status == "incomplete":
         reason = response.incomplete_details.reason if response.incomplete_details else None
-        return APIServerError(
+        return RemoteRunFailed(
             f"The run {ident} ended incomplete ({reason or 'no reason given'}) without an "
             "answer. Retry, or ask a narrower question.",
             request_id=response.id,
         )
     message = response.error.message if response.error and response.error.message else status
-    return APIServerError(
+    return RemoteRunFailed(
         f"The run {ident} failed: {message}. Retry the question; if it keeps failing, try a "
         "lighter model.",
         request_id=response.id,

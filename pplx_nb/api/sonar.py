@@ -13,7 +13,7 @@ from urllib.parse import quote
 from pydantic import BaseModel
 from typing_extensions import TypedDict
 
-from pplx_nb._errors import APIServerError
+from pplx_nb._errors import APIServerError, RemoteRunFailed
 from pplx_nb._models import Answer
 from pplx_nb.api._adapter import Call, SearchResult, encode, read_wire, stream_cut_short
 from pplx_nb.api._sse import Event
@@ -256,7 +256,7 @@ class SonarAdapter:
         if status == "COMPLETED" and run.response is not None:
             return _complete_answer(run.response, run.response.model or "")
         reason = run.error_message or f"status {run.status}"
-        raise APIServerError(
+        raise RemoteRunFailed(
             f"The background research run {run.id} failed: {reason}. Start it again.",
             request_id=run.id,
         )

@@ -30,6 +30,7 @@ from pplx_nb._errors import (
     FilesystemError,
     JobInProgress,
     PplxError,
+    RemoteRunFailed,
     ValidationError,
     redact,
 )
@@ -327,13 +328,17 @@ class JobQueue:
     def fail(self, job: Job, error: PplxError) -> JobStatus:
         """Record a failed attempt: back to ``pending`` while retries remain, else ``failed``.
 
-        Errors whose code is in :data:`NON_RETRYABLE` fail the job at once.
+        Errors whose code is in :data:`NON_RETRYABLE` fail the job at once. A
+        :class:`RemoteRunFailed` also forgets ``remoteId``: the ended run cannot answer, so the
+        next attempt submits a new one.
         """
         with self._owned(job) as owned:
             directory, status = owned.directory, owned.status
             info = _error_info(error, job.attempt)
-            status.setdefault("errorHistory", []).append(info)
             retry = error.code not in NON_RETRYABLE and job.attempt <= self.max_job_retries
+            if isinstance(error, RemoteRunFailed) and status.pop("remoteId", None) and retry:
+                info["message"] += " The next attempt submits a new background run."
+            status.setdefault("errorHistory", []).append(info)
             if retry:
                 _requeue_status(status)
                 owned.then(lambda: self._index.requeue(job.marker))
