@@ -4,18 +4,22 @@ The kernel's thread already runs an event loop, so ``asyncio.run`` cannot be use
 every sync wrapper in pplx_nb hands its coroutine to ONE dedicated daemon thread that runs its own
 event loop for the life of the process; the caller's thread blocks on the result (or, for
 :func:`iterate_sync`, consumes items handed over through a queue).
+
+:data:`TICK` is what :func:`iterate_sync` yields, when asked to, after ``tick`` seconds without an
+item: a consumer that paints (a streaming notebook cell) gets a turn to repaint during a pause.
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import os
 import queue
 import threading
 from collections.abc import AsyncIterator, Coroutine, Generator
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar, overload
 
-__all__ = ["background_loop", "iterate_sync", "run_sync"]
+__all__ = ["TICK", "Tick", "background_loop", "iterate_sync", "run_sync"]
 
 T = TypeVar("T")
 
@@ -23,6 +27,16 @@ _lock = threading.Lock()
 _loop: asyncio.AbstractEventLoop | None = None
 _thread: threading.Thread | None = None
 _pid: int | None = None
+
+
+class Tick(enum.Enum):
+    """The type of :data:`TICK` (an enum member, so type checkers narrow ``item is TICK``)."""
+
+    TICK = "tick"
+
+
+TICK: Final = Tick.TICK
+"""Yielded by ``iterate_sync(items, tick=...)`` when no item came for ``tick`` seconds."""
 
 
 def background_loop() -> asyncio.AbstractEventLoop:
@@ -73,11 +87,23 @@ def run_sync(coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         raise
 
 
-def iterate_sync(items: AsyncIterator[T]) -> Generator[T, None, None]:
+@overload
+def iterate_sync(items: AsyncIterator[T], tick: None = None) -> Generator[T, None, None]: ...
+
+
+@overload
+def iterate_sync(items: AsyncIterator[T], tick: float) -> Generator[T | Tick, None, None]: ...
+
+
+def iterate_sync(
+    items: AsyncIterator[T], tick: float | None = None
+) -> Generator[T | Tick, None, None]:
     """Iterate ``items`` on the background loop, yielding each one in the calling thread.
 
     Items pass through a queue, so the consumer (e.g. the kernel's main thread) does the work
     between items. Stopping early (``break``, ``close()``, an exception) cancels the producer.
+    With ``tick`` (seconds), :data:`TICK` is yielded whenever no item has come for that long, so
+    the consumer can do timed work (repaint a clock) while it waits; without it, only items come.
     """
     handoff: queue.SimpleQueue[Any] = queue.SimpleQueue()
 
@@ -102,7 +128,11 @@ def iterate_sync(items: AsyncIterator[T]) -> Generator[T, None, None]:
     finished = False
     try:
         while True:
-            kind, value = handoff.get()
+            try:
+                kind, value = handoff.get(timeout=tick)
+            except queue.Empty:
+                yield TICK
+                continue
             if kind == "item":
                 yield value
             elif kind == "error":

@@ -210,6 +210,22 @@ def test_stream_view_shows_first_text_at_once_then_at_most_every_interval() -> N
     assert all(call[2] for call in recorder.calls[1:])
 
 
+def test_stream_view_tick_repaints_the_clock_and_held_text_at_most_every_interval() -> None:
+    recorder = Recorder()
+    view = display.StreamView(interval=0.05, publish=recorder)
+    time.sleep(0.06)
+    view.tick()
+    assert "⏳ Searching… · 0." in recorder.calls[-1][0]["text/markdown"], "the clock moves"
+    view.tick()
+    assert len(recorder.calls) == 3, "no second repaint within the interval"
+    view.feed("first")
+    view.feed(" held")
+    assert recorder.calls[-1][0]["text/plain"] == "first"
+    time.sleep(0.06)
+    view.tick()
+    assert recorder.calls[-1][0]["text/plain"] == "first held", "held text shows in a pause"
+
+
 def test_stream_view_ends_blank_with_the_answer_displayed_after_it() -> None:
     recorder = Recorder()
     view = display.StreamView(interval=10, publish=recorder)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -211,6 +212,24 @@ def test_pplx_streams_into_one_display_and_returns_the_answer(
         "How do I cancel an asyncio task?"
     ]
     assert magics.last_conversation_id() == answer.conversation_id
+
+
+def test_the_clock_moves_before_the_first_byte_arrives(
+    shell: InteractiveShell, settings: Settings
+) -> None:
+    from pplx_nb.sim import serve
+
+    with serve(latency_ms=700) as url:
+        slow = settings.model_copy(update={"base_url": url})
+        with Researcher(slow, async_deep_research=True) as researcher:
+            magics.set_researcher(researcher)
+            run = Run(shell, "%%pplx\nHow do I cancel an asyncio task?")
+    assert isinstance(run.result, Answer), run.text()
+    painted = [data.get("text/markdown", "") for data in run.outputs]
+    first_text = next(n for n, markdown in enumerate(painted) if "▌" in markdown)
+    clocks = re.findall(r"⏳ Searching… · (\d+\.\d) s", "\n".join(painted[:first_text]))
+    assert len(clocks) >= 3, f"the cell stayed static while waiting: {painted[:first_text]}"
+    assert clocks == sorted(clocks, key=float) and float(clocks[-1]) >= 0.4
 
 
 def test_search_options_reach_the_simulator(shell: InteractiveShell) -> None:

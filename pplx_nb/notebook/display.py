@@ -383,7 +383,8 @@ class StreamView(_View):
     """A cell's answer while it streams: updated at most every ``interval`` seconds.
 
     The first text is shown as soon as it arrives; later text is batched so a fast stream does not
-    flood the front end. Call :meth:`feed` with each delta, then :meth:`finish` with the answer.
+    flood the front end. Call :meth:`feed` with each delta, :meth:`tick` while no delta comes (so
+    held text and the elapsed clock keep moving), then :meth:`finish` with the answer.
     """
 
     def __init__(
@@ -416,6 +417,16 @@ class StreamView(_View):
         """Repaint now if text arrived since the last repaint."""
         if self._pending:
             self._repaint(time.monotonic())
+
+    def tick(self) -> None:
+        """Repaint held text and the elapsed clock if the last repaint is at least ``interval`` old.
+
+        Call it while waiting for the next delta: before the first byte the "Searching" line
+        counts the seconds, and text held back by batching shows even if the stream pauses.
+        """
+        now = time.monotonic()
+        if now - self._last >= self.interval:
+            self._repaint(now)
 
     def _repaint(self, now: float) -> None:
         self.show(streaming_bundle(self.text, elapsed=now - self.started, label=self.label))

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from IPython.core import magic as _magic
@@ -190,17 +190,24 @@ class PplxMagics(Magics):
             )
         return cid
 
-    def _stream(self, items: Iterator[str | Answer], label: str, *, debug: bool) -> Answer:
-        """Show the deltas as they arrive (at most every 100 ms), then the rendered answer."""
+    def _stream(self, items: AsyncIterator[str | Answer], label: str, *, debug: bool) -> Answer:
+        """Show the deltas as they arrive (at most every 100 ms), then the rendered answer.
+
+        While no delta comes (before the first byte, or in a pause) the view still repaints
+        every 100 ms: its clock counts and text held back by batching shows.
+        """
         from pplx_nb._errors import PplxError
         from pplx_nb._models import Answer
+        from pplx_nb._sync import TICK, iterate_sync
         from pplx_nb.notebook.display import StreamView
 
         view = StreamView(label=label)
         answer: Answer | None = None
         try:
-            for item in items:
-                if isinstance(item, str):
+            for item in iterate_sync(items, tick=view.interval):
+                if item is TICK:
+                    view.tick()
+                elif isinstance(item, str):
                     view.feed(item)
                 elif isinstance(item, Answer):
                     answer = item
@@ -284,7 +291,7 @@ class PplxMagics(Magics):
         with self._guard(line), _AlreadyShown.silenced():
             args = parse_argstring(self.pplx, line)
             query = self._question(args.words, cell, args.raw)
-            items = self.researcher.stream_search(query, files=args.file, **search_opts(args))
+            items = self.researcher.astream_search(query, files=args.file, **search_opts(args))
             answer = self._stream(items, "Searching", debug=args.debug)
             remember(answer.conversation_id)
             return self._finish(args, answer)
@@ -374,7 +381,7 @@ class PplxMagics(Magics):
                     ),
                 )
             else:
-                items = self.researcher.stream_followup(
+                items = self.researcher.astream_followup(
                     cid, query, fork=args.fork, files=args.file, **opts
                 )
                 result = self._stream(items, "Following up", debug=args.debug)
