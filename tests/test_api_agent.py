@@ -255,6 +255,12 @@ def test_stream_error_event_raises_and_missing_terminal_is_network_error() -> No
         parser.finish()
 
 
+def test_error_event_with_a_plain_string_error_raises_its_message() -> None:
+    parser = ADAPTER.stream_parser(question(), "sonar")
+    with pytest.raises(APIServerError, match="boom"):
+        parser.feed(events({"type": "error", "error": "boom"})[0])
+
+
 def test_background_submit_and_poll_states() -> None:
     call = ADAPTER.submit(question(), "sonar-deep-research")
     assert call.body is not None

@@ -241,6 +241,20 @@ async def test_stream_cut_before_any_text_is_retried(
     assert chat_requests(sim_url, style) == 2
 
 
+@pytest.mark.parametrize("style", STYLES)
+@pytest.mark.parametrize("streamed", [False, True])
+async def test_unusual_but_legal_response_shapes_are_read(
+    settings: Settings, sim_url: str, style: str, streamed: bool
+) -> None:
+    async with client_for(settings, style) as client:
+        plain = await outcome(client, question(), streamed)
+        inject_faults(sim_url, {"odd": True})
+        odd = await outcome(client, question(), streamed)
+    assert odd.text == plain.text and odd.text
+    assert [s.url for s in odd.sources] == [s.url for s in plain.sources]
+    assert odd.usage is not None
+
+
 @pytest.mark.parametrize("streamed", [False, True])
 async def test_agent_failed_run_with_http_200_is_an_error(
     settings: Settings, sim_url: str, streamed: bool

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Protocol, Required, TypeVar
+from typing import Annotated, Any, Protocol, Required, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, BeforeValidator, ValidationError
 from typing_extensions import TypedDict
 
 from pplx_nb._errors import APIServerError, NetworkError
@@ -21,6 +21,7 @@ __all__ = [
     "Adapter",
     "Call",
     "SearchResult",
+    "SearchResults",
     "StreamParser",
     "encode",
     "read_wire",
@@ -64,6 +65,17 @@ class SearchResult(TypedDict, total=False):
     date: str | None
     snippet: str | None
     last_updated: str | None
+
+
+def _with_url(results: Any) -> Any:
+    """Drop results without a URL: there is nothing to cite (``url: null`` does happen)."""
+    if not isinstance(results, list):
+        return results
+    return [r for r in results if not isinstance(r, dict) or isinstance(r.get("url"), str)]
+
+
+SearchResults = Annotated[list[SearchResult], BeforeValidator(_with_url)]
+"""A ``search_results`` list; entries without a URL are skipped."""
 
 
 def stream_cut_short() -> NetworkError:

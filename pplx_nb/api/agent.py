@@ -11,12 +11,19 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote
 
-from pydantic import BaseModel
+from pydantic import BaseModel, field_validator
 from typing_extensions import TypedDict
 
 from pplx_nb._errors import APIServerError, RemoteRunFailed
 from pplx_nb._models import Answer
-from pplx_nb.api._adapter import Call, SearchResult, encode, read_wire, stream_cut_short
+from pplx_nb.api._adapter import (
+    Call,
+    SearchResult,
+    SearchResults,
+    encode,
+    read_wire,
+    stream_cut_short,
+)
 from pplx_nb.api._sse import Event
 from pplx_nb.api._text import RELATED_INSTRUCTION, DeltaFilter, split_related, split_think
 from pplx_nb.api.request import Request
@@ -44,6 +51,17 @@ SONAR_TO_AGENT: dict[str, dict[str, str]] = {
     "sonar-deep-research": {"preset": "medium"},
 }
 _PENDING = frozenset({"queued", "in_progress"})
+_ITEMS = frozenset({"message", "search_results"})
+_EVENTS = frozenset(
+    {
+        "response.output_text.delta",
+        "response.completed",
+        "response.incomplete",
+        "response.failed",
+        "response.cancelled",
+        "error",
+    }
+)
 
 
 def agent_target(model: str) -> dict[str, str]:
@@ -61,25 +79,37 @@ class _Content(BaseModel):
     text: str | None = None
 
 
+def _of_types(values: Any, types: frozenset[str]) -> Any:
+    """Only the entries whose ``type`` is one of ``types``: unknown kinds may hold anything."""
+    if not isinstance(values, list):
+        return values
+    return [v for v in values if not isinstance(v, dict) or v.get("type") in types]
+
+
 class _Item(BaseModel):
     type: str = ""
     content: list[_Content] | None = None
-    results: list[SearchResult] | None = None
+    results: SearchResults | None = None
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _text_parts(cls, value: Any) -> Any:
+        return _of_types(value, frozenset({"output_text"}))
 
 
 class _Cost(TypedDict, total=False):
-    input_cost: float
-    output_cost: float
-    tool_calls_cost: float
-    total_cost: float
-    currency: str
+    input_cost: float | None
+    output_cost: float | None
+    tool_calls_cost: float | None
+    total_cost: float | None
+    currency: str | None
 
 
 class _Usage(TypedDict, total=False):
-    input_tokens: int
-    output_tokens: int
-    total_tokens: int
-    cost: _Cost
+    input_tokens: int | None
+    output_tokens: int | None
+    total_tokens: int | None
+    cost: _Cost | None
 
 
 class _Error(BaseModel):
@@ -97,16 +127,29 @@ class _Response(BaseModel):
     model: str | None = None
     output: list[_Item] = []
     usage: _Usage | None = None
-    error: _Error | None = None
+    error: _Error | str | None = None
     incomplete_details: _Incomplete | None = None
+
+    @field_validator("output", mode="before")
+    @classmethod
+    def _known_items(cls, value: Any) -> Any:
+        return _of_types(value, _ITEMS)
+
+
+class _Kind(BaseModel):
+    type: str = ""
 
 
 class _Event(BaseModel):
     type: str = ""
     delta: str | None = None
     response: _Response | None = None
-    error: _Error | None = None
+    error: _Error | str | None = None
     message: str | None = None
+
+
+def _error_text(error: _Error | str | None) -> str | None:
+    return error.message if isinstance(error, _Error) else error
 
 
 def _sources(response: _Response) -> list[SearchResult]:
@@ -135,7 +178,7 @@ def _text(response: _Response) -> str:
 def _usage(usage: _Usage | None) -> tuple[dict[str, int] | None, dict[str, Any] | None]:
     if usage is None:
         return None, None
-    prompt, completion = usage.get("input_tokens", 0), usage.get("output_tokens", 0)
+    prompt, completion = usage.get("input_tokens") or 0, usage.get("output_tokens") or 0
     counts = {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
@@ -145,11 +188,11 @@ def _usage(usage: _Usage | None) -> tuple[dict[str, int] | None, dict[str, Any] 
     if cost is None:
         return counts, None
     return counts, {
-        "input_cost": cost.get("input_cost", 0.0),
-        "output_cost": cost.get("output_cost", 0.0),
-        "request_cost": cost.get("tool_calls_cost", 0.0),
-        "total_cost": cost.get("total_cost", 0.0),
-        "currency": cost.get("currency", "USD"),
+        "input_cost": cost.get("input_cost") or 0.0,
+        "output_cost": cost.get("output_cost") or 0.0,
+        "request_cost": cost.get("tool_calls_cost") or 0.0,
+        "total_cost": cost.get("total_cost") or 0.0,
+        "currency": cost.get("currency") or "USD",
     }
 
 
@@ -168,7 +211,7 @@ def _run_failed(response: _Response) -> RemoteRunFailed:
             "answer. Retry, or ask a narrower question.",
             request_id=response.id,
         )
-    message = response.error.message if response.error and response.error.message else status
+    message = _error_text(response.error) or status
     return RemoteRunFailed(
         f"The run {ident} failed: {message}. Retry the question; if it keeps failing, try a "
         "lighter model.",
@@ -216,8 +259,10 @@ class _AgentStream:
         self._final: _Response | None = None
 
     def feed(self, event: Event) -> str:
+        kind = read_wire(_Kind, event.data, "a stream event").type or event.name
+        if kind not in _EVENTS:
+            return ""
         data = read_wire(_Event, event.data, "a stream event")
-        kind = data.type or event.name
         if kind == "response.output_text.delta":
             if not data.delta:
                 return ""
@@ -233,7 +278,7 @@ class _AgentStream:
             response.status = kind.rsplit(".", 1)[-1]
             raise _run_failed(response)
         if kind == "error":
-            message = (data.error.message if data.error else None) or data.message or "unknown"
+            message = _error_text(data.error) or data.message or "unknown"
             raise APIServerError(f"The API reported an error mid-stream: {message}. Retry.")
         return ""
 

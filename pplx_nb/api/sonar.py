@@ -10,12 +10,12 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote
 
-from pydantic import BaseModel
+from pydantic import BaseModel, field_validator
 from typing_extensions import TypedDict
 
 from pplx_nb._errors import APIServerError, RemoteRunFailed
 from pplx_nb._models import Answer
-from pplx_nb.api._adapter import Call, SearchResult, encode, read_wire, stream_cut_short
+from pplx_nb.api._adapter import Call, SearchResults, encode, read_wire, stream_cut_short
 from pplx_nb.api._sse import Event
 from pplx_nb.api._text import DeltaFilter, split_think
 from pplx_nb.api.request import Request
@@ -24,25 +24,39 @@ __all__ = ["SonarAdapter"]
 
 
 class _Cost(TypedDict, total=False):
-    input_tokens_cost: float
-    output_tokens_cost: float
-    request_cost: float
-    total_cost: float
+    input_tokens_cost: float | None
+    output_tokens_cost: float | None
+    request_cost: float | None
+    total_cost: float | None
 
 
 class _Usage(TypedDict, total=False):
-    prompt_tokens: int
-    completion_tokens: int
-    total_tokens: int
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    total_tokens: int | None
     reasoning_tokens: int | None
     citation_tokens: int | None
     num_search_queries: int | None
     search_context_size: str | None
-    cost: _Cost
+    cost: _Cost | None
 
 
 class _Text(BaseModel):
     content: str | None = None
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _join_parts(cls, value: Any) -> Any:
+        """OpenAI-compatible servers may send content as a list of typed parts."""
+        if not isinstance(value, list):
+            return value
+        return "".join(
+            part["text"]
+            for part in value
+            if isinstance(part, dict)
+            and part.get("type") == "text"
+            and isinstance(part.get("text"), str)
+        )
 
 
 class _Choice(BaseModel):
@@ -60,8 +74,8 @@ class _Completion(BaseModel):
     model: str | None = None
     object: str | None = None
     choices: list[_Choice] = []
-    citations: list[str] | None = None
-    search_results: list[SearchResult] | None = None
+    citations: list[str | None] | None = None
+    search_results: SearchResults | None = None
     related_questions: list[str] | None = None
     images: list[dict[str, Any]] | None = None
     usage: _Usage | None = None
@@ -75,24 +89,24 @@ class _AsyncRun(BaseModel):
     response: _Completion | None = None
 
 
-def _sources(completion: _Completion) -> list[SearchResult] | list[dict[str, str]]:
+def _sources(completion: _Completion) -> list[Any]:
     if completion.search_results:
         return completion.search_results
-    return [{"url": url} for url in completion.citations or ()]
+    return [{"url": url} for url in completion.citations or () if url]
 
 
 def _usage(usage: _Usage | None) -> tuple[dict[str, Any] | None, dict[str, float] | None]:
     if usage is None:
         return None, None
-    counts: dict[str, Any] = dict(usage)
+    counts: dict[str, Any] = {k: v for k, v in usage.items() if v is not None}
     cost = counts.pop("cost", None)
     if cost is None:
         return counts, None
     return counts, {
-        "input_cost": cost.get("input_tokens_cost", 0.0),
-        "output_cost": cost.get("output_tokens_cost", 0.0),
-        "request_cost": cost.get("request_cost", 0.0),
-        "total_cost": cost.get("total_cost", 0.0),
+        "input_cost": cost.get("input_tokens_cost") or 0.0,
+        "output_cost": cost.get("output_tokens_cost") or 0.0,
+        "request_cost": cost.get("request_cost") or 0.0,
+        "total_cost": cost.get("total_cost") or 0.0,
     }
 
 

@@ -25,6 +25,7 @@ from pplx_nb.sim._answers import Answer, Filters, compose, is_deep
 from pplx_nb.sim._corpus import Corpus
 from pplx_nb.sim._faults import Fault
 from pplx_nb.sim._http import Reply, Request, Stream, dumps, error_reply, json_reply
+from pplx_nb.sim._odd import odd_agent_body, odd_agent_frames, odd_chunk, odd_completion
 from pplx_nb.sim._options import SimOptions
 from pplx_nb.sim._runs import Run
 from pplx_nb.sim._sonar import SONAR_MODELS, ChatRequest, completion, completion_chunks, parse_chat
@@ -173,12 +174,16 @@ class Endpoints:
         deep = is_deep(chat.model)
         self.generations += 1
         created = int(time.time())
+        odd = fault is not None and fault.odd
         if chat.stream:
             frames = completion_chunks(chat, answer, created, _STREAM_PIECES)
+            if odd:
+                frames = [odd_chunk(frame) for frame in frames]
             return Stream(frames, self._pace(len(frames), deep))
         await self._delay(deep)
         body = self._template(chat, chat.prompt, lambda i, t: completion(chat, answer, t, i))
-        return Reply(200, self._fill(body, str(uuid.uuid4()), created))
+        body = self._fill(body, str(uuid.uuid4()), created)
+        return Reply(200, odd_completion(body) if odd else body)
 
     async def async_create(self, request: Request, fault: Fault | None) -> Reply:
         """POST /async/chat/completions: start a Sonar async request."""
@@ -244,10 +249,13 @@ class Endpoints:
         agent = parse_agent(parse_json_object(request.body))
         answer = self._agent_answer(agent)
         failed = fault is not None and fault.agent_failed
+        odd = fault is not None and fault.odd
         ident = new_response_id()
         created = int(time.time())
         if agent.stream:
             frames = agent_events(ident, agent, answer, created, _STREAM_PIECES, failed)
+            if odd:
+                frames = odd_agent_frames(frames)
             if not failed:
                 self.generations += 1
             return Stream(frames, self._pace(len(frames), agent.deep))
@@ -269,7 +277,8 @@ class Endpoints:
                 f"resp_{i}", agent, t, status="completed", answer=answer, completed=t
             ),
         )
-        return Reply(200, self._fill(body, ident.removeprefix("resp_"), int(time.time())))
+        body = self._fill(body, ident.removeprefix("resp_"), int(time.time()))
+        return Reply(200, odd_agent_body(body) if odd else body)
 
     def _run_view(self, run: Run, agent: AgentRequest) -> dict[str, Any]:
         phase = run.phase()

@@ -15,7 +15,8 @@ class Fault:
     """One fault; ``times`` counts down as matching requests consume it.
 
     ``disconnect_after=N`` cuts a streamed answer after N events; on a request that is not
-    streamed it drops the connection before any response.
+    streamed it drops the connection before any response. ``odd`` answers in unusual but legal
+    shapes (see :mod:`pplx_nb.sim._odd`).
     """
 
     status: int | None = None
@@ -25,6 +26,7 @@ class Fault:
     hang: float = 0.0
     disconnect_after: int | None = None
     agent_failed: bool = False
+    odd: bool = False
     path: str | None = None
     times: int = 1
 
@@ -80,6 +82,7 @@ def parse_fault(raw: Any) -> Fault:
         hang=_number(raw.get("hang", 0), "hang", float),
         disconnect_after=_number(raw.get("disconnect_after"), "disconnect_after", int),
         agent_failed=bool(raw.get("agent_failed", False)),
+        odd=bool(raw.get("odd", False)),
         path=path,
         times=times,
     )
