@@ -402,6 +402,27 @@ async def test_a_redirect_to_a_login_page_says_to_check_the_base_url() -> None:
     assert "Unexpected HTTP 302" in str(caught.value) and "PERPLEXITY_BASE_URL" in str(caught.value)
 
 
+@pytest.mark.parametrize("style", STYLES)
+@pytest.mark.parametrize("body", [b"{}", b'{"choices":[],"output":[]}'])
+async def test_a_success_without_an_answer_is_an_error_and_not_cached(
+    style: str, body: bytes
+) -> None:
+    seen: list[httpx2.Request] = []
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        seen.append(request)
+        return httpx2.Response(200, content=body, headers={"content-type": "application/json"})
+
+    settings = Settings(
+        api_key="pplx-k-123456789", base_url="http://api.test", api_style=style, offline=False
+    )
+    async with AsyncClient(settings, transport=httpx2.MockTransport(handler)) as client:
+        for _ in range(2):
+            with pytest.raises(APIServerError, match=r"held no answer.*PERPLEXITY_BASE_URL"):
+                await client.ask(Request(messages=[{"role": "user", "content": "Hi?"}]))
+    assert len(seen) == 2
+
+
 @pytest.mark.parametrize("body", [b"<html>Bad Gateway</html>", b"[" * 100_000])
 async def test_an_unreadable_error_body_still_gives_the_status_error(body: bytes) -> None:
     def handler(request: httpx2.Request) -> httpx2.Response:

@@ -24,6 +24,7 @@ __all__ = [
     "SearchResults",
     "StreamParser",
     "encode",
+    "no_answer",
     "read_wire",
     "stream_cut_short",
 ]
@@ -83,6 +84,14 @@ def stream_cut_short() -> NetworkError:
     return NetworkError(
         "The answer stream ended before the API finished it; the answer would be incomplete. "
         "Retry the question."
+    )
+
+
+def no_answer() -> APIServerError:
+    """The error for a successful response that holds no answer (``{}``, no choices)."""
+    return APIServerError(
+        "The API sent a response that held no answer. Check that PERPLEXITY_BASE_URL points at "
+        "the Perplexity API or a compatible server, then retry."
     )
 
 

@@ -21,6 +21,7 @@ from pplx_nb.api._adapter import (
     SearchResult,
     SearchResults,
     encode,
+    no_answer,
     read_wire,
     stream_cut_short,
 )
@@ -221,6 +222,8 @@ def _run_failed(response: _Response) -> RemoteRunFailed:
 
 def _answer(response: _Response, model: str, streamed: str = "") -> Answer:
     """The answer in a finished response; failed, cancelled or empty-incomplete runs raise."""
+    if response.status is None and not any(item.type == "message" for item in response.output):
+        raise no_answer()
     status = response.status or "completed"
     text = _text(response) or streamed
     finish = "stop"

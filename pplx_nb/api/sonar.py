@@ -15,7 +15,14 @@ from typing_extensions import TypedDict
 
 from pplx_nb._errors import APIServerError, RemoteRunFailed
 from pplx_nb._models import Answer
-from pplx_nb.api._adapter import Call, SearchResults, encode, read_wire, stream_cut_short
+from pplx_nb.api._adapter import (
+    Call,
+    SearchResults,
+    encode,
+    no_answer,
+    read_wire,
+    stream_cut_short,
+)
 from pplx_nb.api._sse import Event
 from pplx_nb.api._text import DeltaFilter, split_think
 from pplx_nb.api.request import Request
@@ -133,9 +140,9 @@ def _answer(completion: _Completion, content: str, finish_reason: str | None, mo
 def _complete_answer(completion: _Completion, model: str) -> Answer:
     """The answer in a whole (not streamed) completion: its first choice's message."""
     choice = completion.choices[0] if completion.choices else None
-    content = choice.message.content if choice is not None and choice.message else None
-    finish = choice.finish_reason if choice is not None else None
-    return _answer(completion, content or "", finish, model)
+    if choice is None or choice.message is None:
+        raise no_answer()
+    return _answer(completion, choice.message.content or "", choice.finish_reason, model)
 
 
 def _error_text(error: _Error | str | None) -> str:
