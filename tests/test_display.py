@@ -104,6 +104,43 @@ def test_answer_html_is_self_contained_and_links_sources() -> None:
     assert "<ol><li>" in page
 
 
+IMAGES = [
+    {
+        "image_url": "https://img.example.org/a (1).png",
+        "origin_url": "https://example.org/page?a=1&b=2",
+        "title": "A [diagram]\nof *tasks*",
+        "width": 640,
+        "height": 480,
+    },
+    {"image_url": "https://img.example.org/b.png"},
+    {"image_url": "javascript:alert(1)", "origin_url": "https://example.org/x"},
+    {"title": "no address"},
+]
+
+
+def test_images_follow_the_sources_as_linked_escaped_thumbnails() -> None:
+    markdown = display.answer_markdown(make_answer(images=IMAGES))
+    thumbs = markdown.index("**Images**")
+    assert markdown.index("**Sources**") < thumbs < markdown.index("**Related**")
+    assert (
+        "[![A \\[diagram\\] of \\*tasks\\*](https://img.example.org/a%20%281%29.png)]"
+        "(https://example.org/page?a=1&b=2)"
+    ) in markdown
+    assert "[![img.example.org](https://img.example.org/b.png)](https://img.example.org/b.png)" in (
+        markdown
+    ), "an image without a page links to itself, titled by its host"
+    assert "javascript:" not in markdown and "no address" not in markdown
+    assert "**Images**" not in display.answer_markdown(make_answer())
+
+
+def test_answer_html_shows_image_thumbnails_safely() -> None:
+    page = display.answer_html(make_answer(images=IMAGES))
+    assert '<a href="https://example.org/page?a=1&amp;b=2" target="_blank"' in page
+    assert '<img src="https://img.example.org/a%20%281%29.png" alt="A [diagram] of *tasks*"' in page
+    assert page.count("<img ") == 2 and "javascript:" not in page
+    assert page.index("<ol><li>") < page.index("<img ")
+
+
 def test_streaming_bundle_shows_text_with_cursor_and_hides_think_block() -> None:
     bundle = display.streaming_bundle("Partial answer", elapsed=0.5)
     assert bundle["text/markdown"].endswith("Partial answer▌")
@@ -183,9 +220,18 @@ def test_conversation_bundle_shows_turns_sources_and_parent() -> None:
                 model="sonar-pro",
                 sources=[Source(url=TASK_URL, title="asyncio.Task.cancel")],
             ),
+            Message.model_validate(
+                {
+                    "role": "assistant",
+                    "content": "Here is a picture.",
+                    "images": [{"imageUrl": "https://img.example.org/c.png", "title": "C"}],
+                }
+            ),
         ],
     )
     markdown = display.conversation_bundle(conversation)["text/markdown"]
+    assert "[![C](https://img.example.org/c.png)](https://img.example.org/c.png)" in markdown
+    assert "---\n\n---" not in markdown, "no empty sections"
     assert "forked from `20261122-1763794700000`" in markdown
     assert "> How do I cancel a task?" in markdown
     assert f'Use cancel [[1]]({TASK_URL} "asyncio.Task.cancel")' in markdown

@@ -247,6 +247,21 @@ def test_search_options_reach_the_simulator(shell: InteractiveShell) -> None:
     assert "**Related**" in run.last["text/markdown"]
 
 
+@pytest.mark.parametrize(("style", "noticed"), [("agent", True), ("sonar", False)])
+def test_images_under_the_agent_style_say_they_need_sonar(
+    shell: InteractiveShell, settings: Settings, style: str, noticed: bool
+) -> None:
+    styled = settings.model_copy(update={"api_style": style})
+    with Researcher(styled, async_deep_research=True) as researcher:
+        magics.set_researcher(researcher)
+        run = Run(shell, "%%pplx --images\nHow do I cancel an asyncio task?")
+        plain = Run(shell, "%%pplx\nHow do I cancel an asyncio task?")
+    assert isinstance(run.result, Answer) and isinstance(plain.result, Answer)
+    assert ("PERPLEXITY_API_STYLE=sonar" in run.last.get("text/html", "")) is noticed
+    assert "**Sources**" in run.outputs[-2 if noticed else -1]["text/markdown"]
+    assert "PERPLEXITY_API_STYLE" not in plain.text(), "no notice unless --images was asked"
+
+
 def test_thinking_is_kept_and_shown_collapsed(settings: Settings) -> None:
     shell = InteractiveShell.instance()
     sonar = settings.model_copy(update={"api_style": "sonar"})

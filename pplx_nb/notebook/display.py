@@ -14,7 +14,8 @@ import re
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, urlsplit
 
 from pplx_nb._errors import PplxError, redact
 
@@ -31,6 +32,8 @@ __all__ = [
     "answer_markdown",
     "conversation_bundle",
     "error_bundle",
+    "images_html",
+    "images_markdown",
     "job_bundle",
     "notice_bundle",
     "progress_bundle",
@@ -49,6 +52,9 @@ _ERROR_STYLE = (
 )
 _BAR_STYLE = "width:260px;height:14px;vertical-align:middle"
 _DIM = "color:var(--jp-ui-font-color2,#666);font-size:12px"
+_THUMB_STYLE = "max-height:120px;max-width:200px;margin:0 6px 6px 0;vertical-align:top"
+# Characters a URL may hold that would end a Markdown link destination or an HTML attribute.
+_URL_SAFE = ":/?#@!$&'*+,;=%~"
 
 
 # -- answers ----------------------------------------------------------------------------------
@@ -91,6 +97,53 @@ def sources_markdown(sources: Sequence[Source]) -> str:
     return "\n".join(lines)
 
 
+def images_markdown(images: Sequence[Mapping[str, Any]]) -> str:
+    """Image thumbnails, each linking to the page it comes from: ``[![title](image)](page)``."""
+    thumbs = [
+        f"[![{_md_escape(title)}]({image})]({page})" for title, image, page in _image_links(images)
+    ]
+    return "**Images**\n\n" + " ".join(thumbs) if thumbs else ""
+
+
+def images_html(images: Sequence[Mapping[str, Any]]) -> str:
+    """Image thumbnails as HTML (widget values do not render Markdown images)."""
+    thumbs = [
+        f'<a href="{html.escape(page)}" target="_blank" rel="noopener">'
+        f'<img src="{html.escape(image)}" alt="{html.escape(title)}" '
+        f'title="{html.escape(title)}" style="{_THUMB_STYLE}"></a>'
+        for title, image, page in _image_links(images)
+    ]
+    return "<p><strong>Images</strong></p><div>" + "".join(thumbs) + "</div>" if thumbs else ""
+
+
+def _image_links(images: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, str]]:
+    """``(title, image URL, page URL)`` for each image with a web address; others are left out.
+
+    Takes the API's snake_case keys (``image_url``, ``origin_url``) and the stored camelCase ones.
+    """
+    links: list[tuple[str, str, str]] = []
+    for image in images:
+        url = _web_url(image.get("image_url") or image.get("imageUrl"))
+        if url is None:
+            continue
+        page = _web_url(image.get("origin_url") or image.get("originUrl")) or url
+        title = " ".join(str(image.get("title") or "").split())
+        links.append((title or urlsplit(page).hostname or "image", url, page))
+    return links
+
+
+def _web_url(value: object) -> str | None:
+    """``value`` as an http(s) URL safe inside a Markdown link or an HTML attribute, or ``None``."""
+    if not isinstance(value, str):
+        return None
+    url = value.strip()
+    try:
+        scheme = urlsplit(url).scheme.lower()
+    except ValueError:
+        return None
+    return quote(url, safe=_URL_SAFE) if scheme in ("http", "https") else None
+
+
 def footer_markdown(answer: Answer, elapsed: float | None = None) -> str:
     """Model, tokens, cost and timing in small print."""
     bits: list[str] = []
@@ -129,6 +182,7 @@ def answer_markdown(
     parts.append(linked_text(answer.text, answer.sources))
     if answer.sources:
         parts.append(sources_markdown(answer.sources))
+    parts.append(images_markdown(answer.images))
     if related and answer.related_questions:
         questions = "\n".join(f"- {_md_escape(q)}" for q in answer.related_questions)
         parts.append(f"**Related**\n\n{questions}")
@@ -154,6 +208,8 @@ def answer_html(answer: Answer, *, header: bool = True, research: bool = False) 
     parts.append(markdown_to_html(linked_text(answer.text, answer.sources), heading_offset=2))
     if answer.sources:
         parts.append(markdown_to_html(sources_markdown(answer.sources)))
+    if answer.images:
+        parts.append(images_html(answer.images))
     footer = footer_markdown(answer)
     if footer:
         parts.append(
@@ -227,10 +283,14 @@ def conversation_bundle(conversation: Conversation) -> Bundle:
             parts.append(f"**📎 Answer**{model}{stamp}\n\n{linked_text(message.content, sources)}")
             if sources:
                 parts.append(sources_markdown(sources))
+            parts.append(images_markdown(getattr(message, "images", None) or []))
         else:
             parts.append(f"<sub>system: {html.escape(message.content[:200])}</sub>")
         plain.append(f"{message.role}: {message.content}")
-    return {"text/markdown": "\n\n---\n\n".join(parts), "text/plain": "\n\n".join(plain)}
+    return {
+        "text/markdown": "\n\n---\n\n".join(p for p in parts if p),
+        "text/plain": "\n\n".join(plain),
+    }
 
 
 def job_bundle(status: JobStatus) -> Bundle:

@@ -235,7 +235,21 @@ class PplxMagics(Magics):
     def _finish(self, args: argparse.Namespace, value: T) -> T:
         self.shown.add(value)
         self._store(args, value)
+        self._images_notice(args)
         return value
+
+    def _images_notice(self, args: argparse.Namespace) -> None:
+        """Say why ``--images`` brought none, rather than drop the option without a word."""
+        if getattr(args, "images", False) and self.researcher.settings.api_style == "agent":
+            from pplx_nb.notebook.display import notice_bundle
+
+            _show(
+                notice_bundle(
+                    "NO_IMAGES",
+                    "--images needs the Sonar API style; the Agent API returns no images. "
+                    "Set PERPLEXITY_API_STYLE=sonar and restart the kernel to get them.",
+                )
+            )
 
     def _queued_job(self, status: JobStatus) -> None:
         if self.widgets_live:
