@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Annotated, Any, Literal, NamedTuple
+from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -112,8 +113,18 @@ class Settings(BaseSettings):
 
     @field_validator("base_url")
     @classmethod
-    def _strip_slash(cls, value: str) -> str:
-        return value.rstrip("/")
+    def _check_url(cls, value: str) -> str:
+        try:
+            parts = urlsplit(value.strip())
+            parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+        except ValueError as exc:
+            raise ValueError(f"PERPLEXITY_BASE_URL {value!r} is not a valid URL ({exc})") from exc
+        if parts.scheme not in ("http", "https") or not parts.hostname or " " in value.strip():
+            raise ValueError(
+                f"PERPLEXITY_BASE_URL {value!r} must be an http:// or https:// URL with a host, "
+                f"such as {DEFAULT_BASE_URL}"
+            )
+        return value.strip().rstrip("/")
 
     @classmethod
     def from_env(cls, **overrides: Any) -> Settings:

@@ -423,6 +423,25 @@ async def test_a_success_without_an_answer_is_an_error_and_not_cached(
     assert len(seen) == 2
 
 
+@pytest.mark.parametrize("streamed", [False, True])
+async def test_a_body_that_cannot_be_decoded_is_a_network_error(streamed: bool) -> None:
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        headers = {"content-encoding": "gzip", "content-type": "application/json"}
+        return httpx2.Response(200, content=b"not gzip at all", headers=headers)
+
+    settings = Settings(
+        api_key="pplx-k-123456789",
+        base_url="http://api.test",
+        api_style="sonar",
+        offline=False,
+        max_retries=0,
+    )
+    async with AsyncClient(settings, transport=httpx2.MockTransport(handler)) as client:
+        with pytest.raises(NetworkError, match="decompressing") as caught:
+            await outcome(client, question(), streamed)
+    assert isinstance(caught.value.__cause__, httpx2.DecodingError)
+
+
 @pytest.mark.parametrize("body", [b"<html>Bad Gateway</html>", b"[" * 100_000])
 async def test_an_unreadable_error_body_still_gives_the_status_error(body: bytes) -> None:
     def handler(request: httpx2.Request) -> httpx2.Response:

@@ -81,6 +81,20 @@ def test_bad_values_are_refused_with_the_field_named() -> None:
         Settings(max_retries=-1)
 
 
+@pytest.mark.parametrize(
+    "url", ["http://[::1", "ftp://api.example", "not a url", "http://h:99999", "https://"]
+)
+def test_a_base_url_that_is_not_http_is_refused_naming_the_variable(url: str) -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="PERPLEXITY_BASE_URL"):
+        Settings(base_url=url)
+
+
+def test_a_base_url_keeps_its_path_without_the_trailing_slash() -> None:
+    assert Settings(base_url=" http://127.0.0.1:8080/api/ ").base_url == "http://127.0.0.1:8080/api"
+
+
 def test_the_key_appears_in_no_repr_or_display() -> None:
     s = Settings(api_key=KEY)
     assert KEY not in repr(s)

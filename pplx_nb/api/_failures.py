@@ -1,8 +1,9 @@
 """The one place where HTTP failures become pplx_nb errors.
 
-Transport exceptions from httpx2 become :class:`APITimeoutError` / :class:`NetworkError` (raised
-``from`` the original), and error responses become the :class:`APIError` subclass for their status
-with the API's own message — never the key, and never choking on an HTML error page.
+Request exceptions from httpx2 (transport, body decoding, redirects) become
+:class:`APITimeoutError` / :class:`NetworkError` (raised ``from`` the original), and error
+responses become the :class:`APIError` subclass for their status with the API's own message —
+never the key, and never choking on an HTML error page.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ _MAX_MESSAGE = 500
 
 @contextmanager
 def transport_errors(what: str, timeout_s: float, *, secret: str | None) -> Iterator[None]:
-    """Translate httpx2 transport exceptions raised inside the block; ``what`` names the call."""
+    """Translate httpx2 request exceptions raised inside the block; ``what`` names the call."""
     try:
         yield
     except httpx2.TimeoutException as exc:
@@ -47,7 +48,7 @@ def transport_errors(what: str, timeout_s: float, *, secret: str | None) -> Iter
             "research).",
             reason=type(exc).__name__,
         ) from exc
-    except httpx2.TransportError as exc:
+    except httpx2.HTTPError as exc:
         detail = redact(str(exc) or type(exc).__name__, secret)
         raise NetworkError(
             f"The connection to {what} failed or broke off ({detail}). Check the network and "
