@@ -61,10 +61,40 @@ def test_contextual_questions_after_a_turn_are_follow_ups(query: str) -> None:
         "Explain Python's descriptor protocol",
         "How do I merge two dicts into one?",
         "Is that file valid UTF-8?",
+        "Is it true that Rust has no garbage collector?",
+        "What is the difference between a list and a tuple?",
+        "Explain how SQLite handles transactions and their isolation",
+        "Is it possible to read a file lazily with pathlib?",
+        "Can you compare Go and Rust?",
+        "Tell me more about SQLite",
+        "How do I read a key and its value from a dict?",
     ],
 )
 def test_standalone_questions_are_not_follow_ups(query: str) -> None:
     assert not context.is_follow_up(query, _asyncio_history())
+    assert context.reformulate(query, _asyncio_history()) == query
+
+
+@pytest.mark.parametrize(
+    ("query", "rewritten"),
+    [
+        (
+            "Is it true that it can be cancelled twice?",
+            "Is it true that asyncio task can be cancelled twice?",
+        ),
+        (
+            "Is it possible to cancel it from a thread?",
+            "Is it possible to cancel asyncio task from a thread?",
+        ),
+        ("Tell me more about cancellation", "Tell me more about cancellation (asyncio)"),
+        (
+            "What is the difference between it and a thread?",
+            "What is the difference between asyncio task and a thread?",
+        ),
+    ],
+)
+def test_a_follow_up_about_the_same_topic_is_still_rewritten(query: str, rewritten: str) -> None:
+    assert context.reformulate(query, _asyncio_history()) == rewritten
 
 
 def test_nothing_is_a_follow_up_without_an_earlier_question() -> None:
@@ -299,6 +329,32 @@ def test_roots_widen_where_files_may_come_from(workdir: Path) -> None:
     assert "shared" in prepared.text
 
 
+@pytest.mark.parametrize("hidden", [".env", ".ssh/id_ed25519", "pkg/.git/config"])
+def test_dot_files_and_files_in_dot_folders_are_refused(workdir: Path, hidden: str) -> None:
+    (workdir / hidden).parent.mkdir(parents=True, exist_ok=True)
+    (workdir / hidden).write_text("TOKEN=very-secret\n")
+    with pytest.raises(ValidationError, match="hidden"):
+        context.prepare_files([hidden], [])
+    os.symlink(workdir / hidden, workdir / "innocent.txt")
+    with pytest.raises(ValidationError, match="hidden"):
+        context.prepare_files(["innocent.txt"], [])
+
+
+@pytest.mark.parametrize("root", ["/", "~"])
+def test_the_filesystem_root_or_home_as_a_root_is_refused(workdir: Path, root: str) -> None:
+    with pytest.raises(ValidationError, match=r"too wide.*PPLX_NB_FILE_ROOTS"):
+        context.prepare_files(["notes.md"], [], roots=[Path(root)])
+
+
+def test_working_from_the_filesystem_root_refuses_files_without_roots(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir("/")
+    with pytest.raises(ValidationError, match=r"working directory is '/'.*PPLX_NB_FILE_ROOTS"):
+        context.prepare_files(["/etc/passwd"], [])
+    assert context.prepare_files([workdir / "notes.md"], [], roots=[workdir]).records
+
+
 @pytest.mark.parametrize("data", [b"\x89PNG\r\n\x1a\n\x00\x00", b"caf\xe9 latin-1"])
 def test_binary_files_are_refused(workdir: Path, data: bytes) -> None:
     (workdir / "blob.bin").write_bytes(data)
@@ -329,11 +385,13 @@ def test_fences_grow_around_content_that_holds_backticks(workdir: Path) -> None:
 
 def test_an_api_key_in_an_attached_file_is_neither_sent_nor_stored(workdir: Path) -> None:
     key = "pplx-" + "k3y" * 12
-    (workdir / ".env").write_text(f"PERPLEXITY_API_KEY={key}\nLOG_LEVEL=debug\n")
-    prepared = context.prepare_files([".env"], [])
+    (workdir / "settings.env").write_text(f"PERPLEXITY_API_KEY={key}\nLOG_LEVEL=debug\n")
+    prepared = context.prepare_files(["settings.env"], [])
     assert key not in prepared.text and "PERPLEXITY_API_KEY=***" in prepared.text
     assert "LOG_LEVEL=debug" in prepared.text
-    assert prepared.notes == [".env holds API-key-shaped text; it was sent and stored as ***."]
+    assert prepared.notes == [
+        "settings.env holds API-key-shaped text; it was sent and stored as ***."
+    ]
     (record,) = prepared.records
     assert key not in json.dumps(record)
 

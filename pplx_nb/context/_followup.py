@@ -80,7 +80,16 @@ FOLLOW_UP_PHRASES = (
     "as well",
     "also",
 )
-"""Phrases that continue a conversation rather than start one."""
+"""Phrases that continue a conversation rather than start one.
+
+Only "what about", "how about", "and what" and "and how" always do; with the others ("what is the
+difference", "tell me more", "can you compare", ...) a question that brings its own content words,
+none of them said in the recent turns, starts a new topic ("What is the difference between a list
+and a tuple?").
+"""
+
+_CONTINUATIONS = ("what about", "how about", "and what", "and how")
+_RECENT_TURNS = 3
 
 _MAX_MODEL_OUTPUT_CHARS = 300
 _CITATION = re.compile(r"\[\d{1,3}\]")
@@ -106,6 +115,15 @@ _ADVERBS = frozenset({"instead", "too", "again", "now", "also", "later"})
 _INSTRUMENTAL = frozenset({"with", "using", "via", "through"})
 _TITLE_SEPARATORS = re.compile(r"\s+[—–|-]\s+")
 _TRAILING = re.compile(r"[\s?.!]+$")
+# "Is it true that ...", "it is possible to ...": an "it" that stands for nothing said before.
+_EXPLETIVE = re.compile(
+    r"\b(?:is it|it is|it's|was it|it was)\s+(?:(?:not|really|still|also|ever)\s+)?"
+    r"(?:(?:true|false)(?=\s+\w)|(?:possible|impossible|better|best|worse|worth|safe|okay|ok"
+    r"|necessary|normal|common|wise|advisable|recommended|important|allowed|fine|bad|good)"
+    r"(?=\s+(?:that|to|whether|if)\b))",
+    re.IGNORECASE,
+)
+_COORDINATORS = frozenset({"and", "or", "with"})
 
 # Words that say what to do rather than what about: kept out of a subject built from a question.
 _QUESTION_WORDS = frozenset(
@@ -116,6 +134,13 @@ _QUESTION_WORDS = frozenset(
     these they thing things this those through to too try two under up us use used using very want
     was way we were what when where whether which while who why will with without would you your
     difference differences example examples explain work works""".split()  # noqa: SIM905
+)
+# Words that say nothing about the topic of a question.
+_NOT_CONTENT = (
+    _QUESTION_WORDS
+    | _PREPOSITIONS
+    | _DETERMINERS
+    | frozenset(" ".join((*FOLLOW_UP_PHRASES, *CONTEXTUAL_REFERENCES)).split())
 )
 
 
@@ -141,8 +166,11 @@ def is_follow_up(query: str, history: Sequence[Message]) -> bool:
     """Whether ``query`` leans on the conversation so far (and there is a conversation).
 
     True when an earlier user turn exists and the query points back at it: a contextual reference
-    ("it", "that", "this one", "the same", ...), a follow-up phrase ("tell me more", "what about",
-    "can you compare", ...), or a short question opening with "and" / "or" ("And combinations?").
+    ("it", "that", "this one", "the same", ...), a continuation ("what about", "how about", or a
+    short question opening with "and" / "or": "And combinations?"), or another follow-up phrase
+    ("tell me more", "can you compare", ...) in a question that does not bring a new topic of its
+    own. An "it" that stands for nothing ("Is it true that Rust ...") and a possessive that points
+    inside the question ("transactions and their isolation") are not references.
     """
     if not _user_turns(history):
         return False
@@ -151,10 +179,64 @@ def is_follow_up(query: str, history: Sequence[Message]) -> bool:
         return False
     if _reference(text) is not None:
         return True
-    if any(re.search(rf"\b{re.escape(phrase)}\b", text) for phrase in FOLLOW_UP_PHRASES):
-        return True
     words = _words(text)
-    return bool(words) and words[0] in ("and", "or", "but") and len(words) <= 8
+    if words and words[0] in ("and", "or", "but") and len(words) <= 8:
+        return True
+    if any(_has_phrase(text, phrase) for phrase in _CONTINUATIONS):
+        return True
+    if any(_has_phrase(text, phrase) for phrase in FOLLOW_UP_PHRASES):
+        return not _new_topic(text, history)
+    return False
+
+
+def _has_phrase(text: str, phrase: str) -> bool:
+    return re.search(rf"\b{re.escape(phrase)}\b", text) is not None
+
+
+def _stem(word: str) -> str:
+    for suffix in ("ing", "es", "ed", "s"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            return word[: -len(suffix)]
+    return word
+
+
+def _content_stems(text: str) -> set[str]:
+    """The stems of the words that say what ``text`` is about (no question or stop words)."""
+    words = (w.lower() for w in _words(text.replace(".", " ")))
+    return {_stem(w) for w in words if "'" not in w and w not in _NOT_CONTENT}
+
+
+def _recent_stems(history: Sequence[Message]) -> set[str]:
+    """Content stems of the last user turns (and their rewrites) and the last answer's sources.
+
+    Answer prose is left out: it mentions too much in passing to say what the talk is about.
+    """
+    stems: set[str] = set()
+    for message in _user_turns(history)[-_RECENT_TURNS:]:
+        stems |= _content_stems(_question(message))
+        stems |= _content_stems(message.reformulated_query or "")
+    answer = _last_answer(history)
+    for source in (answer.sources or [])[:_SOURCE_TITLES] if answer else []:
+        stems |= _content_stems(_title_name(source.title or ""))
+    return stems
+
+
+def _new_topic(text: str, history: Sequence[Message]) -> bool:
+    """Whether ``text`` brings content words, none of which the recent turns share."""
+    own = _content_stems(text)
+    recent = _recent_stems(history)
+    return bool(own) and not any(_same_stem(a, b) for a in own for b in recent)
+
+
+def _same_stem(a: str, b: str) -> bool:
+    """Equal stems, or one extending the other ("cancel" / "cancellation")."""
+    short, long = sorted((a, b), key=len)
+    return short == long or (len(short) >= 4 and long.startswith(short))
+
+
+def _question(message: Message) -> str:
+    """The question of a user turn without the files attached after it."""
+    return message.content.split("\n\n", 1)[0]
 
 
 def _title_name(title: str) -> str:
@@ -265,7 +347,7 @@ def subject_of(history: Sequence[Message]) -> str | None:
     """
     located = _source_subject(_last_answer(history))
     for message in reversed(_user_turns(history)):
-        phrase = _question_subject(message.content.split("\n\n", 1)[0])
+        phrase = _question_subject(_question(message))
         if phrase is None:
             continue
         if located is None:
@@ -319,9 +401,33 @@ def reformulate(query: str, history: Sequence[Message]) -> str:
 
 
 def _reference(query: str) -> re.Match[str] | None:
-    """The first strong reference in ``query``, else the first weak one that stands alone."""
-    return _STRONG.search(query) or next(
+    """The first strong reference in ``query``, else the first weak one that stands alone.
+
+    Expletive "it" ("is it true that") and possessives of a noun of the query itself ("a key and
+    its value") point at nothing said before, so they are skipped.
+    """
+    expletives = [m.span() for m in _EXPLETIVE.finditer(query)]
+    strong = (
+        m
+        for m in _STRONG.finditer(query)
+        if not any(start <= m.start() < end for start, end in expletives)
+        and not _points_inside(query, m)
+    )
+    return next(strong, None) or next(
         (m for m in _WEAK.finditer(query) if _stands_alone(query, m)), None
+    )
+
+
+def _points_inside(query: str, match: re.Match[str]) -> bool:
+    """A possessive coordinated with a noun of the query: "transactions and their isolation"."""
+    if match.group(0).lower() not in ("its", "their"):
+        return False
+    before = [w.lower() for w in _words(query[: match.start()])][-2:]
+    return (
+        len(before) == 2
+        and before[1] in _COORDINATORS
+        and before[0] not in _NOT_CONTENT
+        and "'" not in before[0]
     )
 
 
