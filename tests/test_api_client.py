@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx2
@@ -37,6 +38,20 @@ def question(text: str = "How does asyncio.gather work?", **options: Any) -> Req
 def client_for(settings: Settings, style: str, **changes: Any) -> AsyncClient:
     tuned = settings.model_copy(update={"api_style": style, **changes})
     return AsyncClient(tuned, retry=RetryPolicy(tuned.max_retries, base=0.01, cap=0.05))
+
+
+def mocked(
+    handler: Callable[[httpx2.Request], httpx2.Response], style: str = "sonar", **changes: Any
+) -> AsyncClient:
+    """A client whose requests go to ``handler`` instead of the network."""
+    settings = Settings(
+        api_key="pplx-k-123456789",
+        base_url="http://api.test",
+        api_style=style,
+        offline=False,
+        **changes,
+    )
+    return AsyncClient(settings, transport=httpx2.MockTransport(handler))
 
 
 async def collect(client: AsyncClient, request: Request) -> tuple[list[str], Answer]:
@@ -377,10 +392,7 @@ async def test_unknown_extra_response_fields_are_ignored() -> None:
     def handler(request: httpx2.Request) -> httpx2.Response:
         return httpx2.Response(200, content=body, headers={"content-type": "application/json"})
 
-    settings = Settings(
-        api_key="pplx-k-123456789", base_url="http://api.test", api_style="sonar", offline=False
-    )
-    async with AsyncClient(settings, transport=httpx2.MockTransport(handler)) as client:
+    async with mocked(handler) as client:
         answer = await client.ask(question())
     assert answer.text == "Hi [1]"
     assert [s.url for s in answer.sources] == ["https://a.example/"]
@@ -392,10 +404,7 @@ async def test_a_redirect_to_a_login_page_says_to_check_the_base_url() -> None:
     def handler(request: httpx2.Request) -> httpx2.Response:
         return httpx2.Response(302, headers={"location": "https://sso.example/login"})
 
-    settings = Settings(
-        api_key="pplx-k-123456789", base_url="http://api.test", api_style="sonar", offline=False
-    )
-    async with AsyncClient(settings, transport=httpx2.MockTransport(handler)) as client:
+    async with mocked(handler) as client:
         with pytest.raises(APIError) as caught:
             await client.ask(question())
     assert caught.value.status_code == 302
@@ -413,10 +422,7 @@ async def test_a_success_without_an_answer_is_an_error_and_not_cached(
         seen.append(request)
         return httpx2.Response(200, content=body, headers={"content-type": "application/json"})
 
-    settings = Settings(
-        api_key="pplx-k-123456789", base_url="http://api.test", api_style=style, offline=False
-    )
-    async with AsyncClient(settings, transport=httpx2.MockTransport(handler)) as client:
+    async with mocked(handler, style) as client:
         for _ in range(2):
             with pytest.raises(APIServerError, match=r"held no answer.*PERPLEXITY_BASE_URL"):
                 await client.ask(Request(messages=[{"role": "user", "content": "Hi?"}]))
@@ -429,14 +435,7 @@ async def test_a_body_that_cannot_be_decoded_is_a_network_error(streamed: bool) 
         headers = {"content-encoding": "gzip", "content-type": "application/json"}
         return httpx2.Response(200, content=b"not gzip at all", headers=headers)
 
-    settings = Settings(
-        api_key="pplx-k-123456789",
-        base_url="http://api.test",
-        api_style="sonar",
-        offline=False,
-        max_retries=0,
-    )
-    async with AsyncClient(settings, transport=httpx2.MockTransport(handler)) as client:
+    async with mocked(handler, max_retries=0) as client:
         with pytest.raises(NetworkError, match="decompressing") as caught:
             await outcome(client, question(), streamed)
     assert isinstance(caught.value.__cause__, httpx2.DecodingError)
@@ -447,14 +446,7 @@ async def test_an_unreadable_error_body_still_gives_the_status_error(body: bytes
     def handler(request: httpx2.Request) -> httpx2.Response:
         return httpx2.Response(502, content=body)
 
-    settings = Settings(
-        api_key="pplx-k-123456789",
-        base_url="http://api.test",
-        api_style="agent",
-        offline=False,
-        max_retries=0,
-    )
-    async with AsyncClient(settings, transport=httpx2.MockTransport(handler)) as client:
+    async with mocked(handler, "agent", max_retries=0) as client:
         with pytest.raises(APIServerError, match=r"HTTP 502\)\. This is usually temporary"):
             await client.ask(question())
 
