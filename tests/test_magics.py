@@ -501,7 +501,13 @@ def test_errors_render_as_one_line_with_code_and_next_step(shell: InteractiveShe
 
     unknown = Run(shell, "%%pplx --bogus\nquestion")
     assert "VALIDATION_ERROR" in unknown.last["text/html"]
-    assert "%%pplx?" in unknown.last["text/html"]
+    assert "`%%pplx?` lists the options" in unknown.last["text/html"]
+    level = Run(shell, "%pplx_export --level nonsense")
+    assert "invalid choice: &#x27;nonsense&#x27;" in level.last["text/html"]
+    assert "`%pplx_export?` lists the options" in level.last["text/html"]
+    assert "%pplx?" not in level.last["text/html"], "the hint names the magic that ran"
+    line = Run(shell, "%pplx_followup --recency never what next?")
+    assert "`%pplx_followup?` lists the options" in line.last["text/html"]
 
     empty = Run(shell, "%%pplx\n   \n")
     assert "VALIDATION_ERROR" in empty.last["text/html"]
@@ -518,6 +524,8 @@ def test_question_mark_shows_the_options(shell: InteractiveShell) -> None:
     run = Run(shell, "%%pplx?")
     for option in ("--domain", "--recency", "--after", "--related", "--thinking", "-o"):
         assert option in run.stdout
+    jobs = Run(shell, "%pplx_jobs?").stdout
+    assert "snapshot" in jobs and "read from disk" in jobs and "--watch" in jobs
 
 
 def test_file_attachments_are_passed_to_the_researcher(

@@ -130,8 +130,12 @@ class PplxMagics(Magics):
         return getattr(self.shell, "kernel", None) is not None
 
     @contextlib.contextmanager
-    def _guard(self, line: str) -> Iterator[None]:
-        """Render any failure as one styled line (with the traceback under ``--debug``)."""
+    def _guard(self, line: str, magic: str) -> Iterator[None]:
+        """Render any failure as one styled line (with the traceback under ``--debug``).
+
+        ``magic`` is the magic as the user wrote it (``%%pplx``, ``%pplx_export``): a usage
+        error names its ``?`` help.
+        """
         from pplx_nb.notebook.display import error_bundle
 
         try:
@@ -139,7 +143,7 @@ class PplxMagics(Magics):
         except UsageError as exc:
             from pplx_nb._errors import ValidationError
 
-            error = ValidationError(f"{exc}. `%pplx?` and `%%pplx?` list the options.")
+            error = ValidationError(f"{exc}. `{magic}?` lists the options.")
             _show(error_bundle(error, debug="--debug" in line))
         except Exception as exc:
             _show(error_bundle(exc, debug="--debug" in line))
@@ -302,7 +306,7 @@ class PplxMagics(Magics):
         The answer streams in, then shows with linked citations, its sources and the line to
         follow up. ``{name}`` in the question is replaced by the variable's value.
         """
-        with self._guard(line), _AlreadyShown.silenced():
+        with self._guard(line, _spelled("pplx", cell)), _AlreadyShown.silenced():
             args = parse_argstring(self.pplx, line)
             query = self._question(args.words, cell, args.raw)
             items = self.researcher.astream_search(query, files=args.file, **search_opts(args))
@@ -323,7 +327,7 @@ class PplxMagics(Magics):
         In notebooks it is queued as a background job by default: a live monitor shows its
         progress and then the report while you keep working. ``--wait`` blocks instead.
         """
-        with self._guard(line), _AlreadyShown.silenced():
+        with self._guard(line, _spelled("pplx_research", cell)), _AlreadyShown.silenced():
             args = parse_argstring(self.pplx_research, line)
             query = self._question(args.words, cell, args.raw)
             result = self._research(
@@ -368,7 +372,7 @@ class PplxMagics(Magics):
         continues this kernel's last conversation. ``--fork`` branches into a new conversation and
         leaves the original as it was; ``--research`` switches to deep research.
         """
-        with self._guard(line), _AlreadyShown.silenced():
+        with self._guard(line, _spelled("pplx_followup", cell)), _AlreadyShown.silenced():
             args = parse_argstring(self.pplx_followup, line)
             words = list(args.words)
             if words and words[0].startswith("{"):
@@ -416,7 +420,7 @@ class PplxMagics(Magics):
 
         What a notebook run top to bottom (nbval, papermill) needs after ``%%pplx_research``.
         """
-        with self._guard(line), _AlreadyShown.silenced():
+        with self._guard(line, "%pplx_wait"), _AlreadyShown.silenced():
             args = parse_argstring(self.pplx_wait, line)
             cid = self._conversation(unquote(args.id) if args.id else None)
             label = f"Job {cid}"
@@ -438,8 +442,12 @@ class PplxMagics(Magics):
     @output_options
     @_line_magic
     def pplx_jobs(self, line: str) -> Any:
-        """A table of research jobs, read from disk (so it survives kernel restarts)."""
-        with self._guard(line):
+        """A snapshot of the research jobs: a DataFrame read from disk when the magic runs.
+
+        It survives kernel restarts but does not update itself; run it again for a fresh one.
+        ``--watch`` adds a live monitor per unfinished job.
+        """
+        with self._guard(line, "%pplx_jobs"):
             args = parse_argstring(self.pplx_jobs, line)
             from pplx_nb.notebook._tables import jobs_frame
 
@@ -465,7 +473,7 @@ class PplxMagics(Magics):
     @_line_magic
     def pplx_history(self, line: str) -> Any:
         """Show a stored conversation, turn by turn, with each answer's sources."""
-        with self._guard(line):
+        with self._guard(line, "%pplx_history"):
             args = parse_argstring(self.pplx_history, line)
             cid = self._conversation(unquote(args.id) if args.id else None)
             conversation = self.researcher.history(cid, include_system=args.system)
@@ -485,7 +493,7 @@ class PplxMagics(Magics):
     @_line_magic
     def pplx_conversations(self, line: str) -> Any:
         """Stored conversations as a pandas DataFrame, newest first."""
-        with self._guard(line):
+        with self._guard(line, "%pplx_conversations"):
             args = parse_argstring(self.pplx_conversations, line)
             from pplx_nb.notebook._tables import conversations_frame
 
@@ -513,7 +521,7 @@ class PplxMagics(Magics):
     @_line_magic
     def pplx_export(self, line: str) -> Any:
         """Export conversations to a pandas DataFrame (see ``pplx_nb.export.to_dataframe``)."""
-        with self._guard(line):
+        with self._guard(line, "%pplx_export"):
             args = parse_argstring(self.pplx_export, line)
             from pplx_nb.export import to_dataframe
 
@@ -535,7 +543,7 @@ class PplxMagics(Magics):
     @_line_magic
     def pplx_config(self, line: str) -> None:
         """Show the settings in use (the API key is never shown); switch offline/online."""
-        with self._guard(line):
+        with self._guard(line, "%pplx_config"):
             args = parse_argstring(self.pplx_config, line)
             from pplx_nb._errors import ValidationError
             from pplx_nb.notebook._tables import settings_bundle
@@ -584,6 +592,11 @@ class PplxMagics(Magics):
             _show(conversation_bundle(value))
         else:
             _show(job_bundle(value))
+
+
+def _spelled(name: str, cell: str | None) -> str:
+    """A line-cell magic as the user wrote it: ``%%name`` for a cell, ``%name`` for a line."""
+    return f"%%{name}" if cell is not None else f"%{name}"
 
 
 class _AlreadyShown(Exception):
