@@ -21,7 +21,13 @@ from typing import Any, NamedTuple
 from pplx_nb._errors import ValidationError, redact
 from pplx_nb._models import Message
 
-__all__ = ["DEFAULT_MAX_BYTES", "PreparedFiles", "embedded_files", "prepare_files"]
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "PreparedFiles",
+    "allowed_roots",
+    "embedded_files",
+    "prepare_files",
+]
 
 logger = logging.getLogger("pplx_nb.context")
 
@@ -48,13 +54,35 @@ def embedded_files(history: Iterable[Message]) -> dict[str, set[str]]:
     return seen
 
 
-def _allowed_roots(roots: Sequence[Path] | None) -> list[Path]:
-    chosen = list(roots) if roots else [Path.cwd()]
-    return [Path(root).expanduser().resolve() for root in chosen]
+def allowed_roots(roots: Sequence[Path] | None) -> list[Path]:
+    """The resolved folders files may be attached from: ``roots``, else the working directory.
+
+    ``/`` and the home directory itself are refused with :class:`ValidationError`: under either
+    lie keys, mail and browser profiles, so a question could carry any of them to the API.
+    """
+    chosen = [Path(root) for root in roots] if roots else [Path.cwd()]
+    resolved = [root.expanduser().resolve() for root in chosen]
+    forbidden = {Path("/").resolve(), Path.home().resolve()}
+    for root in resolved:
+        if root in forbidden:
+            where = "PPLX_NB_FILE_ROOTS holds" if roots else "The working directory is"
+            raise ValidationError(
+                f"{where} {str(root)!r}, too wide a folder to attach files from (it would open "
+                "every file under it). Set PPLX_NB_FILE_ROOTS to the project folder(s) whose "
+                "files may be attached, e.g. PPLX_NB_FILE_ROOTS=~/projects/report.",
+                root=str(root),
+            )
+    return resolved
+
+
+def _hidden(resolved: Path, roots: list[Path]) -> bool:
+    """Whether ``resolved`` is a dot-file or lies in a dot-folder below its root."""
+    root = next(root for root in roots if resolved.is_relative_to(root))
+    return any(part.startswith(".") for part in resolved.relative_to(root).parts)
 
 
 def _resolve(path: str | Path, roots: list[Path]) -> Path:
-    """The real path of ``path``, refused unless it lies under a root and is a regular file.
+    """The real path of ``path``, refused unless it is a regular, visible file under a root.
 
     The location is checked before existence, so a refusal says nothing about files outside.
     """
@@ -70,6 +98,13 @@ def _resolve(path: str | Path, roots: list[Path]) -> Path:
         raise ValidationError(
             f"File {str(path)!r} is outside the allowed folders ({allowed}). Attach files from "
             "the working directory, or widen the allowed folders with PPLX_NB_FILE_ROOTS.",
+            path=str(path),
+        )
+    if _hidden(resolved, roots):
+        raise ValidationError(
+            f"File {str(path)!r} is hidden (a dot-file, or inside a dot-folder such as .ssh or "
+            ".git); hidden files often hold secrets and are never attached. Copy the part you "
+            "need into a regular file and attach that.",
             path=str(path),
         )
     try:
@@ -151,14 +186,15 @@ def prepare_files(
     """Read ``paths`` and embed those not already in the conversation.
 
     Paths are resolved (symlinks too) and must lie under one of ``roots`` (default: the working
-    directory). Refused with :class:`ValidationError`: missing files, folders, paths outside the
-    roots, files over ``max_bytes`` and binary files (NUL bytes or invalid UTF-8). A file whose
+    directory; never ``/`` or the home directory itself). Refused with :class:`ValidationError`:
+    missing files, folders, paths outside the roots, dot-files and files in dot-folders, files
+    over ``max_bytes`` and binary files (NUL bytes or invalid UTF-8). A file whose
     resolved path and SHA-256 are already recorded in ``history`` is skipped with a note; one
     that changed is embedded again. Nothing is embedded unless every file passes the checks.
     """
     if isinstance(paths, str | Path):
         paths = [paths]
-    allowed = _allowed_roots(roots)
+    allowed = allowed_roots(roots)
     seen = embedded_files(history)
     blocks: list[str] = []
     records: list[dict[str, Any]] = []

@@ -44,6 +44,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"VALIDATION_ERROR: invalid configuration, fix the environment:\n{exc}")
             return 2
         configure_logging(settings)
+        if settings.file_roots:
+            from pplx_nb._errors import ValidationError
+            from pplx_nb.context._files import allowed_roots
+
+            try:
+                allowed_roots(settings.file_roots)
+            except ValidationError as exc:
+                print(f"{exc.code}: {exc}")
+                return 2
         from pplx_nb.mcp.server import create_server
 
         server = create_server(settings)

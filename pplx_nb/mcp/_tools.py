@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import CallToolResult, ToolAnnotations
 
+from pplx_nb._errors import ValidationError
 from pplx_nb._models import JobStatus
 from pplx_nb.mcp._backend import Backend
 from pplx_nb.mcp._descriptions import DESCRIPTIONS
@@ -73,6 +74,22 @@ def _opts(**options: Any) -> dict[str, Any]:
     return {key: value for key, value in options.items() if value not in (None, False)}
 
 
+def _attachable(files: list[str] | None, backend: Backend) -> list[str] | None:
+    """``files``, unless the server was started without PPLX_NB_FILE_ROOTS.
+
+    An assistant's server often runs from ``/``: with the working directory as the default root,
+    any readable file on the machine could be sent to the API.
+    """
+    if files and not backend.settings.file_roots:
+        raise ValidationError(
+            "File attachments are off on this MCP server. To allow them, set PPLX_NB_FILE_ROOTS "
+            "in the server's environment to the folder(s) whose files may be attached (e.g. "
+            "PPLX_NB_FILE_ROOTS=/home/me/projects/report), restart it, and call again; or "
+            "paste the relevant text into the query."
+        )
+    return files
+
+
 class Tools:
     """The tool functions; their signatures are the published input schemas."""
 
@@ -105,7 +122,7 @@ class Tools:
         """Search and answer on a NEW conversation."""
         answer = await self._backend.get().asearch(
             query,
-            files=files,
+            files=_attachable(files, self._backend),
             **_opts(
                 search_recency_filter=search_recency_filter,
                 search_domain_filter=search_domain_filter,
@@ -137,7 +154,7 @@ class Tools:
         async with relay.running():
             result = await self._backend.get().adeep_research(
                 query,
-                files=files,
+                files=_attachable(files, self._backend),
                 on_progress=relay,
                 **_opts(
                     reasoning_effort=reasoning_effort,
@@ -170,7 +187,7 @@ class Tools:
             conversationId,
             query,
             mode="search",
-            files=files,
+            files=_attachable(files, self._backend),
             **_opts(
                 search_recency_filter=search_recency_filter,
                 search_domain_filter=search_domain_filter,
@@ -205,7 +222,7 @@ class Tools:
                 conversationId,
                 query,
                 mode="research",
-                files=files,
+                files=_attachable(files, self._backend),
                 on_progress=relay,
                 **_opts(
                     reasoning_effort=reasoning_effort,
