@@ -692,7 +692,7 @@ class Researcher:
         if answer.cost is None:
             answer.cost = estimate_cost(answer.model or model, answer.usage)
         assistant = self._assistant_message(turn, answer, jobId=job.job_id)
-        self._store.append(job.conversation_id, assistant)
+        self._store.append(job.conversation_id, assistant, check=ctx.check_owner)
         self._record(started, answer, ok=True)
 
     async def _poll(

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pplx_nb import Settings
+from pplx_nb import ConversationStore, Settings
 from pplx_nb._errors import (
     APIKeyInvalid,
     APIServerError,
@@ -21,7 +21,7 @@ from pplx_nb._errors import (
     ValidationError,
 )
 from pplx_nb._fs import ensure_dir, id_from_ms
-from pplx_nb.jobs import Job, JobQueue, LeaseLost, format_status_message
+from pplx_nb.jobs import Job, JobContext, JobQueue, LeaseLost, format_status_message
 
 _ms = count(int(time.time() * 1000))
 
@@ -433,3 +433,24 @@ def test_a_status_without_a_valid_state_is_corrupted_not_a_crash(
     with pytest.raises(ConversationCorrupted, match="Delete it to reset"):
         queue.cancel(waiting)
     assert sum("cannot be" in r.getMessage() for r in caplog.records) >= 2
+
+
+def test_an_answer_from_a_worker_that_lost_its_lease_is_not_stored(logs_dir: Path) -> None:
+    store = ConversationStore(logs_dir)
+    queue = JobQueue(logs_dir, lease_seconds=0.2)
+    cid = store.create([{"role": "user", "content": "Describe the json module"}]).conversation_id
+    queue.enqueue(cid, "perplexity_deep_research", {})
+    stale = queue.claim("slow")
+    assert stale is not None
+    time.sleep(0.3)
+    queue.recover_stale()
+    current = queue.claim("fast")
+    assert current is not None
+    answer = {"role": "assistant", "content": "the report", "jobId": current.job_id}
+    store.append(cid, answer, check=JobContext(queue, current).check_owner)
+    with pytest.raises(LeaseLost, match="under another worker"):
+        store.append(cid, answer, check=JobContext(queue, stale).check_owner)
+    with pytest.raises(LeaseLost, match="already answered"):
+        store.append(cid, answer, check=JobContext(queue, current).check_owner)
+    assert [m.role for m in store.load(cid).messages] == ["user", "assistant"]
+    assert queue.complete(current).status == "completed"

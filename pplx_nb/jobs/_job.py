@@ -95,6 +95,14 @@ class JobContext:
         self._queue.set_remote_id(self.job, remote_id)
         self._remote_id = remote_id
 
+    def check_owner(self, document: bytes) -> None:
+        """Fence the answer's append: LeaseLost unless this attempt still owns the job.
+
+        Also LeaseLost when ``document`` (the conversation, read under its lock) already holds
+        the job's answer. Pass it as the store append's ``check``.
+        """
+        self._queue.check_owner(self.job, document)
+
     async def note_error(self, error: BaseException) -> None:
         """Add an error the runner recovered from (e.g. an expired remote run) to errorHistory."""
         self._queue.note_error(self.job, error)

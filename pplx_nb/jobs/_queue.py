@@ -180,6 +180,17 @@ class JobQueue:
         )
         return JobStatus.model_validate(status)
 
+    def check_owner(self, job: Job, document: bytes | None = None) -> None:
+        """Raise LeaseLost unless status.json says ``job``'s attempt still runs on its worker.
+
+        With ``document`` (conversation.json bytes), also when it already holds an answer tagged
+        with the job's ``jobId``. Takes no lock: call it under the conversation lock (a store
+        append's ``check``) to fence a write by a worker whose lease may have expired.
+        """
+        _check_owner(_read_status(self.root / job.conversation_id / STATUS_FILE), job)
+        if document is not None and _tagged(_messages(document), job.job_id) is not None:
+            raise _lease_lost(job, "already answered")
+
     # -- claiming ------------------------------------------------------------------------------
 
     def claim(self, worker_id: str) -> Job | None:
@@ -573,16 +584,7 @@ class _Owned:
             raise _lease_lost(job, "gone (its conversation was deleted)")
         self._lock.__enter__()
         try:
-            status = _read_status(self.directory / STATUS_FILE)
-            if status is None or not (
-                status.get("status") == "in_progress"
-                and status.get("jobId") == job.job_id
-                and status.get("workerId") == job.worker_id
-                and status.get("attempts") == job.attempt
-            ):
-                state = "gone" if status is None else status.get("status")
-                owner = " under another worker" if state == "in_progress" else ""
-                raise _lease_lost(job, f"{state}{owner}")
+            status = _check_owner(_read_status(self.directory / STATUS_FILE), job)
         except BaseException:
             self._lock.__exit__(None, None, None)
             raise
@@ -598,6 +600,20 @@ class _Owned:
                     action()
         finally:
             self._lock.__exit__(None, None, None)
+
+
+def _check_owner(status: dict[str, Any] | None, job: Job) -> dict[str, Any]:
+    """``status`` if it says ``job``'s attempt runs on its worker; else LeaseLost."""
+    if status is None or not (
+        status.get("status") == "in_progress"
+        and status.get("jobId") == job.job_id
+        and status.get("workerId") == job.worker_id
+        and status.get("attempts") == job.attempt
+    ):
+        state = "gone" if status is None else status.get("status")
+        owner = " under another worker" if state == "in_progress" else ""
+        raise _lease_lost(job, f"{state}{owner}")
+    return status
 
 
 def _lease_lost(job: Job, state: str) -> LeaseLost:
@@ -681,18 +697,33 @@ def _answer_meta(directory: Path, job_id: str) -> dict[str, Any]:
         conversation = _read(directory / "conversation.json")
     except PplxError:
         return {}
-    messages = (conversation or {}).get("messages") or []
+    message = _tagged((conversation or {}).get("messages") or [], job_id)
+    if message is None:
+        return {}
+    meta: dict[str, Any] = {}
+    tokens = (message.get("usage") or {}).get("totalTokens")
+    cost = (message.get("cost") or {}).get("totalCost")
+    if tokens is not None:
+        meta["tokens"] = tokens
+    if cost is not None:
+        meta["cost"] = cost
+    return meta
+
+
+def _messages(document: bytes) -> list[Any]:
+    try:
+        messages = json.loads(document).get("messages")
+    except (ValueError, RecursionError, AttributeError):
+        return []
+    return messages if isinstance(messages, list) else []
+
+
+def _tagged(messages: list[Any], job_id: str) -> dict[str, Any] | None:
+    """The last message carrying ``jobId = job_id`` (the job's stored answer), if any."""
     for message in reversed(messages):
         if isinstance(message, dict) and message.get("jobId") == job_id:
-            meta: dict[str, Any] = {}
-            tokens = (message.get("usage") or {}).get("totalTokens")
-            cost = (message.get("cost") or {}).get("totalCost")
-            if tokens is not None:
-                meta["tokens"] = tokens
-            if cost is not None:
-                meta["cost"] = cost
-            return meta
-    return {}
+            return message
+    return None
 
 
 def _progress(percentage: int, message: str, elapsed_ms: int, attempt: int) -> dict[str, Any]:

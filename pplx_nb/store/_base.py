@@ -8,7 +8,7 @@ methods (a hash per conversation, a sorted set of ids, ``WATCH``/``MULTI`` for a
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 __all__ = ["StoreBackend"]
@@ -25,8 +25,19 @@ class StoreBackend(Protocol):
         """The stored document (CONVERSATION_NOT_FOUND if there is none)."""
         ...
 
-    def append(self, conversation_id: str, messages: Sequence[Mapping[str, Any]]) -> bytes:
-        """Append messages atomically (concurrent appends are serialised); return the document."""
+    def append(
+        self,
+        conversation_id: str,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        check: Callable[[bytes], None] | None = None,
+        then: Callable[[], None] | None = None,
+    ) -> bytes:
+        """Append messages atomically (concurrent appends are serialised); return the document.
+
+        ``check(document)`` may refuse before the write, ``then()`` follows it; both inside the
+        same serialised section.
+        """
         ...
 
     def exists(self, conversation_id: str) -> bool:

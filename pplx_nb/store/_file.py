@@ -20,7 +20,7 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -161,13 +161,26 @@ class FileBackend:
                 return False
         return True
 
-    def append(self, conversation_id: str, messages: Sequence[Mapping[str, Any]]) -> bytes:
-        """Append under the conversation's lock: read, splice new lines in, replace atomically."""
+    def append(
+        self,
+        conversation_id: str,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        check: Callable[[bytes], None] | None = None,
+        then: Callable[[], None] | None = None,
+    ) -> bytes:
+        """Append under the conversation's lock: read, splice new lines in, replace atomically.
+
+        ``check`` sees the stored document before anything is written and may raise to refuse;
+        ``then`` runs after the write. Both run under the lock, so they must not take it.
+        """
         directory = self.directory(conversation_id)
         path = directory / CONVERSATION_FILE
         with self._locked(conversation_id, directory):
             _sweep_leftovers(directory)
             data, before = self._read(conversation_id, path)
+            if check is not None:
+                check(data)
             updated_at = now_iso()
             canonical = split(data)
             if canonical is None:
@@ -185,6 +198,8 @@ class FileBackend:
                 else:
                     summary = extend_summary(previous, messages, updated_at)
             self._write(directory, new, summary)
+            if then is not None:
+                then()
         return new
 
     @contextlib.contextmanager

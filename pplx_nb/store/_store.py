@@ -11,7 +11,7 @@ import builtins
 import json
 import logging
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -95,12 +95,23 @@ class ConversationStore:
         data = self._backend.create(_message_dicts(messages), stored_meta)
         return self._conversation(data, None)
 
-    def append(self, conversation_id: str, *messages: Message | Mapping[str, Any]) -> Conversation:
+    def append(
+        self,
+        conversation_id: str,
+        *messages: Message | Mapping[str, Any],
+        check: Callable[[bytes], None] | None = None,
+        then: Callable[[], None] | None = None,
+    ) -> Conversation:
         """Append messages to a stored conversation atomically and return the updated conversation.
 
         Appends from several threads or processes are serialised; none is lost. The history in
         the returned conversation is validated when first used, so appending to a long
         conversation costs no more than writing it.
+
+        ``check`` receives the stored document bytes while the conversation is locked and may
+        raise to refuse the append (nothing is written); ``then`` runs after the write, still
+        locked. Together they make "look, append, act" one step for other writers of the
+        conversation directory (the job queue). Neither may take the conversation lock itself.
         """
         validate_conversation_id(conversation_id)
         if not messages:
@@ -108,7 +119,9 @@ class ConversationStore:
                 "Nothing to append: pass at least one message, e.g. "
                 "store.append(conversation_id, {'role': 'user', 'content': '...'}).",
             )
-        data = self._backend.append(conversation_id, _message_dicts(messages))
+        data = self._backend.append(
+            conversation_id, _message_dicts(messages), check=check, then=then
+        )
         fields = header(data)
         if fields is None or "messageCount" not in fields:
             return self._conversation(data, conversation_id)
