@@ -365,25 +365,33 @@ def test_fork_branches_and_leaves_the_original_unchanged(
 
 
 def test_research_is_queued_then_wait_shows_the_report(
-    shell: InteractiveShell, researcher: Researcher
+    shell: InteractiveShell, settings: Settings
 ) -> None:
-    queued = Run(shell, "%%pplx_research -o job\nCompare asyncio.gather and asyncio.TaskGroup")
-    status = queued.result
-    assert isinstance(status, JobStatus)
-    assert shell.user_ns["job"] is status
-    assert status.status == "pending"
-    assert f"%pplx_wait {status.conversation_id}" in queued.last["text/markdown"]
+    from pplx_nb.sim import serve
 
-    busy = Run(shell, "%pplx_followup and what else?")
-    assert "JOB_IN_PROGRESS" in busy.text() or isinstance(busy.result, Answer)
+    with serve(latency_ms=0, deep_research_seconds=3) as url:
+        slow = settings.model_copy(update={"base_url": url})
+        with Researcher(slow, async_deep_research=True) as researcher:
+            magics.set_researcher(researcher)
+            queued = Run(shell, "%%pplx_research -o job\nCompare asyncio.gather and TaskGroup")
+            status = queued.result
+            assert isinstance(status, JobStatus)
+            assert shell.user_ns["job"] is status
+            assert status.status == "pending"
+            assert f"%pplx_wait {status.conversation_id}" in queued.last["text/markdown"]
 
-    waited = Run(shell, "%pplx_wait --timeout 60")
+            busy = Run(shell, "%pplx_followup and what else?")
+            assert busy.result is None and busy.error is None
+            assert "JOB_IN_PROGRESS" in busy.last["text/html"], busy.text()
+
+            waited = Run(shell, "%pplx_wait --timeout 60")
+            final = researcher.status(status.conversation_id)
     report = waited.result
     assert isinstance(report, Answer)
     assert report.conversation_id == status.conversation_id
     assert '<progress value="' in waited.outputs[1]["text/html"]
     assert "](https://docs.python.org/" in waited.last["text/markdown"]
-    assert researcher.status(status.conversation_id).status == "completed"  # type: ignore[union-attr]
+    assert final is not None and final.status == "completed"
 
 
 def test_research_wait_blocks_with_a_progress_bar(shell: InteractiveShell) -> None:
