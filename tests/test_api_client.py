@@ -219,6 +219,20 @@ async def test_hang_times_out_within_the_timeout(
     assert "PERPLEXITY_TIMEOUT" in caught.value.message
 
 
+@pytest.mark.parametrize("style", STYLES)
+async def test_a_trickling_body_times_out_within_the_whole_request_timeout(
+    settings: Settings, sim_url: str, style: str
+) -> None:
+    inject_faults(sim_url, {"trickle": 0.3})
+    async with client_for(settings, style, timeout_ms=1_000) as client:
+        started = time.monotonic()
+        with pytest.raises(APITimeoutError):
+            await client.ask(question())
+        elapsed = time.monotonic() - started
+    assert elapsed < 1.8
+    assert chat_requests(sim_url, style) == 1
+
+
 async def test_request_timeout_overrides_settings(settings: Settings, sim_url: str) -> None:
     inject_faults(sim_url, {"hang": 5})
     async with client_for(settings, "sonar", timeout_ms=60_000) as client:

@@ -41,7 +41,7 @@ def transport_errors(what: str, timeout_s: float, *, secret: str | None) -> Iter
     """Translate httpx2 request exceptions raised inside the block; ``what`` names the call."""
     try:
         yield
-    except httpx2.TimeoutException as exc:
+    except (httpx2.TimeoutException, TimeoutError) as exc:
         raise APITimeoutError(
             f"No answer from {what} within {timeout_s:g} s. Retry, or allow more time with "
             "PERPLEXITY_TIMEOUT (milliseconds; PERPLEXITY_DEEP_RESEARCH_TIMEOUT for deep "

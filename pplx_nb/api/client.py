@@ -224,10 +224,13 @@ class AsyncClient:
         while True:
             try:
                 logger.debug("%s (attempt %d)", what, retries + 1)
+                # httpx2's timeout bounds each read; a body that trickles in must not outlast
+                # the whole request's timeout.
                 with transport_errors(what, timeout, secret=self._key):
-                    response = await self._http.request(
-                        call.method, call.path, content=call.body, timeout=timeout
-                    )
+                    async with asyncio.timeout(timeout):
+                        response = await self._http.request(
+                            call.method, call.path, content=call.body, timeout=timeout
+                        )
                 if response.status_code < 300:
                     return response.content
                 raise from_status(

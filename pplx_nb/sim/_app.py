@@ -27,6 +27,7 @@ from pplx_nb.sim._validate import Invalid, parse_json_object
 
 __all__ = ["SimApp", "SimOptions"]
 
+_TRICKLE_PIECES = 10
 Handler = Callable[[Request, Fault | None], Awaitable[Reply | Stream]]
 
 
@@ -97,21 +98,29 @@ class SimApp:
         if isinstance(reply, Stream):
             await self._send_stream(send, reply, fault)
         else:
-            await self._send_reply(send, reply)
+            await self._send_reply(send, reply, fault.trickle if fault is not None else 0.0)
 
     def stop(self) -> None:
         """Wake every request that is waiting (hangs, paced streams) so shutdown is quick."""
         if self._stopping is not None:
             self._stopping.set()
 
-    async def _send_reply(self, send: Send, reply: Reply) -> None:
+    async def _send_reply(self, send: Send, reply: Reply, trickle: float = 0.0) -> None:
         headers = [
             (b"content-type", reply.content_type),
             (b"content-length", str(len(reply.body)).encode()),
             *reply.headers,
         ]
         await send({"type": "http.response.start", "status": reply.status, "headers": headers})
-        await send({"type": "http.response.body", "body": reply.body})
+        body = reply.body
+        if trickle > 0:
+            size = -(-len(body) // _TRICKLE_PIECES)
+            while len(body) > size:
+                await send({"type": "http.response.body", "body": body[:size], "more_body": True})
+                body = body[size:]
+                if await self._wait(trickle):
+                    return
+        await send({"type": "http.response.body", "body": body})
 
     async def _send_stream(self, send: Send, stream: Stream, fault: Fault | None) -> None:
         headers = [

@@ -16,7 +16,8 @@ class Fault:
 
     ``disconnect_after=N`` cuts a streamed answer after N events; on a request that is not
     streamed it drops the connection before any response. ``odd`` answers in unusual but legal
-    shapes (see :mod:`pplx_nb.sim._odd`).
+    shapes (see :mod:`pplx_nb.sim._odd`). ``trickle=S`` sends a whole (not streamed) body in
+    ten pieces, ``S`` seconds apart, after the headers.
     """
 
     status: int | None = None
@@ -24,6 +25,7 @@ class Fault:
     retry_after_ms: int | None = None
     html: bool = False
     hang: float = 0.0
+    trickle: float = 0.0
     disconnect_after: int | None = None
     agent_failed: bool = False
     odd: bool = False
@@ -80,6 +82,7 @@ def parse_fault(raw: Any) -> Fault:
         retry_after_ms=_number(raw.get("retry_after_ms"), "retry_after_ms", int),
         html=bool(raw.get("html", False)),
         hang=_number(raw.get("hang", 0), "hang", float),
+        trickle=_number(raw.get("trickle", 0), "trickle", float),
         disconnect_after=_number(raw.get("disconnect_after"), "disconnect_after", int),
         agent_failed=bool(raw.get("agent_failed", False)),
         odd=bool(raw.get("odd", False)),
