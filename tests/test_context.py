@@ -160,6 +160,41 @@ def test_prose_page_titles_leave_the_subject_to_the_question() -> None:
     assert context.reformulate("Can I undo it?", history) == "Can I undo asyncio task?"
 
 
+def _three_turns(rewrite: str | None) -> list[Message]:
+    return [
+        *_asyncio_history()[1:],
+        Message(
+            role="user",
+            content="How do I catch the exception it raises?",
+            reformulated_query=rewrite,
+        ),
+        _answer("asyncio.CancelledError", "asyncio.Task.cancel"),
+    ]
+
+
+@pytest.mark.parametrize(
+    "rewrite",
+    [
+        "How do I catch the exception asyncio task raises?",
+        "Which exception does asyncio.Task.cancel raise, and how is it caught?",
+        None,
+    ],
+)
+def test_a_chain_of_follow_ups_keeps_the_subject_of_the_question_it_started_from(
+    rewrite: str | None,
+) -> None:
+    history = _three_turns(rewrite)
+    assert context.subject_of(history) == "asyncio task"
+    assert context.reformulate("And how do I give it a timeout?", history) == (
+        "And how do I give asyncio task a timeout?"
+    )
+
+
+def test_a_follow_up_rewrite_lends_its_subject_when_the_first_question_is_gone() -> None:
+    history = _three_turns("How do I catch the exception asyncio task raises?")[2:]
+    assert context.subject_of(history) == "asyncio task"
+
+
 def test_reformulate_leaves_a_query_alone_without_history_or_when_explicit() -> None:
     assert context.reformulate("How do I cancel it?", []) == "How do I cancel it?"
     explicit = "How do I cancel an asyncio task with a message?"

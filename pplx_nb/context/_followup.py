@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from difflib import SequenceMatcher
 from typing import Any, Protocol
 
 from pplx_nb._models import Answer, Message
@@ -90,6 +91,7 @@ and a tuple?").
 
 _CONTINUATIONS = ("what about", "how about", "and what", "and how")
 _RECENT_TURNS = 3
+_MAX_SUBJECT_WORDS = 6
 
 _MAX_MODEL_OUTPUT_CHARS = 300
 _CITATION = re.compile(r"\[\d{1,3}\]")
@@ -323,7 +325,7 @@ def _question_subject(text: str) -> str | None:
     for phrase in _noun_phrases(text)[-1:]:
         words.extend(phrase.split())
     unique = list(dict.fromkeys(words))
-    return " ".join(unique[:6]) or None
+    return " ".join(unique[:_MAX_SUBJECT_WORDS]) or None
 
 
 def _module(name: str) -> str:
@@ -340,16 +342,15 @@ def _module(name: str) -> str:
 def subject_of(history: Sequence[Message]) -> str | None:
     """What the recent conversation is about, as a short explicit phrase.
 
-    The newest user turn's identifiers and noun phrases say what the user is talking about
-    ("an asyncio task"); the last answer's top source titles say where it lives (the module and
-    class most of them share: ``asyncio.Task``). Both are combined, without repeating a word —
-    "coroutines in asyncio" — and either one alone is used when the other is missing.
+    The newest user turn that set the topic says what the user is talking about ("an asyncio
+    task"): a question that was not itself a follow-up, or the subject a follow-up's stored
+    rewrite put in place of its pronoun — never a follow-up's own noun phrases ("the exception it
+    raises" is still about the task). The last answer's top source titles say where it lives (the
+    module and class most of them share: ``asyncio.Task``). Both are combined, without repeating
+    a word — "coroutines in asyncio" — and either one alone is used when the other is missing.
     """
     located = _source_subject(_last_answer(history))
-    for message in reversed(_user_turns(history)):
-        phrase = _question_subject(_question(message))
-        if phrase is None:
-            continue
+    for phrase, said in _topics(history):
         if located is None:
             return phrase
         module = _module(located)
@@ -357,9 +358,43 @@ def subject_of(history: Sequence[Message]) -> str | None:
         if _mentions(phrase, package):
             return phrase
         # The user's own word for the module reads better than the sources' sub-module.
-        named = _mentions(message.content, package)
+        named = _mentions(said, package)
         return f"{phrase} in {package if named else module}"
     return located
+
+
+def _topics(history: Sequence[Message]) -> Iterator[tuple[str, str]]:
+    """Newest first, each user turn's subject with the text it was said in, follow-ups skipped.
+
+    A follow-up whose stored rewrite replaced a pronoun yields the subject that replaced it.
+    """
+    for index in range(len(history) - 1, -1, -1):
+        message = history[index]
+        if message.role != "user":
+            continue
+        question = _question(message)
+        if message.reformulated_query or is_follow_up(question, history[:index]):
+            carried = _carried_subject(question, message.reformulated_query or "")
+            if carried is not None:
+                yield carried, message.reformulated_query or ""
+            continue
+        phrase = _question_subject(question)
+        if phrase is not None:
+            yield phrase, message.content
+
+
+def _carried_subject(question: str, rewrite: str) -> str | None:
+    """The words ``rewrite`` put in place of the one reference of ``question``, if that is all."""
+    before, after = _TOKEN.findall(question), _TOKEN.findall(rewrite)
+    matcher = SequenceMatcher(None, before, after, autojunk=False)
+    changes = [op for op in matcher.get_opcodes() if op[0] != "equal"]
+    if len(changes) != 1:
+        return None
+    tag, start, end, new_start, new_end = changes[0]
+    inserted = after[new_start:new_end]
+    if tag != "replace" or _reference(" ".join(before[start:end])) is None:
+        return None
+    return " ".join(inserted) if len(inserted) <= _MAX_SUBJECT_WORDS else None
 
 
 def _mentions(query: str, subject: str) -> bool:
