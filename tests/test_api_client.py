@@ -419,10 +419,50 @@ async def test_a_redirect_to_a_login_page_says_to_check_the_base_url() -> None:
         return httpx2.Response(302, headers={"location": "https://sso.example/login"})
 
     async with mocked(handler) as client:
-        with pytest.raises(APIError) as caught:
+        with pytest.raises(NetworkError) as caught:
             await client.ask(question())
     assert caught.value.status_code == 302
     assert "Unexpected HTTP 302" in str(caught.value) and "PERPLEXITY_BASE_URL" in str(caught.value)
+
+
+DESIGN_CODES = {
+    "CONVERSATION_NOT_FOUND",
+    "CONVERSATION_CORRUPTED",
+    "FILESYSTEM_ERROR",
+    "VALIDATION_ERROR",
+    "JOB_IN_PROGRESS",
+    "API_KEY_INVALID",
+    "API_QUOTA_EXCEEDED",
+    "API_SERVER_ERROR",
+    "INVALID_INPUT",
+    "TIMEOUT_ERROR",
+    "NETWORK_ERROR",
+    "CACHE_ERROR",
+}
+
+
+@pytest.mark.parametrize(
+    ("status", "kind"),
+    [
+        (301, NetworkError),
+        (307, NetworkError),
+        (402, InvalidInput),
+        (405, InvalidInput),
+        (410, InvalidInput),
+        (418, InvalidInput),
+        (451, InvalidInput),
+    ],
+)
+async def test_every_unusual_status_gets_a_stable_code_without_retries(
+    settings: Settings, sim_url: str, status: int, kind: type[APIError]
+) -> None:
+    inject_faults(sim_url, {"status": status})
+    async with client_for(settings, "sonar") as client:
+        with pytest.raises(kind) as caught:
+            await client.ask(question())
+    assert caught.value.code in DESIGN_CODES
+    assert caught.value.status_code == status
+    assert chat_requests(sim_url, "sonar") == 1
 
 
 @pytest.mark.parametrize("style", STYLES)

@@ -34,6 +34,15 @@ KEY_HELP = (
     "from its built-in offline simulator."
 )
 _MAX_MESSAGE = 500
+_CHECK_REQUEST = "Check the model name, the search options and PERPLEXITY_BASE_URL."
+_FIXES = {
+    400: "Check the model name and the search options.",
+    402: "Check the credit and billing of the API key's account.",
+    404: "Check the model name, the request id and PERPLEXITY_BASE_URL.",
+    405: "Check that PERPLEXITY_BASE_URL and PERPLEXITY_API_STYLE match the server.",
+    413: "Shorten the question or the attached files.",
+    422: "Check the model name and the search options.",
+}
 
 
 @contextmanager
@@ -111,19 +120,17 @@ def from_status(
             "temporary: retry in a moment.",
             **details,
         )
-    if status in (400, 404, 413, 422):
-        fix = {
-            404: "Check the model name, the request id and PERPLEXITY_BASE_URL.",
-            413: "Shorten the question or the attached files.",
-        }.get(status, "Check the model name and the search options.")
-        return InvalidInput(f"The API rejected {what} (HTTP {status}){said}. {fix}", **details)
     if status in (408, 409):
         return APIServerError(
             f"The API could not finish {what} (HTTP {status}){tried}{said}. Retry in a moment.",
             **details,
         )
-    return APIError(
-        f"Unexpected HTTP {status} from {what}{said}. Check that PERPLEXITY_BASE_URL points at "
-        "the Perplexity API or a compatible server (not a proxy or login page), then retry.",
+    if status >= 400:
+        fix = _FIXES.get(status, _CHECK_REQUEST)
+        return InvalidInput(f"The API rejected {what} (HTTP {status}){said}. {fix}", **details)
+    return NetworkError(
+        f"Unexpected HTTP {status} redirect from {what}{said}. Check that PERPLEXITY_BASE_URL "
+        "points at the Perplexity API or a compatible server (not a proxy or login page), then "
+        "retry.",
         **details,
     )
