@@ -49,6 +49,7 @@ from pplx_nb._models import (
     Progress,
     now_iso,
 )
+from pplx_nb._options import SEARCH_OPTIONS, check_options
 from pplx_nb._pricing import estimate_cost
 
 if TYPE_CHECKING:
@@ -77,21 +78,6 @@ SYSTEM_PROMPT = (
 )
 DEEP_RESEARCH_MODEL = "sonar-deep-research"
 MAX_QUERY_CHARS = 32_000
-SEARCH_OPTIONS = frozenset(
-    {
-        "model",
-        "search_domain_filter",
-        "search_recency_filter",
-        "search_after_date_filter",
-        "search_before_date_filter",
-        "search_mode",
-        "return_related_questions",
-        "return_images",
-        "reasoning_effort",
-        "show_thinking",
-        "use_cache",
-    }
-)
 _REQUEST_FIELDS = SEARCH_OPTIONS - {"model", "show_thinking"}
 _TOOLS = {
     ("search", False): "perplexity_search",
@@ -263,16 +249,6 @@ class Researcher:
             )
         return query.strip()
 
-    @staticmethod
-    def _check_opts(opts: dict[str, Any]) -> dict[str, Any]:
-        unknown = set(opts) - SEARCH_OPTIONS
-        if unknown:
-            raise ValidationError(
-                f"Unknown option(s) {', '.join(sorted(unknown))}; valid options are "
-                f"{', '.join(sorted(SEARCH_OPTIONS))}."
-            )
-        return {key: value for key, value in opts.items() if value is not None}
-
     def _model(self, mode: Mode, opts: dict[str, Any]) -> str:
         model = opts.get("model")
         if model:
@@ -320,7 +296,7 @@ class Researcher:
         self, query: str, mode: Mode, files: Sequence[str | Path] | None, opts: dict[str, Any]
     ) -> _Turn:
         query = self._check_query(query)
-        opts = self._check_opts(opts)
+        opts = check_options(opts)
         model = self._model(mode, opts)
         content, records, notes = self._attach(query, files, [])
         system = Message(role="system", content=SYSTEM_PROMPT, timestamp=now_iso())
@@ -356,7 +332,7 @@ class Researcher:
         from pplx_nb import context
 
         query = self._check_query(query)
-        opts = self._check_opts(opts)
+        opts = check_options(opts)
         self._refuse_if_running(conversation_id)
         if fork:
             conversation_id = self._store.fork(conversation_id).conversation_id

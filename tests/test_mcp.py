@@ -59,8 +59,9 @@ def _server_env(logs_dir: Path, **extra: str) -> dict[str, str]:
 class McpClient:
     """One server process and one client session, driven from sync tests through a portal."""
 
-    def __init__(self, env: dict[str, str], errlog: Path) -> None:
+    def __init__(self, env: dict[str, str], errlog: Path, cwd: Path = ROOT) -> None:
         self._env = env
+        self._cwd = cwd
         self._stack = ExitStack()
         self.errlog = errlog
         self.portal: BlockingPortal
@@ -69,7 +70,7 @@ class McpClient:
         self.portal = self._stack.enter_context(start_blocking_portal())
         errors = self._stack.enter_context(self.errlog.open("w"))
         params = StdioServerParameters(
-            command=sys.executable, args=["-m", "pplx_nb.mcp"], env=self._env, cwd=str(ROOT)
+            command=sys.executable, args=["-m", "pplx_nb.mcp"], env=self._env, cwd=str(self._cwd)
         )
         streams: AbstractContextManager[Any] = self.portal.wrap_async_context_manager(
             stdio_client(params, errlog=errors)
@@ -275,33 +276,98 @@ def test_attached_files_reach_the_conversation_and_outside_files_are_refused(
     )
     assert outside.is_error and _text(outside).startswith("VALIDATION_ERROR: ")
 
+    (logs_dir.parent / ".env").write_text("TOKEN=very-secret\n")
+    hidden = client.call(
+        "perplexity_search", {"query": "What is this?", "files": [str(logs_dir.parent / ".env")]}
+    )
+    assert hidden.is_error and _text(hidden).startswith("VALIDATION_ERROR: ")
+    assert "hidden" in _text(hidden)
+
+
+def test_a_server_started_from_the_filesystem_root_attaches_no_files(tmp_path: Path) -> None:
+    logs = tmp_path / "conversation-logs"
+    with McpClient(_server_env(logs), tmp_path / "root.log", cwd=Path("/")) as mcp:
+        result = mcp.call(
+            "perplexity_search", {"query": "What is in here?", "files": ["/etc/passwd"]}
+        )
+        assert result.is_error
+        text = _text(result)
+        assert text.startswith("VALIDATION_ERROR: ") and "PPLX_NB_FILE_ROOTS" in text
+        listed = _data(mcp.call("list_conversations", {}))
+    assert listed["count"] == 0
+    assert not logs.exists() or not any(logs.iterdir())
+
+
+@pytest.mark.parametrize("root", ["/", str(Path.home())])
+def test_a_root_or_home_file_root_stops_the_server_at_start_up(tmp_path: Path, root: str) -> None:
+    env = {**os.environ, **_server_env(tmp_path / "logs", PPLX_NB_FILE_ROOTS=root)}
+    done = subprocess.run(
+        [sys.executable, "-m", "pplx_nb.mcp"],
+        env=env,
+        cwd=ROOT,
+        input=b"",
+        capture_output=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stdout == b""
+    assert b"VALIDATION_ERROR: PPLX_NB_FILE_ROOTS holds" in done.stderr
+
 
 INVALID, NOT_FOUND = "VALIDATION_ERROR", "CONVERSATION_NOT_FOUND"
+ID_FORMAT, DATE_FORMAT = "yyyymmdd", "use MM/DD/YYYY, e.g. 01/31/2025"
 BAD_CALLS = [
-    ("perplexity_search_followup", {"conversationId": "../etc", "query": "hi"}, INVALID),
-    ("get_conversation_history", {"conversationId": "x" * 20}, INVALID),
-    ("perplexity_search_followup", {"conversationId": UNKNOWN_ID, "query": "hi"}, NOT_FOUND),
-    ("get_conversation_history", {"conversationId": UNKNOWN_ID}, NOT_FOUND),
-    ("perplexity_search", {"query": ""}, INVALID),
-    ("perplexity_search", {"query": "   "}, INVALID),
-    ("perplexity_search", {"query": "x" * 10_001}, INVALID),
-    ("perplexity_search", {"query": "q", "search_domain_filter": ["a.com"] * 21}, INVALID),
-    ("perplexity_deep_research", {}, INVALID),
+    ("perplexity_search_followup", {"conversationId": "../etc", "query": "hi"}, INVALID, ID_FORMAT),
+    ("get_conversation_history", {"conversationId": "x" * 20}, INVALID, ID_FORMAT),
+    (
+        "perplexity_search_followup",
+        {"conversationId": UNKNOWN_ID, "query": "hi"},
+        NOT_FOUND,
+        "perplexity_search",
+    ),
+    ("get_conversation_history", {"conversationId": UNKNOWN_ID}, NOT_FOUND, "perplexity_search"),
+    ("perplexity_search", {"query": ""}, INVALID, "query"),
+    ("perplexity_search", {"query": "   "}, INVALID, "query"),
+    ("perplexity_search", {"query": "x" * 10_001}, INVALID, "query"),
+    ("perplexity_search", {"query": "q", "search_domain_filter": ["a.com"] * 21}, INVALID, "20"),
+    ("perplexity_deep_research", {}, INVALID, "query"),
+    ("no_such_tool", {"query": "q"}, INVALID, "There is no tool 'no_such_tool'"),
+    (
+        "perplexity_search",
+        {"query": "q", "search_after_date_filter": "13/45/2025"},
+        INVALID,
+        DATE_FORMAT,
+    ),
+    (
+        "perplexity_search",
+        {"query": "q", "search_before_date_filter": "2025-01-01"},
+        INVALID,
+        DATE_FORMAT,
+    ),
+    ("perplexity_search", {"query": "q", "search_recency_filter": "decade"}, INVALID, "'hour'"),
+    (
+        "perplexity_search",
+        {"query": "q", "conversationId": UNKNOWN_ID},
+        INVALID,
+        "does not take conversationId",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("tool", "arguments", "code"), BAD_CALLS)
+@pytest.mark.parametrize(("tool", "arguments", "code", "hint"), BAD_CALLS)
 def test_bad_calls_are_coded_error_results_and_the_server_lives_on(
-    client: McpClient, tool: str, arguments: dict[str, Any], code: str
+    client: McpClient, tool: str, arguments: dict[str, Any], code: str, hint: str
 ) -> None:
+    before = len(_data(client.call("list_conversations", {"limit": 200}))["conversations"])
     result = client.call(tool, arguments)
     assert result.is_error
     text = _text(result)
     assert text.startswith(f"{code}: ")
-    if code == "CONVERSATION_NOT_FOUND":
-        assert "perplexity_search" in text
-    if "conversationId" in arguments and code == "VALIDATION_ERROR":
-        assert "yyyymmdd" in text
+    assert hint in text
+    if tool == "no_such_tool":
+        assert all(name in text for name in TOOLS)
+    after = len(_data(client.call("list_conversations", {"limit": 200}))["conversations"])
+    assert after == before
     assert client.alive()
 
 

@@ -167,6 +167,20 @@ def test_a_recovered_job_resumes_its_remote_run_instead_of_paying_twice(
         r.close()
 
 
+BAD_OPTION_VALUES = [
+    ("search_recency_filter", "decade", "one of hour, day, week, month, year"),
+    ("search_domain_filter", ["a.com"] * 25, "at most 20"),
+    ("search_domain_filter", "python.org", "must be a list of domains"),
+    ("search_domain_filter", ["python.org", ""], "1 to 253 characters"),
+    ("search_after_date_filter", "2025-01-01", "use MM/DD/YYYY, e.g. 01/31/2025"),
+    ("search_before_date_filter", "13/45/2025", "use MM/DD/YYYY"),
+    ("reasoning_effort", "max", "one of minimal, low, medium, high"),
+    ("search_mode", "foo", "one of web, academic, sec"),
+    ("return_images", "yes", "True or False"),
+    ("model", "", "not a model name"),
+]
+
+
 def test_bad_input_is_refused_before_any_call(researcher: Researcher, sim_url: str) -> None:
     with pytest.raises(ValidationError):
         researcher.search("   ")
@@ -174,12 +188,30 @@ def test_bad_input_is_refused_before_any_call(researcher: Researcher, sim_url: s
         researcher.search("x" * 40_000)
     with pytest.raises(ValidationError, match="Unknown option"):
         researcher.search("hello", colour="blue")
+    for option, value, accepted in BAD_OPTION_VALUES:
+        with pytest.raises(ValidationError, match=accepted):
+            researcher.search("hello", **{option: value})
+    with pytest.raises(ValidationError, match="one of web, academic, sec"):
+        researcher.deep_research("hello", wait=True, search_mode="foo")
     with pytest.raises(ValidationError):
         researcher.followup("../../etc/passwd", "hi")
     with pytest.raises(ConversationNotFound) as info:
         researcher.followup("20250124-1706102400123", "hi")
     assert "perplexity_search" in str(info.value)
     assert stats(sim_url)["generations"] == 0
+
+
+def test_good_option_values_pass(researcher: Researcher) -> None:
+    answer = researcher.search(
+        "What is asyncio.gather?",
+        search_recency_filter="year",
+        search_domain_filter=["docs.python.org", "-pinterest.com"],
+        search_after_date_filter="1/31/2020",
+        search_before_date_filter="12/31/2030",
+        search_mode="web",
+        return_images=True,
+    )
+    assert answer.text
 
 
 def test_fork_continues_in_a_child_and_leaves_the_parent_alone(researcher: Researcher) -> None:

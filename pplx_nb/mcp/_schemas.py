@@ -2,14 +2,24 @@
 
 Parameter names follow the seed server (``conversationId``, ``showThinking``, ``search_*``), so the
 input schemas that clients see are the ones the TypeScript perplexity-mcp-server published. The
-result models are what ``structuredContent`` carries next to the readable text.
+result models are what ``structuredContent`` carries next to the readable text. The accepted
+option values come from :mod:`pplx_nb._options`, the rules the Python API checks too.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from pplx_nb._options import (
+    MAX_DOMAIN_CHARS,
+    MAX_DOMAINS,
+    ReasoningEffortValue,
+    RecencyValue,
+    SearchModeValue,
+    parse_date,
+)
 
 __all__ = [
     "CONVERSATION_ID_PATTERN",
@@ -41,9 +51,12 @@ __all__ = [
 ]
 
 MAX_QUERY_CHARS = 10_000
-MAX_DOMAINS = 20
 CONVERSATION_ID_PATTERN = r"^\d{8}-\d{13}$"
-_DATE_PATTERN = r"^\d{1,2}/\d{1,2}/\d{4}$"
+
+
+def _date(value: str | None) -> str | None:
+    return None if value is None else parse_date(value)
+
 
 Query = Annotated[
     str,
@@ -75,11 +88,11 @@ ConversationId = Annotated[
     ),
 ]
 RecencyFilter = Annotated[
-    Literal["hour", "day", "week", "month", "year"] | None,
+    RecencyValue | None,
     Field(description="Only use sources published within this period."),
 ]
 DomainFilter = Annotated[
-    list[Annotated[str, Field(min_length=1, max_length=253)]] | None,
+    list[Annotated[str, Field(min_length=1, max_length=MAX_DOMAIN_CHARS)]] | None,
     Field(
         max_length=MAX_DOMAINS,
         description=(
@@ -90,23 +103,21 @@ DomainFilter = Annotated[
 ]
 AfterDate = Annotated[
     str | None,
-    Field(
-        pattern=_DATE_PATTERN, description="Only sources published after this date (MM/DD/YYYY)."
-    ),
+    AfterValidator(_date),
+    Field(description="Only sources published after this date (MM/DD/YYYY, e.g. 01/31/2025)."),
 ]
 BeforeDate = Annotated[
     str | None,
-    Field(
-        pattern=_DATE_PATTERN, description="Only sources published before this date (MM/DD/YYYY)."
-    ),
+    AfterValidator(_date),
+    Field(description="Only sources published before this date (MM/DD/YYYY, e.g. 01/31/2025)."),
 ]
 SearchMode = Annotated[
-    Literal["web", "academic", "sec"] | None,
+    SearchModeValue | None,
     Field(description="'academic' prefers scholarly sources, 'sec' SEC filings; default 'web'."),
 ]
 RelatedQuestions = Annotated[bool, Field(description="Also return questions related to this one.")]
 ReasoningEffort = Annotated[
-    Literal["minimal", "low", "medium", "high"] | None,
+    ReasoningEffortValue | None,
     Field(description="How much effort deep research spends: more is slower and more thorough."),
 ]
 ShowThinking = Annotated[

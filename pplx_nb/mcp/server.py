@@ -83,6 +83,9 @@ class PplxMCPServer(MCPServer[Any]):
     ) -> Any:
         """Run a tool; a PplxError, rejected arguments or a crash become an ``isError`` result."""
         self.load_tools()
+        refused = self._refuse_unknown(name, arguments)
+        if refused is not None:
+            return _error_result(name, refused)
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:
@@ -90,6 +93,29 @@ class PplxMCPServer(MCPServer[Any]):
             if cause is None:
                 raise
             return _error_result(name, cause)
+
+    def _refuse_unknown(self, name: str, arguments: dict[str, Any]) -> ValidationError | None:
+        """A tool that does not exist, or arguments its schema does not name, as an error.
+
+        The SDK would drop unknown arguments silently: a ``conversationId`` passed to
+        ``perplexity_search`` would start a new conversation instead of continuing one.
+        """
+        from pplx_nb.mcp._tools import TOOL_NAMES
+
+        schema = self._tool_input_schema(name)
+        if schema is None:
+            return ValidationError(
+                f"There is no tool {name!r}. The tools are: {', '.join(TOOL_NAMES)}.", tool=name
+            )
+        accepted = list(schema.get("properties", {}))
+        unknown = sorted(set(arguments) - set(accepted))
+        if not unknown:
+            return None
+        return ValidationError(
+            f"`{name}` does not take {', '.join(unknown)}. Its arguments are: "
+            f"{', '.join(accepted)}. Remove the others and call again.",
+            tool=name,
+        )
 
 
 def _root_cause(exc: BaseException) -> BaseException | None:
