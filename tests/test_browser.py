@@ -8,6 +8,7 @@ README's docs/screenshot.png when PPLX_NB_UPDATE_SCREENSHOT=1.
 from __future__ import annotations
 
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,28 @@ JOB_STATE = """() => {
     report: Boolean(report),
   };
 }""".replace("KERNEL", KERNEL)
+_STATUS = re.compile(r"^\s*⏳[^…]*…(\s*·\s*[\d.]+\s*s)?")
+# Records, as the DOM changes, every distinct text of the answer cell's output that still has the
+# streaming cursor, and when the final answer's first source link appeared. An observer sees each
+# repaint, where polling from Python could fall between them.
+WATCH_STREAM = """() => {
+  const seen = window.pplxStream = {partial: [], partialAt: null, finalAt: null};
+  const observer = new MutationObserver(() => {
+    const cell = document.querySelectorAll('.jp-Notebook .jp-Cell')[1];
+    const area = cell && cell.querySelector('.jp-OutputArea');
+    if (!area) return;
+    const text = area.textContent;
+    if (text.includes('▌') && !seen.partial.includes(text)) {
+      seen.partial.push(text);
+      if (seen.partialAt === null) seen.partialAt = performance.now();
+    }
+    if (area.querySelector('.jp-RenderedMarkdown a[href*="docs.python.org"]')) {
+      seen.finalAt = performance.now();
+      observer.disconnect();
+    }
+  });
+  observer.observe(document.body, {subtree: true, childList: true, characterData: true});
+}"""
 
 
 def _require_browser() -> str:
@@ -79,7 +102,9 @@ def test_notebook_streams_cited_answer_and_job_completes_while_kernel_idle(
     env = {
         "PPLX_NB_OFFLINE": "1",
         "PPLX_NB_SIM_DEEP_RESEARCH_SECONDS": "3",
-        "PPLX_NB_SIM_LATENCY_MS": "200",
+        # With 1 s before the first byte the 16 pieces of an answer come 50 ms apart: the cell
+        # streams for most of a second, long enough to be seen.
+        "PPLX_NB_SIM_LATENCY_MS": "1000",
         "CONVERSATION_LOGS_DIR": str(tmp_path / "conversation-logs"),
     }
     with running_lab(root, env) as lab, sync_playwright() as playwright:
@@ -91,6 +116,7 @@ def test_notebook_streams_cited_answer_and_job_completes_while_kernel_idle(
             page.goto(lab.notebook_url("demo.ipynb"))
             _wait_kernel_idle(page, 60_000)
             page.evaluate("window.jupyterapp.commands.execute('application:toggle-left-area')")
+            page.evaluate(WATCH_STREAM)
             page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
 
             answer = page.locator(".jp-Notebook .jp-Cell").nth(1)
@@ -102,6 +128,7 @@ def test_notebook_streams_cited_answer_and_job_completes_while_kernel_idle(
             assert "Sources" in text
             assert "▌" not in text, "the streamed text was not replaced by the final answer"
             assert answer.locator(".jp-RenderedMarkdown").count() == 1, "one display, updated"
+            _assert_streamed(page.evaluate("window.pplxStream"), text)
 
             samples = _follow_job(page, timeout=45)
             moving = [s for s in samples if s["kernel"] == "idle" and 0 < (s["width"] or 0) < 100]
@@ -119,6 +146,15 @@ def test_notebook_streams_cited_answer_and_job_completes_while_kernel_idle(
             page.screenshot(path=str(SCREENSHOT))
         finally:
             browser.close()
+
+
+def _assert_streamed(seen: dict[str, Any], final: str) -> None:
+    """Partial text with the cursor was on screen before the final answer replaced it."""
+    partial = [_STATUS.sub("", text.split("▌")[0]).strip() for text in seen["partial"]]
+    words = [text for text in partial if len(text.split()) >= 3]
+    assert words, f"no partial text with the cursor was shown: {seen['partial']}"
+    assert seen["finalAt"] is not None and seen["partialAt"] < seen["finalAt"], seen
+    assert any(len(text) < len(final) for text in words), "the partial text was not partial"
 
 
 def _follow_job(page: Any, timeout: float) -> list[dict[str, Any]]:
