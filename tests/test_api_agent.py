@@ -237,6 +237,25 @@ def test_stream_ignores_unknown_events_and_ends_on_its_terminal() -> None:
     assert answer.text == "Done [1]." and answer.sources
 
 
+@pytest.mark.parametrize("asked", [False, True])
+def test_related_list_is_split_off_only_when_it_was_asked_for(asked: bool) -> None:
+    text = "Main answer.\n\nRelated questions:\n- a?\n- b?"
+    request = question(return_related_questions=asked)
+    parser = ADAPTER.stream_parser(request, "sonar")
+    shown = "".join(
+        parser.feed(event)
+        for event in events(
+            {"type": "response.output_text.delta", "delta": text},
+            {"type": "response.completed", "response": response(text=text)},
+        )
+    )
+    streamed = parser.finish()
+    whole = ADAPTER.parse(json.dumps(response(text=text)).encode(), request, "sonar")
+    for answer in (streamed, whole):
+        assert answer.text.strip() == shown.strip()
+        assert answer.related_questions == (["a?", "b?"] if asked else [])
+
+
 @pytest.mark.parametrize("terminal", ["response.failed", "response.cancelled"])
 def test_stream_failure_terminals_raise(terminal: str) -> None:
     parser = ADAPTER.stream_parser(question(), "sonar")

@@ -220,8 +220,11 @@ def _run_failed(response: _Response) -> RemoteRunFailed:
     )
 
 
-def _answer(response: _Response, model: str, streamed: str = "") -> Answer:
-    """The answer in a finished response; failed, cancelled or empty-incomplete runs raise."""
+def _answer(response: _Response, model: str, *, related: bool, streamed: str = "") -> Answer:
+    """The answer in a finished response; failed, cancelled or empty-incomplete runs raise.
+
+    ``related``: related questions were asked for, so a trailing list is split off the text.
+    """
     if response.status is None and not any(item.type == "message" for item in response.output):
         raise no_answer()
     status = response.status or "completed"
@@ -235,14 +238,14 @@ def _answer(response: _Response, model: str, streamed: str = "") -> Answer:
     elif status != "completed":
         raise _run_failed(response)
     text, thinking = split_think(text)
-    text, related = split_related(text)
+    text, questions = split_related(text) if related else (text, [])
     usage, cost = _usage(response.usage)
     return Answer.model_validate(
         {
             "text": text,
             "thinking": thinking,
             "sources": _sources(response),
-            "related_questions": related,
+            "related_questions": questions,
             "model": response.model or model,
             "usage": usage,
             "cost": cost,
@@ -257,7 +260,8 @@ class _AgentStream:
 
     def __init__(self, request: Request, model: str) -> None:
         self._model = model
-        self._filter = DeltaFilter(related=request.return_related_questions)
+        self._related = request.return_related_questions
+        self._filter = DeltaFilter(related=self._related)
         self._parts: list[str] = []
         self._final: _Response | None = None
 
@@ -288,7 +292,9 @@ class _AgentStream:
     def finish(self) -> Answer:
         if self._final is None:
             raise stream_cut_short()
-        return _answer(self._final, self._model, "".join(self._parts))
+        return _answer(
+            self._final, self._model, related=self._related, streamed="".join(self._parts)
+        )
 
 
 class AgentAdapter:
@@ -339,7 +345,8 @@ class AgentAdapter:
 
     def parse(self, raw: bytes, request: Request, model: str) -> Answer:
         """The answer in a ``response`` object; failed runs (HTTP 200) raise."""
-        return _answer(read_wire(_Response, raw, "a response"), model)
+        response = read_wire(_Response, raw, "a response")
+        return _answer(response, model, related=request.return_related_questions)
 
     def stream_parser(self, request: Request, model: str) -> _AgentStream:
         """A parser for the typed ``response.*`` events."""
@@ -369,4 +376,5 @@ class AgentAdapter:
         response = read_wire(_Response, raw, "a response")
         if response.status in _PENDING:
             return None
-        return _answer(response, response.model or "")
+        # The request behind a run is not known here; a list it asked for is still split off.
+        return _answer(response, response.model or "", related=True)
