@@ -113,6 +113,7 @@ class Message(_Stored):
     files: list[dict[str, Any]] | None = None
     reformulated_query: str | None = None
     related_questions: list[str] | None = None
+    images: list[dict[str, Any]] | None = None
     thinking: str | None = None
 
 

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from pydantic.alias_generators import to_camel, to_snake
+
 from pplx_nb import __version__
 from pplx_nb._config import Settings
 from pplx_nb._errors import (
@@ -53,7 +55,7 @@ from pplx_nb._options import SEARCH_OPTIONS, check_options
 from pplx_nb._pricing import estimate_cost
 
 if TYPE_CHECKING:
-    from pplx_nb.api import AsyncClient, Request
+    from pplx_nb.api import AsyncClient, Request, ResponseCache
     from pplx_nb.jobs import Job, JobContext, JobQueue, Worker
     from pplx_nb.store import ConversationStore
 
@@ -397,6 +399,7 @@ class Researcher:
             cost=answer.cost,
             related_questions=answer.related_questions or None,
             thinking=answer.thinking if turn.show_thinking else None,
+            images=[_rekeyed(image, to_camel) for image in answer.images] or None,
             **extra,
         )
 
@@ -601,6 +604,7 @@ class Researcher:
             text=message.content,
             sources=message.sources or [],
             related_questions=message.related_questions or [],
+            images=[_rekeyed(image, to_snake) for image in message.images or ()],
             thinking=message.thinking,
             model=message.model,
             usage=message.usage,
@@ -752,7 +756,7 @@ class Researcher:
         """healthy | degraded | unhealthy, with version, uptime and the checks behind it."""
         checks = {
             "api": self._api_reachable(),
-            "cache": self._cache is None or self._cache.stats() is not None,
+            "cache": self._cache_consistent(),
             "store": self._store_writable(),
             "memory": _rss_mb() < 1024,
         }
@@ -779,6 +783,20 @@ class Researcher:
         except Exception:
             return False
         return response.status_code < 500
+
+    def _cache_consistent(self) -> bool:
+        """The response cache, if any, answers and holds no more than its caps allow.
+
+        No probe entry is written: in a full cache it would evict a real answer.
+        """
+        cache: ResponseCache | None = self._cache
+        if cache is None:
+            return True
+        try:
+            stats = cache.stats()
+        except Exception:
+            return False
+        return 0 <= stats.entries <= cache.max_size and 0 <= stats.bytes <= cache.max_bytes
 
     def _store_writable(self) -> bool:
         probe = self._store.root / f".health-{os.getpid()}-{threading.get_ident()}"
@@ -943,6 +961,11 @@ def _previous_user(conversation: Conversation, answer: Message) -> str | None:
         if message.role == "user":
             return message.reformulated_query
     return None
+
+
+def _rekeyed(image: dict[str, Any], convert: Callable[[str], str]) -> dict[str, Any]:
+    """An image record with its keys converted: camelCase on disk, snake_case in Answer."""
+    return {convert(key): value for key, value in image.items()}
 
 
 def _rss_mb() -> float:

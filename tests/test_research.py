@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import socket
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx2
 import pytest
 
 from pplx_nb import (
@@ -20,6 +24,7 @@ from pplx_nb import (
 )
 from pplx_nb._models import Progress, Usage
 from pplx_nb._pricing import estimate_cost
+from pplx_nb.api import AsyncClient
 from pplx_nb.sim import stats
 
 
@@ -237,6 +242,105 @@ def test_metrics_and_health(researcher: Researcher) -> None:
     h = researcher.health()
     assert h["status"] == "healthy", h
     assert h["checks"]["store"] and h["checks"]["api"]
+
+
+def test_health_is_degraded_when_the_api_cannot_be_reached(settings: Settings) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    with Researcher(settings.model_copy(update={"base_url": closed})) as r:
+        report = r.health()
+    assert report["status"] == "degraded", report
+    assert report["checks"]["api"] is False and report["checks"]["store"] is True
+    assert report["checks"]["cache"] is True
+
+
+def test_health_is_unhealthy_when_the_store_cannot_be_written(
+    researcher: Researcher, logs_dir: Path
+) -> None:
+    logs_dir.chmod(0o500)
+    try:
+        if os.access(logs_dir, os.W_OK):
+            pytest.skip("running as root: a read-only mode does not stop writes")
+        report = researcher.health()
+    finally:
+        logs_dir.chmod(0o700)
+    assert report["status"] == "unhealthy", report
+    assert report["checks"]["store"] is False
+
+
+def test_health_is_unhealthy_when_the_store_folder_is_a_file(
+    settings: Settings, tmp_path: Path
+) -> None:
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("")
+    with Researcher(settings.model_copy(update={"conversation_logs_dir": blocked})) as r:
+        report = r.health()
+    assert report["status"] == "unhealthy", report
+    assert report["checks"]["store"] is False
+
+
+def _sonar_with(body: dict[str, Any], settings: Settings) -> Researcher:
+    """A Researcher whose API answers every chat completion with ``body``."""
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(200, json=body)
+
+    sonar = settings.model_copy(update={"api_style": "sonar"})
+    return Researcher(sonar, client=AsyncClient(sonar, transport=httpx2.MockTransport(handler)))
+
+
+COMPLETION: dict[str, Any] = {
+    "id": "chatcmpl-1",
+    "object": "chat.completion",
+    "model": "sonar-pro",
+    "choices": [
+        {
+            "index": 0,
+            "message": {"role": "assistant", "content": "A cat [1]."},
+            "finish_reason": "stop",
+        }
+    ],
+    "search_results": [{"url": "https://example.org/cats", "title": "Cats"}],
+    "images": [
+        {
+            "image_url": "https://example.org/cat.png",
+            "origin_url": "https://example.org/cats",
+            "height": 480,
+            "width": 640,
+        }
+    ],
+    "usage": {"prompt_tokens": 1200, "completion_tokens": 300, "total_tokens": 1500},
+}
+
+
+def test_images_are_stored_on_the_answer_message(settings: Settings) -> None:
+    with _sonar_with(COMPLETION, settings) as r:
+        answer = r.search("Show me a cat", return_images=True)
+        stored = r.history(answer.conversation_id or "").messages[-1]
+        reloaded = r.wait(answer.conversation_id or "")
+    assert answer.images == COMPLETION["images"]
+    assert stored.images == [
+        {
+            "imageUrl": "https://example.org/cat.png",
+            "originUrl": "https://example.org/cats",
+            "height": 480,
+            "width": 640,
+        }
+    ]
+    assert _file(answer)["messages"][-1]["images"] == stored.images  # type: ignore[index]
+    assert reloaded.images == answer.images
+
+
+def test_a_cost_the_api_does_not_give_is_stored_as_a_marked_estimate(settings: Settings) -> None:
+    with _sonar_with(COMPLETION, settings) as r:
+        answer = r.search("Show me a cat")
+    usage = Usage(prompt_tokens=1200, completion_tokens=300, total_tokens=1500)
+    expected = estimate_cost("sonar-pro", usage)
+    assert answer.cost is not None and answer.cost.estimated
+    stored = _file(answer)["messages"][-1]["cost"]  # type: ignore[index]
+    assert stored["estimated"] is True
+    assert stored["totalCost"] == pytest.approx(expected.total_cost) and expected.total_cost > 0
 
 
 def test_sync_methods_work_while_an_event_loop_runs_in_the_thread(researcher: Researcher) -> None:
