@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -105,15 +106,26 @@ def test_areformulate_rejects_an_answer_in_place_of_a_query(settings: Settings) 
     assert rewritten == context.reformulate("How can I check whether it was cancelled?", _history())
 
 
-def test_areformulate_falls_back_when_the_model_call_fails(
+def test_areformulate_falls_back_fast_when_the_model_call_fails(
     settings: Settings, caplog: pytest.LogCaptureFixture
 ) -> None:
-    inject_faults(settings.base_url, {"status": 500, "times": 10})
-    quick = settings.model_copy(update={"max_retries": 0})
+    # The client would retry three times, waiting the 8 s the server asks for before each.
+    inject_faults(settings.base_url, {"status": 500, "retry_after": 8, "times": 10})
+    started = time.monotonic()
     with caplog.at_level(logging.WARNING, logger="pplx_nb.context"):
-        rewritten = _reformulate_with(quick, use_model=True)
+        rewritten = _reformulate_with(settings, use_model=True)
+    assert time.monotonic() - started < 10
     assert rewritten == context.reformulate("How can I check whether it was cancelled?", _history())
     assert "reformulation by model failed" in caplog.text
+
+
+def test_areformulate_falls_back_when_the_model_call_hangs(settings: Settings) -> None:
+    slow = settings.model_copy(update={"timeout_ms": 60_000})
+    inject_faults(settings.base_url, {"hang": 60, "times": 10})
+    started = time.monotonic()
+    rewritten = _reformulate_with(slow, use_model=True)
+    assert time.monotonic() - started < 10
+    assert rewritten == context.reformulate("How can I check whether it was cancelled?", _history())
 
 
 def test_areformulate_uses_the_model_query_when_it_is_one_line(settings: Settings) -> None:

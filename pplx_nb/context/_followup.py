@@ -12,6 +12,7 @@ module when the follow-up names its own object ("what about the median?"). With 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from collections.abc import Iterator, Sequence
@@ -34,6 +35,8 @@ logger = logging.getLogger("pplx_nb.context")
 
 REFORMULATION_MODEL = "sonar"
 """The cheap model asked to rewrite follow-ups when a real API is in use."""
+
+_MODEL_DEADLINE_MS = 5_000
 
 _STRONG_REFERENCES = (
     "the same",
@@ -521,9 +524,11 @@ async def areformulate(
     """Reformulate ``query``, asking a cheap model when ``use_model`` (a real API) is set.
 
     The model (``sonar``, at most 60 output tokens, temperature 0) gets a strict one-line prompt
-    with the recent transcript. Any error, an empty or overlong answer, or one that answers the
-    question (several lines, citations) instead of rewriting it falls back to
-    :func:`reformulate`, as does ``use_model=False`` (offline / simulator) or a missing client.
+    with the recent transcript, and at most 5 s in all, retries included: the heuristic is a
+    better answer than a search held up by a struggling API. Any error or timeout, an empty or
+    overlong answer, or one that answers the question (several lines, citations) instead of
+    rewriting it falls back to :func:`reformulate`, as does ``use_model=False`` (offline /
+    simulator) or a missing client.
     """
     if not use_model or client is None:
         return reformulate(query, history)
@@ -536,10 +541,12 @@ async def areformulate(
             max_tokens=60,
             temperature=0.0,
             disable_search=True,
+            timeout_ms=_MODEL_DEADLINE_MS,
         )
-        answer = await client.ask(request)
+        answer = await asyncio.wait_for(client.ask(request), _MODEL_DEADLINE_MS / 1000)
     except Exception as exc:  # any failure means: use the heuristic
-        logger.warning("query reformulation by model failed (%s); using the heuristic", exc)
+        reason = str(exc) or f"no answer within {_MODEL_DEADLINE_MS / 1000:g} s"
+        logger.warning("query reformulation by model failed (%s); using the heuristic", reason)
         return reformulate(query, history)
     cleaned = _clean_model_output(answer.text, query)
     if cleaned is None:
