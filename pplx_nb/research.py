@@ -35,7 +35,6 @@ from pplx_nb._config import Settings
 from pplx_nb._errors import (
     APITimeoutError,
     InvalidInput,
-    JobInProgress,
     PplxError,
     ValidationError,
     error_from_code,
@@ -361,7 +360,6 @@ class Researcher:
             files=records,
             reformulated_query=reformulated,
         )
-        self._store.append(conversation_id, user)
         sent = content.replace(query, search_query, 1) if reformulated else content
         if notes:
             sent = f"{sent}\n\n" + "\n".join(notes)
@@ -376,14 +374,33 @@ class Researcher:
         return _Turn(conversation_id, messages, user, _TOOLS[mode, True], model, opts)
 
     def _refuse_if_running(self, conversation_id: str) -> None:
-        status = self.queue.status(conversation_id)
-        if status is not None and status.status in ("pending", "in_progress"):
-            raise JobInProgress(
-                f"Conversation {conversation_id} has a research job that is {status.status}. "
-                "Wait for it to complete (`get_conversation_history` or `%pplx_wait` shows when), "
-                "then follow up.",
-                conversation_id=conversation_id,
+        """Fail fast, before any API call; :meth:`_ask` checks again when it stores the question."""
+        self.queue.check_idle(conversation_id)
+
+    def _ask(self, turn: _Turn, *, queued: bool = False) -> JobStatus | None:
+        """Store a follow-up's question, refused while a job runs; ``queued`` also queues its job.
+
+        The check, the append and the enqueue happen under the conversation lock, so two
+        follow-ups racing on one conversation cannot both get through.
+        """
+        conversation_id = turn.conversation_id
+        assert conversation_id is not None
+        queued_as: list[JobStatus] = []
+
+        def enqueue() -> None:
+            request = _job_request(turn)
+            queued_as.append(
+                self.queue.enqueue(conversation_id, turn.tool, request, lock_held=True)
             )
+
+        with self._counted():
+            self._store.append(
+                conversation_id,
+                turn.user,
+                check=lambda _: self.queue.check_idle(conversation_id),
+                then=enqueue if queued else None,
+            )
+        return queued_as[0] if queued_as else None
 
     # -- running turns --------------------------------------------------------------------------
 
@@ -535,6 +552,7 @@ class Researcher:
         turn = await self._followup_turn(conversation_id, query, mode, fork, files, opts)
         if mode == "research" and self._queued(wait):
             return self._enqueue(turn)
+        self._ask(turn)
         stream = mode == "research"
         return await self._last(self._run(turn, stream=stream, on_progress=on_progress))
 
@@ -549,6 +567,7 @@ class Researcher:
     ) -> AsyncIterator[str | Answer]:
         """Like :meth:`afollowup` in search mode, yielding text deltas, then the stored Answer."""
         turn = await self._followup_turn(conversation_id, query, "search", fork, files, opts)
+        self._ask(turn)
         async for item in self._run(turn, stream=True):
             yield item
 
@@ -623,12 +642,11 @@ class Researcher:
         if turn.conversation_id is None:
             conversation = self._store.create([*turn.seed, turn.user])
             turn.conversation_id = conversation.conversation_id
-        request = {
-            "model": turn.model,
-            "opts": turn.opts,
-            "searchQuery": turn.messages[-1]["content"],
-        }
-        status = self.queue.enqueue(turn.conversation_id, turn.tool, request)
+            status = self.queue.enqueue(turn.conversation_id, turn.tool, _job_request(turn))
+        else:
+            queued = self._ask(turn, queued=True)
+            assert queued is not None
+            status = queued
         if self._async and self._worker is None:
             self.start_worker()
         self._record(turn.started, None, ok=True)
@@ -934,6 +952,15 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
         return asyncio.get_running_loop()
     except RuntimeError:
         return None
+
+
+def _job_request(turn: _Turn) -> dict[str, Any]:
+    """What a queued research job needs to run ``turn`` later (job.json ``request``)."""
+    return {
+        "model": turn.model,
+        "opts": turn.opts,
+        "searchQuery": turn.messages[-1]["content"],
+    }
 
 
 def _wire_messages(messages: Sequence[Message]) -> list[dict[str, str]]:

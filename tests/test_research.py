@@ -420,3 +420,39 @@ def test_a_remote_run_that_failed_is_submitted_again_not_polled_again(
     assert status is not None and status.status == "completed" and status.attempts == 2
     assert "submits a new background run" in status.error_history[0].message
     assert stats(sim_url)["background_runs"] == 2
+
+
+def test_a_search_followup_that_loses_the_race_to_a_queued_research_followup_is_refused(
+    settings: Settings,
+) -> None:
+    import threading
+    import time
+
+    from pplx_nb.sim import serve
+
+    # The search follow-up is reformulated by the model first (300 ms here): the research
+    # follow-up stores its question and queues its job meanwhile.
+    with serve(latency_ms=300, deep_research_seconds=0.3) as url:
+        r = Researcher(settings.model_copy(update={"base_url": url}), async_deep_research=False)
+        try:
+            cid = r.search("How do I create an asyncio task?").conversation_id or ""
+            outcome: list[str] = []
+
+            def search() -> None:
+                try:
+                    r.followup(cid, "how do I cancel it?")
+                    outcome.append("answered")
+                except JobInProgress:
+                    outcome.append("refused")
+
+            racer = threading.Thread(target=search)
+            racer.start()
+            time.sleep(0.1)
+            queued = r.followup(cid, "Describe the json module", mode="research", wait=False)
+            racer.join()
+            assert isinstance(queued, JobStatus) and queued.status == "pending"
+            assert outcome == ["refused"]
+            roles = [m.role for m in r.history(cid).messages]
+            assert roles == ["user", "assistant", "user"]
+        finally:
+            r.close()

@@ -14,6 +14,7 @@ another worker claimed it, or the job was cancelled) are refused with :class:`Le
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -111,9 +112,18 @@ class JobQueue:
     # -- submitting ----------------------------------------------------------------------------
 
     def enqueue(
-        self, conversation_id: str, tool: str, request: dict[str, Any], priority: int = 0
+        self,
+        conversation_id: str,
+        tool: str,
+        request: dict[str, Any],
+        priority: int = 0,
+        *,
+        lock_held: bool = False,
     ) -> JobStatus:
         """Queue a job for an existing conversation: writes job.json and a ``pending`` status.json.
+
+        ``lock_held`` says the caller already holds the conversation lock (a store append's
+        ``then``), so the question and its job land in one locked step.
 
         Raises:
             ValidationError: bad id, priority outside ±9999, or a request that is not JSON.
@@ -135,14 +145,8 @@ class JobQueue:
                 "strings and numbers."
             ) from exc
         _must_exist(directory)
-        with locked(directory):
-            current = _read_status(directory / STATUS_FILE)
-            if current is not None and current.get("status") in _ACTIVE:
-                raise JobInProgress(
-                    f"Conversation {conversation_id} already has a {current['status']} job. "
-                    "Wait for it to complete before queueing another.",
-                    conversation_id=conversation_id,
-                )
+        with contextlib.nullcontext() if lock_held else locked(directory):
+            self.check_idle(conversation_id)
             enqueued_us = time.time_ns() // 1000
             marker = marker_name(priority, enqueued_us, conversation_id)
             job_id = uuid.uuid4().hex
@@ -179,6 +183,22 @@ class JobQueue:
             extra={"conversationId": conversation_id, "jobId": job_id, "tool": tool},
         )
         return JobStatus.model_validate(status)
+
+    def check_idle(self, conversation_id: str) -> None:
+        """Raise JobInProgress if the conversation has a pending or in_progress job.
+
+        Takes no lock: call it under the conversation lock (a store append's ``check``) to make
+        the answer hold until the lock is released.
+        """
+        directory = self._dir(conversation_id)
+        status = _read_status(directory / STATUS_FILE)
+        if status is not None and status.get("status") in _ACTIVE:
+            raise JobInProgress(
+                f"Conversation {conversation_id} has a research job that is {status['status']}. "
+                "Wait for it to complete (`get_conversation_history` or `%pplx_wait` shows "
+                "when), then follow up.",
+                conversation_id=conversation_id,
+            )
 
     def check_owner(self, job: Job, document: bytes | None = None) -> None:
         """Raise LeaseLost unless status.json says ``job``'s attempt still runs on its worker.
