@@ -672,3 +672,19 @@ def test_deleted_directory_during_listing_is_not_an_error(store: ConversationSto
     shutil.rmtree(store.path(conversations[1].conversation_id))
     assert len(store.list()) == 2
     assert store.last_skipped == []
+
+
+def test_append_to_a_conversation_with_a_damaged_header_writes_nothing(
+    store: ConversationStore,
+) -> None:
+    cid = store.create([user("fine")]).conversation_id
+    path = conversation_file(store, cid)
+    for damaged in (
+        path.read_bytes().replace(b'"createdAt": "', b'"createdAt": 5, "was": "', 1),
+        json.dumps({"conversationId": cid, "createdAt": 5, "messages": []}, indent=2).encode(),
+    ):
+        path.write_bytes(damaged)
+        for _ in range(2):
+            with pytest.raises(ConversationCorrupted, match="createdAt"):
+                store.append(cid, user("retried"))
+        assert path.read_bytes() == damaged

@@ -119,9 +119,21 @@ class ConversationStore:
                 "Nothing to append: pass at least one message, e.g. "
                 "store.append(conversation_id, {'role': 'user', 'content': '...'}).",
             )
+
+        def checked(stored: bytes) -> None:
+            # A document the store cannot return must be refused before the append, or a
+            # retry after CONVERSATION_CORRUPTED would store the messages twice.
+            self._appended(stored, conversation_id)
+            if check is not None:
+                check(stored)
+
         data = self._backend.append(
-            conversation_id, _message_dicts(messages), check=check, then=then
+            conversation_id, _message_dicts(messages), check=checked, then=then
         )
+        return self._appended(data, conversation_id)
+
+    def _appended(self, data: bytes, conversation_id: str) -> Conversation:
+        """The conversation in ``data``, its messages validated lazily when its header allows."""
         fields = header(data)
         if fields is None or "messageCount" not in fields:
             return self._conversation(data, conversation_id)
