@@ -36,7 +36,9 @@ __all__ = [
     "validate_conversation_id",
 ]
 
-CONVERSATION_ID_RE = re.compile(r"^\d{8}-\d{13}$")
+# [0-9], not \d: \d also matches full-width and Arabic-Indic digits, which must not become
+# directory names.
+CONVERSATION_ID_RE = re.compile(r"^[0-9]{8}-[0-9]{13}\Z")
 LOCK_NAME = ".lock"
 _DIR_MODE = 0o700
 _FILE_MODE = 0o600

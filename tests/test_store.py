@@ -263,8 +263,21 @@ def test_unknown_conversation_says_how_to_start_one(store: ConversationStore) ->
         "20250124-1706102400123/..",
         "../20250124-1706102400123",
         "2025012a-1706102400123",
+        "\uff12\uff10\uff12\uff15\uff10\uff11\uff12\uff14-1706102400123",
+        "20250124-\u0661\u0667\u0660\u0666\u0661\u0660\u0662\u0664\u0660\u0660\u0661\u0662\u0663",
     ],
-    ids=["traversal", "absolute", "12-digits", "empty", "10kB", "suffix", "prefix", "letter"],
+    ids=[
+        "traversal",
+        "absolute",
+        "12-digits",
+        "empty",
+        "10kB",
+        "suffix",
+        "prefix",
+        "letter",
+        "full-width-digits",
+        "arabic-indic-digits",
+    ],
 )
 def test_malformed_ids_are_refused_before_any_file_access(
     store: ConversationStore, tmp_path: Path, bad_id: str
