@@ -111,15 +111,15 @@ def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = False) -> os.
     with fs_errors(path, "write"):
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _FILE_MODE)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            if durable:
-                os.fsync(fd)
-            written = os.fstat(fd)
-        finally:
-            os.close(fd)
-        try:
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                if durable:
+                    os.fsync(fd)
+                written = os.fstat(fd)
+            finally:
+                os.close(fd)
             os.replace(tmp, path)
         except BaseException:
             with contextlib.suppress(OSError):

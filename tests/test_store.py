@@ -701,3 +701,34 @@ def test_append_to_a_conversation_with_a_damaged_header_writes_nothing(
             with pytest.raises(ConversationCorrupted, match="createdAt"):
                 store.append(cid, user("retried"))
         assert path.read_bytes() == damaged
+
+
+def test_a_write_that_fails_on_a_full_disk_leaves_no_temp_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    from pplx_nb import _fs
+
+    store = ConversationStore(tmp_path / "conversation-logs", durable=True)
+    cid = store.create([user("written before the disk filled up")]).conversation_id
+    directory = store.path(cid)
+
+    def files() -> dict[str, bytes]:
+        return {p.name: p.read_bytes() for p in directory.iterdir() if p.name != ".lock"}
+
+    before = files()
+
+    def disk_full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(_fs.os, "fsync", disk_full)
+    with pytest.raises(FilesystemError) as caught:
+        store.append(cid, user("lost to ENOSPC"))
+    monkeypatch.undo()
+    assert caught.value.code == "FILESYSTEM_ERROR"
+    assert caught.value.details["path"] == str(directory / "conversation.json")
+    assert caught.value.details["reason"] == os.strerror(errno.ENOSPC)
+    assert "disk is not full" in str(caught.value)
+    assert files() == before
+    assert [m.content for m in store.load(cid).messages] == ["written before the disk filled up"]
