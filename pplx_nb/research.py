@@ -264,6 +264,13 @@ class Researcher:
         fields = {key: value for key, value in opts.items() if key in _REQUEST_FIELDS}
         return Request(messages=messages, model=model, **fields)
 
+    attach_from_working_directory: bool = True
+    """Whether files may come from the working directory as well as PPLX_NB_FILE_ROOTS.
+
+    Turn it off where the process may run from ``/`` (an MCP server): then only the configured
+    roots count.
+    """
+
     def _attach(
         self, query: str, files: Sequence[str | Path] | None, history: Sequence[Message]
     ) -> tuple[str, list[dict[str, Any]] | None, list[str]]:
@@ -272,8 +279,12 @@ class Researcher:
             return query, None, []
         from pplx_nb import context
 
-        roots = list(self._settings.file_roots) or None
-        prepared = context.prepare_files(files, history, roots=roots)
+        prepared = context.prepare_files(
+            files,
+            history,
+            roots=self._settings.file_roots,
+            working_directory=self.attach_from_working_directory,
+        )
         content = f"{query}\n\n{prepared.text}" if prepared.text else query
         return content, list(prepared.records) or None, list(prepared.notes)
 

@@ -54,24 +54,43 @@ def embedded_files(history: Iterable[Message]) -> dict[str, set[str]]:
     return seen
 
 
-def allowed_roots(roots: Sequence[Path] | None) -> list[Path]:
-    """The resolved folders files may be attached from: ``roots``, else the working directory.
+def allowed_roots(roots: Sequence[Path] | None, *, working_directory: bool = True) -> list[Path]:
+    """The resolved folders files may be attached from: the working directory plus ``roots``.
 
-    ``/`` and the home directory itself are refused with :class:`ValidationError`: under either
-    lie keys, mail and browser profiles, so a question could carry any of them to the API.
+    ``working_directory=False`` leaves the working directory out (the MCP server, which often
+    runs from ``/``, attaches only from ``roots``). ``/`` and the home directory itself are
+    refused with :class:`ValidationError`: under either lie keys, mail and browser profiles, so
+    a question could carry any of them to the API. A working directory that wide is skipped when
+    ``roots`` are given, and refused otherwise.
     """
-    chosen = [Path(root) for root in roots] if roots else [Path.cwd()]
-    resolved = [root.expanduser().resolve() for root in chosen]
-    forbidden = {Path("/").resolve(), Path.home().resolve()}
-    for root in resolved:
-        if root in forbidden:
-            where = "PPLX_NB_FILE_ROOTS holds" if roots else "The working directory is"
+    configured = [_checked_root(Path(root), "PPLX_NB_FILE_ROOTS holds") for root in roots or ()]
+    if not working_directory:
+        if not configured:
             raise ValidationError(
-                f"{where} {str(root)!r}, too wide a folder to attach files from (it would open "
-                "every file under it). Set PPLX_NB_FILE_ROOTS to the project folder(s) whose "
-                "files may be attached, e.g. PPLX_NB_FILE_ROOTS=~/projects/report.",
-                root=str(root),
+                "No folder is allowed for attached files. Set PPLX_NB_FILE_ROOTS to the "
+                "folder(s) whose files may be attached, e.g. PPLX_NB_FILE_ROOTS=~/projects/report."
             )
+        return list(dict.fromkeys(configured))
+    cwd = Path.cwd().resolve()
+    if cwd in _too_wide() and configured:
+        return list(dict.fromkeys(configured))
+    return list(dict.fromkeys([_checked_root(cwd, "The working directory is"), *configured]))
+
+
+def _too_wide() -> set[Path]:
+    return {Path("/").resolve(), Path.home().resolve()}
+
+
+def _checked_root(root: Path, where: str) -> Path:
+    """``root`` resolved, refused if it is ``/`` or the home directory itself."""
+    resolved = root.expanduser().resolve()
+    if resolved in _too_wide():
+        raise ValidationError(
+            f"{where} {str(resolved)!r}, too wide a folder to attach files from (it would open "
+            "every file under it). Set PPLX_NB_FILE_ROOTS to the project folder(s) whose "
+            "files may be attached, e.g. PPLX_NB_FILE_ROOTS=~/projects/report.",
+            root=str(resolved),
+        )
     return resolved
 
 
@@ -96,8 +115,8 @@ def _resolve(path: str | Path, roots: list[Path]) -> Path:
     if not any(resolved.is_relative_to(root) for root in roots):
         allowed = ", ".join(str(root) for root in roots)
         raise ValidationError(
-            f"File {str(path)!r} is outside the allowed folders ({allowed}). Attach files from "
-            "the working directory, or widen the allowed folders with PPLX_NB_FILE_ROOTS.",
+            f"File {str(path)!r} is outside the allowed folders ({allowed}). Move or copy it "
+            "into one of them, or add its folder to PPLX_NB_FILE_ROOTS.",
             path=str(path),
         )
     if _hidden(resolved, roots):
@@ -181,20 +200,22 @@ def prepare_files(
     history: Sequence[Message],
     *,
     roots: Sequence[Path] | None = None,
+    working_directory: bool = True,
     max_bytes: int = DEFAULT_MAX_BYTES,
 ) -> PreparedFiles:
     """Read ``paths`` and embed those not already in the conversation.
 
-    Paths are resolved (symlinks too) and must lie under one of ``roots`` (default: the working
-    directory; never ``/`` or the home directory itself). Refused with :class:`ValidationError`:
-    missing files, folders, paths outside the roots, dot-files and files in dot-folders, files
-    over ``max_bytes`` and binary files (NUL bytes or invalid UTF-8). A file whose
+    Paths are resolved (symlinks too) and must lie under the working directory (unless
+    ``working_directory`` is false) or one of ``roots``; see :func:`allowed_roots`. Refused
+    with :class:`ValidationError`: missing files, folders, paths outside the roots, dot-files
+    and files in dot-folders, files over ``max_bytes`` and binary files (NUL bytes or invalid
+    UTF-8). A file whose
     resolved path and SHA-256 are already recorded in ``history`` is skipped with a note; one
     that changed is embedded again. Nothing is embedded unless every file passes the checks.
     """
     if isinstance(paths, str | Path):
         paths = [paths]
-    allowed = allowed_roots(roots)
+    allowed = allowed_roots(roots, working_directory=working_directory)
     seen = embedded_files(history)
     blocks: list[str] = []
     records: list[dict[str, Any]] = []
