@@ -404,3 +404,20 @@ def test_worker_process_with_unusable_arguments_exits_2_saying_why(
     assert done.returncode == 2
     assert "The worker cannot start" in done.stderr and said in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_worker_process_with_a_bad_environment_exits_2_naming_the_setting(
+    worker_env: dict[str, str],
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "pplx_nb.worker"],
+        cwd=REPO,
+        env={**os.environ, **worker_env, "PPLX_NB_JOB_LEASE_SECONDS": "abc"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "VALIDATION_ERROR: invalid configuration" in done.stderr
+    assert "PPLX_NB_JOB_LEASE_SECONDS" in done.stderr or "job_lease_seconds" in done.stderr
+    assert "Traceback" not in done.stderr and done.stdout == ""

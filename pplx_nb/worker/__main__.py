@@ -11,6 +11,8 @@ import sys
 from collections.abc import Sequence
 from typing import cast
 
+from pydantic import ValidationError as PydanticValidationError
+
 from pplx_nb._config import Settings
 from pplx_nb._errors import PplxError, ValidationError
 from pplx_nb._logging import configure_logging
@@ -70,7 +72,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns 0 after a clean stop, 2 when the configuration or the arguments are unusable.
     """
     args = _parser().parse_args(argv)
-    settings = Settings.from_env()
+    try:
+        settings = Settings.from_env()
+    except PydanticValidationError as exc:
+        print(
+            "The worker cannot start: VALIDATION_ERROR: invalid configuration, fix the "
+            f"environment:\n{exc}",
+            file=sys.stderr,
+        )
+        return 2
     configure_logging(settings)
     try:
         _run(args, settings)
