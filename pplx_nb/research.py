@@ -346,8 +346,7 @@ class Researcher:
         query = self._check_query(query)
         opts = check_options(opts)
         self._refuse_if_running(conversation_id)
-        if fork:
-            conversation_id = self._store.fork(conversation_id).conversation_id
+        # A fork starts as a copy of this history; it is made last, so a refused turn leaves none.
         history = context.chain_messages(self._store, conversation_id)
         model = self._model(mode, opts)
         # A file counts as already embedded only if its turn survives the context budget.
@@ -382,6 +381,8 @@ class Researcher:
                 "content": f"{messages[0]['content']}\n\n{fitted.note}",
             }
         messages[-1] = {"role": "user", "content": sent}
+        if fork:
+            conversation_id = self._store.fork(conversation_id).conversation_id
         return _Turn(conversation_id, messages, user, _TOOLS[mode, True], model, opts)
 
     def _refuse_if_running(self, conversation_id: str) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pplx_nb import Researcher, Settings, ValidationError
+from pplx_nb import Answer, Researcher, Settings, ValidationError
 
 
 @pytest.fixture
@@ -65,3 +65,29 @@ def test_without_the_working_directory_only_the_roots_count(
     with pytest.raises(ValidationError, match="outside the allowed folders"):
         researcher.search("What is this?", files=["notes.md"])
     assert researcher.search("What is this?", files=[extra / "shared.md"]).text
+
+
+@pytest.mark.parametrize(
+    ("query", "files"),
+    [("Show it", ["../../etc/shadow"]), ("Show it", ["missing.md"]), ("   ", None)],
+)
+def test_a_refused_fork_leaves_no_branch_behind(
+    researcher: Researcher, workdir: Path, query: str, files: list[str] | None
+) -> None:
+    first = researcher.search("How do I cancel an asyncio task?")
+    with pytest.raises(ValidationError):
+        researcher.followup(first.conversation_id or "", query, fork=True, files=files)
+    assert [c.conversation_id for c in researcher.conversations()] == [first.conversation_id]
+
+
+def test_a_fork_continues_from_its_parent(researcher: Researcher, workdir: Path) -> None:
+    first = researcher.search("How do I cancel an asyncio task?")
+    branch = researcher.followup(
+        first.conversation_id or "", "How do I wait for it?", fork=True, files=["notes.md"]
+    )
+    assert isinstance(branch, Answer) and branch.conversation_id != first.conversation_id
+    child = researcher.history(branch.conversation_id or "")
+    assert child.parent_conversation_id == first.conversation_id
+    assert [m.role for m in child.messages] == ["user", "assistant", "user", "assistant"]
+    assert "TaskGroup on shutdown" in child.messages[2].content
+    assert len(researcher.history(first.conversation_id or "").messages) == 2
