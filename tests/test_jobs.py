@@ -454,3 +454,12 @@ def test_an_answer_from_a_worker_that_lost_its_lease_is_not_stored(logs_dir: Pat
         store.append(cid, answer, check=JobContext(queue, current).check_owner)
     assert [m.role for m in store.load(cid).messages] == ["user", "assistant"]
     assert queue.complete(current).status == "completed"
+
+
+def test_a_request_with_numbers_that_are_not_json_is_refused(
+    queue: JobQueue, logs_dir: Path
+) -> None:
+    cid = new_conversation(logs_dir)
+    with pytest.raises(ValidationError, match="JSON"):
+        queue.enqueue(cid, "t", {"opts": {"temperature": float("nan")}})
+    assert queue.status(cid) is None and _files(logs_dir, cid) == set()

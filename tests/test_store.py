@@ -732,3 +732,20 @@ def test_a_write_that_fails_on_a_full_disk_leaves_no_temp_file(
     assert "disk is not full" in str(caught.value)
     assert files() == before
     assert [m.content for m in store.load(cid).messages] == ["written before the disk filled up"]
+
+
+def test_numbers_that_are_not_json_are_refused_and_nothing_is_stored(
+    store: ConversationStore,
+) -> None:
+    with pytest.raises(ValidationError, match="finite numbers") as caught:
+        store.create([user("scored")], score=float("nan"))
+    assert caught.value.code == "VALIDATION_ERROR"
+    assert store.ids() == []
+    cid = store.create([user("fine")]).conversation_id
+    store.append(cid, {"role": "assistant", "content": "x", "score": float("inf")})
+
+    def strict(constant: str) -> None:
+        raise AssertionError(f"bare {constant} in conversation.json")
+
+    json.loads(conversation_file(store, cid).read_bytes(), parse_constant=strict)
+    assert os.listdir(store.root) == [cid]

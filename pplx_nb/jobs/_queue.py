@@ -138,7 +138,7 @@ class JobQueue:
                 f"got {priority!r}."
             )
         try:
-            json.dumps(request)
+            json.dumps(request, allow_nan=False)
         except (TypeError, ValueError) as exc:
             raise ValidationError(
                 f"The job request must be JSON-serialisable: {exc}. Pass plain dicts, lists, "

@@ -20,7 +20,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from pplx_nb._errors import ConversationCorrupted
+from pplx_nb._errors import ConversationCorrupted, ValidationError
 
 __all__ = [
     "Canonical",
@@ -51,7 +51,14 @@ class Canonical(NamedTuple):
 
 
 def _dumps(value: Any) -> bytes:
-    return json.dumps(value, ensure_ascii=False).encode("utf-8")
+    try:
+        return json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8")
+    except ValueError as exc:
+        raise ValidationError(
+            f"A conversation can hold only finite numbers ({exc}): NaN and Infinity are not "
+            "JSON, and other readers of conversation.json reject them. Pass None or a string "
+            "instead.",
+        ) from exc
 
 
 def _assemble(header: Mapping[str, Any], body: bytes) -> bytes:

@@ -143,8 +143,8 @@ class FileBackend:
             **meta,
             "messages": [dict(m) for m in messages],
         }
-        data = encode(document)
         try:
+            data = encode(document)
             self._write(directory, data, summarize(document))
         except BaseException:
             shutil.rmtree(directory, ignore_errors=True)
