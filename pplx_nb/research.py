@@ -718,9 +718,15 @@ class Researcher:
                 if exc.status_code != 404:
                     raise
                 logger.warning("Remote run %s is unknown to the API; starting over", remote_id)
-                await ctx.note_error(exc)
-                remote_id = await client.submit_background(request)
+                unknown, remote_id = remote_id, await client.submit_background(request)
                 await ctx.record_remote_id(remote_id)
+                await ctx.note_error(
+                    InvalidInput(
+                        f"The background run {unknown} is unknown to the API (it expired or was "
+                        f"never stored: {exc.message}); it was resubmitted as {remote_id}.",
+                        status_code=404,
+                    )
+                )
                 continue
             if answer is not None:
                 await ctx.report(95, "Finalizing research report...")

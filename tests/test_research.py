@@ -456,3 +456,33 @@ def test_a_search_followup_that_loses_the_race_to_a_queued_research_followup_is_
             assert roles == ["user", "assistant", "user"]
         finally:
             r.close()
+
+
+def test_a_job_whose_remote_run_is_unknown_is_resubmitted_and_says_so(
+    settings: Settings, sim_url: str
+) -> None:
+    from pplx_nb.jobs import Worker
+
+    r = Researcher(settings, async_deep_research=False)
+    try:
+        queued = r.deep_research("Describe the json module", wait=False)
+        assert isinstance(queued, JobStatus)
+        job = r.queue.claim("crashed-worker")
+        assert job is not None
+        r.queue.set_remote_id(job, "resp_expired0123")
+        r.queue.release(job)
+        worker = Worker(r.queue, r.execute_job, concurrency=1)
+        worker.start()
+        try:
+            report = r.wait(queued.conversation_id, timeout=30)
+        finally:
+            worker.stop()
+        assert report.text
+        status = r.status(queued.conversation_id)
+        assert status is not None and status.status == "completed" and status.attempts == 1
+        [note] = status.error_history
+        assert "resp_expired0123 is unknown to the API" in note.message
+        assert f"resubmitted as {status.remote_id}" in note.message
+        assert stats(sim_url)["background_runs"] == 1
+    finally:
+        r.close()
