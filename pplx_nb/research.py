@@ -373,13 +373,7 @@ class Researcher:
         sent = content.replace(query, search_query, 1) if reformulated else content
         if notes:
             sent = f"{sent}\n\n" + "\n".join(notes)
-        fitted = context.fit_history([*history, user], model)
-        messages = _wire_messages(fitted.messages)
-        if fitted.note and messages and messages[0]["role"] == "system":
-            messages[0] = {
-                "role": "system",
-                "content": f"{messages[0]['content']}\n\n{fitted.note}",
-            }
+        messages = _fitted_messages([*history, user], model)
         messages[-1] = {"role": "user", "content": sent}
         if fork:
             conversation_id = self._store.fork(conversation_id).conversation_id
@@ -682,8 +676,7 @@ class Researcher:
         opts = dict(job.request.get("opts") or {})
         model = str(job.request.get("model") or DEEP_RESEARCH_MODEL)
         history = context.chain_messages(self._store, job.conversation_id)
-        fitted = context.fit_history(history, model)
-        messages = _wire_messages(fitted.messages)
+        messages = _fitted_messages(history, model)
         if messages and messages[-1]["role"] == "user" and job.request.get("searchQuery"):
             messages[-1] = {"role": "user", "content": str(job.request["searchQuery"])}
         request = self._build_request(messages, model, opts)
@@ -979,6 +972,30 @@ def _job_request(turn: _Turn) -> dict[str, Any]:
         "opts": turn.opts,
         "searchQuery": turn.messages[-1]["content"],
     }
+
+
+def _fitted_messages(messages: Sequence[Message], model: str) -> list[dict[str, str]]:
+    """``messages`` fitted to ``model``'s context window, as the API wants them.
+
+    When older turns had to be left out, the system prompt says so, so the model does not take
+    the shortened history for the whole conversation.
+    """
+    from pplx_nb import context
+
+    fitted = context.fit_history(messages, model)
+    return _with_system_notes(_wire_messages(fitted.messages), [fitted.note] if fitted.note else [])
+
+
+def _with_system_notes(
+    messages: list[dict[str, str]], notes: Sequence[str]
+) -> list[dict[str, str]]:
+    """``messages`` with ``notes`` added to the system prompt (put first if there is none)."""
+    if not notes:
+        return messages
+    text = "\n".join(notes)
+    if messages and messages[0]["role"] == "system":
+        return [{"role": "system", "content": f"{messages[0]['content']}\n\n{text}"}, *messages[1:]]
+    return [{"role": "system", "content": text}, *messages]
 
 
 def _wire_messages(messages: Sequence[Message]) -> list[dict[str, str]]:

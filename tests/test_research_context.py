@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx2
 import pytest
 
 from pplx_nb import Answer, Researcher, Settings, ValidationError
+from pplx_nb.api import AsyncClient
+from pplx_nb.context import CONTEXT_WINDOWS
 
 
 @pytest.fixture
@@ -91,3 +96,80 @@ def test_a_fork_continues_from_its_parent(researcher: Researcher, workdir: Path)
     assert [m.role for m in child.messages] == ["user", "assistant", "user", "assistant"]
     assert "TaskGroup on shutdown" in child.messages[2].content
     assert len(researcher.history(first.conversation_id or "").messages) == 2
+
+
+class _Recorder:
+    """A transport handler that forwards to the simulator and keeps every chat request body."""
+
+    def __init__(self) -> None:
+        self.bodies: list[dict[str, Any]] = []
+
+    async def __call__(self, request: httpx2.Request) -> httpx2.Response:
+        content = await request.aread()
+        if content:
+            body = json.loads(content)
+            body = body.get("request", body)
+            if "messages" in body:
+                self.bodies.append(body)
+        async with httpx2.AsyncClient() as real:
+            forwarded = httpx2.Request(
+                request.method, request.url, headers=request.headers, content=content
+            )
+            response = await real.send(forwarded)
+            data = await response.aread()
+        headers = {"content-type": response.headers.get("content-type", "application/json")}
+        return httpx2.Response(response.status_code, headers=headers, content=data)
+
+    def asked(self, question: str) -> list[dict[str, str]]:
+        """The messages of the last request whose newest message starts with ``question``."""
+        for body in reversed(self.bodies):
+            if body["messages"][-1]["content"].startswith(question):
+                return list(body["messages"])
+        raise AssertionError(f"no request asked {question!r}")
+
+
+def _recorded(settings: Settings, **options: Any) -> tuple[Researcher, _Recorder]:
+    sonar = settings.model_copy(update={"api_style": "sonar"})
+    recorder = _Recorder()
+    client = AsyncClient(sonar, transport=httpx2.MockTransport(recorder))
+    return Researcher(sonar, client=client, **options), recorder
+
+
+OLDEST = "What does asyncio.gather do?"
+NEWER = "What does the contextlib module provide?"
+
+
+def _long_conversation(r: Researcher) -> str:
+    """A conversation of two answered turns; returns its id."""
+    first = r.search(OLDEST)
+    cid = first.conversation_id or ""
+    r.followup(cid, NEWER)
+    return cid
+
+
+def _window_for_the_newer_turn(r: Researcher, cid: str) -> int:
+    """A window whose budget (4/5 of it) holds all but the oldest turn, plus a short question."""
+    messages = r.history(cid, include_system=True).messages
+    tokens = sum(len(m.content) // 4 + 8 for m in messages)
+    oldest = sum(len(m.content) // 4 + 8 for m in messages[1:3])
+    return (tokens - oldest + 30) * 5 // 4
+
+
+def test_a_queued_research_job_tells_the_model_that_turns_were_left_out(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    r, recorder = _recorded(settings, async_deep_research=True)
+    try:
+        cid = _long_conversation(r)
+        window = _window_for_the_newer_turn(r, cid)
+        monkeypatch.setitem(CONTEXT_WINDOWS, "sonar-deep-research", window)
+        question = "Which exceptions does the json module raise?"
+        r.followup(cid, question, mode="research", wait=False)
+        r.wait(cid, timeout=30)
+        sent = recorder.asked(question)
+    finally:
+        r.close()
+    assert sent[0]["role"] == "system"
+    assert "1 earlier turn was left out" in sent[0]["content"]
+    assert all(OLDEST not in m["content"] for m in sent)
+    assert any(NEWER in m["content"] for m in sent)
