@@ -173,3 +173,36 @@ def test_a_queued_research_job_tells_the_model_that_turns_were_left_out(
     assert "1 earlier turn was left out" in sent[0]["content"]
     assert all(OLDEST not in m["content"] for m in sent)
     assert any(NEWER in m["content"] for m in sent)
+
+
+def test_a_followup_leaves_out_the_oldest_turn_and_says_so(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    r, recorder = _recorded(settings)
+    try:
+        cid = _long_conversation(r)
+        monkeypatch.setitem(CONTEXT_WINDOWS, "sonar-pro", _window_for_the_newer_turn(r, cid))
+        question = "Which exceptions does the json module raise?"
+        r.followup(cid, question)
+        sent = recorder.asked(question)
+    finally:
+        r.close()
+    assert [m["role"] for m in sent] == ["system", "user", "assistant", "user"]
+    assert sent[0]["content"].endswith("1 earlier turn was left out to fit the context window.")
+    assert all(OLDEST not in m["content"] for m in sent)
+    assert sent[1]["content"] == NEWER
+    stored = r.history(cid).messages
+    assert [m.content for m in stored if m.role == "user"] == [OLDEST, NEWER, question]
+
+
+def test_a_followup_within_the_window_sends_the_whole_history(settings: Settings) -> None:
+    r, recorder = _recorded(settings)
+    try:
+        cid = _long_conversation(r)
+        question = "Which exceptions does the json module raise?"
+        r.followup(cid, question)
+        sent = recorder.asked(question)
+    finally:
+        r.close()
+    assert [m["content"] for m in sent if m["role"] == "user"] == [OLDEST, NEWER, question]
+    assert "left out" not in sent[0]["content"]
