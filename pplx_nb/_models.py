@@ -216,6 +216,8 @@ class Answer(BaseModel):
     conversation_path: str | None = None
     reformulated_query: str | None = None
     cached: bool = False
+    notes: list[str] = Field(default_factory=list)
+    """Notes about the question, e.g. an attached file already in the conversation history."""
 
     def linked_text(self) -> str:
         """The text with ``[n]`` markers turned into Markdown links to their sources."""
@@ -242,6 +244,8 @@ class Answer(BaseModel):
             parts.append("\n".join(lines))
         if self.related_questions:
             parts.append("**Related**\n\n" + "\n".join(f"- {q}" for q in self.related_questions))
+        if self.notes:
+            parts.append("\n".join(f"<sub>{note}</sub>  " for note in self.notes).rstrip())
         if self.conversation_id:
             parts.append(f"<sub>Conversation `{self.conversation_id}`</sub>")
         return "\n\n".join(parts)

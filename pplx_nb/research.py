@@ -100,6 +100,7 @@ class _Turn:
     model: str
     opts: dict[str, Any]
     seed: list[Message] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
     started: float = field(default_factory=time.perf_counter)
 
     @property
@@ -313,12 +314,9 @@ class Researcher:
         content, records, notes = self._attach(query, files, [])
         system = Message(role="system", content=SYSTEM_PROMPT, timestamp=now_iso())
         user = Message(role="user", content=content, timestamp=now_iso(), files=records)
-        sent = content if not notes else f"{content}\n\n" + "\n".join(notes)
-        messages = [
-            {"role": "system", "content": SYSTEM_PROMPT},
-            {"role": "user", "content": sent},
-        ]
-        return _Turn(None, messages, user, _TOOLS[mode, False], model, opts, seed=[system])
+        messages = _fitted_messages([system, user], model, notes)
+        tool = _TOOLS[mode, False]
+        return _Turn(None, messages, user, tool, model, opts, seed=[system], notes=notes)
 
     async def _followup_turn(
         self,
@@ -371,13 +369,11 @@ class Researcher:
             reformulated_query=reformulated,
         )
         sent = content.replace(query, search_query, 1) if reformulated else content
-        if notes:
-            sent = f"{sent}\n\n" + "\n".join(notes)
-        messages = _fitted_messages([*history, user], model)
+        messages = _fitted_messages([*history, user], model, notes)
         messages[-1] = {"role": "user", "content": sent}
         if fork:
             conversation_id = self._store.fork(conversation_id).conversation_id
-        return _Turn(conversation_id, messages, user, _TOOLS[mode, True], model, opts)
+        return _Turn(conversation_id, messages, user, _TOOLS[mode, True], model, opts, notes=notes)
 
     def _refuse_if_running(self, conversation_id: str) -> None:
         """Fail fast, before any API call; :meth:`_ask` checks again when it stores the question."""
@@ -437,6 +433,7 @@ class Researcher:
         answer.conversation_id = conversation.conversation_id
         answer.conversation_path = str(self._store.path(conversation.conversation_id))
         answer.reformulated_query = turn.user.reformulated_query
+        answer.notes = list(turn.notes)
         if not turn.show_thinking:
             answer.thinking = None
         self._record(turn.started, answer, ok=True)
@@ -676,7 +673,7 @@ class Researcher:
         opts = dict(job.request.get("opts") or {})
         model = str(job.request.get("model") or DEEP_RESEARCH_MODEL)
         history = context.chain_messages(self._store, job.conversation_id)
-        messages = _fitted_messages(history, model)
+        messages = _fitted_messages(history, model, job.request.get("notes") or [])
         if messages and messages[-1]["role"] == "user" and job.request.get("searchQuery"):
             messages[-1] = {"role": "user", "content": str(job.request["searchQuery"])}
         request = self._build_request(messages, model, opts)
@@ -971,19 +968,24 @@ def _job_request(turn: _Turn) -> dict[str, Any]:
         "model": turn.model,
         "opts": turn.opts,
         "searchQuery": turn.messages[-1]["content"],
+        **({"notes": turn.notes} if turn.notes else {}),
     }
 
 
-def _fitted_messages(messages: Sequence[Message], model: str) -> list[dict[str, str]]:
+def _fitted_messages(
+    messages: Sequence[Message], model: str, notes: Sequence[str] = ()
+) -> list[dict[str, str]]:
     """``messages`` fitted to ``model``'s context window, as the API wants them.
 
-    When older turns had to be left out, the system prompt says so, so the model does not take
-    the shortened history for the whole conversation.
+    ``notes`` (e.g. a file already in the history) and, when older turns had to be left out, a
+    note saying so go into the system prompt: the model reads them there, and the question —
+    the search text — stays the question.
     """
     from pplx_nb import context
 
     fitted = context.fit_history(messages, model)
-    return _with_system_notes(_wire_messages(fitted.messages), [fitted.note] if fitted.note else [])
+    told = [*([fitted.note] if fitted.note else []), *notes]
+    return _with_system_notes(_wire_messages(fitted.messages), told)
 
 
 def _with_system_notes(

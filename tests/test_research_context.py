@@ -206,3 +206,59 @@ def test_a_followup_within_the_window_sends_the_whole_history(settings: Settings
         r.close()
     assert [m["content"] for m in sent if m["role"] == "user"] == [OLDEST, NEWER, question]
     assert "left out" not in sent[0]["content"]
+
+
+ALREADY = "notes.md is already in the conversation history."
+
+
+def test_a_file_already_in_the_history_is_noted_to_the_model_not_the_search(
+    settings: Settings, workdir: Path
+) -> None:
+    r, recorder = _recorded(settings)
+    try:
+        first = r.search("How should we cancel tasks?", files=["notes.md"])
+        question = "How does asyncio.timeout work?"
+        again = r.followup(first.conversation_id or "", question, files=["notes.md"])
+        sent = recorder.asked(question)
+    finally:
+        r.close()
+    assert isinstance(again, Answer)
+    assert again.notes == [ALREADY]
+    assert sent[-1]["content"] == question
+    assert sent[0]["role"] == "system" and sent[0]["content"].endswith(ALREADY)
+    assert first.notes == []
+
+
+def test_notes_show_under_the_answer_in_the_notebook_and_over_mcp(
+    researcher: Researcher, workdir: Path
+) -> None:
+    from pplx_nb.mcp._render import answer_result
+    from pplx_nb.notebook.display import answer_bundle, answer_html, linked_text
+
+    first = researcher.search("How should we cancel tasks?", files=["notes.md"])
+    again = researcher.followup(first.conversation_id or "", "And timeouts?", files=["notes.md"])
+    assert isinstance(again, Answer)
+    markdown = answer_bundle(again)["text/markdown"]
+    assert f"<sub>{ALREADY}</sub>" in markdown
+    assert markdown.index(ALREADY) > markdown.index(linked_text(again.text, again.sources))
+    assert ALREADY in answer_html(again)
+    assert ALREADY not in answer_bundle(first)["text/markdown"]
+    text = answer_result(again, followup=True, show_thinking=False).content[0]
+    assert f"_Note: {ALREADY}_" in getattr(text, "text", "")
+
+
+def test_a_queued_research_job_gets_the_file_notes_in_its_system_message(
+    settings: Settings, workdir: Path
+) -> None:
+    r, recorder = _recorded(settings, async_deep_research=True)
+    try:
+        first = r.search("How should we cancel tasks?", files=["notes.md"])
+        cid = first.conversation_id or ""
+        question = "Which exceptions does the json module raise?"
+        r.followup(cid, question, mode="research", wait=False, files=["notes.md"])
+        r.wait(cid, timeout=30)
+        sent = recorder.asked(question)
+    finally:
+        r.close()
+    assert sent[-1]["content"] == question
+    assert sent[0]["role"] == "system" and sent[0]["content"].endswith(ALREADY)

@@ -66,6 +66,7 @@ def answer_result(answer: Answer, *, followup: bool, show_thinking: bool) -> Cal
     parts = [_header(title, conversation_id, path), "---"]
     if answer.reformulated_query:
         parts.append(f"_Searched as: {answer.reformulated_query}_")
+    parts.extend(f"_Note: {note}_" for note in answer.notes)
     if show_thinking and answer.thinking:
         parts.append("**Reasoning**\n\n" + answer.thinking.strip())
     parts.append(answer.text)

@@ -161,6 +161,11 @@ def footer_markdown(answer: Answer, elapsed: float | None = None) -> str:
     return f"<sub>{' · '.join(html.escape(b) for b in bits)}</sub>" if bits else ""
 
 
+def notes_markdown(notes: Sequence[str]) -> str:
+    """Notes about the question (a file already in the history, ...) as one muted line."""
+    return f"<sub>{html.escape(' · '.join(notes))}</sub>" if notes else ""
+
+
 def answer_markdown(
     answer: Answer,
     *,
@@ -180,6 +185,7 @@ def answer_markdown(
             f"<details><summary>Thinking</summary>\n\n{_quote_block(answer.thinking)}\n\n</details>"
         )
     parts.append(linked_text(answer.text, answer.sources))
+    parts.append(notes_markdown(answer.notes))
     if answer.sources:
         parts.append(sources_markdown(answer.sources))
     parts.append(images_markdown(answer.images))
@@ -206,6 +212,8 @@ def answer_html(answer: Answer, *, header: bool = True, research: bool = False) 
         )
     # Widgets sit inside a cell's output: report headings one or two sizes down read better there.
     parts.append(markdown_to_html(linked_text(answer.text, answer.sources), heading_offset=2))
+    if answer.notes:
+        parts.append(f'<div style="{_DIM}">{"<br>".join(map(html.escape, answer.notes))}</div>')
     if answer.sources:
         parts.append(markdown_to_html(sources_markdown(answer.sources)))
     if answer.images:
