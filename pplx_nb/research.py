@@ -984,8 +984,41 @@ def _fitted_messages(
     from pplx_nb import context
 
     fitted = context.fit_history(messages, model)
+    _refuse_oversized(fitted.messages, model)
     told = [*([fitted.note] if fitted.note else []), *notes]
     return _with_system_notes(_wire_messages(fitted.messages), told)
+
+
+def _refuse_oversized(messages: Sequence[Message], model: str) -> None:
+    """Refuse what is over ``model``'s window with every earlier turn left out.
+
+    The API would answer such a request with a 400 after the upload; the estimate is cheap, and
+    the files attached to the newest question are what can be made smaller.
+    """
+    from pplx_nb.context import context_window
+    from pplx_nb.context._budget import message_tokens
+
+    window = context_window(model)
+    used = sum(message_tokens(m) for m in messages)
+    if used <= window:
+        return
+    files = next((m.files or [] for m in reversed(messages) if m.role == "user"), [])
+    sizes = ", ".join(
+        f"{record.get('path')} ({record.get('bytes', 0):,} bytes)" for record in files
+    )
+    advice = (
+        f"Attached files: {sizes}. Attach fewer or smaller files (an excerpt of each)."
+        if sizes
+        else "Shorten the question."
+    )
+    raise ValidationError(
+        f"The question is about {used:,} tokens (estimated, with the system prompt), over the "
+        f"{window:,}-token context window of {model}, even with every earlier turn left out. "
+        f"{advice}",
+        estimated_tokens=used,
+        window=window,
+        files=[{"path": r.get("path"), "bytes": r.get("bytes")} for r in files],
+    )
 
 
 def _with_system_notes(

@@ -262,3 +262,34 @@ def test_a_queued_research_job_gets_the_file_notes_in_its_system_message(
         r.close()
     assert sent[-1]["content"] == question
     assert sent[0]["role"] == "system" and sent[0]["content"].endswith(ALREADY)
+
+
+@pytest.fixture
+def two_big_files(workdir: Path) -> list[str]:
+    """Two attachable files of 6,000 bytes (about 1,500 tokens) each."""
+    for name in ("a.txt", "b.txt"):
+        (workdir / name).write_text("asyncio " * 750)
+    return ["a.txt", "b.txt"]
+
+
+def test_a_question_over_the_window_is_refused_with_the_file_sizes(
+    researcher: Researcher, two_big_files: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = researcher.search("How do I cancel an asyncio task?")
+    cid = first.conversation_id or ""
+    monkeypatch.setitem(CONTEXT_WINDOWS, "sonar-pro", 2_000)
+    with pytest.raises(ValidationError) as refused:
+        researcher.followup(cid, "Summarize these", files=two_big_files)
+    message = str(refused.value)
+    assert "2,000-token context window of sonar-pro" in message
+    assert f"about {refused.value.details['estimated_tokens']:,} tokens" in message
+    assert refused.value.details["estimated_tokens"] > 3_000
+    assert "a.txt (6,000 bytes)" in message and "b.txt (6,000 bytes)" in message
+    assert "fewer or smaller files" in message
+    with pytest.raises(ValidationError, match="context window"):
+        researcher.search("Summarize these", files=two_big_files)
+    with pytest.raises(ValidationError, match="context window"):
+        researcher.followup(cid, "Summarize these", files=two_big_files, fork=True)
+    assert [c.conversation_id for c in researcher.conversations()] == [cid]
+    assert len(researcher.history(cid).messages) == 2
+    assert researcher.followup(cid, "Summarize this", files=["a.txt"]).text
