@@ -276,6 +276,12 @@ def test_attached_files_reach_the_conversation_and_outside_files_are_refused(
     )
     assert outside.is_error and _text(outside).startswith("VALIDATION_ERROR: ")
 
+    in_working_directory = client.call(
+        "perplexity_search", {"query": "What is this?", "files": [str(ROOT / "README.md")]}
+    )
+    assert in_working_directory.is_error, "the server's working directory is not a file root"
+    assert _text(in_working_directory).startswith("VALIDATION_ERROR: ")
+
     (logs_dir.parent / ".env").write_text("TOKEN=very-secret\n")
     hidden = client.call(
         "perplexity_search", {"query": "What is this?", "files": [str(logs_dir.parent / ".env")]}
