@@ -270,6 +270,13 @@ def test_attached_files_reach_the_conversation_and_outside_files_are_refused(
     question = history["messages"][0]
     assert "cancels asyncio tasks on shutdown" in question["content"]
     assert question["files"] and question["files"][0]["sha256"]
+    again = client.call(
+        "perplexity_search_followup",
+        {"conversationId": cid, "query": "And with a timeout?", "files": [str(notes)]},
+    )
+    assert not again.is_error, _text(again)
+    assert _data(again)["notes"] == ["notes.txt is already in the conversation history."]
+    assert "already in the conversation history" in _text(again)
 
     outside = client.call(
         "perplexity_search", {"query": "What is this?", "files": ["/etc/hostname"]}

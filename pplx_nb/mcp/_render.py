@@ -90,6 +90,7 @@ def answer_result(answer: Answer, *, followup: bool, show_thinking: bool) -> Cal
         usage=answer.usage.to_json_dict() if answer.usage else None,
         cost=answer.cost.to_json_dict() if answer.cost else None,
         reformulatedQuery=answer.reformulated_query,
+        notes=list(answer.notes),
         thinking=answer.thinking if show_thinking else None,
         cached=answer.cached,
     )

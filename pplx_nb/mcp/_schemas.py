@@ -204,6 +204,7 @@ class AskResult(_Out):
     usage: dict[str, Any] | None = None
     cost: dict[str, Any] | None = None
     reformulatedQuery: str | None = None
+    notes: list[str] = Field(default_factory=list)
     thinking: str | None = None
     cached: bool = False
 
