@@ -608,6 +608,30 @@ def test_cli_prints_url_first_answers_and_exits_cleanly(
     assert process.returncode == 0, err
 
 
+@pytest.mark.parametrize(
+    ("argv", "complaint"),
+    [
+        (["--port", "99999"], "--port: 99999 is out of range: use from 0 to 65535"),
+        (["--port", "-1"], "--port: -1 is out of range"),
+        (["--latency-ms", "-5"], "--latency-ms: -5 is out of range: use 0 or more"),
+        (["--deep-research-seconds", "-0.5"], "--deep-research-seconds: -0.5 is out of range"),
+        (["--deep-research-seconds", "nan"], "--deep-research-seconds: nan is out of range"),
+        (["--latency-ms", "fast"], "--latency-ms: 'fast' is not a number"),
+    ],
+)
+def test_cli_refuses_out_of_range_numbers_with_exit_2(
+    argv: list[str], complaint: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pplx_nb.sim.__main__ import _parser
+
+    with pytest.raises(SystemExit) as caught:
+        _parser().parse_args(argv)  # what main() does first; a bad value must not start a server
+    assert caught.value.code == 2
+    captured = capsys.readouterr()
+    assert complaint in captured.err and "Traceback" not in captured.err
+    assert captured.out == ""
+
+
 # -- corpus and ranking ------------------------------------------------------------------------
 
 

@@ -3,11 +3,31 @@
 from __future__ import annotations
 
 import argparse
+import math
 import signal
 import sys
+from collections.abc import Callable
 from types import FrameType
 
 __all__ = ["main"]
+
+
+def _bounded(
+    kind: Callable[[str], float], low: float, high: float = math.inf
+) -> Callable[[str], float]:
+    """An argparse ``type`` accepting finite ``kind`` values from ``low`` to ``high``."""
+
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not (math.isfinite(value) and low <= value <= high):
+            span = f"from {low:g} to {high:g}" if high < math.inf else f"{low:g} or more"
+            raise argparse.ArgumentTypeError(f"{text} is out of range: use {span}")
+        return value
+
+    return parse
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -16,10 +36,12 @@ def _parser() -> argparse.ArgumentParser:
         description="Offline Perplexity-compatible API server (Sonar and Agent protocols).",
     )
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    parser.add_argument(
+        "--port", type=_bounded(int, 0, 65535), default=0, help="0 picks a free port"
+    )
     parser.add_argument("--corpus", default=None, help="folder of .md/.txt/.rst files")
-    parser.add_argument("--latency-ms", type=int, default=300)
-    parser.add_argument("--deep-research-seconds", type=float, default=5.0)
+    parser.add_argument("--latency-ms", type=_bounded(int, 0), default=300)
+    parser.add_argument("--deep-research-seconds", type=_bounded(float, 0), default=5.0)
     parser.add_argument("--api-key", default=None, help="require this bearer key")
     return parser
 
