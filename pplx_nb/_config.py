@@ -99,6 +99,11 @@ class Settings(BaseSettings):
         ge=0,
         validation_alias=_env("PPLX_NB_SIM_DEEP_RESEARCH_SECONDS", "sim_deep_research_seconds"),
     )
+    cache_home: Path | None = Field(
+        None,
+        validation_alias=_env("XDG_CACHE_HOME", "cache_home"),
+        description="The user cache folder (an operating-system convention; ~/.cache if unset).",
+    )
     log_level: str = Field("info", validation_alias=_env("LOG_LEVEL", "log_level"))
     log_format: Literal["text", "json"] = Field(
         "text", validation_alias=_env("LOG_FORMAT", "log_format")
@@ -146,9 +151,14 @@ class Settings(BaseSettings):
             url = shared_server_url(
                 latency_ms=self.sim_latency_ms,
                 deep_research_seconds=self.sim_deep_research_seconds,
+                cache_dir=self.cache_dir(),
             )
             return Endpoint(url, None, True)
         return Endpoint(self.base_url, self.api_key, False)
+
+    def cache_dir(self) -> Path:
+        """pplx_nb's folder in the user cache (built simulator corpora live there)."""
+        return (self.cache_home or Path.home() / ".cache").expanduser() / "pplx_nb"
 
     def logs_dir(self) -> Path:
         """The conversation-logs directory as an absolute path."""

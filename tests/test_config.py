@@ -52,6 +52,15 @@ def test_every_documented_variable_is_read(monkeypatch: pytest.MonkeyPatch) -> N
     assert (s.log_level, s.log_format) == ("debug", "json")
 
 
+def test_the_cache_folder_follows_xdg_cache_home(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert Settings.from_env().cache_dir() == tmp_path / "pplx_nb"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert Settings.from_env().cache_dir() == Path.home() / ".cache" / "pplx_nb"
+
+
 def test_explicit_arguments_win_over_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PERPLEXITY_MODEL", "sonar")
     monkeypatch.setenv("PPLX_NB_OFFLINE", "1")

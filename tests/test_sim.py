@@ -697,6 +697,18 @@ def test_directory_corpus_is_cached_under_xdg_cache_home(
     assert list((tmp_path / "cache" / "pplx_nb").glob("dircorpus-*.pkl"))
 
 
+def test_a_corpus_is_cached_in_the_folder_it_is_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# Beacons\n\nBeacons were lit on hilltops to pass warnings.")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    load_corpus(docs, cache_dir=tmp_path / "given")
+    assert list((tmp_path / "given").glob("dircorpus-*.pkl"))
+    assert not (tmp_path / "xdg").exists()
+
+
 def test_a_missing_or_empty_corpus_folder_is_refused_saying_why(tmp_path: Path) -> None:
     with pytest.raises(ValidationError, match="does not exist"):
         load_corpus(tmp_path / "missing")

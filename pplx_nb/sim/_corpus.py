@@ -4,7 +4,7 @@ The default corpus is the Python documentation shipped with the interpreter; ``-
 indexes a folder of ``.md`` / ``.txt`` / ``.rst`` files instead. Building the default one takes a
 few seconds, so the result is pickled under the user cache directory and reused by every later
 process (only a file that no other user could have written is unpickled); within a process each
-corpus is loaded once.
+corpus is loaded once. The cache folder is an argument, by default ``Settings.cache_dir()``.
 """
 
 from __future__ import annotations
@@ -19,12 +19,13 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from pplx_nb._config import Settings
 from pplx_nb._errors import ValidationError
 from pplx_nb.sim._bm25 import BM25Index, tokenize
 from pplx_nb.sim._documents import Document
 from pplx_nb.sim._stdlib_docs import stdlib_documents, stdlib_root
 
-__all__ = ["Corpus", "cache_dir", "directory_documents", "load_corpus"]
+__all__ = ["Corpus", "directory_documents", "load_corpus"]
 
 _FORMAT = 7
 _TITLE_WEIGHT = 3
@@ -62,13 +63,6 @@ def build_corpus(label: str, documents: list[Document]) -> Corpus:
     """Index ``documents`` in memory."""
     index = BM25Index.build(index_terms(doc) for doc in documents)
     return Corpus(label, tuple(documents), index)
-
-
-def cache_dir() -> Path:
-    """Where built corpora are cached: ``$XDG_CACHE_HOME/pplx_nb`` (default ``~/.cache``)."""
-    # The XDG variable is an operating-system convention, not a pplx_nb setting.
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "pplx_nb"
 
 
 def _directory_files(directory: Path) -> list[Path]:
@@ -129,10 +123,10 @@ def _fingerprint(directory: Path | None) -> str:
     return digest.hexdigest()[:16]
 
 
-def _cache_path(directory: Path | None) -> Path:
+def _cache_path(directory: Path | None, cache_dir: Path) -> Path:
     kind = "corpus" if directory is None else "dircorpus"
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    return cache_dir() / f"{kind}-{version}-{_fingerprint(directory)}.pkl"
+    return cache_dir / f"{kind}-{version}-{_fingerprint(directory)}.pkl"
 
 
 def _fallback_dir() -> Path:
@@ -187,9 +181,10 @@ def _build(directory: Path | None) -> Corpus:
     return build_corpus(f"the local corpus {directory.name}", directory_documents(directory))
 
 
-def load_corpus(directory: Path | str | None = None) -> Corpus:
+def load_corpus(directory: Path | str | None = None, *, cache_dir: Path | None = None) -> Corpus:
     """The corpus for ``directory`` (default: the Python docs): from memory, disk cache or built.
 
+    Built corpora are cached under ``cache_dir`` (default: ``Settings.from_env().cache_dir()``).
     A folder that does not exist or holds no documents is a VALIDATION_ERROR.
     """
     folder = Path(directory).expanduser().resolve() if directory is not None else None
@@ -203,7 +198,7 @@ def load_corpus(directory: Path | str | None = None) -> Corpus:
     with _lock:
         if key in _loaded:
             return _loaded[key]
-        path = _cache_path(folder)
+        path = _cache_path(folder, cache_dir or Settings.from_env().cache_dir())
         corpus = _read_cache(path) or _read_cache(_fallback_dir() / path.name)
         if corpus is None:
             corpus = _build(folder)

@@ -38,11 +38,15 @@ def base_url(sock: socket.socket) -> str:
 
 
 def make_app(
-    corpus: str | Path | None, latency_ms: int, deep_research_seconds: float, api_key: str | None
+    corpus: str | Path | None,
+    latency_ms: int,
+    deep_research_seconds: float,
+    api_key: str | None,
+    cache_dir: Path | None = None,
 ) -> SimApp:
-    """The simulator app over the chosen corpus."""
+    """The simulator app over the chosen corpus (built ones are cached under ``cache_dir``)."""
     options = SimOptions(latency_ms, deep_research_seconds, api_key)
-    return SimApp(load_corpus(corpus), options)
+    return SimApp(load_corpus(corpus, cache_dir=cache_dir), options)
 
 
 class SimServer:
@@ -137,7 +141,9 @@ _shared: SimServer | None = None
 _shared_lock = threading.Lock()
 
 
-def shared_server_url(*, latency_ms: int = 300, deep_research_seconds: float = 5.0) -> str:
+def shared_server_url(
+    *, latency_ms: int = 300, deep_research_seconds: float = 5.0, cache_dir: Path | None = None
+) -> str:
     """The base URL of the process-wide default simulator, started on the first call.
 
     This is the module's documented default instance: later calls reuse it whatever their
@@ -146,7 +152,7 @@ def shared_server_url(*, latency_ms: int = 300, deep_research_seconds: float = 5
     global _shared
     with _shared_lock:
         if _shared is None:
-            server = SimServer(make_app(None, latency_ms, deep_research_seconds, None))
+            server = SimServer(make_app(None, latency_ms, deep_research_seconds, None, cache_dir))
             server.start()
             atexit.register(server.stop)
             _shared = server
