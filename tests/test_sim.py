@@ -697,16 +697,21 @@ def test_directory_corpus_is_cached_under_xdg_cache_home(
     assert list((tmp_path / "cache" / "pplx_nb").glob("dircorpus-*.pkl"))
 
 
+def harbour_notes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A one-document corpus folder; XDG_CACHE_HOME points at ``tmp_path / "cache"``."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# Harbours\n\nBoats moor in harbours.")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return docs
+
+
 def test_a_corpus_is_cached_in_the_folder_it_is_given(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    docs = tmp_path / "docs"
-    docs.mkdir()
-    (docs / "a.md").write_text("# Beacons\n\nBeacons were lit on hilltops to pass warnings.")
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    load_corpus(docs, cache_dir=tmp_path / "given")
+    load_corpus(harbour_notes(tmp_path, monkeypatch), cache_dir=tmp_path / "given")
     assert list((tmp_path / "given").glob("dircorpus-*.pkl"))
-    assert not (tmp_path / "xdg").exists()
+    assert not (tmp_path / "cache").exists()
 
 
 def test_a_missing_or_empty_corpus_folder_is_refused_saying_why(tmp_path: Path) -> None:
@@ -729,10 +734,7 @@ def test_a_missing_or_empty_corpus_folder_is_refused_saying_why(tmp_path: Path) 
 def test_a_cache_file_others_could_have_written_is_rebuilt_not_unpickled(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    docs = tmp_path / "docs"
-    docs.mkdir()
-    (docs / "a.md").write_text("# Harbours\n\nBoats moor in harbours.")
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    docs = harbour_notes(tmp_path, monkeypatch)
     load_corpus(docs)
     (cached,) = (tmp_path / "cache" / "pplx_nb").glob("dircorpus-*.pkl")
     marker = tmp_path / "planted-code-ran"
