@@ -714,6 +714,20 @@ def test_a_corpus_is_cached_in_the_folder_it_is_given(
     assert not (tmp_path / "cache").exists()
 
 
+def test_cli_with_an_invalid_environment_exits_2_without_a_traceback(tmp_path: Path) -> None:
+    env = {**os.environ, "PERPLEXITY_TIMEOUT": "soon", "XDG_CACHE_HOME": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-m", "pplx_nb.sim", "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    assert "PERPLEXITY_TIMEOUT" in done.stderr or "timeout_ms" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
 def test_a_missing_or_empty_corpus_folder_is_refused_saying_why(tmp_path: Path) -> None:
     with pytest.raises(ValidationError, match="does not exist"):
         load_corpus(tmp_path / "missing")

@@ -66,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     except PplxError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except ValueError as exc:  # the settings that name the cache folder do not validate
+        print(f"error: invalid configuration, fix the environment:\n{exc}", file=sys.stderr)
+        return 2
     try:
         sock = bind(args.host, args.port)
     except OSError as exc:
