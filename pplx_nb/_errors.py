@@ -15,9 +15,9 @@ says what to do next. Each class also derives from the builtin a user would natu
         ├── APIQuotaExceeded                   API_QUOTA_EXCEEDED   429 after retries
         ├── APIServerError                     API_SERVER_ERROR     5xx after retries, failed runs
         │   └── RemoteRunFailed                API_SERVER_ERROR     a run that ended unanswered
-        ├── InvalidInput (ValueError)          INVALID_INPUT        400 / 404 / 413 from the API
+        ├── InvalidInput (ValueError)          INVALID_INPUT        other 4xx from the API
         ├── APITimeoutError (TimeoutError)     TIMEOUT_ERROR
-        └── NetworkError (ConnectionError)     NETWORK_ERROR
+        └── NetworkError (ConnectionError)     NETWORK_ERROR        no connection, 3xx redirects
 
 Errors are picklable with their details (jobs carry them across processes) and never contain the
 API key: :func:`redact` scrubs a message before it is stored.
@@ -171,7 +171,7 @@ class RemoteRunFailed(APIServerError):
 
 
 class InvalidInput(APIError, ValueError):
-    """The API rejected the request as invalid (400, 404 unknown id, 413 too large)."""
+    """The API rejected the request (400, 404 unknown id, 413 too large, any other 4xx)."""
 
     code = "INVALID_INPUT"
 
@@ -183,7 +183,7 @@ class APITimeoutError(APIError, TimeoutError):
 
 
 class NetworkError(APIError, ConnectionError):
-    """The connection failed or broke (also: a stream cut off midway)."""
+    """The connection failed or broke (a stream cut off midway, an unreadable body, a 3xx)."""
 
     code = "NETWORK_ERROR"
 

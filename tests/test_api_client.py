@@ -160,6 +160,7 @@ async def test_persistent_500_gives_server_error_after_max_retries(
     assert caught.value.code == "API_SERVER_ERROR"
     assert caught.value.status_code == 500
     assert "after 2 retries" in caught.value.message
+    assert ".." not in caught.value.message, caught.value.message
     assert chat_requests(sim_url, style) == 3
 
 

@@ -98,7 +98,8 @@ def from_status(
 ) -> APIError:
     """The error for an HTTP error response after ``retries`` retries."""
     message = redact(_api_message(body), secret)[:_MAX_MESSAGE]
-    said = f": {message}" if message else ""
+    # The API's own message often ends with a full stop; ours follows with the next sentence.
+    said = f": {message.rstrip('. ')}" if message.rstrip(". ") else ""
     tried = f" after {retries} {'retry' if retries == 1 else 'retries'}" if retries else ""
     details: dict[str, object] = {"status_code": status}
     hint = retry_after_seconds(headers)
