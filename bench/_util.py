@@ -5,15 +5,28 @@ from __future__ import annotations
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["ROOT", "fresh_interpreter_seconds", "median", "ratio", "simulator", "table", "timed"]
+__all__ = [
+    "ROOT",
+    "SCRATCH",
+    "fresh_interpreter_seconds",
+    "median",
+    "ratio",
+    "scratch",
+    "simulator",
+    "table",
+    "timed",
+]
 
 ROOT = Path(__file__).resolve().parent.parent
 """The checkout: where ``python -m pplx_nb.sim`` finds the package."""
+SCRATCH = ROOT / "bench" / ".out"
+"""Scratch space in the checkout, on the disk where ``conversation-logs/`` lives by default."""
 
 
 def median(values: Sequence[float]) -> float:
@@ -71,3 +84,14 @@ def simulator() -> Iterator[str]:
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+def scratch(prefix: str) -> tempfile.TemporaryDirectory[str]:
+    """A temporary directory under :data:`SCRATCH`, removed when the ``with`` block ends.
+
+    The store's disk-bound benchmarks run here rather than in the system temp folder: the
+    default store is ``conversation-logs/`` in the working directory, and the two folders can
+    differ twice over in inode-creation cost even on one file system.
+    """
+    SCRATCH.mkdir(parents=True, exist_ok=True)
+    return tempfile.TemporaryDirectory(prefix=prefix, dir=SCRATCH)

@@ -19,7 +19,7 @@ from multiprocessing.synchronize import Event as EventType
 from pathlib import Path
 from typing import Any, TypeVar
 
-from bench._util import ROOT, median, ratio, table
+from bench._util import SCRATCH, median, ratio, table
 from pplx_nb._fs import atomic_write_json
 from pplx_nb._models import Message, Usage
 from pplx_nb.jobs import JobQueue
@@ -35,8 +35,6 @@ LATENCY_PENDING = 10_000
 LATENCY_SAMPLES = 200
 TOOL = "perplexity_deep_research"
 TMPFS = "/dev/shm"
-CHECKOUT = ROOT / "bench" / ".out"
-"""Scratch space in the checkout, on the disk where ``conversation-logs/`` lives by default."""
 
 J = TypeVar("J")
 
@@ -260,8 +258,8 @@ def _verdict(met: bool) -> str:
 
 def run() -> str:
     """Run every measurement RUNS times and report medians and ratios."""
-    CHECKOUT.mkdir(parents=True, exist_ok=True)
-    write_before, link_before = _disk_probe(CHECKOUT)
+    SCRATCH.mkdir(parents=True, exist_ok=True)
+    write_before, link_before = _disk_probe(SCRATCH)
     temp_write_before, _ = _disk_probe()
     # Runs alternate between the two queues so both see the same disk load.
     cycles: dict[str, list[float]] = {"ours": [], "sqlite": []}
@@ -269,8 +267,8 @@ def run() -> str:
     races: dict[str, list[tuple[float, int, int]]] = {"ours": [], "sqlite": []}
     in_memory: dict[str, list[float]] = {"ours": [], "sqlite": []}
     for _ in range(RUNS):
-        cycles["ours"].append(_cycles(_cycles_ours, CHECKOUT))
-        cycles["sqlite"].append(_cycles(_cycles_sqlite, CHECKOUT))
+        cycles["ours"].append(_cycles(_cycles_ours, SCRATCH))
+        cycles["sqlite"].append(_cycles(_cycles_sqlite, SCRATCH))
         in_temp["ours"].append(_cycles(_cycles_ours))
         in_temp["sqlite"].append(_cycles(_cycles_sqlite))
         if Path(TMPFS).is_dir():
@@ -287,7 +285,7 @@ def run() -> str:
     dup_sqlite = sum(r[1] for r in races_sqlite)
     latency_ours = median(_latency_ours())
     latency_sqlite = median(_latency_sqlite())
-    write_after, link_after = _disk_probe(CHECKOUT)
+    write_after, link_after = _disk_probe(SCRATCH)
     temp_write_after, _ = _disk_probe()
     temp_ours, temp_sqlite = median(in_temp["ours"]), median(in_temp["sqlite"])
     rows = [
