@@ -134,38 +134,44 @@ def test_async_deep_research_queues_then_completes_and_blocks_followups_meanwhil
     assert roles == ["user", "assistant", "user", "assistant"]
 
 
+def _resume_after_a_crash(r: Researcher, remote_id: str) -> tuple[str, Answer]:
+    """Queue a job, let a worker that then crashes claim it with ``remote_id`` recorded, and
+    run it on a fresh worker; the conversation id and the report."""
+    from pplx_nb.jobs import Worker
+
+    queued = r.deep_research("Describe the json module", wait=False)
+    assert isinstance(queued, JobStatus)
+    job = r.queue.claim("crashed-worker")
+    assert job is not None
+    r.queue.set_remote_id(job, remote_id)
+    r.queue.release(job)
+    worker = Worker(r.queue, r.execute_job, concurrency=1)
+    worker.start()
+    try:
+        return queued.conversation_id, r.wait(queued.conversation_id, timeout=30)
+    finally:
+        worker.stop()
+
+
 def test_a_recovered_job_resumes_its_remote_run_instead_of_paying_twice(
     settings: Settings, sim_url: str
 ) -> None:
-    from pplx_nb.jobs import Worker
+    from pplx_nb.api import AsyncClient, Request
+
+    async def submit() -> str:
+        async with AsyncClient(settings) as client:
+            return await client.submit_background(
+                Request(
+                    messages=[{"role": "user", "content": "Describe the json module"}],
+                    model="sonar-deep-research",
+                )
+            )
 
     r = Researcher(settings, async_deep_research=False)
     try:
-        queued = r.deep_research("Describe the json module", wait=False)
-        assert isinstance(queued, JobStatus)
-        job = r.queue.claim("crashed-worker")
-        assert job is not None
-        from pplx_nb.api import AsyncClient, Request
-
-        async def submit() -> str:
-            async with AsyncClient(settings) as client:
-                return await client.submit_background(
-                    Request(
-                        messages=[{"role": "user", "content": "Describe the json module"}],
-                        model="sonar-deep-research",
-                    )
-                )
-
         remote_id = asyncio.run(submit())
         before = stats(sim_url)["background_runs"]
-        r.queue.set_remote_id(job, remote_id)
-        r.queue.release(job)
-        worker = Worker(r.queue, r.execute_job, concurrency=1)
-        worker.start()
-        try:
-            report = r.wait(queued.conversation_id, timeout=30)
-        finally:
-            worker.stop()
+        _, report = _resume_after_a_crash(r, remote_id)
         assert report.text
         assert stats(sim_url)["background_runs"] == before
     finally:
@@ -461,24 +467,11 @@ def test_a_search_followup_that_loses_the_race_to_a_queued_research_followup_is_
 def test_a_job_whose_remote_run_is_unknown_is_resubmitted_and_says_so(
     settings: Settings, sim_url: str
 ) -> None:
-    from pplx_nb.jobs import Worker
-
     r = Researcher(settings, async_deep_research=False)
     try:
-        queued = r.deep_research("Describe the json module", wait=False)
-        assert isinstance(queued, JobStatus)
-        job = r.queue.claim("crashed-worker")
-        assert job is not None
-        r.queue.set_remote_id(job, "resp_expired0123")
-        r.queue.release(job)
-        worker = Worker(r.queue, r.execute_job, concurrency=1)
-        worker.start()
-        try:
-            report = r.wait(queued.conversation_id, timeout=30)
-        finally:
-            worker.stop()
+        cid, report = _resume_after_a_crash(r, "resp_expired0123")
         assert report.text
-        status = r.status(queued.conversation_id)
+        status = r.status(cid)
         assert status is not None and status.status == "completed" and status.attempts == 1
         [note] = status.error_history
         assert "resp_expired0123 is unknown to the API" in note.message
