@@ -362,8 +362,8 @@ def run() -> str:
             f"system and still differ (the temp folder ran at {ratio(temp_ours, cycles_ours)} "
             "the checkout's cycle rate in this run): where ext4 places new inodes matters. "
             "Creating an inode is what costs here, "
-            "and a cycle creates seven: job.json, three status.json versions, the lock file on "
-            "a conversation's first job, the conversation and its summary (the marker is a "
+            "and a cycle creates six: job.json, three status.json versions, the lock file on "
+            "a conversation's first job, and the conversation (the marker is a "
             "hard link to job.json). So the on-disk rows follow the load other work puts on this "
             "shared disk; the tmpfs row is the code's own cost.",
         ]

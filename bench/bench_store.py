@@ -133,7 +133,7 @@ def _big_append(root: Path) -> str:
     )
     names = [
         "`store.append` (returns the Conversation, history validated on first use)",
-        "file backend write path (lock, splice, atomic write, summary)",
+        "file backend write path (lock, splice, summary in the header, atomic write)",
         "`json.loads` + `json.dumps(indent=2)` + atomic write",
         "pydantic validate + `model_dump_json(indent=2)` + atomic write",
     ]
@@ -203,7 +203,7 @@ def _small_appends(root: Path) -> str:
     return (
         f"### Appends per second to small conversations ({n_conversations} conversations of "
         f"3 messages, {n_appends} appends, median of 5)\n\nTargets: ≥ 1,000/s, ≥ 500/s durable. "
-        "Two atomic writes per append (conversation.json, then summary.json).\n\n"
+        "One atomic write per append (conversation.json, its summary in the header line).\n\n"
         + table(["approach", "appends / s", "vs store.append"], rows)
     )
 

@@ -232,7 +232,7 @@ def test_files_are_private_to_the_user(tmp_path: Path) -> None:
     assert store.root.stat().st_mode & 0o777 == 0o700
     assert directory.stat().st_mode & 0o777 == 0o700
     names = sorted(p.name for p in directory.iterdir())
-    assert names == [".lock", "conversation.json", "summary.json"]
+    assert names == [".lock", "conversation.json"]
     for path in directory.iterdir():
         assert path.stat().st_mode & 0o777 == 0o600, path.name
 
@@ -322,7 +322,7 @@ def test_json_nested_too_deeply_is_corrupted_everywhere_it_is_read(
 ) -> None:
     conversation = store.create([user("about to be overwritten")])
     cid = conversation.conversation_id
-    for name in ("conversation.json", "summary.json", "status.json"):
+    for name in ("conversation.json", "status.json"):
         (store.path(cid) / name).write_bytes(b"[" * 100_000)
     for read in (store.load, store.read_raw, lambda c: store.append(c, user("more"))):
         with pytest.raises(ConversationCorrupted, match="not valid JSON"):
@@ -480,6 +480,76 @@ def test_list_sees_changes_written_behind_its_back(store: ConversationStore) -> 
 
     assert store.list()[0].tools == ["other_tool"]
     assert store.list(tool="other_tool")[0].conversation_id == conversation.conversation_id
+
+
+def _header_line(path: Path) -> dict[str, Any]:
+    head = path.read_bytes().split(b"\n", 1)[0]
+    fields: dict[str, Any] = json.loads(head.removesuffix(b', "messages": [') + b"}")
+    return fields
+
+
+def test_list_reads_the_summary_from_the_header_line(store: ConversationStore) -> None:
+    conversation = store.create([user("first")])
+    store.append(conversation.conversation_id, assistant("an answer", tool="perplexity_search"))
+    path = conversation_file(store, conversation.conversation_id)
+    assert _header_line(path)["pplxSummary"] == {
+        "messageCount": 2,
+        "firstQuery": "first",
+        "tools": ["perplexity_search"],
+        "models": [],
+    }
+    # list() reads one line per conversation (and checks the file's ending, so a file cut short
+    # is skipped): a body damaged between an intact header and ending is load()'s to report.
+    head, _ = path.read_bytes().split(b"\n", 1)
+    path.write_bytes(head + b"\nnot the messages\n]}\n")
+    [summary] = store.list()
+    assert summary.first_query == "first" and summary.tools == ["perplexity_search"]
+    with pytest.raises(ConversationCorrupted):
+        store.load(conversation.conversation_id)
+
+
+def test_a_stale_header_summary_is_recomputed(store: ConversationStore) -> None:
+    conversation = store.create([user("first")])
+    cid = conversation.conversation_id
+    path = conversation_file(store, cid)
+    fields = _header_line(path)
+    # Another writer keeps the keys it does not know and appends a message in the same layout.
+    fields["messageCount"] = 2
+    reply = {"role": "assistant", "content": "hi", "tool": "other_tool"}
+    lines = [json.dumps(fields)[:-1] + ', "messages": [', json.dumps(user("first")) + ","]
+    path.write_text("\n".join([*lines, json.dumps(reply), "]}", ""]))
+
+    [summary] = store.list()
+    assert summary.message_count == 2 and summary.tools == ["other_tool"]
+    store.append(cid, user("more"))
+    assert _header_line(path)["pplxSummary"] == {
+        "messageCount": 3,
+        "firstQuery": "first",
+        "tools": ["other_tool"],
+        "models": [],
+    }
+
+
+def test_the_header_summary_stays_out_of_loaded_conversations(store: ConversationStore) -> None:
+    conversation = store.create([user("first")])
+    cid = conversation.conversation_id
+    appended = store.append(cid, assistant("an answer"))
+    for loaded in (conversation, appended, store.load(cid)):
+        assert "pplxSummary" not in loaded.model_dump_json(by_alias=True)
+    assert "pplxSummary" not in store.read_raw(cid)
+    with pytest.raises(ValidationError, match="set by the store"):
+        store.create([user("x")], pplx_summary={"tools": []})
+
+
+def test_a_summary_file_of_earlier_versions_is_removed_on_the_next_write(
+    store: ConversationStore,
+) -> None:
+    conversation = store.create([user("first")])
+    old = store.path(conversation.conversation_id) / "summary.json"
+    old.write_text('{"of": [1, 2, 3], "summary": {}}')
+    assert store.list()[0].first_query == "first"
+    store.append(conversation.conversation_id, assistant("an answer"))
+    assert not old.exists()
 
 
 def test_list_ignores_directories_that_are_not_conversations(store: ConversationStore) -> None:
@@ -677,7 +747,7 @@ def test_writer_killed_mid_write_never_corrupts_or_loses_acknowledged_appends(
     assert store.list()[0].message_count == loaded.message_count
     assert len(acknowledged) > 50
     left = sorted(p.name for p in store.path(conversation_id).iterdir())
-    assert left == [".lock", "conversation.json", "summary.json"]  # dead writers' temp files swept
+    assert left == [".lock", "conversation.json"]  # dead writers' temp files swept
 
 
 def test_deleted_directory_during_listing_is_not_an_error(store: ConversationStore) -> None:

@@ -12,6 +12,12 @@ Compact JSON never contains a raw newline, so an append splices the new lines in
 closing ``]}`` and rewrites only the header: the history is neither decoded nor re-encoded. Any
 other layout (the TypeScript server writes indented JSON) is parsed in full and rewritten
 canonically on its first append.
+
+The header also carries ``pplxSummary`` (first query, tools and models, and the message count it
+describes), so ``list()`` reads one line per conversation. It is a derived copy: trusted only
+while its count equals the header's ``messageCount`` (another writer that keeps unknown keys
+but appends messages makes it stale), recomputed on the next append, and never part of a
+loaded :class:`~pplx_nb._models.Conversation`.
 """
 
 from __future__ import annotations
@@ -23,19 +29,26 @@ from typing import Any, NamedTuple
 from pplx_nb._errors import ConversationCorrupted, ValidationError
 
 __all__ = [
+    "SUMMARY_KEY",
+    "TAIL",
     "Canonical",
     "append_messages",
     "corrupted",
     "encode",
-    "extend_summary",
     "header",
     "parse",
     "split",
     "summarize",
+    "summary_of_header",
 ]
 
+SUMMARY_KEY = "pplxSummary"
+"""The header key holding the derived listing summary (see the module docstring)."""
+
 _MARK = b'"messages": ['
-_TAIL = b"\n]}\n"
+TAIL = b"\n]}\n"
+"""How every canonical document ends: a file cut short does not."""
+_TAIL = TAIL
 _EMPTY_REST = _TAIL[1:]
 _ROLES = frozenset(("system", "user", "assistant"))
 
@@ -67,8 +80,9 @@ def _assemble(header: Mapping[str, Any], body: bytes) -> bytes:
 
 
 def encode(document: Mapping[str, Any]) -> bytes:
-    """The canonical bytes of a document (a dict with a ``messages`` list)."""
+    """The canonical bytes of a document (a dict with a ``messages`` list), summary included."""
     header = {key: value for key, value in document.items() if key != "messages"}
+    header[SUMMARY_KEY] = _summary_field({}, document["messages"])
     return _assemble(header, b",\n".join(_dumps(m) for m in document["messages"]))
 
 
@@ -114,6 +128,11 @@ def append_messages(
     fields = dict(canonical.header)
     fields["updatedAt"] = updated_at
     fields["messageCount"] = canonical.message_count + len(messages)
+    previous = _fresh_summary_field(canonical.header)
+    if previous is None:
+        history = canonical.data[canonical.body_start : canonical.body_end]
+        previous = _summary_field({}, json.loads(b"[" + history + b"]"))
+    fields[SUMMARY_KEY] = _summary_field(previous, messages)
     head = _dumps(fields)[:-1] + b", " + _MARK
     lines = b",\n".join(_dumps(dict(m)) for m in messages)
     if canonical.body_start == canonical.body_end:
@@ -166,31 +185,56 @@ def _add_unique(target: list[str], values: Iterable[Any]) -> None:
 
 def summarize(document: Mapping[str, Any]) -> dict[str, Any]:
     """The light summary of a decoded document (camelCase keys, as ``ConversationSummary``)."""
+    return _listing(document, _summary_field({}, document["messages"]))
+
+
+def summary_of_header(fields: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The light summary from a canonical header alone, or ``None`` if its summary is stale."""
+    stored = _fresh_summary_field(fields)
+    return None if stored is None else _listing(fields, stored)
+
+
+def _listing(fields: Mapping[str, Any], stored: Mapping[str, Any]) -> dict[str, Any]:
     summary = {
-        key: document[key]
+        key: fields[key]
         for key in ("conversationId", "createdAt", "updatedAt", "parentConversationId")
-        if key in document
+        if key in fields
     }
-    summary.update(messageCount=0, firstQuery=None, tools=[], models=[])
-    return extend_summary(summary, document["messages"], document.get("updatedAt"))
+    summary.update(
+        messageCount=stored["messageCount"],
+        firstQuery=stored["firstQuery"],
+        tools=list(stored["tools"]),
+        models=list(stored["models"]),
+    )
+    return summary
 
 
-def extend_summary(
-    summary: Mapping[str, Any], messages: Sequence[Mapping[str, Any]], updated_at: Any
+def _fresh_summary_field(fields: Mapping[str, Any]) -> dict[str, Any] | None:
+    stored = fields.get(SUMMARY_KEY)
+    if (
+        isinstance(stored, dict)
+        and stored.get("messageCount") == fields.get("messageCount")
+        and isinstance(stored.get("tools"), list)
+        and isinstance(stored.get("models"), list)
+        and isinstance(stored.get("firstQuery"), str | None)
+    ):
+        return stored
+    return None
+
+
+def _summary_field(
+    previous: Mapping[str, Any], messages: Sequence[Mapping[str, Any]]
 ) -> dict[str, Any]:
-    """``summary`` updated for ``messages`` appended at ``updated_at``."""
-    result = dict(summary)
-    tools, models = list(result.get("tools") or []), list(result.get("models") or [])
+    """``previous`` (the header's summary, or empty) updated for ``messages`` appended."""
+    tools, models = list(previous.get("tools") or []), list(previous.get("models") or [])
     _add_unique(tools, (m.get("tool") for m in messages))
     _add_unique(models, (m.get("model") for m in messages))
-    if result.get("firstQuery") is None:
-        result["firstQuery"] = next(
-            (m.get("content") for m in messages if m.get("role") == "user"), None
-        )
-    result.update(
-        tools=tools,
-        models=models,
-        messageCount=int(result.get("messageCount") or 0) + len(messages),
-        updatedAt=updated_at,
-    )
-    return result
+    first = previous.get("firstQuery")
+    if first is None:
+        first = next((m.get("content") for m in messages if m.get("role") == "user"), None)
+    return {
+        "messageCount": int(previous.get("messageCount") or 0) + len(messages),
+        "firstQuery": first,
+        "tools": tools,
+        "models": models,
+    }

@@ -2,10 +2,8 @@
 
 ::
 
-    <root>/<conversationId>/conversation.json   the conversation (the single source of truth)
-    <root>/<conversationId>/summary.json        light summary for list(), stamped with the
-                                                 inode/size/mtime of the conversation.json it
-                                                 describes and ignored when they do not match
+    <root>/<conversationId>/conversation.json   the conversation (the single source of truth);
+                                                 its first line holds the summary list() reads
     <root>/<conversationId>/status.json         job status, written by the job queue
     <root>/<conversationId>/.lock               serialises writers (flock)
 
@@ -23,7 +21,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from pplx_nb._errors import ConversationNotFound, FilesystemError
 from pplx_nb._fs import (
@@ -39,23 +37,25 @@ from pplx_nb._fs import (
 )
 from pplx_nb._models import now_iso
 from pplx_nb.store._document import (
+    TAIL,
     append_messages,
     encode,
-    extend_summary,
+    header,
     parse,
     split,
     summarize,
+    summary_of_header,
 )
 
-__all__ = ["CONVERSATION_FILE", "STATUS_FILE", "SUMMARY_FILE", "FileBackend", "read_job_state"]
+__all__ = ["CONVERSATION_FILE", "STATUS_FILE", "FileBackend", "read_job_state"]
 
 CONVERSATION_FILE = "conversation.json"
-SUMMARY_FILE = "summary.json"
 STATUS_FILE = "status.json"
+_OLD_SUMMARY_FILE = "summary.json"  # earlier versions kept the listing summary here
 _DIR_MODE = 0o700
 _JOB_STATES = frozenset(("pending", "in_progress", "completed", "failed", "cancelled"))
 _trash_counter = itertools.count()
-_TEMP_PREFIXES = (f".{CONVERSATION_FILE}.", f".{SUMMARY_FILE}.")
+_TEMP_PREFIXES = (f".{CONVERSATION_FILE}.", f".{_OLD_SUMMARY_FILE}.")
 
 
 def not_found(conversation_id: str, root: Path) -> ConversationNotFound:
@@ -69,19 +69,17 @@ def not_found(conversation_id: str, root: Path) -> ConversationNotFound:
     )
 
 
-def _fingerprint(stat: os.stat_result) -> list[int]:
-    return [stat.st_ino, stat.st_size, stat.st_mtime_ns]
-
-
 def _sweep_leftovers(directory: Path) -> None:
     """Remove temp files of writers that died mid-write (call with the directory's lock held).
 
-    The store writes its two files only under the lock (or before the id is known), so while we
-    hold it any temp file of theirs belongs to a dead process.
+    The store writes only under the lock (or before the id is known), so while we hold it any
+    temp file of ours belongs to a dead process. A summary.json of earlier versions goes too.
     """
     with contextlib.suppress(OSError):
         for name in os.listdir(directory):
-            if name.endswith(".tmp") and name.startswith(_TEMP_PREFIXES):
+            if name == _OLD_SUMMARY_FILE or (
+                name.endswith(".tmp") and name.startswith(_TEMP_PREFIXES)
+            ):
                 with contextlib.suppress(OSError):
                     os.unlink(os.path.join(directory, name))
 
@@ -145,7 +143,7 @@ class FileBackend:
         }
         try:
             data = encode(document)
-            self._write(directory, data, summarize(document))
+            self._write(directory, data)
         except BaseException:
             shutil.rmtree(directory, ignore_errors=True)
             raise
@@ -178,7 +176,7 @@ class FileBackend:
         path = directory / CONVERSATION_FILE
         with self._locked(conversation_id, directory):
             _sweep_leftovers(directory)
-            data, before = self._read(conversation_id, path)
+            data = self._read(conversation_id, path)
             if check is not None:
                 check(data)
             updated_at = now_iso()
@@ -189,15 +187,9 @@ class FileBackend:
                 document["updatedAt"] = updated_at
                 document["messageCount"] = len(document["messages"])
                 new = encode(document)
-                summary = summarize(document)
             else:
                 new = append_messages(canonical, messages, updated_at)
-                previous = self._fresh_summary(directory, before)
-                if previous is None:
-                    summary = summarize(parse(new, conversation_id, str(path)))
-                else:
-                    summary = extend_summary(previous, messages, updated_at)
-            self._write(directory, new, summary)
+            self._write(directory, new)
             if then is not None:
                 then()
         return new
@@ -214,13 +206,8 @@ class FileBackend:
                 raise
             yield
 
-    def _write(self, directory: Path, data: bytes, summary: dict[str, Any]) -> None:
-        written = atomic_write_bytes(directory / CONVERSATION_FILE, data, durable=self.durable)
-        # The summary is a derived, self-checking copy: it needs no fsync of its own.
-        stamped = {"of": _fingerprint(written), "summary": summary}
-        atomic_write_bytes(
-            directory / SUMMARY_FILE, json.dumps(stamped, ensure_ascii=False).encode("utf-8")
-        )
+    def _write(self, directory: Path, data: bytes) -> None:
+        atomic_write_bytes(directory / CONVERSATION_FILE, data, durable=self.durable)
 
     def delete(self, conversation_id: str) -> None:
         """Move the directory aside under the lock (readers see all or nothing), then remove it."""
@@ -238,18 +225,32 @@ class FileBackend:
     def read(self, conversation_id: str) -> bytes:
         """The bytes of conversation.json."""
         directory = self.directory(conversation_id)
-        return self._read(conversation_id, directory / CONVERSATION_FILE)[0]
+        return self._read(conversation_id, directory / CONVERSATION_FILE)
 
-    def _read(self, conversation_id: str, path: Path) -> tuple[bytes, os.stat_result]:
+    def _read(self, conversation_id: str, path: Path | str) -> bytes:
+        with self._open(conversation_id, path) as file, fs_errors(path, "read"):
+            return file.read()
+
+    def _head(self, conversation_id: str, path: str) -> bytes | None:
+        """The header line of a whole canonical document, or ``None`` for anything else.
+
+        "Whole" means it ends as a canonical document does, so a file cut short is read in
+        full and reported corrupted rather than listed from its intact first line.
+        """
+        with self._open(conversation_id, path) as file, fs_errors(path, "read"):
+            first = file.readline()
+            if not first.endswith(b"\n") or header(first) is None:
+                return None
+            file.seek(-len(TAIL), os.SEEK_END)
+            return first if file.read() == TAIL else None
+
+    def _open(self, conversation_id: str, path: Path | str) -> BinaryIO:
         try:
-            file = open(path, "rb")  # noqa: SIM115 - closed below, FileNotFoundError told apart
+            return open(path, "rb")
         except FileNotFoundError:
             raise not_found(conversation_id, self.root) from None
         except OSError as exc:
             raise filesystem_error(path, "read", exc) from exc
-        with file, fs_errors(path, "read"):
-            stat = os.fstat(file.fileno())
-            return file.read(), stat
 
     def exists(self, conversation_id: str) -> bool:
         """Whether the conversation's conversation.json exists."""
@@ -272,19 +273,15 @@ class FileBackend:
         return found
 
     def summary(self, conversation_id: str) -> dict[str, Any]:
-        """The light summary: summary.json if it still matches conversation.json, else computed."""
+        """The light summary: from the header line when its summary is current, else computed."""
         # Plain strings, not Path objects: list() calls this for every conversation.
         directory = os.path.join(self._root_str, validate_conversation_id(conversation_id))
         path = os.path.join(directory, CONVERSATION_FILE)
-        try:
-            stat = os.stat(path)
-        except FileNotFoundError:
-            raise not_found(conversation_id, self.root) from None
-        except OSError as exc:
-            raise filesystem_error(path, "read", exc) from exc
-        summary = self._fresh_summary(directory, stat)
+        first = self._head(conversation_id, path)
+        fields = None if first is None else header(first)
+        summary = None if fields is None else summary_of_header(fields)
         if summary is None:
-            data, _ = self._read(conversation_id, Path(path))
+            data = self._read(conversation_id, path)
             summary = summarize(parse(data, conversation_id, path))
         summary["jobStatus"] = read_job_state(directory)
         summary["path"] = directory
@@ -293,12 +290,3 @@ class FileBackend:
     def job_state(self, conversation_id: str) -> str | None:
         """The conversation's job status (pending, in_progress, ...), or ``None`` without a job."""
         return read_job_state(self.directory(conversation_id))
-
-    def _fresh_summary(self, directory: Path | str, stat: os.stat_result) -> dict[str, Any] | None:
-        with contextlib.suppress(OSError, ValueError, RecursionError):
-            with open(os.path.join(directory, SUMMARY_FILE), "rb") as file:
-                stamped = json.loads(file.read())
-            summary = stamped.get("summary") if isinstance(stamped, dict) else None
-            if isinstance(summary, dict) and stamped.get("of") == _fingerprint(stat):
-                return summary
-        return None

@@ -29,7 +29,7 @@ from pplx_nb._errors import (
 from pplx_nb._fs import validate_conversation_id
 from pplx_nb._models import Conversation, ConversationSummary, Message
 from pplx_nb.store._base import StoreBackend
-from pplx_nb.store._document import corrupted, header, parse
+from pplx_nb.store._document import SUMMARY_KEY, corrupted, header, parse
 from pplx_nb.store._file import FileBackend
 from pplx_nb.store._lazy import LazyConversation
 
@@ -40,7 +40,9 @@ __all__ = ["ConversationStore"]
 
 logger = logging.getLogger("pplx_nb.store")
 
-_RESERVED = frozenset(("conversationId", "createdAt", "updatedAt", "messageCount", "messages"))
+_RESERVED = frozenset(
+    ("conversationId", "createdAt", "updatedAt", "messageCount", "messages", SUMMARY_KEY)
+)
 _ACTIVE_JOB = frozenset(("pending", "in_progress"))
 
 
@@ -137,6 +139,7 @@ class ConversationStore:
         fields = header(data)
         if fields is None or "messageCount" not in fields:
             return self._conversation(data, conversation_id)
+        fields.pop(SUMMARY_KEY, None)
         try:
             return LazyConversation.from_header(
                 fields, data, self._backend.location(conversation_id)
@@ -201,7 +204,9 @@ class ConversationStore:
         For bulk readers such as :mod:`pplx_nb.export`, which need no pydantic models.
         """
         data = self._backend.read(conversation_id)
-        return parse(data, conversation_id, self._backend.document_location(conversation_id))
+        document = parse(data, conversation_id, self._backend.document_location(conversation_id))
+        document.pop(SUMMARY_KEY, None)
+        return document
 
     def exists(self, conversation_id: str) -> bool:
         """Whether a conversation with this id is stored (VALIDATION_ERROR for a malformed id)."""
@@ -291,6 +296,8 @@ class ConversationStore:
             where = self._backend.document_location(cid) if conversation_id else str(self._root)
             parse(data, cid, where)  # names a JSON syntax error precisely
             raise corrupted(cid, where, _first_problem(exc)) from exc
+        if conversation.__pydantic_extra__:
+            conversation.__pydantic_extra__.pop(SUMMARY_KEY, None)
         conversation.message_count = len(conversation.messages)
         conversation.path = self._backend.location(conversation_id or conversation.conversation_id)
         return conversation
