@@ -703,7 +703,9 @@ class Researcher:
         reported = 25
         while True:
             try:
-                answer = await client.poll_background(remote_id)
+                answer = await client.poll_background(
+                    remote_id, related=request.return_related_questions
+                )
             except InvalidInput as exc:
                 if exc.status_code != 404:
                     raise

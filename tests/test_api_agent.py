@@ -280,6 +280,24 @@ def test_error_event_with_a_plain_string_error_raises_its_message() -> None:
         parser.feed(events({"type": "error", "error": "boom"})[0])
 
 
+def test_streamed_text_stands_when_the_completed_event_is_minimal() -> None:
+    parser = ADAPTER.stream_parser(question(), "sonar")
+    parser.feed(events({"type": "response.output_text.delta", "delta": "Hello world"})[0])
+    parser.feed(events({"type": "response.completed", "response": {"id": "r1"}})[0])
+    assert parser.finish().text == "Hello world"
+
+
+@pytest.mark.parametrize("asked", [False, True])
+def test_a_background_report_keeps_its_closing_questions_unless_related_were_asked(
+    asked: bool,
+) -> None:
+    text = "Report.\n\nRelated questions:\n- a?\n- b?"
+    answer = ADAPTER.polled(json.dumps(response(text=text)).encode(), related=asked)
+    assert answer is not None
+    assert answer.related_questions == (["a?", "b?"] if asked else [])
+    assert ("Related questions:" in answer.text) is not asked
+
+
 def test_background_submit_and_poll_states() -> None:
     call = ADAPTER.submit(question(), "sonar-deep-research")
     assert call.body is not None

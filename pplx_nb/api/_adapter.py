@@ -136,6 +136,9 @@ class Adapter(Protocol):
         """The call fetching a background run's state."""
         ...
 
-    def polled(self, raw: bytes) -> Answer | None:
-        """The answer once the run has completed; ``None`` while queued or running."""
+    def polled(self, raw: bytes, *, related: bool = False) -> Answer | None:
+        """The answer once the run has completed; ``None`` while queued or running.
+
+        ``related``: the run's request asked for related questions.
+        """
         ...

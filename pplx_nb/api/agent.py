@@ -225,7 +225,11 @@ def _answer(response: _Response, model: str, *, related: bool, streamed: str = "
 
     ``related``: related questions were asked for, so a trailing list is split off the text.
     """
-    if response.status is None and not any(item.type == "message" for item in response.output):
+    if (
+        response.status is None
+        and not streamed
+        and not any(item.type == "message" for item in response.output)
+    ):
         raise no_answer()
     status = response.status or "completed"
     text = _text(response) or streamed
@@ -371,10 +375,12 @@ class AgentAdapter:
         """``GET /v1/responses/{id}``."""
         return Call("GET", f"/v1/responses/{quote(remote_id, safe='')}")
 
-    def polled(self, raw: bytes) -> Answer | None:
-        """``None`` while queued or in progress; the answer once finished."""
+    def polled(self, raw: bytes, *, related: bool = False) -> Answer | None:
+        """``None`` while queued or in progress; the answer once finished.
+
+        ``related``: the run's request asked for related questions (split off the text).
+        """
         response = read_wire(_Response, raw, "a response")
         if response.status in _PENDING:
             return None
-        # The request behind a run is not known here; a list it asked for is still split off.
-        return _answer(response, response.model or "", related=True)
+        return _answer(response, response.model or "", related=related)

@@ -179,15 +179,18 @@ class AsyncClient:
         logger.info("Background run %s started (model %s)", remote_id, model)
         return remote_id
 
-    async def poll_background(self, remote_id: str) -> Answer | None:
+    async def poll_background(self, remote_id: str, *, related: bool = False) -> Answer | None:
         """The answer of a background run once done; ``None`` while it is queued or running.
+
+        ``related``: the run's request set ``return_related_questions`` (the Agent API gives
+        them as a trailing list, split off the text only when they were asked for).
 
         Raises APIServerError when the run failed, InvalidInput (``status_code`` 404) when the
         API does not know ``remote_id``.
         """
         call = self._adapter.poll(remote_id)
         raw = await self._send(call, self._seconds(self.settings.timeout_ms))
-        return self._adapter.polled(raw)
+        return self._adapter.polled(raw, related=related)
 
     # -- plumbing -----------------------------------------------------------------------------
 
@@ -335,6 +338,6 @@ class Client:
         """See :meth:`AsyncClient.submit_background`."""
         return run_sync(self._async.submit_background(request))
 
-    def poll_background(self, remote_id: str) -> Answer | None:
+    def poll_background(self, remote_id: str, *, related: bool = False) -> Answer | None:
         """See :meth:`AsyncClient.poll_background`."""
-        return run_sync(self._async.poll_background(remote_id))
+        return run_sync(self._async.poll_background(remote_id, related=related))

@@ -268,8 +268,11 @@ class SonarAdapter:
         """``GET /async/chat/completions/{id}``."""
         return Call("GET", f"/async/chat/completions/{quote(remote_id, safe='')}")
 
-    def polled(self, raw: bytes) -> Answer | None:
-        """``None`` while CREATED / IN_PROGRESS; the answer once COMPLETED."""
+    def polled(self, raw: bytes, *, related: bool = False) -> Answer | None:
+        """``None`` while CREATED / IN_PROGRESS; the answer once COMPLETED.
+
+        ``related`` is unused: Sonar returns related questions in their own field.
+        """
         run = read_wire(_AsyncRun, raw, "an async request")
         status = run.status.upper()
         if status in ("CREATED", "IN_PROGRESS", "QUEUED", "PENDING"):
