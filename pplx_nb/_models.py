@@ -8,6 +8,7 @@ written by other tools (the TypeScript perplexity-mcp-server) load and round-tri
 
 from __future__ import annotations
 
+import html
 import re
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -245,7 +246,9 @@ class Answer(BaseModel):
         if self.related_questions:
             parts.append("**Related**\n\n" + "\n".join(f"- {q}" for q in self.related_questions))
         if self.notes:
-            parts.append("\n".join(f"<sub>{note}</sub>  " for note in self.notes).rstrip())
+            parts.append(
+                "\n".join(f"<sub>{html.escape(note)}</sub>  " for note in self.notes).rstrip()
+            )
         if self.conversation_id:
             parts.append(f"<sub>Conversation `{self.conversation_id}`</sub>")
         return "\n\n".join(parts)

@@ -7,6 +7,7 @@ value refused in one place is refused in the other, with the same explanation.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Literal, get_args
@@ -38,6 +39,7 @@ MAX_DOMAINS = 20
 MAX_DOMAIN_CHARS = 253
 DATE_FORMAT = "%m/%d/%Y"
 _DATE_HINT = "use MM/DD/YYYY, e.g. 01/31/2025"
+_ASCII_DATE = re.compile(r"[0-9]{1,2}/[0-9]{1,2}/[0-9]{4}")
 
 
 def parse_date(value: str) -> str:
@@ -47,6 +49,9 @@ def parse_date(value: str) -> str:
     validators report it like any other constraint.
     """
     try:
+        # strptime also takes non-ASCII digits, which the API would not read.
+        if not _ASCII_DATE.fullmatch(value):
+            raise ValueError(value)
         datetime.strptime(value, DATE_FORMAT)
     except (TypeError, ValueError):
         raise ValidationError(f"{value!r} is not a date: {_DATE_HINT}.") from None

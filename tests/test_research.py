@@ -185,6 +185,7 @@ BAD_OPTION_VALUES = [
     ("search_domain_filter", ["python.org", ""], "1 to 253 characters"),
     ("search_after_date_filter", "2025-01-01", "use MM/DD/YYYY, e.g. 01/31/2025"),
     ("search_before_date_filter", "13/45/2025", "use MM/DD/YYYY"),
+    ("search_before_date_filter", "01/31/\u0662\u0660\u0662\u0665", "use MM/DD/YYYY"),
     ("reasoning_effort", "max", "one of minimal, low, medium, high"),
     ("search_mode", "foo", "one of web, academic, sec"),
     ("return_images", "yes", "True or False"),

@@ -245,6 +245,9 @@ def test_notes_show_under_the_answer_in_the_notebook_and_over_mcp(
     assert ALREADY not in answer_bundle(first)["text/markdown"]
     text = answer_result(again, followup=True, show_thinking=False).content[0]
     assert f"_Note: {ALREADY}_" in getattr(text, "text", "")
+    assert f"<sub>{ALREADY}</sub>" in again.to_markdown()
+    hostile = again.model_copy(update={"notes": ["<img src=x onerror=alert(1)>.txt changed"]})
+    assert "<img" not in hostile.to_markdown() and "&lt;img" in hostile.to_markdown()
 
 
 def test_a_queued_research_job_gets_the_file_notes_in_its_system_message(
