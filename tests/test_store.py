@@ -482,6 +482,20 @@ def test_list_sees_changes_written_behind_its_back(store: ConversationStore) -> 
     assert store.list(tool="other_tool")[0].conversation_id == conversation.conversation_id
 
 
+def test_an_append_whose_follow_up_action_fails_is_undone(store: ConversationStore) -> None:
+    conversation = store.create([user("first")])
+    cid = conversation.conversation_id
+    before = conversation_file(store, cid).read_bytes()
+
+    def enqueue_fails() -> None:
+        raise FilesystemError("No space left on device while writing job.json.")
+
+    with pytest.raises(FilesystemError):
+        store.append(cid, user("a question for a job"), then=enqueue_fails)
+    assert conversation_file(store, cid).read_bytes() == before
+    assert store.append(cid, user("again")).message_count == 2
+
+
 def _header_line(path: Path) -> dict[str, Any]:
     head = path.read_bytes().split(b"\n", 1)[0]
     fields: dict[str, Any] = json.loads(head.removesuffix(b', "messages": [') + b"}")

@@ -48,8 +48,7 @@ SUMMARY_KEY = "pplxSummary"
 _MARK = b'"messages": ['
 TAIL = b"\n]}\n"
 """How every canonical document ends: a file cut short does not."""
-_TAIL = TAIL
-_EMPTY_REST = _TAIL[1:]
+_EMPTY_REST = TAIL[1:]
 _ROLES = frozenset(("system", "user", "assistant"))
 
 
@@ -76,7 +75,7 @@ def _dumps(value: Any) -> bytes:
 
 def _assemble(header: Mapping[str, Any], body: bytes) -> bytes:
     head = _dumps(dict(header))[:-1] + (b", " if header else b"") + _MARK
-    return head + b"\n" + body + _TAIL if body else head + _TAIL
+    return head + b"\n" + body + TAIL if body else head + TAIL
 
 
 def encode(document: Mapping[str, Any]) -> bytes:
@@ -111,8 +110,8 @@ def split(data: bytes) -> Canonical | None:
     if data.endswith(_EMPTY_REST) and len(data) - start == len(_EMPTY_REST):
         end = start
         count = 0
-    elif data.endswith(_TAIL) and len(data) - start > len(_TAIL):
-        end = len(data) - len(_TAIL)
+    elif data.endswith(TAIL) and len(data) - start > len(TAIL):
+        end = len(data) - len(TAIL)
         count = data.count(b"\n", start, end) + 1
     else:
         return None
@@ -136,9 +135,9 @@ def append_messages(
     head = _dumps(fields)[:-1] + b", " + _MARK
     lines = b",\n".join(_dumps(dict(m)) for m in messages)
     if canonical.body_start == canonical.body_end:
-        return b"".join((head, b"\n", lines, _TAIL))
+        return b"".join((head, b"\n", lines, TAIL))
     body = memoryview(canonical.data)[canonical.body_start : canonical.body_end]
-    return b"".join((head, b"\n", body, b",\n", lines, _TAIL))
+    return b"".join((head, b"\n", body, b",\n", lines, TAIL))
 
 
 def parse(data: bytes, conversation_id: str, where: str) -> dict[str, Any]:

@@ -170,7 +170,9 @@ class FileBackend:
         """Append under the conversation's lock: read, splice new lines in, replace atomically.
 
         ``check`` sees the stored document before anything is written and may raise to refuse;
-        ``then`` runs after the write. Both run under the lock, so they must not take it.
+        ``then`` runs after the write, and if it raises the previous document is put back, so
+        the append and its action happen together or not at all. Both run under the lock, so
+        they must not take it.
         """
         directory = self.directory(conversation_id)
         path = directory / CONVERSATION_FILE
@@ -191,7 +193,11 @@ class FileBackend:
                 new = append_messages(canonical, messages, updated_at)
             self._write(directory, new)
             if then is not None:
-                then()
+                try:
+                    then()
+                except BaseException:
+                    self._write(directory, data)
+                    raise
         return new
 
     @contextlib.contextmanager

@@ -112,8 +112,9 @@ class ConversationStore:
 
         ``check`` receives the stored document bytes while the conversation is locked and may
         raise to refuse the append (nothing is written); ``then`` runs after the write, still
-        locked. Together they make "look, append, act" one step for other writers of the
-        conversation directory (the job queue). Neither may take the conversation lock itself.
+        locked, and if it raises the append is undone. Together they make "look, append, act"
+        one step for other writers of the conversation directory (the job queue). Neither may
+        take the conversation lock itself.
         """
         validate_conversation_id(conversation_id)
         if not messages:
