@@ -375,6 +375,19 @@ def test_dot_files_and_files_in_dot_folders_are_refused(workdir: Path, hidden: s
         context.prepare_files(["innocent.txt"], [])
 
 
+def test_a_dot_folder_given_as_a_root_is_not_hidden_under_it(workdir: Path) -> None:
+    notes = workdir / ".notes"
+    notes.mkdir()
+    (notes / "plan.md").write_text("the plan\n")
+    with pytest.raises(ValidationError, match="hidden"):
+        context.prepare_files([".notes/plan.md"], [])
+    prepared = context.prepare_files([".notes/plan.md"], [], roots=[notes])
+    assert "the plan" in prepared.text
+    (notes / ".env").write_text("TOKEN=very-secret\n")
+    with pytest.raises(ValidationError, match="hidden"):
+        context.prepare_files([".notes/.env"], [], roots=[notes])
+
+
 @pytest.mark.parametrize("root", ["/", "~"])
 def test_the_filesystem_root_or_home_as_a_root_is_refused(workdir: Path, root: str) -> None:
     with pytest.raises(ValidationError, match=r"too wide.*PPLX_NB_FILE_ROOTS"):

@@ -676,3 +676,37 @@ def test_a_refused_key_is_a_coded_error_and_never_shown(tmp_path: Path) -> None:
     shown.append((tmp_path / "server.log").read_text())
     assert "Tool perplexity_search failed: API_KEY_INVALID" in shown[-1]
     assert not any("SECRET-0123456789" in text for text in shown)
+
+
+def test_a_researcher_handed_to_the_server_is_not_changed_and_files_need_its_roots(
+    settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pplx_nb.mcp.server import create_server
+
+    work, shared = tmp_path / "work", tmp_path / "shared"
+    for folder in (work, shared):
+        folder.mkdir()
+        (folder / "notes.md").write_text(f"Notes kept in {folder.name}.\n")
+    monkeypatch.chdir(work)
+    researcher = Researcher(settings.model_copy(update={"file_roots": (shared,)}))
+    try:
+        server = create_server(researcher=researcher)
+
+        async def calls() -> list[CallToolResult]:
+            results = [
+                await server.call_tool(
+                    "perplexity_search", {"query": "What do the notes say?", "files": [str(path)]}
+                )
+                for path in (work / "notes.md", shared / "notes.md")
+            ]
+            await researcher.aclose()
+            return results
+
+        refused, accepted = anyio.run(calls)
+        assert refused.is_error and _text(refused).startswith("VALIDATION_ERROR: ")
+        assert not accepted.is_error, _text(accepted)
+        assert researcher.attach_from_working_directory
+        answer = researcher.search("And here?", files=["notes.md"])
+        assert answer.conversation_id
+    finally:
+        researcher.close()

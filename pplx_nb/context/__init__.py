@@ -20,7 +20,12 @@ from pplx_nb.context._budget import (
     fit_history,
 )
 from pplx_nb.context._chain import MAX_CHAIN_DEPTH, chain_messages
-from pplx_nb.context._files import DEFAULT_MAX_BYTES, PreparedFiles, prepare_files
+from pplx_nb.context._files import (
+    DEFAULT_MAX_BYTES,
+    PreparedFiles,
+    prepare_files,
+    resolve_attachments,
+)
 from pplx_nb.context._followup import areformulate, is_follow_up, reformulate, subject_of
 
 __all__ = [
@@ -37,5 +42,6 @@ __all__ = [
     "is_follow_up",
     "prepare_files",
     "reformulate",
+    "resolve_attachments",
     "subject_of",
 ]

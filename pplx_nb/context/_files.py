@@ -95,9 +95,24 @@ def _checked_root(root: Path, where: str) -> Path:
 
 
 def _hidden(resolved: Path, roots: list[Path]) -> bool:
-    """Whether ``resolved`` is a dot-file or lies in a dot-folder below its root."""
-    root = next(root for root in roots if resolved.is_relative_to(root))
-    return any(part.startswith(".") for part in resolved.relative_to(root).parts)
+    """Whether ``resolved`` is a dot-file or lies in a dot-folder below every root holding it.
+
+    A root may itself be a dot-folder (PPLX_NB_FILE_ROOTS=~/project/.notes): its files are
+    visible from it even when another root (the working directory) also holds them.
+    """
+    return all(
+        any(part.startswith(".") for part in resolved.relative_to(root).parts)
+        for root in roots
+        if resolved.is_relative_to(root)
+    )
+
+
+def resolve_attachments(
+    paths: Sequence[str | Path], roots: Sequence[Path] | None, *, working_directory: bool = True
+) -> list[Path]:
+    """The real paths of ``paths``, each checked as :func:`prepare_files` does (not read)."""
+    allowed = allowed_roots(roots, working_directory=working_directory)
+    return [_resolve(path, allowed) for path in paths]
 
 
 def _resolve(path: str | Path, roots: list[Path]) -> Path:

@@ -22,7 +22,7 @@ class Backend:
 
     def __init__(self, settings: Settings, researcher: Researcher | None) -> None:
         self.settings = settings
-        self._researcher = None if researcher is None else _files_from_roots_only(researcher)
+        self._researcher = researcher
         self._lock = threading.Lock()
 
     @property
@@ -39,8 +39,8 @@ class Backend:
                 if self._researcher is None:
                     from pplx_nb.research import Researcher
 
-                    self._researcher = _files_from_roots_only(
-                        Researcher(self.settings, async_deep_research=self.async_mode)
+                    self._researcher = Researcher(
+                        self.settings, async_deep_research=self.async_mode
                     )
         return self._researcher
 
@@ -57,9 +57,3 @@ class Backend:
         if self._researcher is not None:
             self._researcher.close()
 
-
-def _files_from_roots_only(researcher: Researcher) -> Researcher:
-    # Assistants start servers from wherever they like (often / or $HOME): an MCP server
-    # attaches files from PPLX_NB_FILE_ROOTS only, never from its working directory.
-    researcher.attach_from_working_directory = False
-    return researcher

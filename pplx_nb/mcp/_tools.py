@@ -75,19 +75,25 @@ def _opts(**options: Any) -> dict[str, Any]:
 
 
 def _attachable(files: list[str] | None, backend: Backend) -> list[str] | None:
-    """``files``, unless the server was started without PPLX_NB_FILE_ROOTS.
+    """``files`` as real paths under PPLX_NB_FILE_ROOTS; refused without it or outside it.
 
-    An assistant's server often runs from ``/``: with the working directory as the default root,
-    any readable file on the machine could be sent to the API.
+    An assistant's server often runs from ``/``: with the working directory as a root, any
+    readable file on the machine could be sent to the API. So the server checks the files
+    against the configured roots alone before the Researcher attaches them.
     """
-    if files and not backend.settings.file_roots:
+    if not files:
+        return files
+    from pplx_nb.context import resolve_attachments
+
+    roots = backend.get().settings.file_roots
+    if not roots:
         raise ValidationError(
             "File attachments are off on this MCP server. To allow them, set PPLX_NB_FILE_ROOTS "
             "in the server's environment to the folder(s) whose files may be attached (e.g. "
             "PPLX_NB_FILE_ROOTS=/home/me/projects/report), restart it, and call again; or "
             "paste the relevant text into the query."
         )
-    return files
+    return [str(path) for path in resolve_attachments(files, roots, working_directory=False)]
 
 
 class Tools:
