@@ -1001,8 +1001,9 @@ def _refuse_oversized(messages: Sequence[Message], model: str) -> None:
     from pplx_nb.context._budget import message_tokens
 
     window = context_window(model)
+    budget = window - window // 5  # what fit_history allows: a fifth stays free for the answer
     used = sum(message_tokens(m) for m in messages)
-    if used <= window:
+    if used <= budget:
         return
     files = next((m.files or [] for m in reversed(messages) if m.role == "user"), [])
     sizes = ", ".join(
@@ -1015,8 +1016,8 @@ def _refuse_oversized(messages: Sequence[Message], model: str) -> None:
     )
     raise ValidationError(
         f"The question is about {used:,} tokens (estimated, with the system prompt), over the "
-        f"{window:,}-token context window of {model}, even with every earlier turn left out. "
-        f"{advice}",
+        f"{budget:,} tokens that fit in the {window:,}-token context window of {model} with room "
+        f"left for the answer, even with every earlier turn left out. {advice}",
         estimated_tokens=used,
         window=window,
         files=[{"path": r.get("path"), "bytes": r.get("bytes")} for r in files],

@@ -284,7 +284,7 @@ def test_a_question_over_the_window_is_refused_with_the_file_sizes(
     with pytest.raises(ValidationError) as refused:
         researcher.followup(cid, "Summarize these", files=two_big_files)
     message = str(refused.value)
-    assert "2,000-token context window of sonar-pro" in message
+    assert "1,600 tokens that fit in the 2,000-token context window of sonar-pro" in message
     assert f"about {refused.value.details['estimated_tokens']:,} tokens" in message
     assert refused.value.details["estimated_tokens"] > 3_000
     assert "a.txt (6,000 bytes)" in message and "b.txt (6,000 bytes)" in message
