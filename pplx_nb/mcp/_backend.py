@@ -56,4 +56,3 @@ class Backend:
         """Stop the worker and close the API clients, if the Researcher was ever built."""
         if self._researcher is not None:
             self._researcher.close()
-
