@@ -41,3 +41,15 @@ def settings(sim_url: str, logs_dir: Path) -> Settings:
         timeout_ms=5_000,
         job_lease_seconds=2,
     )
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A working directory holding ``notes.md``, made the current one (files attach from it)."""
+    folder = tmp_path / "work"
+    folder.mkdir()
+    (folder / "notes.md").write_text(
+        "# Notes\nOur service cancels asyncio tasks with TaskGroup on shutdown.\n"
+    )
+    monkeypatch.chdir(folder)
+    return folder

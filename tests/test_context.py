@@ -279,16 +279,6 @@ def test_a_reserve_as_large_as_the_window_is_refused() -> None:
 # -- attached files --------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A working directory holding a notes file; files are confined to it by default."""
-    folder = tmp_path / "work"
-    folder.mkdir()
-    (folder / "notes.md").write_text("# Notes\nasyncio tasks can be cancelled.\n")
-    monkeypatch.chdir(folder)
-    return folder
-
-
 def _user(prepared: context.PreparedFiles, tool: str) -> Message:
     return Message(role="user", content="q", tool=tool, files=prepared.records)
 

@@ -16,16 +16,6 @@ from pplx_nb.context import CONTEXT_WINDOWS
 
 
 @pytest.fixture
-def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A working directory holding ``notes.md``, made the current one."""
-    work = tmp_path / "work"
-    work.mkdir()
-    (work / "notes.md").write_text("Our service cancels tasks with TaskGroup on shutdown.\n")
-    monkeypatch.chdir(work)
-    return work
-
-
-@pytest.fixture
 def extra(tmp_path: Path) -> Path:
     """A folder outside the working directory, holding ``shared.md``."""
     folder = tmp_path / "extra"
