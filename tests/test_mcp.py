@@ -167,6 +167,10 @@ def test_tools_list_has_the_six_tools_with_bounded_schemas(client: McpClient) ->
         read_only = name in ("get_conversation_history", "list_conversations")
         assert tool.annotations.read_only_hint is read_only
         assert tool.output_schema is not None
+        # Optional fields are typed [T, "null"], not anyOf: cheaper for clients to validate.
+        assert "anyOf" not in json.dumps(tool.output_schema), name
+    ask = tools["perplexity_search"].output_schema or {}
+    assert ask["properties"]["model"]["type"] == ["string", "null"]
     assert "NEW conversation" in (tools["perplexity_search"].description or "")
     assert "Cross-Mode" in (tools["perplexity_deep_research_followup"].description or "")
 

@@ -174,8 +174,27 @@ ToolName = Annotated[
 ]
 
 
+def _lean_schema(schema: dict[str, Any]) -> None:
+    """Write optional fields as ``"type": [T, "null"]`` instead of an ``anyOf``.
+
+    Clients validate every structured result against the output schema; with the official
+    Python client an ``anyOf`` per optional field took about half of that validation's time.
+    """
+    for field in schema.get("properties", {}).values():
+        options = field.get("anyOf")
+        if (
+            isinstance(options, list)
+            and len(options) == 2
+            and {"type": "null"} in options
+            and all(set(option) <= {"type", "additionalProperties"} for option in options)
+        ):
+            (kept,) = [option for option in options if option != {"type": "null"}]
+            del field["anyOf"]
+            field.update(kept, type=[kept["type"], "null"])
+
+
 class _Out(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_lean_schema)
 
 
 class SourceOut(_Out):
