@@ -246,9 +246,7 @@ class Answer(BaseModel):
         if self.related_questions:
             parts.append("**Related**\n\n" + "\n".join(f"- {q}" for q in self.related_questions))
         if self.notes:
-            parts.append(
-                "\n".join(f"<sub>{html.escape(note)}</sub>  " for note in self.notes).rstrip()
-            )
+            parts.append(notes_markdown(self.notes))
         if self.conversation_id:
             parts.append(f"<sub>Conversation `{self.conversation_id}`</sub>")
         return "\n\n".join(parts)
@@ -258,3 +256,11 @@ class Answer(BaseModel):
 
     def __str__(self) -> str:
         return self.text
+
+
+def notes_markdown(notes: list[str]) -> str:
+    """Notes about a question (a file already in the history, ...) as one muted line.
+
+    Notes carry user file names, so they are escaped.
+    """
+    return f"<sub>{html.escape(' · '.join(notes))}</sub>" if notes else ""

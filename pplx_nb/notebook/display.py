@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit
 
 from pplx_nb._errors import PplxError, redact
+from pplx_nb._models import notes_markdown
 
 if TYPE_CHECKING:
     from pplx_nb._models import Answer, Conversation, JobStatus, Progress, Source
@@ -159,11 +160,6 @@ def footer_markdown(answer: Answer, elapsed: float | None = None) -> str:
     if answer.cached:
         bits.append("cached")
     return f"<sub>{' · '.join(html.escape(b) for b in bits)}</sub>" if bits else ""
-
-
-def notes_markdown(notes: Sequence[str]) -> str:
-    """Notes about the question (a file already in the history, ...) as one muted line."""
-    return f"<sub>{html.escape(' · '.join(notes))}</sub>" if notes else ""
 
 
 def answer_markdown(
