@@ -23,7 +23,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -102,6 +102,8 @@ class _Turn:
     seed: list[Message] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     started: float = field(default_factory=time.perf_counter)
+    answering: str | None = None
+    """The token of the conversation's ``.answering`` marker while the answer is on its way."""
 
     @property
     def show_thinking(self) -> bool:
@@ -380,10 +382,13 @@ class Researcher:
         self.queue.check_idle(conversation_id)
 
     def _ask(self, turn: _Turn, *, queued: bool = False) -> JobStatus | None:
-        """Store a follow-up's question, refused while a job runs; ``queued`` also queues its job.
+        """Store a follow-up's question, refused while a job runs or another answer is due.
 
-        The check, the append and the enqueue happen under the conversation lock, so two
-        follow-ups racing on one conversation cannot both get through.
+        ``queued`` also queues its job; otherwise the question is marked as being answered
+        (``turn.answering``) until :meth:`_complete` stores the answer or :meth:`_run` fails.
+        The check, the append and the enqueue or mark happen under the conversation lock, so
+        two follow-ups racing on one conversation cannot both get through, and an answer
+        always lands right after its question.
         """
         conversation_id = turn.conversation_id
         assert conversation_id is not None
@@ -395,14 +400,33 @@ class Researcher:
                 self.queue.enqueue(conversation_id, turn.tool, request, lock_held=True)
             )
 
+        def mark() -> None:
+            turn.answering = self.queue.mark_answering(conversation_id, self._answer_deadline(turn))
+
         with self._counted():
             self._store.append(
                 conversation_id,
                 turn.user,
                 check=lambda _: self.queue.check_idle(conversation_id),
-                then=enqueue if queued else None,
+                then=enqueue if queued else mark,
             )
         return queued_as[0] if queued_as else None
+
+    def _answer_deadline(self, turn: _Turn) -> float:
+        """The longest an answer can take: every attempt's timeout plus a minute of back-off."""
+        from pplx_nb.api.request import is_deep_research
+
+        settings = self._settings
+        timeout_ms = settings.deep_research_timeout_ms if is_deep_research(turn.model) else 0
+        per_attempt = max(timeout_ms, settings.timeout_ms) / 1000 + 60
+        return per_attempt * (settings.max_retries + 1)
+
+    def _stop_answering(self, turn: _Turn) -> None:
+        """Remove the turn's ``.answering`` marker if it still has one (the answer failed)."""
+        token, turn.answering = turn.answering, None
+        if token is not None and turn.conversation_id is not None:
+            with contextlib.suppress(PplxError):
+                self.queue.clear_answering(turn.conversation_id, token)
 
     # -- running turns --------------------------------------------------------------------------
 
@@ -426,10 +450,18 @@ class Researcher:
         if answer.cost is None:
             answer.cost = estimate_cost(answer.model or turn.model, answer.usage)
         assistant = self._assistant_message(turn, answer)
-        if turn.conversation_id is None:
+        conversation_id, token = turn.conversation_id, turn.answering
+        if conversation_id is None:
             conversation = self._store.create([*turn.seed, turn.user, assistant])
+        elif token is None:
+            conversation = self._store.append(conversation_id, assistant)
         else:
-            conversation = self._store.append(turn.conversation_id, assistant)
+            conversation = self._store.append(
+                conversation_id,
+                assistant,
+                then=lambda: self.queue.clear_answering(conversation_id, token, lock_held=True),
+            )
+            turn.answering = None
         answer.conversation_id = conversation.conversation_id
         answer.conversation_path = str(self._store.path(conversation.conversation_id))
         answer.reformulated_query = turn.user.reformulated_query
@@ -454,7 +486,7 @@ class Researcher:
 
     async def _run(
         self, turn: _Turn, *, stream: bool, on_progress: ProgressCallback | None = None
-    ) -> AsyncIterator[str | Answer]:
+    ) -> AsyncGenerator[str | Answer, None]:
         client = self._client()
         request = self._build_request(turn.messages, turn.model, turn.opts)
         tracker = _ProgressTracker(on_progress) if on_progress else None
@@ -467,18 +499,22 @@ class Researcher:
             else:
                 answer = None
                 chars = 0
-                async for item in client.stream(request):
-                    if isinstance(item, str):
-                        chars += len(item)
-                        if tracker:
-                            tracker.text_grew(chars)
-                        yield item
-                    else:
-                        answer = item
+                # Closed explicitly: left to the garbage collector, a stream abandoned mid-way
+                # closes its HTTP response outside any event loop.
+                async with contextlib.aclosing(client.stream(request)) as items:
+                    async for item in items:
+                        if isinstance(item, str):
+                            chars += len(item)
+                            if tracker:
+                                tracker.text_grew(chars)
+                            yield item
+                        else:
+                            answer = item
                 if answer is None:
                     raise PplxError("The answer stream ended without a final answer; retry.")
         except BaseException:
             self._record(turn.started, None, ok=False)
+            self._stop_answering(turn)
             raise
         finally:
             if ticker:
@@ -486,7 +522,11 @@ class Researcher:
         if tracker:
             tracker.update(100, "Completed")
         assert answer is not None
-        yield self._complete(turn, answer)
+        try:
+            completed = self._complete(turn, answer)
+        finally:
+            self._stop_answering(turn)
+        yield completed
 
     @staticmethod
     async def _last(items: AsyncIterator[str | Answer]) -> Answer:
@@ -571,8 +611,14 @@ class Researcher:
         """Like :meth:`afollowup` in search mode, yielding text deltas, then the stored Answer."""
         turn = await self._followup_turn(conversation_id, query, "search", fork, files, opts)
         self._ask(turn)
-        async for item in self._run(turn, stream=True):
-            yield item
+        items = self._run(turn, stream=True)
+        try:
+            async for item in items:
+                yield item
+        finally:
+            # A consumer that stops early closes this generator, not _run: close it too, so
+            # the question's .answering marker goes at once rather than at garbage collection.
+            await items.aclose()
 
     async def await_job(
         self,

@@ -14,7 +14,7 @@ import asyncio
 import functools
 import logging
 import ssl
-from collections.abc import AsyncGenerator, AsyncIterator, Generator
+from collections.abc import AsyncGenerator, Generator
 from contextlib import aclosing
 from types import TracebackType
 
@@ -145,7 +145,7 @@ class AsyncClient:
             self.cache.put(key, answer, len(raw))
         return answer
 
-    async def stream(self, request: Request) -> AsyncIterator[str | Answer]:
+    async def stream(self, request: Request) -> AsyncGenerator[str | Answer, None]:
         """Answer text as it arrives (``str`` deltas, ``<think>`` excluded), then one Answer.
 
         A failure before the first delta is retried like any request; a stream that breaks

@@ -44,6 +44,7 @@ from pplx_nb._fs import (
     validate_conversation_id,
 )
 from pplx_nb._models import JobState, JobStatus, now_iso
+from pplx_nb.jobs import _answering as answering
 from pplx_nb.jobs._index import PRIORITY_MAX, JobIndex, conversation_of, marker_name
 from pplx_nb.jobs._job import START_PROGRESS, Job, LeaseLost
 
@@ -185,7 +186,8 @@ class JobQueue:
         return JobStatus.model_validate(status)
 
     def check_idle(self, conversation_id: str) -> None:
-        """Raise JobInProgress if the conversation has a pending or in_progress job.
+        """Raise JobInProgress if the conversation has a pending or in_progress job, or a
+        follow-up whose answer is still on its way (see :meth:`mark_answering`).
 
         Takes no lock: call it under the conversation lock (a store append's ``check``) to make
         the answer hold until the lock is released.
@@ -199,6 +201,30 @@ class JobQueue:
                 "when), then follow up.",
                 conversation_id=conversation_id,
             )
+        marker = answering.live(directory)
+        if marker is not None:
+            raise JobInProgress(
+                f"Conversation {conversation_id} is still answering the follow-up asked at "
+                f"{marker.get('startedAt', 'an earlier moment')}. Wait for that answer, then "
+                "follow up: asked now, the two questions and answers would interleave.",
+                conversation_id=conversation_id,
+            )
+
+    def mark_answering(self, conversation_id: str, seconds: float) -> str:
+        """Say a follow-up of this conversation is being answered now, for at most ``seconds``.
+
+        Call it under the conversation lock, in the step that stores the question (a store
+        append's ``then``); :meth:`clear_answering` with the returned token ends it. Until then
+        :meth:`check_idle` refuses other follow-ups, so each answer lands right after its
+        question.
+        """
+        return answering.mark(self._dir(conversation_id), seconds)
+
+    def clear_answering(self, conversation_id: str, token: str, *, lock_held: bool = False) -> None:
+        """End what :meth:`mark_answering` began (the answer is stored, or the question failed)."""
+        directory = self._dir(conversation_id)
+        with contextlib.nullcontext() if lock_held else locked(directory):
+            answering.clear(directory, token)
 
     def check_owner(self, job: Job, document: bytes | None = None) -> None:
         """Raise LeaseLost unless status.json says ``job``'s attempt still runs on its worker.
