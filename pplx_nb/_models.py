@@ -116,6 +116,8 @@ class Message(_Stored):
     related_questions: list[str] | None = None
     images: list[dict[str, Any]] | None = None
     thinking: str | None = None
+    notes: list[str] | None = None
+    """What the answer's caller should know, e.g. an attached file that was cut to fit."""
 
 
 class Conversation(_Stored):

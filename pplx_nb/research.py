@@ -443,6 +443,7 @@ class Researcher:
             related_questions=answer.related_questions or None,
             thinking=answer.thinking if turn.show_thinking else None,
             images=[_rekeyed(image, to_camel) for image in answer.images] or None,
+            notes=list(turn.notes) or None,
             **extra,
         )
 
@@ -680,6 +681,7 @@ class Researcher:
             conversation_id=conversation.conversation_id,
             conversation_path=str(self._store.path(conversation.conversation_id)),
             reformulated_query=_previous_user(conversation, message),
+            notes=list(message.notes or ()),
         )
 
     # -- jobs -----------------------------------------------------------------------------------
@@ -733,7 +735,13 @@ class Researcher:
                 await ctx.record_remote_id(remote_id)
             answer = await self._poll(client, request, remote_id, ctx)
         turn = _Turn(
-            job.conversation_id, messages, conversation.messages[-1], job.tool, model, opts
+            job.conversation_id,
+            messages,
+            conversation.messages[-1],
+            job.tool,
+            model,
+            opts,
+            notes=[str(note) for note in job.request.get("notes") or []],
         )
         if answer.cost is None:
             answer.cost = estimate_cost(answer.model or model, answer.usage)

@@ -214,6 +214,7 @@ def test_a_file_already_in_the_history_is_noted_to_the_model_not_the_search(
         r.close()
     assert isinstance(again, Answer)
     assert again.notes == [ALREADY]
+    assert r.history(again.conversation_id or "").messages[-1].notes == [ALREADY]
     assert sent[-1]["content"] == question
     assert sent[0]["role"] == "system" and sent[0]["content"].endswith(ALREADY)
     assert first.notes == []
@@ -249,12 +250,15 @@ def test_a_queued_research_job_gets_the_file_notes_in_its_system_message(
         cid = first.conversation_id or ""
         question = "Which exceptions does the json module raise?"
         r.followup(cid, question, mode="research", wait=False, files=["notes.md"])
-        r.wait(cid, timeout=30)
+        report = r.wait(cid, timeout=30)
         sent = recorder.asked(question)
+        stored = r.history(cid).messages[-1]
     finally:
         r.close()
     assert sent[-1]["content"] == question
     assert sent[0]["role"] == "system" and sent[0]["content"].endswith(ALREADY)
+    assert report.notes == [ALREADY]
+    assert stored.role == "assistant" and stored.notes == [ALREADY]
 
 
 @pytest.fixture
