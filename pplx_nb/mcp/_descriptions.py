@@ -70,7 +70,7 @@ The tool automatically includes the full conversation history, so you don't need
 **Cross-Mode Support**:
 You can follow up on a conversation started with `perplexity_deep_research` using this tool if you want a quick answer instead of another deep dive.
 
-A conversation whose deep research job is still pending or running cannot be followed up yet (JOB_IN_PROGRESS): check `get_conversation_history` until it is completed.
+A conversation whose deep research job is still pending or running, or whose previous follow-up is still being answered, cannot be followed up yet (JOB_IN_PROGRESS): check `get_conversation_history` until it is completed.
 
 Response includes updated conversationId and path for further follow-ups."""
 
@@ -97,6 +97,8 @@ Full conversation history is automatically included. The deep research model wil
 You can follow up on a conversation started with `perplexity_search` using this tool to get a comprehensive deep dive on a subtopic.
 
 In async mode the follow-up is queued and the call returns at once; collect the report with `get_conversation_history`.
+
+Like `perplexity_search_followup`, it is refused with JOB_IN_PROGRESS while the conversation's research job is pending or running, or its previous follow-up is still being answered.
 
 Response includes comprehensive report + updated conversationId for further follow-ups."""
 
