@@ -15,6 +15,7 @@ the conversation lock.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -24,7 +25,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from pplx_nb._fs import atomic_write_json, fs_errors, read_bytes
+from pplx_nb._errors import PplxError
+from pplx_nb._fs import atomic_write_json, read_bytes
 from pplx_nb._models import now_iso
 
 __all__ = ["ANSWERING_FILE", "clear", "live", "mark"]
@@ -49,10 +51,14 @@ def mark(directory: Path, seconds: float) -> str:
 
 
 def clear(directory: Path, token: str) -> None:
-    """Remove the marker if it is still the one ``token`` names (a newer one stays)."""
-    current = _read(directory)
-    if current is not None and current.get("token") == token:
-        with fs_errors(directory / ANSWERING_FILE, "remove"):
+    """Remove the marker if it is still the one ``token`` names (a newer one stays).
+
+    Never raises: it runs in the step that stores a paid answer, and a marker that cannot be
+    removed only blocks the conversation until its deadline.
+    """
+    with contextlib.suppress(OSError, PplxError):
+        current = _read(directory)
+        if current is not None and current.get("token") == token:
             (directory / ANSWERING_FILE).unlink(missing_ok=True)
 
 
