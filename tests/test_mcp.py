@@ -714,3 +714,33 @@ def test_a_researcher_handed_to_the_server_is_not_changed_and_files_need_its_roo
         assert answer.conversation_id
     finally:
         researcher.close()
+
+
+def test_history_says_when_a_followup_is_still_being_answered_and_followups_wait(
+    client: McpClient,
+) -> None:
+    from pplx_nb.jobs import _answering as answering
+
+    first = client.call("perplexity_search", {"query": "How do I cancel an asyncio task?"})
+    cid, path = _data(first)["conversationId"], Path(_data(first)["conversationPath"])
+    # What a search follow-up in flight leaves (this process is alive, so the marker is live).
+    token = answering.mark(path, 600)
+    since = json.loads((path / answering.ANSWERING_FILE).read_text())["startedAt"]
+    try:
+        history = client.call("get_conversation_history", {"conversationId": cid})
+        assert _data(history)["answeringSince"] == since
+        assert f"The follow-up asked at {since} is still being answered" in _text(history)
+        blocked = client.call(
+            "perplexity_search_followup", {"conversationId": cid, "query": "and with a timeout?"}
+        )
+        assert blocked.is_error and _text(blocked).startswith("JOB_IN_PROGRESS: ")
+        assert "still answering" in _text(blocked)
+    finally:
+        answering.clear(path, token)
+    history = client.call("get_conversation_history", {"conversationId": cid})
+    assert _data(history)["answeringSince"] is None
+    assert "still being answered" not in _text(history)
+    answered = client.call(
+        "perplexity_search_followup", {"conversationId": cid, "query": "and with a timeout?"}
+    )
+    assert not answered.is_error, _text(answered)

@@ -547,6 +547,11 @@ class JobQueue:
         data = _read_status(directory / STATUS_FILE)
         return None if data is None else _status_model(data, directory)
 
+    def answering_since(self, conversation_id: str) -> str | None:
+        """When the follow-up still being answered was asked (ISO 8601), or None if none is."""
+        marker = answering.live(self._dir(conversation_id))
+        return None if marker is None else str(marker.get("startedAt") or "") or None
+
     def pending_count(self) -> int:
         """How many jobs wait to be claimed (from the marker index)."""
         return len(self._index.pending())

@@ -116,7 +116,7 @@ HISTORY = """Retrieve the full conversation history by conversation ID. Useful f
   "includeSystemPrompt": false
 }
 
-Returns full conversation with all messages, metadata, and file path. When a deep research job ever ran for the conversation, its status (pending, in_progress, completed, failed), progress and error history come first.
+Returns full conversation with all messages, metadata, and file path. When a deep research job ever ran for the conversation, its status (pending, in_progress, completed, failed), progress and error history come first. While a follow-up's answer is still on its way, `answeringSince` says when it was asked.
 
 **Note**: System prompts are excluded by default but can be included with `includeSystemPrompt: true`."""
 

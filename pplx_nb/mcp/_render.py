@@ -133,9 +133,14 @@ def _message_text(index: int, role: str, content: str, meta: dict[str, Any]) -> 
 
 
 def history_result(
-    conversation: Conversation, path: str, status: JobStatus | None, status_text: str | None
+    conversation: Conversation,
+    path: str,
+    status: JobStatus | None,
+    status_text: str | None,
+    answering_since: str | None = None,
 ) -> CallToolResult:
-    """A conversation's turns in order, preceded by its job status when a job ever ran."""
+    """A conversation's turns in order, preceded by its job status when a job ever ran, and by
+    a line saying so when the last question's answer is still on its way."""
     messages = [message.to_json_dict() for message in conversation.messages]
     parts = [
         f"📜 **Conversation History**\nConversation ID: `{conversation.conversation_id}`\n"
@@ -146,6 +151,11 @@ def history_result(
         parts.append(f"Continued from conversation `{conversation.parent_conversation_id}`.")
     if status_text:
         parts.append(status_text)
+    if answering_since:
+        parts.append(
+            f"⏳ The follow-up asked at {answering_since} is still being answered; its answer "
+            "will come right after the last question. Check again shortly."
+        )
     parts.append("---")
     for index, (message, data) in enumerate(zip(conversation.messages, messages, strict=True), 1):
         parts.append(_message_text(index, message.role, message.content, data))
@@ -158,6 +168,7 @@ def history_result(
         messages=messages,
         parentConversationId=conversation.parent_conversation_id,
         job=status.to_json_dict() if status is not None else None,
+        answeringSince=answering_since,
     )
     return _result("\n\n".join(parts), structured.model_dump(mode="json"))
 

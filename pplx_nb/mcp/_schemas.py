@@ -239,6 +239,8 @@ class HistoryResult(_Out):
     messages: list[dict[str, Any]]
     parentConversationId: str | None = None
     job: dict[str, Any] | None = None
+    answeringSince: str | None = None
+    """When the follow-up whose answer is still on its way was asked; null when none is."""
 
 
 class ConversationList(_Out):

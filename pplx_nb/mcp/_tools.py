@@ -255,7 +255,10 @@ class Tools:
         conversation = researcher.history(conversationId, include_system=includeSystemPrompt)
         status = researcher.status(conversationId)
         status_text = format_status_message(status) if status is not None else None
-        return history_result(conversation, self._path(conversationId), status, status_text)
+        answering = researcher.queue.answering_since(conversationId)
+        return history_result(
+            conversation, self._path(conversationId), status, status_text, answering
+        )
 
     async def list_conversations(
         self,
