@@ -128,6 +128,19 @@ def test_a_stream_stopped_early_removes_its_marker_at_once(slow: Researcher) -> 
     assert isinstance(slow.followup(cid, "Describe the csv module"), Answer)
 
 
+def test_a_sync_stream_closed_early_as_an_interrupted_cell_does_removes_its_marker(
+    slow: Researcher,
+) -> None:
+    cid = slow.search("How do I create an asyncio task?").conversation_id or ""
+    marker = slow.store.path(cid) / MARKER
+    stream = slow.stream_followup(cid, "Describe the json module")
+    assert isinstance(next(iter(stream)), str)
+    assert marker.exists()
+    stream.close()  # what KeyboardInterrupt in a %%pplx cell does to the stream it was reading
+    _wait_for(marker, present=False)
+    assert isinstance(slow.followup(cid, "Describe the csv module"), Answer)
+
+
 def test_a_marker_left_by_a_dead_process_or_past_its_deadline_blocks_nothing(
     researcher: Researcher,
 ) -> None:
