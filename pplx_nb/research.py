@@ -23,7 +23,14 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Callable,
+    Generator,
+    Iterator,
+    Sequence,
+)
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -488,12 +495,15 @@ class Researcher:
     async def _run(
         self, turn: _Turn, *, stream: bool, on_progress: ProgressCallback | None = None
     ) -> AsyncGenerator[str | Answer, None]:
-        client = self._client()
-        request = self._build_request(turn.messages, turn.model, turn.opts)
         tracker = _ProgressTracker(on_progress) if on_progress else None
-        ticker = asyncio.ensure_future(tracker.ticker()) if tracker else None
+        ticker: asyncio.Future[None] | None = None
         try:
+            # Inside the try: a turn whose request cannot even be built must still give up
+            # its .answering marker.
+            client = self._client()
+            request = self._build_request(turn.messages, turn.model, turn.opts)
             if tracker:
+                ticker = asyncio.ensure_future(tracker.ticker())
                 tracker.emit()
             if not stream:
                 answer = await client.ask(request)
@@ -549,11 +559,12 @@ class Researcher:
 
     async def astream_search(
         self, query: str, *, files: Sequence[str | Path] | None = None, **opts: Any
-    ) -> AsyncIterator[str | Answer]:
+    ) -> AsyncGenerator[str | Answer, None]:
         """Like :meth:`asearch`, yielding text deltas as they arrive, then the stored Answer."""
         turn = self._new_turn(query, "search", files, opts)
-        async for item in self._run(turn, stream=True):
-            yield item
+        async with contextlib.aclosing(self._run(turn, stream=True)) as items:
+            async for item in items:
+                yield item
 
     async def adeep_research(
         self,
@@ -608,18 +619,15 @@ class Researcher:
         fork: bool = False,
         files: Sequence[str | Path] | None = None,
         **opts: Any,
-    ) -> AsyncIterator[str | Answer]:
+    ) -> AsyncGenerator[str | Answer, None]:
         """Like :meth:`afollowup` in search mode, yielding text deltas, then the stored Answer."""
         turn = await self._followup_turn(conversation_id, query, "search", fork, files, opts)
         self._ask(turn)
-        items = self._run(turn, stream=True)
-        try:
+        # A consumer that stops early closes this generator, not _run: aclosing closes _run too,
+        # so the question's .answering marker goes at once rather than at garbage collection.
+        async with contextlib.aclosing(self._run(turn, stream=True)) as items:
             async for item in items:
                 yield item
-        finally:
-            # A consumer that stops early closes this generator, not _run: close it too, so
-            # the question's .answering marker goes at once rather than at garbage collection.
-            await items.aclose()
 
     async def await_job(
         self,
@@ -902,7 +910,7 @@ class Researcher:
 
     def stream_search(
         self, query: str, *, files: Sequence[str | Path] | None = None, **opts: Any
-    ) -> Iterator[str | Answer]:
+    ) -> Generator[str | Answer, None, None]:
         """Sync :meth:`astream_search`: consume deltas on the calling thread."""
         from pplx_nb._sync import iterate_sync
 
@@ -960,7 +968,7 @@ class Researcher:
         fork: bool = False,
         files: Sequence[str | Path] | None = None,
         **opts: Any,
-    ) -> Iterator[str | Answer]:
+    ) -> Generator[str | Answer, None, None]:
         """Sync :meth:`astream_followup`."""
         from pplx_nb._sync import iterate_sync
 

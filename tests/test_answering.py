@@ -113,6 +113,23 @@ def test_a_failed_followup_leaves_no_marker_and_the_next_one_goes_through(
     assert isinstance(answer, Answer) and answer.text
 
 
+def test_a_followup_whose_request_cannot_be_built_leaves_no_marker(
+    researcher: Researcher, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    r = researcher
+    cid = r.search("How do I create an asyncio task?").conversation_id or ""
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise InvalidInput("The request could not be built.")
+
+    monkeypatch.setattr(r, "_build_request", broken)
+    with pytest.raises(InvalidInput):
+        r.followup(cid, "Describe the json module")
+    assert not (r.store.path(cid) / MARKER).exists()
+    monkeypatch.undo()
+    assert isinstance(r.followup(cid, "Describe the csv module"), Answer)
+
+
 def test_a_stream_stopped_early_removes_its_marker_at_once(slow: Researcher) -> None:
     cid = slow.search("How do I create an asyncio task?").conversation_id or ""
 
