@@ -44,6 +44,10 @@ LOCK_NAME = ".lock"
 _DIR_MODE = 0o700
 _FILE_MODE = 0o600
 _tmp_counter = itertools.count()
+# O_BINARY: without it Windows opens in text mode (CRLF translation, 0x1A ends a read); it and
+# O_CLOEXEC exist only where they mean something.
+_READ_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+_CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
 
 
 def validate_conversation_id(conversation_id: object) -> str:
@@ -112,7 +116,7 @@ def atomic_write_bytes(path: Path | str, data: bytes, *, durable: bool = False) 
     directory, name = os.path.split(target)
     tmp = os.path.join(directory, f".{name}.{os.getpid()}.{next(_tmp_counter)}.tmp")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _FILE_MODE)
+        fd = os.open(tmp, _CREATE_FLAGS, _FILE_MODE)
         try:
             try:
                 view = memoryview(data)
@@ -153,7 +157,7 @@ def read_bytes(path: Path | str) -> bytes:
     """Read a whole file; OS failures become FILESYSTEM_ERROR (FileNotFoundError passes)."""
     try:
         # os.open/os.read, not open(): a buffered file object costs five more syscalls.
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(path, _READ_FLAGS)
         try:
             chunks = [os.read(fd, max(os.fstat(fd).st_size, 1024) + 1)]
             while chunks[-1]:

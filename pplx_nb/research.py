@@ -94,6 +94,8 @@ _TOOLS = {
     ("research", True): "perplexity_deep_research_followup",
 }
 _PROGRESS_EVERY = 5.0
+_RENEW_SECONDS = 60.0
+"""How often a streaming answer pushes its ``.answering`` marker's deadline ahead."""
 
 
 @dataclass
@@ -428,6 +430,14 @@ class Researcher:
         per_attempt = max(timeout_ms, settings.timeout_ms) / 1000 + 60
         return per_attempt * (settings.max_retries + 1)
 
+    def _renew_answering(self, turn: _Turn) -> None:
+        """Keep a long streaming answer's ``.answering`` marker live for another deadline."""
+        if turn.answering is not None and turn.conversation_id is not None:
+            with contextlib.suppress(PplxError):
+                self.queue.renew_answering(
+                    turn.conversation_id, turn.answering, self._answer_deadline(turn)
+                )
+
     def _stop_answering(self, turn: _Turn) -> None:
         """Remove the turn's ``.answering`` marker if it still has one (the answer failed)."""
         token, turn.answering = turn.answering, None
@@ -512,12 +522,16 @@ class Researcher:
                 chars = 0
                 # Closed explicitly: left to the garbage collector, a stream abandoned mid-way
                 # closes its HTTP response outside any event loop.
+                renewed = time.monotonic()
                 async with contextlib.aclosing(client.stream(request)) as items:
                     async for item in items:
                         if isinstance(item, str):
                             chars += len(item)
                             if tracker:
                                 tracker.text_grew(chars)
+                            if time.monotonic() - renewed > _RENEW_SECONDS:
+                                renewed = time.monotonic()
+                                self._renew_answering(turn)
                             yield item
                         else:
                             answer = item
@@ -530,13 +544,14 @@ class Researcher:
         finally:
             if ticker:
                 ticker.cancel()
-        if tracker:
-            tracker.update(100, "Completed")
         assert answer is not None
         try:
             completed = self._complete(turn, answer)
         finally:
             self._stop_answering(turn)
+        # After storing: a progress callback that raises must not cost the paid answer.
+        if tracker:
+            tracker.update(100, "Completed")
         yield completed
 
     @staticmethod

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from pplx_nb import Answer, InvalidInput, JobInProgress, JobStatus, Researcher, Settings
+from pplx_nb._models import Progress
 from pplx_nb.jobs import _answering as answering
 from pplx_nb.sim import inject_faults, serve
 
@@ -199,3 +200,39 @@ def test_a_blocking_research_followup_holds_the_conversation_until_its_report_la
     _wait_for(marker, present=False)
     roles = [role for role, _ in _roles_and_texts(slow, cid)]
     assert roles[-2:] == ["user", "assistant"]
+
+
+def test_a_progress_callback_failing_at_the_end_costs_neither_the_answer_nor_the_conversation(
+    researcher: Researcher,
+) -> None:
+    r = researcher
+    cid = r.search("How do I create an asyncio task?").conversation_id or ""
+
+    def display(progress: Progress) -> None:
+        if progress.percentage == 100:
+            raise RuntimeError("the display went away")
+
+    with pytest.raises(RuntimeError):
+        r.followup(cid, "Explain asyncio.gather", mode="research", wait=True, on_progress=display)
+    assert not (r.store.path(cid) / MARKER).exists()
+    assert [m.role for m in r.history(cid).messages][-2:] == ["user", "assistant"]
+    assert isinstance(r.followup(cid, "Describe the csv module"), Answer)
+
+
+def test_a_long_streaming_answer_keeps_its_marker_live(
+    slow: Researcher, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pplx_nb.research
+
+    cid = slow.search("How do I create an asyncio task?").conversation_id or ""
+    path = slow.store.path(cid) / MARKER
+    monkeypatch.setattr(pplx_nb.research, "_RENEW_SECONDS", 0.0)  # renew at every delta
+    seen: list[dict[str, object]] = []
+    for item in slow.stream_followup(cid, "Describe the json module"):
+        if isinstance(item, str) and path.exists():
+            seen.append(json.loads(path.read_text()))
+    assert len(seen) >= 2
+    deadlines = [float(str(m["deadline"])) for m in seen]
+    assert deadlines == sorted(deadlines) and deadlines[-1] > deadlines[0]
+    assert {m["startedAt"] for m in seen} == {seen[0]["startedAt"]}
+    assert not path.exists()

@@ -7,10 +7,11 @@ the pair: question 1, question 2, answer 1, answer 2. So the question is stored 
 step, and :meth:`JobQueue.check_idle` refuses other follow-ups while a live marker exists, as it
 does while a job is pending or running.
 
-A marker is live until its deadline (the longest the request can take, retries included) and, on
-the machine that wrote it, only while the process that wrote it exists: a kernel killed mid-call
-blocks its conversation for no longer than that. Every function here expects the caller to hold
-the conversation lock.
+A marker is live until its deadline (the longest the request can take, retries included; a long
+stream renews it as text arrives) and, on the machine that wrote it, only while the process that
+wrote it exists: a kernel killed mid-call blocks its conversation no longer than that. Windows
+offers no cheap liveness check, so there only the deadline counts. Every function here expects
+the caller to hold the conversation lock.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from pplx_nb._errors import PplxError
 from pplx_nb._fs import atomic_write_json, read_bytes
 from pplx_nb._models import now_iso
 
-__all__ = ["ANSWERING_FILE", "clear", "live", "mark"]
+__all__ = ["ANSWERING_FILE", "clear", "live", "mark", "renew"]
 
 ANSWERING_FILE = ".answering"
 
@@ -37,17 +38,28 @@ ANSWERING_FILE = ".answering"
 def mark(directory: Path, seconds: float) -> str:
     """Record that this process is answering a question of ``directory``; returns its token."""
     token = uuid.uuid4().hex
+    _write(directory, token, now_iso(), seconds)
+    return token
+
+
+def renew(directory: Path, token: str, seconds: float) -> None:
+    """Push the marker's deadline ``seconds`` ahead, if it is still the one ``token`` names."""
+    current = _read(directory)
+    if current is not None and current.get("token") == token:
+        _write(directory, token, str(current.get("startedAt") or now_iso()), seconds)
+
+
+def _write(directory: Path, token: str, started_at: str, seconds: float) -> None:
     atomic_write_json(
         directory / ANSWERING_FILE,
         {
             "token": token,
             "pid": os.getpid(),
             "host": socket.gethostname(),
-            "startedAt": now_iso(),
+            "startedAt": started_at,
             "deadline": time.time() + seconds,
         },
     )
-    return token
 
 
 def clear(directory: Path, token: str) -> None:

@@ -220,6 +220,12 @@ class JobQueue:
         """
         return answering.mark(self._dir(conversation_id), seconds)
 
+    def renew_answering(self, conversation_id: str, token: str, seconds: float) -> None:
+        """Keep :meth:`mark_answering`'s marker live ``seconds`` more (a long answer streaming)."""
+        directory = self._dir(conversation_id)
+        with locked(directory):
+            answering.renew(directory, token, seconds)
+
     def clear_answering(self, conversation_id: str, token: str, *, lock_held: bool = False) -> None:
         """End what :meth:`mark_answering` began (the answer is stored, or the question failed)."""
         directory = self._dir(conversation_id)
