@@ -721,6 +721,25 @@ def test_append_from_eight_processes_loses_nothing(store: ConversationStore) -> 
         assert mine == [f"p{tag}-{n}" for n in range(100)]
 
 
+def test_a_burst_of_creates_does_not_retry_the_ids_it_already_took(
+    store: ConversationStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pplx_nb.store._file import FileBackend
+
+    attempts: list[Path] = []
+    claim = FileBackend._claim
+
+    def counted(self: FileBackend, directory: Path) -> bool:
+        attempts.append(directory)
+        return claim(self, directory)
+
+    monkeypatch.setattr(FileBackend, "_claim", counted)
+    # A tight loop creates several conversations per millisecond, so ids run ahead of the clock.
+    ids = [store.create([{"role": "user", "content": f"q{i}"}]).conversation_id for i in range(300)]
+    assert len(set(ids)) == 300 and ids == sorted(ids)
+    assert len(attempts) == 300  # each id found at the first try, not after walking the burst
+
+
 @pytest.mark.slow
 def test_create_from_eight_processes_gives_distinct_ids(store: ConversationStore) -> None:
     processes = [spawn(CREATOR, store.root, 200) for _ in range(8)]

@@ -106,6 +106,9 @@ class FileBackend:
         self.root = root
         self.durable = durable
         self._root_str = str(root)
+        # Where this backend's next id search starts: a burst of creates (faster than one per
+        # millisecond) would otherwise retry every id the burst already took, each time.
+        self._next_ms = 0
 
     def __repr__(self) -> str:
         return f"FileBackend(root={str(self.root)!r}, durable={self.durable})"
@@ -127,9 +130,10 @@ class FileBackend:
     def create(self, messages: Sequence[Mapping[str, Any]], meta: Mapping[str, Any]) -> bytes:
         """Claim a fresh id (next free millisecond) and write the conversation."""
         ensure_dir(self.root)
-        unix_ms = time.time_ns() // 1_000_000
+        unix_ms = max(time.time_ns() // 1_000_000, self._next_ms)
         while not self._claim(self.root / id_from_ms(unix_ms)):
             unix_ms += 1
+        self._next_ms = unix_ms + 1
         conversation_id = id_from_ms(unix_ms)
         directory = self.root / conversation_id
         stamp = now_iso(datetime.fromtimestamp(unix_ms / 1000, UTC))
