@@ -471,13 +471,14 @@ class Researcher:
         conversation_id, token = turn.conversation_id, turn.answering
         if conversation_id is None:
             conversation = self._store.create([*turn.seed, turn.user, assistant])
-        elif token is None:
-            conversation = self._store.append(conversation_id, assistant)
         else:
+            # The answer and the end of its .answering marker land in one locked step.
             conversation = self._store.append(
                 conversation_id,
                 assistant,
-                then=lambda: self.queue.clear_answering(conversation_id, token, lock_held=True),
+                then=None
+                if token is None
+                else lambda: self.queue.clear_answering(conversation_id, token, lock_held=True),
             )
             turn.answering = None
         answer.conversation_id = conversation.conversation_id
