@@ -23,6 +23,7 @@ from pplx_nb.store import ConversationStore
 
 REPO = Path(__file__).resolve().parent.parent
 TOOL = "perplexity_deep_research"
+LEASE_SECONDS = 6
 
 
 @pytest.fixture
@@ -33,7 +34,9 @@ def worker_env(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> dict[str,
         "PERPLEXITY_API_KEY": settings.api_key.get_secret_value() if settings.api_key else "",
         "PPLX_NB_OFFLINE": "false",
         "CONVERSATION_LOGS_DIR": str(settings.conversation_logs_dir),
-        "PPLX_NB_JOB_LEASE_SECONDS": "1",
+        # Long enough that a loaded 2-core machine (a busy CI box) never lets a live worker's
+        # lease expire; the lease-expiry tests wait for it explicitly.
+        "PPLX_NB_JOB_LEASE_SECONDS": str(LEASE_SECONDS),
         "PERPLEXITY_MAX_JOB_RETRIES": "2",
         "LOG_LEVEL": "info",
     }
@@ -49,7 +52,7 @@ def store(settings: Settings) -> ConversationStore:
 
 @pytest.fixture
 def queue(worker_env: dict[str, str]) -> JobQueue:
-    """The queue as a worker configured by ``worker_env`` sees it (1 s lease, 2 job retries)."""
+    """The queue as a worker configured by ``worker_env`` sees it (6 s lease, 2 job retries)."""
     return JobQueue.from_settings(Settings.from_env())
 
 
@@ -324,7 +327,10 @@ def test_four_worker_processes_drain_500_jobs_each_exactly_once(
     store: ConversationStore,
     tmp_path: Path,
     queue: JobQueue,
+    settings: Settings,
 ) -> None:
+    from pplx_nb.sim import stats
+
     ids = [_submit(store, queue, f"asyncio question {i}") for i in range(500)]
     procs = [spawn(tmp_path / f"w{i}.log", "--concurrency", "4") for i in range(4)]
     _wait_for(lambda: queue.pending_count() == 0, 180, "the queue to drain")
@@ -332,15 +338,19 @@ def test_four_worker_processes_drain_500_jobs_each_exactly_once(
     for proc in procs:
         proc.send_signal(signal.SIGTERM)
     assert [proc.wait(timeout=30) for proc in procs] == [0, 0, 0, 0]
+    # Invariants, not exact attempt counts: on a loaded machine a lease may still expire and a
+    # job be claimed twice, but it is answered once and completed once.
     statuses = [_status(queue, c) for c in ids]
-    assert all(s.status == "completed" and s.attempts == 1 for s in statuses)
+    assert all(s.status == "completed" and s.attempts >= 1 for s in statuses)
     for cid, status in zip(ids, statuses, strict=True):
         (reply,) = _replies(store, cid)
         assert _job_id(reply) == _job_id(status) is not None
     logs = [(tmp_path / f"w{i}.log").read_text() for i in range(4)]
     assert sum(log.count("Job completed") for log in logs) == 500
-    assert sum(log.count("Job dequeued") for log in logs) == 500
+    assert sum(log.count("Job dequeued") for log in logs) == sum(s.attempts for s in statuses)
     assert sum(1 for log in logs if "Job completed" in log) >= 2
+    # Billed at the server: every job at least once, never more than once per attempt.
+    assert 500 <= stats(settings.base_url)["generations"] <= sum(s.attempts for s in statuses)
 
 
 @pytest.mark.slow
