@@ -66,6 +66,12 @@ class Settings(BaseSettings):
     max_retries: int = Field(
         3, ge=0, validation_alias=_env("PERPLEXITY_MAX_RETRIES", "max_retries")
     )
+    max_response_mb: float = Field(
+        32,
+        gt=0,
+        validation_alias=_env("PPLX_NB_MAX_RESPONSE_MB", "max_response_mb"),
+        description="The most one API response body or stream may hold, in MiB.",
+    )
     cache_ttl: float = Field(3600, ge=0, validation_alias=_env("PERPLEXITY_CACHE_TTL", "cache_ttl"))
     cache_max_size: int = Field(
         100, ge=0, validation_alias=_env("PERPLEXITY_CACHE_MAX_SIZE", "cache_max_size")

@@ -17,7 +17,9 @@ says what to do next. Each class also derives from the builtin a user would natu
         │   └── RemoteRunFailed                API_SERVER_ERROR     a run that ended unanswered
         ├── InvalidInput (ValueError)          INVALID_INPUT        other 4xx from the API
         ├── APITimeoutError (TimeoutError)     TIMEOUT_ERROR
-        └── NetworkError (ConnectionError)     NETWORK_ERROR        no connection, 3xx redirects
+        │   └── RunTimedOut                    TIMEOUT_ERROR        a run past its deadline
+        ├── NetworkError (ConnectionError)     NETWORK_ERROR        no connection, 3xx redirects
+        └── SubmissionUnknown                  SUBMISSION_UNKNOWN   paid request sent, reply lost
 
 Errors are picklable with their details (jobs carry them across processes) and never contain the
 API key: :func:`redact` scrubs a message before it is stored.
@@ -43,6 +45,8 @@ __all__ = [
     "NetworkError",
     "PplxError",
     "RemoteRunFailed",
+    "RunTimedOut",
+    "SubmissionUnknown",
     "ValidationError",
     "error_from_code",
     "redact",
@@ -188,6 +192,23 @@ class NetworkError(APIError, ConnectionError):
     code = "NETWORK_ERROR"
 
 
+class RunTimedOut(APITimeoutError):
+    """A run still unfinished at its deadline (PERPLEXITY_DEEP_RESEARCH_TIMEOUT); cancelled.
+
+    Final: running it again would wait as long again, so a job that raises it is not retried.
+    """
+
+
+class SubmissionUnknown(APIError):
+    """A paid request (deep research) reached the API but its reply was lost.
+
+    The run may have started and may be billed, so it is never sent again automatically; the
+    message says how to resubmit deliberately.
+    """
+
+    code = "SUBMISSION_UNKNOWN"
+
+
 _BY_CODE: dict[str, type[PplxError]] = {
     cls.code: cls
     for cls in (
@@ -205,6 +226,7 @@ _BY_CODE: dict[str, type[PplxError]] = {
         InvalidInput,
         APITimeoutError,
         NetworkError,
+        SubmissionUnknown,
     )
 }
 

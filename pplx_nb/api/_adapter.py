@@ -142,3 +142,7 @@ class Adapter(Protocol):
         ``related``: the run's request asked for related questions.
         """
         ...
+
+    def cancel(self, remote_id: str) -> Call | None:
+        """The call cancelling a background run; ``None`` when the protocol has none."""
+        ...

@@ -22,11 +22,12 @@ from pplx_nb._errors import (
     APITimeoutError,
     InvalidInput,
     NetworkError,
+    SubmissionUnknown,
     redact,
 )
 from pplx_nb.api.retry import retry_after_seconds
 
-__all__ = ["KEY_HELP", "from_status", "transport_errors"]
+__all__ = ["KEY_HELP", "from_status", "submission_unknown", "too_large", "transport_errors"]
 
 KEY_HELP = (
     "Set a valid key in the PERPLEXITY_API_KEY environment variable (or pass "
@@ -50,6 +51,8 @@ def transport_errors(what: str, timeout_s: float, *, secret: str | None) -> Iter
     """Translate httpx2 request exceptions raised inside the block; ``what`` names the call."""
     try:
         yield
+    except APIError:
+        raise
     except (httpx2.TimeoutException, TimeoutError) as exc:
         raise APITimeoutError(
             f"No answer from {what} within {timeout_s:g} s. Retry, or allow more time with "
@@ -134,4 +137,44 @@ def from_status(
         "points at the Perplexity API or a compatible server (not a proxy or login page), then "
         "retry.",
         **details,
+    )
+
+
+def submission_unknown(
+    what: str, cause: APIError | str, conversation_id: str | None = None
+) -> SubmissionUnknown:
+    """The error for a paid request that was sent and whose reply was lost.
+
+    ``cause``: the failure after sending (or a few words saying what happened);
+    ``conversation_id``, when known, goes into the resubmit advice.
+    """
+    status = None
+    if isinstance(cause, APIError):
+        status = cause.status_code
+        cause = (
+            f"HTTP {status}"
+            if status is not None
+            else str(cause.details.get("reason") or cause.code)
+        )
+    target = conversation_id or "CONVERSATION_ID"
+    where = f" for conversation {conversation_id}" if conversation_id else ""
+    return SubmissionUnknown(
+        f"{what}{where} reached the API, but its reply was lost ({cause}). The run may have "
+        "started and may be billed, so pplx_nb does not send it again by itself. Check the "
+        "usage page of your Perplexity account; to pay for a new run deliberately, resubmit "
+        f"with `Researcher.retry({target!r})` (`%pplx_retry {target}` in a notebook).",
+        what=what,
+        cause=cause,
+        status_code=status,
+        conversation_id=conversation_id,
+    )
+
+
+def too_large(what: str, limit: int) -> APIServerError:
+    """The error for a response body or stream over ``limit`` bytes (never retried)."""
+    return APIServerError(
+        f"{what} sent more than {limit / 2**20:.3g} MiB, the most pplx_nb reads from one response; "
+        "the response was dropped unread. Check that PERPLEXITY_BASE_URL points at the "
+        "Perplexity API or a compatible server, or raise PPLX_NB_MAX_RESPONSE_MB.",
+        limit_bytes=limit,
     )

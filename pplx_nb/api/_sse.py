@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-__all__ = ["Event", "events"]
+__all__ = ["Event", "events", "is_progress"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -14,6 +14,15 @@ class Event:
 
     name: str
     data: str
+
+
+def is_progress(line: str) -> bool:
+    """Whether a stream line carries an event (``data:`` / ``event:``), not a keep-alive.
+
+    Comments (``: ping``), blank lines and ``id:`` / ``retry:`` fields are not progress.
+    """
+    field = line.partition(":")[0]
+    return field in ("data", "event")
 
 
 async def events(lines: AsyncIterator[str]) -> AsyncIterator[Event]:

@@ -375,6 +375,10 @@ class AgentAdapter:
         """``GET /v1/responses/{id}``."""
         return Call("GET", f"/v1/responses/{quote(remote_id, safe='')}")
 
+    def cancel(self, remote_id: str) -> Call:
+        """``POST /v1/responses/{id}/cancel``."""
+        return Call("POST", f"/v1/responses/{quote(remote_id, safe='')}/cancel")
+
     def polled(self, raw: bytes, *, related: bool = False) -> Answer | None:
         """``None`` while queued or in progress; the answer once finished.
 

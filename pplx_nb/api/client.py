@@ -22,16 +22,28 @@ import httpx2
 
 from pplx_nb import __version__
 from pplx_nb._config import DEFAULT_BASE_URL, Settings
-from pplx_nb._errors import APIError, APIKeyInvalid
+from pplx_nb._errors import (
+    APIError,
+    APIKeyInvalid,
+    APIServerError,
+    APITimeoutError,
+    RemoteRunFailed,
+)
 from pplx_nb._models import Answer
 from pplx_nb._sync import iterate_sync, run_sync
 from pplx_nb.api._adapter import Adapter, Call
-from pplx_nb.api._failures import KEY_HELP, from_status, transport_errors
-from pplx_nb.api._sse import events
+from pplx_nb.api._failures import (
+    KEY_HELP,
+    from_status,
+    submission_unknown,
+    too_large,
+    transport_errors,
+)
+from pplx_nb.api._sse import events, is_progress
 from pplx_nb.api.agent import AgentAdapter
 from pplx_nb.api.cache import ResponseCache, cache_key
 from pplx_nb.api.request import Request, is_deep_research
-from pplx_nb.api.retry import RetryPolicy
+from pplx_nb.api.retry import RetryPolicy, outcome_unknown
 from pplx_nb.api.sonar import SonarAdapter
 
 __all__ = ["AsyncClient", "Client"]
@@ -139,7 +151,7 @@ class AsyncClient:
             if hit is not None:
                 logger.debug("Cache hit for %s %s (model %s)", call.method, call.path, model)
                 return hit
-        raw = await self._send(call, self._timeout(request, model))
+        raw = await self._send(call, self._timeout(request, model), paid=is_deep_research(model))
         answer = self._adapter.parse(raw, request, model)
         if key is not None:
             self.cache.put(key, answer, len(raw))
@@ -148,36 +160,71 @@ class AsyncClient:
     async def stream(self, request: Request) -> AsyncGenerator[str | Answer, None]:
         """Answer text as it arrives (``str`` deltas, ``<think>`` excluded), then one Answer.
 
-        A failure before the first delta is retried like any request; a stream that breaks
-        after text was yielded raises NetworkError rather than returning a truncated answer.
+        The mode's timeout bounds the whole call, and a stream that sends no new event for
+        ``PERPLEXITY_TIMEOUT`` ends with TIMEOUT_ERROR (keep-alive comments are not progress).
+        A failure before the first delta is retried like any request (a deep-research answer
+        only when it provably never reached the API); a stream that breaks after text was
+        yielded raises NetworkError rather than returning a truncated answer, and a paid one
+        whose outcome is unknown raises SubmissionUnknown.
         """
         model = request.model or self.settings.model
         call = self._adapter.chat(request, model, stream=True)
         timeout = self._timeout(request, model)
+        paid = is_deep_research(model)
+        deadline = asyncio.get_running_loop().time() + timeout
         retries = 0
         while True:
             yielded = False
             try:
-                attempt = self._stream_once(call, request, model, timeout, retries)
+                attempt = self._stream_once(call, request, model, deadline, retries)
                 async with aclosing(attempt) as items:
                     async for item in items:
                         yielded = yielded or isinstance(item, str)
                         yield item
                 return
             except APIError as error:
-                if yielded or not self.retry.should_retry(error, retries):
+                if paid and outcome_unknown(error):
+                    raise submission_unknown(self._what(call), error) from error
+                if yielded or not self._may_resend(error, retries, paid=paid):
                     raise
                 await self._pause(call, error, retries)
                 retries += 1
 
     async def submit_background(self, request: Request) -> str:
-        """Start ``request`` as a background run on the API; returns its remote id."""
+        """Start ``request`` as a background run on the API; returns its remote id.
+
+        Sent again only when the request provably never reached the API; when its outcome is
+        unknown (sent, then the reply was lost) it raises SubmissionUnknown instead.
+        """
         model = request.model or self.settings.model
         call = self._adapter.submit(request, model)
-        raw = await self._send(call, self._seconds(request.timeout_ms or self.settings.timeout_ms))
-        remote_id = self._adapter.submitted(raw)
+        timeout = self._seconds(request.timeout_ms or self.settings.timeout_ms)
+        raw = await self._send(call, timeout, paid=True)
+        try:
+            remote_id = self._adapter.submitted(raw)
+        except RemoteRunFailed:
+            raise
+        except APIServerError as error:
+            # A reply that cannot be read may still mean the run started.
+            raise submission_unknown(self._what(call), error) from error
         logger.info("Background run %s started (model %s)", remote_id, model)
         return remote_id
+
+    async def cancel_background(self, remote_id: str) -> bool:
+        """Ask the API to cancel a background run (best effort, one attempt); True if it did.
+
+        A server without the cancel endpoint (404, 405) or any failure gives False.
+        """
+        call = self._adapter.cancel(remote_id)
+        if call is None:
+            return False
+        try:
+            await self._send(call, self._seconds(self.settings.timeout_ms), retry=False)
+        except APIError as error:
+            logger.info("Could not cancel background run %s: %s", remote_id, error.code)
+            return False
+        logger.info("Background run %s cancelled", remote_id)
+        return True
 
     async def poll_background(self, remote_id: str, *, related: bool = False) -> Answer | None:
         """The answer of a background run once done; ``None`` while it is queued or running.
@@ -220,8 +267,23 @@ class AsyncClient:
         )
         await asyncio.sleep(delay)
 
-    async def _send(self, call: Call, timeout: float) -> bytes:
-        """The body of a successful response to ``call``, after the retries the policy allows."""
+    @property
+    def _max_bytes(self) -> int:
+        return int(self.settings.max_response_mb * 2**20)
+
+    def _may_resend(self, error: APIError, retries: int, *, paid: bool) -> bool:
+        if paid:
+            return self.retry.should_resend_paid(error, retries)
+        return self.retry.should_retry(error, retries)
+
+    async def _send(
+        self, call: Call, timeout: float, *, paid: bool = False, retry: bool = True
+    ) -> bytes:
+        """The body of a successful response to ``call``, after the retries the policy allows.
+
+        ``paid``: sent again only when it provably never reached the API; an unknown outcome
+        raises SubmissionUnknown. ``retry=False``: one attempt.
+        """
         what = self._what(call)
         retries = 0
         while True:
@@ -230,41 +292,55 @@ class AsyncClient:
                 # httpx2's timeout bounds each read; a body that trickles in must not outlast
                 # the whole request's timeout.
                 with transport_errors(what, timeout, secret=self._key):
-                    async with asyncio.timeout(timeout):
-                        response = await self._http.request(
+                    async with (
+                        asyncio.timeout(timeout),
+                        self._http.stream(
                             call.method, call.path, content=call.body, timeout=timeout
-                        )
+                        ) as response,
+                    ):
+                        body = await _read_capped(response, self._max_bytes, what)
                 if response.status_code < 300:
-                    return response.content
+                    return body
                 raise from_status(
                     response.status_code,
-                    response.content,
+                    body,
                     response.headers,
                     what=what,
                     retries=retries,
                     secret=self._key,
                 )
             except APIError as error:
-                if not self.retry.should_retry(error, retries):
+                if paid and outcome_unknown(error):
+                    raise submission_unknown(what, error) from error
+                if not retry or not self._may_resend(error, retries, paid=paid):
                     raise
                 await self._pause(call, error, retries)
                 retries += 1
 
     async def _stream_once(
-        self, call: Call, request: Request, model: str, timeout: float, retries: int
+        self, call: Call, request: Request, model: str, deadline: float, retries: int
     ) -> AsyncGenerator[str | Answer, None]:
         what = self._what(call)
+        loop = asyncio.get_running_loop()
+        timeout = max(deadline - loop.time(), 0.001)
+        idle = self._seconds(self.settings.timeout_ms)
         logger.debug("%s, streamed (attempt %d)", what, retries + 1)
         with transport_errors(what, timeout, secret=self._key):
-            async with self._http.stream(
-                call.method,
-                call.path,
-                content=call.body,
-                headers={"accept": "text/event-stream"},
-                timeout=timeout,
-            ) as response:
+            async with asyncio.timeout_at(deadline):
+                response = await self._http.send(
+                    self._http.build_request(
+                        call.method,
+                        call.path,
+                        content=call.body,
+                        headers={"accept": "text/event-stream"},
+                        timeout=timeout,
+                    ),
+                    stream=True,
+                )
+            try:
                 if response.status_code >= 300:
-                    body = await response.aread()
+                    async with asyncio.timeout_at(deadline):
+                        body = await _read_capped(response, self._max_bytes, what)
                     raise from_status(
                         response.status_code,
                         body,
@@ -274,11 +350,72 @@ class AsyncClient:
                         secret=self._key,
                     )
                 parser = self._adapter.stream_parser(request, model)
-                async for event in events(response.aiter_lines()):
-                    delta = parser.feed(event)
-                    if delta:
-                        yield delta
+                lines = _paced_lines(response, what, deadline, idle, self._max_bytes)
+                async with aclosing(lines):
+                    async for event in events(lines):
+                        delta = parser.feed(event)
+                        if delta:
+                            yield delta
                 yield parser.finish()
+            finally:
+                await response.aclose()
+
+
+async def _read_capped(response: httpx2.Response, limit: int, what: str) -> bytes:
+    """The whole body of ``response``, refused unread once it is over ``limit`` bytes."""
+    declared = response.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise too_large(what, limit)
+    chunks: list[bytes] = []
+    size = 0
+    # Decoded bytes: a compressed body is capped by what it expands to.
+    async for chunk in response.aiter_bytes():
+        size += len(chunk)
+        if size > limit:
+            raise too_large(what, limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def _paced_lines(
+    response: httpx2.Response, what: str, deadline: float, idle: float, limit: int
+) -> AsyncGenerator[str, None]:
+    """The lines of a streamed response, ended by the call's deadline or ``idle`` seconds
+    without progress (a line carrying an event; comments and blank lines do not count), and
+    refused past ``limit`` bytes."""
+    loop = asyncio.get_running_loop()
+    lines = aiter(response.aiter_lines())
+    size = 0
+    last_progress = loop.time()
+    while True:
+        now = loop.time()
+        wait = min(deadline, last_progress + idle) - now
+        try:
+            if wait <= 0:
+                raise TimeoutError
+            async with asyncio.timeout(wait):
+                line = await anext(lines)
+        except StopAsyncIteration:
+            return
+        except TimeoutError:
+            if loop.time() >= deadline:
+                raise APITimeoutError(
+                    f"{what} did not finish its answer within the call's timeout. Allow more "
+                    "time with PERPLEXITY_TIMEOUT (PERPLEXITY_DEEP_RESEARCH_TIMEOUT for deep "
+                    "research), milliseconds.",
+                    reason="deadline",
+                ) from None
+            raise APITimeoutError(
+                f"{what} sent nothing new for {idle:g} s (PERPLEXITY_TIMEOUT); the stream was "
+                "closed. Retry, or allow more time with PERPLEXITY_TIMEOUT (milliseconds).",
+                reason="idle",
+            ) from None
+        size += len(line) + 1
+        if size > limit:
+            raise too_large(what, limit)
+        if is_progress(line):
+            last_progress = loop.time()
+        yield line
 
 
 class Client:
@@ -341,3 +478,7 @@ class Client:
     def poll_background(self, remote_id: str, *, related: bool = False) -> Answer | None:
         """See :meth:`AsyncClient.poll_background`."""
         return run_sync(self._async.poll_background(remote_id, related=related))
+
+    def cancel_background(self, remote_id: str) -> bool:
+        """See :meth:`AsyncClient.cancel_background`."""
+        return run_sync(self._async.cancel_background(remote_id))

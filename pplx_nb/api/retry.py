@@ -3,6 +3,11 @@
 Like Perplexity's official SDK: exponential backoff with jitter from 0.5 s, capped at 8 s, on
 408/409/429/5xx and connection errors; a ``Retry-After`` / ``retry-after-ms`` hint of up to 60 s
 is honoured instead. 400/401/403/404 and timeouts are never retried.
+
+Paid requests (a background submission, a deep-research answer) are stricter: they are sent again
+only when the failure proves the request never reached the server (:func:`not_sent`). Any other
+failure after sending leaves the outcome unknown (:func:`outcome_unknown`): the run may exist
+and be billed, so it is reported, never re-sent.
 """
 
 from __future__ import annotations
@@ -13,11 +18,40 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 
-from pplx_nb._errors import APIError, NetworkError
+from pplx_nb._errors import APIError, APITimeoutError, NetworkError
 
-__all__ = ["RetryPolicy", "retry_after_seconds"]
+__all__ = ["RetryPolicy", "not_sent", "outcome_unknown", "retry_after_seconds"]
 
 _RETRY_STATUSES = frozenset({408, 409, 429})
+_REFUSED_STATUSES = frozenset({429, 503})
+"""Statuses by which a server says it did not take the request on (rate limit, overload)."""
+_UNSENT_REASONS = frozenset({"ConnectError", "ConnectTimeout", "PoolTimeout"})
+"""httpx2 failures that happen before a byte of the request is sent."""
+
+
+def not_sent(error: APIError) -> bool:
+    """Whether ``error`` proves the request never reached the server, or was refused unread.
+
+    A refused or timed-out connection, no free connection in the pool, or a 429 / 503 reply.
+    """
+    status = error.status_code
+    if status is not None:
+        return status in _REFUSED_STATUSES
+    return error.details.get("reason") in _UNSENT_REASONS
+
+
+def outcome_unknown(error: APIError) -> bool:
+    """Whether the server may have acted on a request that failed with ``error``.
+
+    True for a broken connection or a timeout after sending, and for 408, 409 and 5xx replies
+    other than 503; a 4xx rejection or a run the API reports failed is a known outcome.
+    """
+    if not_sent(error):
+        return False
+    status = error.status_code
+    if status is None:
+        return isinstance(error, NetworkError | APITimeoutError)
+    return status in _RETRY_STATUSES or status >= 500
 
 
 def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
@@ -61,6 +95,10 @@ class RetryPolicy:
         if status is None:
             return isinstance(error, NetworkError)
         return status in _RETRY_STATUSES or status >= 500
+
+    def should_resend_paid(self, error: APIError, retries_done: int) -> bool:
+        """Whether a paid request that failed with ``error`` may be sent again (not sent)."""
+        return retries_done < self.max_retries and not_sent(error)
 
     def delay(self, error: APIError, retries_done: int) -> float:
         """Seconds to wait before the next attempt: the server's hint, else jittered backoff."""

@@ -268,6 +268,10 @@ class SonarAdapter:
         """``GET /async/chat/completions/{id}``."""
         return Call("GET", f"/async/chat/completions/{quote(remote_id, safe='')}")
 
+    def cancel(self, remote_id: str) -> None:
+        """``None``: Sonar's async API has no cancel endpoint."""
+        return None
+
     def polled(self, raw: bytes, *, related: bool = False) -> Answer | None:
         """``None`` while CREATED / IN_PROGRESS; the answer once COMPLETED.
 
