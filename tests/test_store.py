@@ -396,12 +396,15 @@ def test_ts_server_file_loads_and_round_trips(store: ConversationStore) -> None:
     assert conversation.to_json_dict() == original
 
 
-def test_path_is_the_directory_even_if_the_file_names_another_id(
+def test_a_file_naming_another_id_than_its_folder_is_corrupted_and_left_unchanged(
     store: ConversationStore,
 ) -> None:
-    install_ts_conversation(store, conversationId="copied by hand")
-    assert store.load(TS_ID).path == str(store.root / TS_ID)
-    assert store.append(TS_ID, user("still works")).path == str(store.root / TS_ID)
+    install_ts_conversation(store, conversationId="20240101-1704067200000")
+    before = (store.root / TS_ID / "conversation.json").read_bytes()
+    for action in (lambda: store.load(TS_ID), lambda: store.append(TS_ID, user("refused"))):
+        with pytest.raises(ConversationCorrupted, match="20240101-1704067200000"):
+            action()
+    assert (store.root / TS_ID / "conversation.json").read_bytes() == before
 
 
 def test_ts_server_file_accepts_appends_and_keeps_unknown_keys(store: ConversationStore) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from pplx_nb._errors import PplxError
@@ -47,6 +48,10 @@ class Job:
     marker: str = field(repr=False)
     claimed_at: float = field(default_factory=time.time, repr=False)
     remote_id: str | None = None
+    submitted_at: str | None = None
+    """When the run ``remote_id`` was submitted (ISO 8601): its deadline counts from then."""
+    submitting: bool = False
+    """A submission was begun and never recorded as ended: a run may exist without a known id."""
 
     @property
     def elapsed_ms(self) -> int:
@@ -66,6 +71,8 @@ class JobContext:
         self._queue = queue
         self.job = job
         self._remote_id = job.remote_id
+        self._submitted_at = _epoch(job.submitted_at) if job.remote_id else None
+        self._submitting = job.submitting and job.remote_id is None
         self._last: tuple[int, str] = START_PROGRESS
 
     @property
@@ -90,10 +97,33 @@ class JobContext:
         self._queue.progress(self.job, percentage, message)
         self._last = (percentage, message)
 
+    @property
+    def submitted_at(self) -> float | None:
+        """When the background run was submitted (seconds since the epoch), or None."""
+        return self._submitted_at
+
+    @property
+    def submission_unfinished(self) -> bool:
+        """Whether an earlier attempt began a paid submission and never learnt its outcome."""
+        return self._submitting
+
+    async def begin_submission(self) -> None:
+        """Record that a paid submission is being sent (see :meth:`JobQueue.begin_submission`)."""
+        self._queue.begin_submission(self.job)
+        self._submitting = True
+
+    async def end_submission(self) -> None:
+        """Record that the submission provably started no run."""
+        self._queue.end_submission(self.job)
+        self._submitting = False
+
     async def record_remote_id(self, remote_id: str) -> None:
         """Persist the id of a background run, so a recovered job resumes polling it."""
         self._queue.set_remote_id(self.job, remote_id)
         self._remote_id = remote_id
+        self._submitting = False
+        if self._submitted_at is None:
+            self._submitted_at = time.time()
 
     def check_owner(self, document: bytes) -> None:
         """Fence the answer's append: LeaseLost unless this attempt still owns the job.
@@ -106,6 +136,15 @@ class JobContext:
     async def note_error(self, error: BaseException) -> None:
         """Add an error the runner recovered from (e.g. an expired remote run) to errorHistory."""
         self._queue.note_error(self.job, error)
+
+
+def _epoch(stamp: str | None) -> float | None:
+    if not stamp:
+        return None
+    try:
+        return datetime.fromisoformat(stamp).timestamp()
+    except ValueError:
+        return None
 
 
 JobRunner = Callable[[Job, JobContext], Awaitable[object]]

@@ -32,6 +32,7 @@ from pplx_nb._errors import (
     JobInProgress,
     PplxError,
     RemoteRunFailed,
+    RunTimedOut,
     ValidationError,
     redact,
 )
@@ -64,9 +65,11 @@ NON_RETRYABLE = frozenset(
         "INVALID_INPUT",
         "CONVERSATION_NOT_FOUND",
         "CONVERSATION_CORRUPTED",
+        "SUBMISSION_UNKNOWN",
     }
 )
-"""Error codes that fail a job at once: running it again would fail the same way."""
+"""Error codes that fail a job at once: running it again would fail the same way, or (a
+submission whose outcome is unknown) might pay for a second run."""
 
 _ACTIVE = ("pending", "in_progress")
 _DONE = ("completed", "failed", "cancelled")
@@ -173,9 +176,17 @@ class JobQueue:
                 "jobId": job_id,
                 "queueKey": marker,
             }
-            _write(directory / JOB_FILE, job)
-            _write(directory / STATUS_FILE, status)
-            self._index.add_pending(marker, directory / JOB_FILE)
+            status["request"] = request
+            previous = _read_bytes_or_none(directory / STATUS_FILE)
+            try:
+                _write(directory / JOB_FILE, job)
+                _write(directory / STATUS_FILE, status)
+                with fs_errors(self._index.pending_path(marker), "create the job marker"):
+                    self._index.add_pending(marker, directory / JOB_FILE)
+            except BaseException:
+                # A job half-queued (a full disk, no inodes left) must not run later and bill.
+                self._undo_enqueue(directory, marker, previous)
+                raise
         logger.info(
             "Job enqueued: %s (tool %s, priority %d)",
             conversation_id,
@@ -184,6 +195,37 @@ class JobQueue:
             extra={"conversationId": conversation_id, "jobId": job_id, "tool": tool},
         )
         return JobStatus.model_validate(status)
+
+    def _undo_enqueue(self, directory: Path, marker: str, previous: bytes | None) -> None:
+        """Take back a failed enqueue: no marker, no job.json, the status as it was."""
+        with contextlib.suppress(OSError):
+            self._index.drop(marker)
+        with contextlib.suppress(OSError):
+            (directory / JOB_FILE).unlink(missing_ok=True)
+        status_path = directory / STATUS_FILE
+        try:
+            if previous is None:
+                status_path.unlink(missing_ok=True)
+            else:
+                atomic_write_bytes(status_path, previous)
+        except (OSError, PplxError):
+            # Restoring needs a new inode; without one, no status beats a pending one that
+            # would refuse every follow-up.
+            with contextlib.suppress(OSError):
+                status_path.unlink(missing_ok=True)
+
+    def forget(self, conversation_id: str) -> None:
+        """Drop the index marker of the conversation's job (its conversation is being deleted).
+
+        Call it under the conversation lock. The pending marker is a hard link to job.json, so
+        without this the question would outlive the conversation in ``.jobs/``.
+        """
+        directory = self._dir(conversation_id)
+        with contextlib.suppress(PplxError):
+            status = _read(directory / STATUS_FILE)
+            marker = status.get("queueKey") if status else None
+            if isinstance(marker, str) and conversation_of(marker) == conversation_id:
+                self._index.drop(marker)
 
     def check_idle(self, conversation_id: str) -> None:
         """Raise JobInProgress if the conversation has a pending or in_progress job, or a
@@ -210,15 +252,24 @@ class JobQueue:
                 conversation_id=conversation_id,
             )
 
-    def mark_answering(self, conversation_id: str, seconds: float) -> str:
+    def mark_answering(
+        self, conversation_id: str, seconds: float, *, lock_held: bool = True
+    ) -> str:
         """Say a follow-up of this conversation is being answered now, for at most ``seconds``.
 
         Call it under the conversation lock, in the step that stores the question (a store
         append's ``then``); :meth:`clear_answering` with the returned token ends it. Until then
         :meth:`check_idle` refuses other follow-ups, so each answer lands right after its
-        question.
+        question. ``lock_held=False`` takes the lock and checks the conversation is idle first
+        (a question already stored, asked again).
         """
-        return answering.mark(self._dir(conversation_id), seconds)
+        directory = self._dir(conversation_id)
+        if lock_held:
+            return answering.mark(directory, seconds)
+        _must_exist(directory)
+        with locked(directory):
+            self.check_idle(conversation_id)
+            return answering.mark(directory, seconds)
 
     def renew_answering(self, conversation_id: str, token: str, seconds: float) -> None:
         """Keep :meth:`mark_answering`'s marker live ``seconds`` more (a long answer streaming)."""
@@ -317,6 +368,8 @@ class JobQueue:
             worker_id=worker_id,
             marker=marker,
             remote_id=status.get("remoteId"),
+            submitted_at=status.get("submittedAt"),
+            submitting=bool(status.get("submittingAt")),
         )
 
     # -- while a job runs ----------------------------------------------------------------------
@@ -339,9 +392,29 @@ class JobQueue:
             owned.status["updatedAt"] = owned.status["heartbeatAt"]
 
     def set_remote_id(self, job: Job, remote_id: str) -> None:
-        """Persist the API's id for a background run of ``job`` (``remoteId`` in status.json)."""
+        """Persist the API's id for a background run of ``job`` (``remoteId`` in status.json).
+
+        Also records when the run was submitted (``submittedAt``, where its deadline counts
+        from) and ends the submission :meth:`begin_submission` began.
+        """
         with self._owned(job) as owned:
+            began = owned.status.pop("submittingAt", None)
             owned.status["remoteId"] = remote_id
+            owned.status["submittedAt"] = began or owned.status["heartbeatAt"]
+
+    def begin_submission(self, job: Job) -> None:
+        """Record that a paid submission of ``job`` is being sent (``submittingAt``).
+
+        A worker that dies before :meth:`set_remote_id` leaves it, so the next attempt knows a
+        run may exist and does not pay for a second one blindly.
+        """
+        with self._owned(job) as owned:
+            owned.status["submittingAt"] = owned.status["heartbeatAt"]
+
+    def end_submission(self, job: Job) -> None:
+        """Forget :meth:`begin_submission`: the submission provably started no run."""
+        with self._owned(job) as owned:
+            owned.status.pop("submittingAt", None)
 
     def note_error(self, job: Job, error: BaseException) -> None:
         """Add an error the runner recovered from to ``errorHistory`` without ending the attempt."""
@@ -398,9 +471,15 @@ class JobQueue:
         with self._owned(job) as owned:
             directory, status = owned.directory, owned.status
             info = _error_info(error, job.attempt)
-            retry = error.code not in NON_RETRYABLE and job.attempt <= self.max_job_retries
-            if isinstance(error, RemoteRunFailed) and status.pop("remoteId", None) and retry:
-                info["message"] += " The next attempt submits a new background run."
+            retry = (
+                error.code not in NON_RETRYABLE
+                and not isinstance(error, RunTimedOut)
+                and job.attempt <= self.max_job_retries
+            )
+            if isinstance(error, RemoteRunFailed | RunTimedOut):
+                status.pop("submittedAt", None)
+                if status.pop("remoteId", None) and retry:
+                    info["message"] += " The next attempt submits a new background run."
             status.setdefault("errorHistory", []).append(info)
             if retry:
                 _requeue_status(status)
@@ -711,6 +790,13 @@ def _read(path: Path) -> dict[str, Any] | None:
             path=str(path),
         )
     return data
+
+
+def _read_bytes_or_none(path: Path) -> bytes | None:
+    try:
+        return read_bytes(path)
+    except FileNotFoundError:
+        return None
 
 
 def _read_status(path: Path) -> dict[str, Any] | None:

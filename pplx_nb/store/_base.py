@@ -44,6 +44,10 @@ class StoreBackend(Protocol):
         """Whether a conversation with this id is stored."""
         ...
 
+    def check_writable(self, conversation_id: str) -> None:
+        """Raise FILESYSTEM_ERROR unless the conversation can be written now."""
+        ...
+
     def delete(self, conversation_id: str) -> None:
         """Remove the conversation and everything stored with it."""
         ...

@@ -94,6 +94,13 @@ def read_job_state(directory: Path | str) -> str | None:
     return state if state in _JOB_STATES else None
 
 
+def _forget_job(root: Path, conversation_id: str) -> None:
+    """Drop the conversation's job marker from the job index (it links to job.json)."""
+    from pplx_nb.jobs import JobQueue
+
+    JobQueue(root).forget(conversation_id)
+
+
 class FileBackend:
     """Conversations as ``<root>/<id>/conversation.json``; see the module docstring for the layout.
 
@@ -216,6 +223,19 @@ class FileBackend:
                 raise
             yield
 
+    def check_writable(self, conversation_id: str) -> None:
+        """FILESYSTEM_ERROR unless a file can be written in the conversation's directory."""
+        directory = self.directory(conversation_id)
+        probe = directory / f".probe-{os.getpid()}-{next(_trash_counter)}.tmp"
+        with fs_errors(directory, "write in"):
+            fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                os.write(fd, b"x")
+            finally:
+                os.close(fd)
+                with contextlib.suppress(OSError):
+                    os.unlink(probe)
+
     def _write(self, directory: Path, data: bytes) -> None:
         atomic_write_bytes(directory / CONVERSATION_FILE, data, durable=self.durable)
 
@@ -224,6 +244,7 @@ class FileBackend:
         directory = self.directory(conversation_id)
         trash = self.root / f".deleted-{conversation_id}-{os.getpid()}-{next(_trash_counter)}"
         with self._locked(conversation_id, directory), fs_errors(directory, "delete"):
+            _forget_job(self.root, conversation_id)
             try:
                 os.rename(directory, trash)
             except FileNotFoundError:

@@ -140,6 +140,7 @@ class ConversationStore:
         fields = header(data)
         if fields is None or "messageCount" not in fields:
             return self._conversation(data, conversation_id)
+        self._check_id(fields.get("conversationId"), conversation_id)
         fields.pop(SUMMARY_KEY, None)
         try:
             return LazyConversation.from_header(
@@ -147,6 +148,14 @@ class ConversationStore:
             )
         except pydantic.ValidationError:
             return self._conversation(data, conversation_id)
+
+    def check_writable(self, conversation_id: str) -> None:
+        """FILESYSTEM_ERROR unless the conversation can be written now (read-only, disk full).
+
+        For callers about to pay for something they will store there.
+        """
+        validate_conversation_id(conversation_id)
+        self._backend.check_writable(conversation_id)
 
     def fork(self, conversation_id: str) -> Conversation:
         """A new conversation with a copy of this one's messages and ``parentConversationId``."""
@@ -289,6 +298,22 @@ class ConversationStore:
             where = self._backend.document_location(conversation_id)
             raise corrupted(conversation_id, where, _first_problem(exc)) from exc
 
+    def _check_id(self, inner: object, conversation_id: str) -> None:
+        """CONVERSATION_CORRUPTED when the document names another conversation than its folder.
+
+        A folder copied under another id would otherwise be answered, and billed, under the
+        wrong id.
+        """
+        if inner != conversation_id:
+            where = self._backend.document_location(conversation_id)
+            raise corrupted(
+                conversation_id,
+                where,
+                f"it says it is conversation {inner!r}, not {conversation_id} (a copied or "
+                f"renamed folder). Set its conversationId to {conversation_id}, or move it back "
+                "to the folder it names",
+            )
+
     def _conversation(self, data: bytes, conversation_id: str | None) -> Conversation:
         try:
             conversation = Conversation.model_validate_json(data)
@@ -297,6 +322,8 @@ class ConversationStore:
             where = self._backend.document_location(cid) if conversation_id else str(self._root)
             parse(data, cid, where)  # names a JSON syntax error precisely
             raise corrupted(cid, where, _first_problem(exc)) from exc
+        if conversation_id is not None:
+            self._check_id(conversation.conversation_id, conversation_id)
         if conversation.__pydantic_extra__:
             conversation.__pydantic_extra__.pop(SUMMARY_KEY, None)
         conversation.message_count = len(conversation.messages)
