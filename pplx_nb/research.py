@@ -40,9 +40,13 @@ from pydantic.alias_generators import to_camel, to_snake
 from pplx_nb import __version__
 from pplx_nb._config import Settings
 from pplx_nb._errors import (
+    APIError,
     APITimeoutError,
     InvalidInput,
+    NetworkError,
     PplxError,
+    RunTimedOut,
+    SubmissionUnknown,
     ValidationError,
     error_from_code,
 )
@@ -94,6 +98,8 @@ _TOOLS = {
     ("research", True): "perplexity_deep_research_followup",
 }
 _PROGRESS_EVERY = 5.0
+_UNCLAIMED_GRACE = 1.0
+"""How long :meth:`Researcher.await_job` lets another worker claim a pending job first."""
 _RENEW_SECONDS = 60.0
 """How often a streaming answer pushes its ``.answering`` marker's deadline ahead."""
 
@@ -367,6 +373,9 @@ class Researcher:
         reformulated: str | None = None
         if context.is_follow_up(query, history):
             use_model = not self._settings.is_offline
+            if use_model:
+                # Rewriting the question is a paid call: fail first if its turn cannot be stored.
+                self._store.check_writable(conversation_id)
             client = self._client() if use_model else None
             candidate = await context.areformulate(query, history, client, use_model=use_model)
             if candidate and candidate.strip() != query:
@@ -508,7 +517,13 @@ class Researcher:
     ) -> AsyncGenerator[str | Answer, None]:
         tracker = _ProgressTracker(on_progress) if on_progress else None
         ticker: asyncio.Future[None] | None = None
+        opened = False
         try:
+            if turn.conversation_id is None:
+                # The question is stored before the answer is bought: a store that cannot be
+                # written fails here, at no cost.
+                opened = True
+                self._open(turn)
             # Inside the try: a turn whose request cannot even be built must still give up
             # its .answering marker.
             client = self._client()
@@ -538,9 +553,13 @@ class Researcher:
                             answer = item
                 if answer is None:
                     raise PplxError("The answer stream ended without a final answer; retry.")
-        except BaseException:
+        except BaseException as exc:
             self._record(turn.started, None, ok=False)
             self._stop_answering(turn)
+            if isinstance(exc, SubmissionUnknown) and turn.conversation_id is not None:
+                raise _unknown_for(exc, turn.conversation_id) from exc
+            if opened and not _may_be_billed(turn, exc):
+                self._discard(turn)
             raise
         finally:
             if ticker:
@@ -554,6 +573,20 @@ class Researcher:
         if tracker:
             tracker.update(100, "Completed")
         yield completed
+
+    def _open(self, turn: _Turn) -> None:
+        """Store a new conversation's question, marked as being answered (see :meth:`_ask`)."""
+        conversation = self._store.create([*turn.seed, turn.user])
+        turn.conversation_id = conversation.conversation_id
+        turn.answering = self.queue.mark_answering(
+            turn.conversation_id, self._answer_deadline(turn), lock_held=False
+        )
+
+    def _discard(self, turn: _Turn) -> None:
+        """Remove a new conversation whose first question failed at no cost (nothing to retry)."""
+        if turn.conversation_id is not None:
+            with contextlib.suppress(PplxError):
+                self._store.delete(turn.conversation_id)
 
     @staticmethod
     async def _last(items: AsyncIterator[str | Answer]) -> Answer:
@@ -627,6 +660,63 @@ class Researcher:
         stream = mode == "research"
         return await self._last(self._run(turn, stream=stream, on_progress=on_progress))
 
+    async def aretry(
+        self,
+        conversation_id: str,
+        *,
+        wait: bool | None = None,
+        on_progress: ProgressCallback | None = None,
+        **opts: Any,
+    ) -> Answer | JobStatus:
+        """Ask a conversation's unanswered last question again as deep research, deliberately.
+
+        For a deep research that ended with SUBMISSION_UNKNOWN (its run may have been billed:
+        check your Perplexity usage first), TIMEOUT_ERROR or another failure. This pays for a
+        new run. The earlier job's model and options are reused unless ``opts`` override them;
+        queued or waited for as ``wait`` and the async setting say, like :meth:`adeep_research`.
+
+        Raises JobInProgress while a job or answer of the conversation is under way, and
+        ValidationError when its last question already has an answer.
+        """
+        from pplx_nb import context
+        from pplx_nb._fs import validate_conversation_id
+
+        with self._counted():
+            self._refuse_if_running(validate_conversation_id(conversation_id))
+            conversation = self._store.load(conversation_id)
+            question = conversation.messages[-1] if conversation.messages else None
+            if question is None or question.role != "user":
+                raise ValidationError(
+                    f"Conversation {conversation_id} has no unanswered question to retry: its "
+                    "last question has an answer. Ask again with a follow-up."
+                )
+            status = self.queue.status(conversation_id)
+            earlier = dict((status.model_extra or {}).get("request") or {}) if status else {}
+            opts = check_options({**dict(earlier.get("opts") or {}), **opts})
+            model = str(opts.get("model") or earlier.get("model") or DEEP_RESEARCH_MODEL)
+            notes = [str(note) for note in earlier.get("notes") or []]
+            messages = _fitted_messages(
+                context.chain_messages(self._store, conversation_id), model, notes
+            )
+            if earlier.get("searchQuery"):
+                messages[-1] = {"role": "user", "content": str(earlier["searchQuery"])}
+            asked = sum(1 for m in conversation.messages if m.role == "user")
+            tool = status.tool_name if status else _TOOLS["research", asked > 1]
+            turn = _Turn(conversation_id, messages, question, tool, model, opts, notes=notes)
+        logger.info("Resubmitting the question of %s deliberately", conversation_id)
+        if self._queued(wait):
+            with self._counted():
+                queued = self.queue.enqueue(conversation_id, tool, _job_request(turn))
+            if self._async and self._worker is None:
+                self.start_worker()
+            self._record(turn.started, None, ok=True)
+            return queued
+        with self._counted():
+            turn.answering = self.queue.mark_answering(
+                conversation_id, self._answer_deadline(turn), lock_held=False
+            )
+        return await self._last(self._run(turn, stream=True, on_progress=on_progress))
+
     async def astream_followup(
         self,
         conversation_id: str,
@@ -651,8 +741,14 @@ class Researcher:
         timeout: float | None = None,
         on_progress: ProgressCallback | None = None,
     ) -> Answer:
-        """Wait until the conversation's job ends; return its answer or raise its error."""
+        """Wait until the conversation's job ends; return its answer or raise its error.
+
+        A job still pending after a second with no worker of this Researcher running (a plain
+        script: ``deep_research(wait=False)`` then ``wait()``) starts the in-process worker, so
+        the wait never depends on a worker that may not exist.
+        """
         deadline = None if timeout is None else time.monotonic() + timeout
+        unclaimed_until = time.monotonic() + _UNCLAIMED_GRACE
         last_progress: tuple[int, str] | None = None
         while True:
             status = self.queue.status(conversation_id)
@@ -660,7 +756,14 @@ class Researcher:
                 return self._stored_answer(self._store.load(conversation_id))
             if status.done:
                 return self._finished(status)
-            if self._async and self._worker is None:
+            if self._worker is None and (
+                self._async or (status.status == "pending" and time.monotonic() > unclaimed_until)
+            ):
+                if not self._async:
+                    logger.info(
+                        "No worker has claimed the job of %s; running it in this process",
+                        conversation_id,
+                    )
                 self.start_worker()
             if on_progress and status.progress is not None:
                 key = (status.progress.percentage, status.progress.message)
@@ -717,7 +820,12 @@ class Researcher:
         if turn.conversation_id is None:
             conversation = self._store.create([*turn.seed, turn.user])
             turn.conversation_id = conversation.conversation_id
-            status = self.queue.enqueue(turn.conversation_id, turn.tool, _job_request(turn))
+            try:
+                status = self.queue.enqueue(turn.conversation_id, turn.tool, _job_request(turn))
+            except BaseException:
+                # All or nothing: a question without its job would wait for an answer forever.
+                self._discard(turn)
+                raise
         else:
             queued = self._ask(turn, queued=True)
             assert queued is not None
@@ -755,8 +863,7 @@ class Researcher:
             remote_id = ctx.remote_id
             if remote_id is None:
                 await ctx.report(25, "Querying Perplexity API...")
-                remote_id = await client.submit_background(request)
-                await ctx.record_remote_id(remote_id)
+                remote_id = await self._submit(client, request, ctx)
             answer = await self._poll(client, request, remote_id, ctx)
         turn = _Turn(
             job.conversation_id,
@@ -773,23 +880,64 @@ class Researcher:
         self._store.append(job.conversation_id, assistant, check=ctx.check_owner)
         self._record(started, answer, ok=True)
 
+    async def _submit(self, client: AsyncClient, request: Request, ctx: JobContext) -> str:
+        """Start the job's background run once, recording its id before anything else.
+
+        Never sent blindly a second time: an earlier attempt that began a submission and never
+        learnt its outcome (its worker died while the reply was arriving), or a reply lost now,
+        ends the job with SUBMISSION_UNKNOWN.
+        """
+        conversation_id = ctx.job.conversation_id
+        if ctx.submission_unfinished:
+            from pplx_nb.api._failures import submission_unknown
+
+            raise submission_unknown(
+                "The background run request",
+                "an earlier attempt stopped while its reply was arriving",
+                conversation_id,
+            )
+        await ctx.begin_submission()
+        try:
+            remote_id = await client.submit_background(request)
+        except SubmissionUnknown as exc:
+            raise _unknown_for(exc, conversation_id) from exc
+        except PplxError:
+            await ctx.end_submission()
+            raise
+        await ctx.record_remote_id(remote_id)
+        return remote_id
+
     async def _poll(
         self, client: AsyncClient, request: Request, remote_id: str, ctx: JobContext
     ) -> Answer:
+        """Poll a background run until it ends, through outages, until its deadline.
+
+        Transient failures (5xx, 429, 408/409, timeouts, broken connections) are waited out
+        with backoff; only the run's end, a permanent error or PERPLEXITY_DEEP_RESEARCH_TIMEOUT
+        after submission ends the attempt. At the deadline the run is cancelled (best effort).
+        """
+        loop = asyncio.get_running_loop()
+        budget = self._settings.deep_research_timeout_ms / 1000
+        submitted = ctx.submitted_at or time.time()
+        deadline = loop.time() + (submitted + budget - time.time())
         started = time.monotonic()
         delay = 0.1
         reported = 25
+        outage = 0
         while True:
+            if loop.time() >= deadline:
+                await self._time_out(client, remote_id, ctx, budget)
             try:
-                answer = await client.poll_background(
-                    remote_id, related=request.return_related_questions
-                )
+                async with asyncio.timeout_at(deadline):
+                    answer = await client.poll_background(
+                        remote_id, related=request.return_related_questions
+                    )
             except InvalidInput as exc:
                 if exc.status_code != 404:
                     raise
                 logger.warning("Remote run %s is unknown to the API; starting over", remote_id)
-                unknown, remote_id = remote_id, await client.submit_background(request)
-                await ctx.record_remote_id(remote_id)
+                unknown, remote_id = remote_id, await self._submit(client, request, ctx)
+                deadline = loop.time() + budget
                 await ctx.note_error(
                     InvalidInput(
                         f"The background run {unknown} is unknown to the API (it expired or was "
@@ -798,6 +946,22 @@ class Researcher:
                     )
                 )
                 continue
+            except APIError as exc:
+                if not _transient(exc):
+                    raise
+                pause = min(client.retry.delay(exc, min(outage, 6)), deadline - loop.time())
+                outage += 1
+                logger.warning(
+                    "Polling run %s failed (%s); trying again in %.1f s (until its deadline)",
+                    remote_id,
+                    exc.code if exc.status_code is None else f"HTTP {exc.status_code}",
+                    max(pause, 0),
+                )
+                await asyncio.sleep(max(pause, 0))
+                continue
+            except TimeoutError:
+                continue  # the deadline passed mid-poll: cancelled at the top of the loop
+            outage = 0
             if answer is not None:
                 await ctx.report(95, "Finalizing research report...")
                 return answer
@@ -810,8 +974,25 @@ class Researcher:
                 if pct != reported:
                     reported = pct
                     await ctx.report(pct, "Finalizing research report...")
-            await asyncio.sleep(delay)
+            await asyncio.sleep(min(delay, max(deadline - loop.time(), 0)))
             delay = min(delay * 1.5, 3.0)
+
+    async def _time_out(
+        self, client: AsyncClient, remote_id: str, ctx: JobContext, budget: float
+    ) -> None:
+        """Cancel a run past its deadline and end the job with TIMEOUT_ERROR (not retried)."""
+        cancelled = await client.cancel_background(remote_id)
+        conversation_id = ctx.job.conversation_id
+        what = "cancelled" if cancelled else "asked to stop, but the API did not confirm it"
+        raise RunTimedOut(
+            f"The deep research of conversation {conversation_id} was still running "
+            f"{budget:g} s after it was submitted (PERPLEXITY_DEEP_RESEARCH_TIMEOUT); its run "
+            f"{remote_id} was {what}. The conversation stays open: follow up to ask again, or "
+            "allow more time with PERPLEXITY_DEEP_RESEARCH_TIMEOUT (milliseconds).",
+            conversation_id=conversation_id,
+            remote_id=remote_id,
+            cancelled=cancelled,
+        )
 
     def start_worker(self, concurrency: int = 4) -> Worker:
         """Start (once) the in-process background worker that runs queued research jobs."""
@@ -976,6 +1157,19 @@ class Researcher:
             )
         )
 
+    def retry(
+        self,
+        conversation_id: str,
+        *,
+        wait: bool | None = None,
+        on_progress: ProgressCallback | None = None,
+        **opts: Any,
+    ) -> Answer | JobStatus:
+        """Sync :meth:`aretry`."""
+        from pplx_nb._sync import run_sync
+
+        return run_sync(self.aretry(conversation_id, wait=wait, on_progress=on_progress, **opts))
+
     def stream_followup(
         self,
         conversation_id: str,
@@ -1040,6 +1234,37 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
         return asyncio.get_running_loop()
     except RuntimeError:
         return None
+
+
+def _transient(error: APIError) -> bool:
+    """Whether a failed poll is worth waiting out: 5xx, 429, 408/409, timeouts, broken links."""
+    status = error.status_code
+    if status is None:
+        return isinstance(error, NetworkError) or (
+            isinstance(error, APITimeoutError) and not isinstance(error, RunTimedOut)
+        )
+    return status in (408, 409, 429) or status >= 500
+
+
+def _unknown_for(error: SubmissionUnknown, conversation_id: str) -> SubmissionUnknown:
+    """``error`` again, its advice naming the conversation to resubmit."""
+    from pplx_nb.api._failures import submission_unknown
+
+    if error.details.get("conversation_id") == conversation_id:
+        return error
+    what = str(error.details.get("what") or "The request")
+    cause = str(error.details.get("cause") or "reply lost")
+    return submission_unknown(what, cause, conversation_id)
+
+
+def _may_be_billed(turn: _Turn, error: BaseException) -> bool:
+    """Whether a failed new turn may have cost something, so its question stays to retry."""
+    from pplx_nb.api.request import is_deep_research
+
+    if isinstance(error, SubmissionUnknown):
+        return True
+    # Interrupted mid-answer (cancelled, Ctrl-C): a paid run may be under way.
+    return is_deep_research(turn.model) and not isinstance(error, Exception)
 
 
 def _job_request(turn: _Turn) -> dict[str, Any]:

@@ -1,0 +1,423 @@
+"""Money and time under a misbehaving server: paid answers are never lost or paid twice, and
+every wait ends.
+
+The API here is :class:`support.misbehaving.Misbehaving` in front of the simulator, so billed
+work is counted where it happens: the simulator's ``generations`` (answers produced) and
+``background_runs`` (deep-research runs started).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.misbehaving import Misbehaving
+
+from pplx_nb import Researcher, Settings
+from pplx_nb._errors import (
+    APIServerError,
+    APITimeoutError,
+    ConversationCorrupted,
+    FilesystemError,
+    SubmissionUnknown,
+)
+from pplx_nb._models import Answer, JobStatus
+from pplx_nb.jobs import Worker
+from pplx_nb.sim import stats
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def bad(sim_url: str) -> Iterator[Misbehaving]:
+    """The misbehaving proxy in front of this test's simulator (well-behaved until told)."""
+    with Misbehaving(sim_url) as server:
+        yield server
+
+
+def _researcher(settings: Settings, bad: Misbehaving, **update: Any) -> Researcher:
+    """A Researcher talking to ``bad``; deep research queued unless ``wait=True`` is passed."""
+    return Researcher(
+        settings.model_copy(update={"base_url": bad.url, **update}), async_deep_research=True
+    )
+
+
+def _billed(sim_url: str) -> tuple[int, int]:
+    counters = stats(sim_url)
+    return counters["generations"], counters["background_runs"]
+
+
+def _answers(r: Researcher, cid: str) -> list[str]:
+    return [m.content for m in r.history(cid).messages if m.role == "assistant"]
+
+
+def _queued(r: Researcher, query: str = "Describe the json module") -> str:
+    queued = r.deep_research(query, wait=False)
+    assert isinstance(queued, JobStatus)
+    return queued.conversation_id
+
+
+# -- 1. polling survives outages ----------------------------------------------------------------
+
+
+def test_a_poll_outage_shorter_than_the_deadline_stores_the_answer_once_and_bills_one_run(
+    settings: Settings, bad: Misbehaving, sim_url: str
+) -> None:
+    # 503s, 502s, dropped connections and stalled replies for 4 s: more than the client's own
+    # retries (3) and more than the job's attempts (3) used to survive.
+    bad.poll_outage = 4.0
+    with _researcher(settings, bad, timeout_ms=1_000, deep_research_timeout_ms=120_000) as r:
+        cid = _queued(r)
+        report = r.wait(cid, timeout=90)
+        status = r.status(cid)
+    assert report.text
+    assert status is not None and status.status == "completed" and status.attempts == 1
+    assert len(_answers(r, cid)) == 1
+    assert bad.requests["GET /v1/responses"] >= 4
+    assert _billed(sim_url)[1] == 1
+
+
+# -- 2. no blind re-submission of paid work -----------------------------------------------------
+
+
+def test_a_lost_submission_reply_bills_at_most_one_run_and_ends_submission_unknown(
+    settings: Settings, bad: Misbehaving, sim_url: str
+) -> None:
+    bad.drop_submission_replies = 1
+    with _researcher(settings, bad) as r:
+        cid = _queued(r)
+        with pytest.raises(SubmissionUnknown) as caught:
+            r.wait(cid, timeout=60)
+        status = r.status(cid)
+        assert _billed(sim_url)[1] <= 1
+        assert status is not None and status.status == "failed" and status.attempts == 1
+        assert status.error is not None and status.error.code == "SUBMISSION_UNKNOWN"
+        assert f"Researcher.retry('{cid}')" in str(caught.value)
+        assert "may be billed" in str(caught.value)
+        # Resubmitting is a deliberate act: it pays for one more run and stores one answer.
+        again = r.retry(cid)
+        assert isinstance(again, JobStatus) and again.status == "pending"
+        report = r.wait(cid, timeout=60)
+    assert report.text and len(_answers(r, cid)) == 1
+    assert _billed(sim_url)[1] == 2
+
+
+def test_a_lost_reply_to_a_blocking_deep_research_is_not_sent_again(
+    settings: Settings, bad: Misbehaving, sim_url: str
+) -> None:
+    bad.drop_answer_replies = 1
+    with _researcher(settings, bad) as r:
+        with pytest.raises(SubmissionUnknown) as caught:
+            r.deep_research("Describe the json module", wait=True)
+        assert _billed(sim_url)[0] == 1
+        cid = str(caught.value.details["conversation_id"])
+        # The question stays, so the deliberate resubmission has something to answer.
+        assert [m.role for m in r.history(cid).messages] == ["user"]
+        report = r.retry(cid, wait=True)
+    assert isinstance(report, Answer) and report.conversation_id == cid
+    assert _answers(r, cid) == [report.text]
+    assert _billed(sim_url)[0] == 2
+
+
+def test_a_submission_refused_before_it_reached_the_api_is_sent_again(
+    settings: Settings, bad: Misbehaving, sim_url: str
+) -> None:
+    bad.refuse_submissions = 2
+    with _researcher(settings, bad) as r:
+        cid = _queued(r)
+        r.wait(cid, timeout=60)
+        status = r.status(cid)
+    assert status is not None and status.status == "completed" and status.attempts == 1
+    assert bad.requests["POST /v1/agent"] == 3
+    assert _billed(sim_url)[1] == 1
+
+
+def test_a_job_whose_worker_died_mid_submission_is_not_submitted_again(
+    settings: Settings, sim_url: str
+) -> None:
+    with Researcher(settings, async_deep_research=False) as r:
+        cid = _queued(r)
+        job = r.queue.claim("dying-worker")
+        assert job is not None
+        r.queue.begin_submission(job)  # then it died before the reply arrived
+        r.queue.release(job)
+        with pytest.raises(SubmissionUnknown, match="stopped while its reply was arriving"):
+            r.wait(cid, timeout=30)
+    assert _billed(sim_url)[1] == 0
+
+
+# -- 3. every wait has a deadline ---------------------------------------------------------------
+
+
+def test_a_never_ending_run_is_cancelled_at_its_deadline_and_the_conversation_stays_open(
+    settings: Settings, bad: Misbehaving, sim_url: str
+) -> None:
+    bad.never_ending = True
+    with _researcher(settings, bad, deep_research_timeout_ms=3_000) as r:
+        cid = _queued(r)
+        started = time.monotonic()
+        with pytest.raises(APITimeoutError, match="PERPLEXITY_DEEP_RESEARCH_TIMEOUT") as caught:
+            r.wait(cid, timeout=60)
+        elapsed = time.monotonic() - started
+        status = r.status(cid)
+        assert caught.value.code == "TIMEOUT_ERROR"
+        assert status is not None and status.status == "failed" and status.attempts == 1
+        assert bad.requests["POST /v1/responses"] == 1  # the cancel
+        assert status.remote_id is None
+        followup = r.followup(cid, "What does json.dumps return?")
+    assert 3 <= elapsed < 30
+    assert isinstance(followup, Answer) and followup.text
+    assert _billed(sim_url)[1] == 1
+
+
+@pytest.mark.parametrize("kind", ["ping", "drip"])
+def test_a_stream_of_pings_or_dripping_text_ends_within_four_timeouts(
+    settings: Settings, bad: Misbehaving, sim_url: str, kind: str
+) -> None:
+    bad.stream = kind
+    with _researcher(settings, bad, timeout_ms=1_000) as r:
+        started = time.monotonic()
+        with pytest.raises(APITimeoutError):
+            for _ in r.stream_search("How do I cancel an asyncio task?"):
+                pass
+        elapsed = time.monotonic() - started
+        assert r.conversations() == []  # a failed search costs nothing and leaves nothing
+    assert elapsed < 4.0
+
+
+def test_a_dripping_deep_research_ends_at_its_deadline_without_being_sent_again(
+    settings: Settings, bad: Misbehaving
+) -> None:
+    bad.stream = "drip"
+    with _researcher(settings, bad, timeout_ms=1_000, deep_research_timeout_ms=2_000) as r:
+        started = time.monotonic()
+        with pytest.raises(SubmissionUnknown, match="may be billed"):
+            r.deep_research("Describe the json module", wait=True)
+        elapsed = time.monotonic() - started
+    assert elapsed < 8.0
+    assert bad.requests["POST /v1/agent"] == 1
+
+
+def test_wait_without_a_worker_runs_the_job_in_process(settings: Settings, sim_url: str) -> None:
+    with Researcher(settings, async_deep_research=False) as r:
+        cid = _queued(r)
+        report = r.wait(cid, timeout=30)
+    assert report.text and _billed(sim_url)[1] == 1
+
+
+def test_the_readme_python_snippet_runs_as_a_script(tmp_path: Path) -> None:
+    readme = (REPO / "README.md").read_text()
+    snippet = re.search(r"## In Python\n\n```python\n(.*?)```", readme, re.S)
+    assert snippet is not None
+    script = tmp_path / "snippet.py"
+    script.write_text(snippet.group(1) + "print('REPORT', len(report.text), len(df))\n")
+    env = {
+        **os.environ,
+        "PPLX_NB_OFFLINE": "1",
+        "PPLX_NB_SIM_LATENCY_MS": "0",
+        "PPLX_NB_SIM_DEEP_RESEARCH_SECONDS": "1",
+        "CONVERSATION_LOGS_DIR": str(tmp_path / "logs"),
+        "XDG_CACHE_HOME": os.environ.get("XDG_CACHE_HOME", str(Path.home() / ".cache")),
+    }
+    env.pop("PERPLEXITY_API_KEY", None)
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    elapsed = time.monotonic() - started
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "REPORT" in done.stdout
+    assert elapsed < 30, f"took {elapsed:.1f} s"
+
+
+# -- 4. check before paying ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def read_only(logs_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
+    """Call it to make ``logs_dir`` refuse every write as a read-only file system does (EROFS).
+
+    Patched at the OS calls, because the tests may run as root, whom file modes do not stop.
+    """
+    root = str(logs_dir)
+    writes = os.O_WRONLY | os.O_RDWR | os.O_CREAT
+
+    def refuse(path: object) -> None:
+        if str(path).startswith(root):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+
+    real_open, real_mkdir, real_link = os.open, os.mkdir, os.link
+
+    def fake_open(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if flags & writes:
+            refuse(path)
+        return real_open(path, flags, *args, **kwargs)
+
+    def fake_mkdir(path: Any, *args: Any, **kwargs: Any) -> None:
+        refuse(path)
+        real_mkdir(path, *args, **kwargs)
+
+    def fake_link(source: Any, target: Any, *args: Any, **kwargs: Any) -> None:
+        refuse(target)
+        real_link(source, target, *args, **kwargs)
+
+    def apply() -> None:
+        monkeypatch.setattr(os, "open", fake_open)
+        monkeypatch.setattr(os, "mkdir", fake_mkdir)
+        monkeypatch.setattr(os, "link", fake_link)
+
+    return apply
+
+
+def test_a_read_only_store_fails_before_anything_is_billed(
+    settings: Settings, sim_url: str, read_only: Callable[[], None]
+) -> None:
+    with Researcher(settings, async_deep_research=False) as r:
+        cid = r.search("How do I cancel an asyncio task?").conversation_id or ""
+        before = _billed(sim_url)
+        read_only()
+        asks: list[Callable[[], object]] = [
+            lambda: r.search("What is asyncio.timeout?"),
+            lambda: list(r.stream_search("What is asyncio.timeout?")),
+            lambda: r.deep_research("Describe the json module", wait=True),
+            lambda: r.deep_research("Describe the json module", wait=False),
+            lambda: r.followup(cid, "and how do I wait for it?"),
+            lambda: r.followup(cid, "Describe the json module", mode="research", wait=True),
+            lambda: r.followup(cid, "Describe the json module", mode="research", wait=False),
+        ]
+        for ask in asks:
+            with pytest.raises(FilesystemError, match="Read-only file system"):
+                ask()
+        assert _billed(sim_url) == before
+
+
+# -- 5. bounded reads ---------------------------------------------------------------------------
+
+
+def test_a_300_mib_body_is_refused_with_a_clear_error_and_nothing_stored(
+    settings: Settings, bad: Misbehaving, sim_url: str
+) -> None:
+    bad.huge_body_mib = 300
+    with _researcher(settings, bad, timeout_ms=20_000) as r:
+        with pytest.raises(APIServerError, match="more than 32 MiB") as caught:
+            r.search("How do I cancel an asyncio task?")
+        assert "PPLX_NB_MAX_RESPONSE_MB" in str(caught.value)
+        assert r.conversations() == []
+    assert bad.requests["POST /v1/agent"] == 1  # not retried
+
+
+def test_a_stream_over_the_size_cap_is_refused(settings: Settings, bad: Misbehaving) -> None:
+    bad.stream = "drip"
+    bad.drip_every = 0.001
+    with (
+        _researcher(settings, bad, timeout_ms=20_000, max_response_mb=0.05) as r,
+        pytest.raises(APIServerError, match=r"more than 0\.05 MiB"),
+    ):
+        list(r.stream_search("How do I cancel an asyncio task?"))
+
+
+# -- 7. clean delete, consistent ids, all-or-nothing enqueue ------------------------------------
+
+
+def _files_mentioning(root: Path, text: str) -> list[Path]:
+    return [
+        path for path in root.rglob("*") if path.is_file() and text.encode() in path.read_bytes()
+    ]
+
+
+def test_deleting_a_conversation_with_a_queued_job_leaves_no_trace(
+    settings: Settings, logs_dir: Path
+) -> None:
+    question = "Describe the zipfile module in depth"
+    with Researcher(settings, async_deep_research=False) as r:
+        cid = _queued(r, question)
+        assert _files_mentioning(logs_dir, question)
+        r.store.delete(cid)
+        assert _files_mentioning(logs_dir, question) == []
+        assert not [p for p in logs_dir.rglob("*") if cid in p.name]
+        assert r.queue.pending_count() == 0
+        assert r.queue.claim("w") is None
+
+
+def test_a_folder_whose_inner_id_differs_is_corrupted_before_anything_is_billed(
+    settings: Settings, sim_url: str, logs_dir: Path
+) -> None:
+    with Researcher(settings, async_deep_research=False) as r:
+        cid = r.search("How do I cancel an asyncio task?").conversation_id or ""
+        copy = f"{cid[:9]}{int(cid[9:]) + 1:013d}"
+        shutil.copytree(logs_dir / cid, logs_dir / copy)
+        before = _billed(sim_url)
+        asks: list[Callable[[], object]] = [
+            lambda: r.followup(copy, "and how do I wait for it?"),
+            lambda: r.followup(copy, "Describe the json module", mode="research", wait=True),
+            lambda: r.followup(copy, "Describe the json module", mode="research", wait=False),
+        ]
+        for ask in asks:
+            with pytest.raises(ConversationCorrupted, match=cid):
+                ask()
+        assert _billed(sim_url) == before
+        assert r.status(copy) is None and len(r.history(cid).messages) == 2
+
+
+@pytest.mark.parametrize("fails_at", ["job.json", "status.json", "marker"])
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EDQUOT])
+def test_a_failed_enqueue_rolls_back_completely(
+    settings: Settings,
+    sim_url: str,
+    logs_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    fails_at: str,
+    code: int,
+) -> None:
+    from pplx_nb.jobs import _index
+
+    def fail(*args: Any, **kwargs: Any) -> None:
+        raise OSError(code, os.strerror(code))
+
+    real_replace = os.replace
+
+    def failing_replace(source: Any, target: Any, *args: Any, **kwargs: Any) -> None:
+        if os.path.basename(target) == fails_at:
+            fail()
+        real_replace(source, target, *args, **kwargs)
+
+    with Researcher(settings, async_deep_research=False) as r:
+        cid = r.search("How do I cancel an asyncio task?").conversation_id or ""
+        before = (logs_dir / cid / "conversation.json").read_bytes()
+        with monkeypatch.context() as patch:
+            if fails_at == "marker":
+                patch.setattr(_index, "_make_marker", fail)
+            else:
+                patch.setattr(os, "replace", failing_replace)
+            with pytest.raises(FilesystemError, match=os.strerror(code)):
+                r.deep_research("Describe the json module", wait=False)
+            with pytest.raises(FilesystemError, match=os.strerror(code)):
+                r.followup(cid, "Describe the json module", mode="research", wait=False)
+        assert r.store.ids() == [cid]
+        assert (logs_dir / cid / "conversation.json").read_bytes() == before
+        assert sorted(p.name for p in (logs_dir / cid).iterdir() if p.is_file()) == [
+            ".lock",
+            "conversation.json",
+        ]
+        assert r.queue.recover_stale() == 0 and r.queue.pending_count() == 0
+        worker = Worker(r.queue, r.execute_job, concurrency=1, poll_interval=0.05)
+        worker.start()
+        time.sleep(0.5)
+        worker.stop()
+        follow = r.followup(cid, "and how do I wait for it?")
+    assert isinstance(follow, Answer)
+    assert _billed(sim_url)[1] == 0
