@@ -421,3 +421,38 @@ def test_a_failed_enqueue_rolls_back_completely(
         follow = r.followup(cid, "and how do I wait for it?")
     assert isinstance(follow, Answer)
     assert _billed(sim_url)[1] == 0
+
+
+def test_pplx_retry_resubmits_an_unanswered_question_once(settings: Settings, sim_url: str) -> None:
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.utils.capture import capture_output
+
+    from pplx_nb._models import Message
+    from pplx_nb.notebook import magics
+    from pplx_nb.research import SYSTEM_PROMPT
+
+    with Researcher(settings, async_deep_research=True) as r:
+        question = [
+            Message(role="system", content=SYSTEM_PROMPT),
+            Message(role="user", content="Describe the json module"),
+        ]
+        waited = r.store.create(question).conversation_id
+        queued = r.store.create(question).conversation_id
+        shell = InteractiveShell.instance()
+        magics.set_researcher(r)
+        shell.run_line_magic("load_ext", "pplx_nb")
+        try:
+            with capture_output():
+                report = shell.run_cell(f"%pplx_retry {waited} --wait").result
+                job = shell.run_cell(f"%pplx_retry {queued}").result
+                done = shell.run_cell(f"%pplx_wait {queued} --timeout 60").result
+            with capture_output() as refused:
+                again = shell.run_cell(f"%pplx_retry {waited}").result
+        finally:
+            shell.run_line_magic("unload_ext", "pplx_nb")
+            magics.set_researcher(None)
+    assert isinstance(report, Answer) and report.conversation_id == waited
+    assert isinstance(job, JobStatus) and isinstance(done, Answer)
+    shown = "\n".join(str(value) for output in refused.outputs for value in output.data.values())
+    assert again is None and "no unanswered question" in shown + refused.stdout
+    assert _billed(sim_url) == (2, 1)

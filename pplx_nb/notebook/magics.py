@@ -438,6 +438,31 @@ class PplxMagics(Magics):
 
     @no_var_expand
     @magic_arguments()
+    @argument("id", nargs="?", help="conversation ID (default: the last one)")
+    @argument("--wait", action="store_true", help="block with a progress bar until the report")
+    @output_options
+    @_line_magic
+    def pplx_retry(self, line: str) -> Answer | JobStatus | None:
+        """Ask a conversation's unanswered research question again: this pays for a new run.
+
+        For a deep research that ended with SUBMISSION_UNKNOWN (check your Perplexity usage
+        first: the lost run may have been billed), a timeout or a failure. Queued like
+        ``%%pplx_research``; ``--wait`` blocks instead.
+        """
+        with self._guard(line, "%pplx_retry"), _AlreadyShown.silenced():
+            args = parse_argstring(self.pplx_retry, line)
+            cid = self._conversation(unquote(args.id) if args.id else None)
+            result = self._research(
+                args,
+                lambda wait, on_progress: self.researcher.retry(
+                    cid, wait=wait, on_progress=on_progress
+                ),
+            )
+            return self._finish(args, result)
+        return None
+
+    @no_var_expand
+    @magic_arguments()
     @argument("--watch", action="store_true", help="also show a live monitor per unfinished job")
     @output_options
     @_line_magic
