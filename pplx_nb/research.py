@@ -32,6 +32,7 @@ from collections.abc import (
     Sequence,
 )
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -744,8 +745,9 @@ class Researcher:
         """Wait until the conversation's job ends; return its answer or raise its error.
 
         A job still pending after a second with no worker of this Researcher running (a plain
-        script: ``deep_research(wait=False)`` then ``wait()``) starts the in-process worker, so
-        the wait never depends on a worker that may not exist.
+        script: ``deep_research(wait=False)`` then ``wait()``), or running on a worker that
+        stopped heartbeating, starts the in-process worker, so the wait never depends on a
+        worker that may not exist.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         unclaimed_until = time.monotonic() + _UNCLAIMED_GRACE
@@ -757,7 +759,7 @@ class Researcher:
             if status.done:
                 return self._finished(status)
             if self._worker is None and (
-                self._async or (status.status == "pending" and time.monotonic() > unclaimed_until)
+                self._async or (time.monotonic() > unclaimed_until and self._unserved(status))
             ):
                 if not self._async:
                     logger.info(
@@ -778,6 +780,17 @@ class Researcher:
                     conversation_id=conversation_id,
                 )
             await asyncio.sleep(0.1)
+
+    def _unserved(self, status: JobStatus) -> bool:
+        """Whether no live worker holds ``status``'s job: pending, or its lease has lapsed."""
+        if status.status == "pending":
+            return True
+        beat = status.heartbeat_at or status.updated_at
+        try:
+            age = time.time() - datetime.fromisoformat(beat).timestamp()
+        except ValueError:
+            return True
+        return age > self.queue.lease_seconds
 
     def _finished(self, status: JobStatus) -> Answer:
         if status.status == "completed":

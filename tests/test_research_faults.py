@@ -214,6 +214,21 @@ def test_wait_without_a_worker_runs_the_job_in_process(settings: Settings, sim_u
     assert report.text and _billed(sim_url)[1] == 1
 
 
+def test_wait_on_a_job_whose_worker_died_recovers_it_in_process(
+    settings: Settings, sim_url: str
+) -> None:
+    with Researcher(settings, async_deep_research=False) as r:
+        cid = _queued(r)
+        assert r.queue.claim("dead-worker") is not None  # then it died, heartbeating no more
+        started = time.monotonic()
+        report = r.wait(cid, timeout=60)
+        status = r.status(cid)
+    assert report.text and time.monotonic() - started < 30
+    assert status is not None and status.attempts == 2
+    assert [e.code for e in status.error_history] == ["JOB_LEASE_EXPIRED"]
+    assert _billed(sim_url)[1] == 1
+
+
 def test_the_readme_python_snippet_runs_as_a_script(tmp_path: Path) -> None:
     readme = (REPO / "README.md").read_text()
     snippet = re.search(r"## In Python\n\n```python\n(.*?)```", readme, re.S)

@@ -364,8 +364,11 @@ class AsyncClient:
 async def _read_capped(response: httpx2.Response, limit: int, what: str) -> bytes:
     """The whole body of ``response``, refused unread once it is over ``limit`` bytes."""
     declared = response.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise too_large(what, limit)
+    if declared is not None and declared.isdigit():
+        if int(declared) > limit:
+            raise too_large(what, limit)
+        if "content-encoding" not in response.headers:
+            return await response.aread()  # its length is known and within the cap
     chunks: list[bytes] = []
     size = 0
     # Decoded bytes: a compressed body is capped by what it expands to.
