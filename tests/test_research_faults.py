@@ -323,16 +323,23 @@ def test_a_read_only_store_fails_before_anything_is_billed(
 # -- 5. bounded reads ---------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("declared", [True, False], ids=["content-length", "until-close"])
 def test_a_300_mib_body_is_refused_with_a_clear_error_and_nothing_stored(
-    settings: Settings, bad: Misbehaving, sim_url: str
+    settings: Settings, bad: Misbehaving, declared: bool
 ) -> None:
+    import resource
+
     bad.huge_body_mib = 300
+    bad.huge_declared = declared
+    peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     with _researcher(settings, bad, timeout_ms=20_000) as r:
         with pytest.raises(APIServerError, match="more than 32 MiB") as caught:
             r.search("How do I cancel an asyncio task?")
         assert "PPLX_NB_MAX_RESPONSE_MB" in str(caught.value)
         assert r.conversations() == []
+    grew_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak_before) / 1024
     assert bad.requests["POST /v1/agent"] == 1  # not retried
+    assert bad.bytes_sent < 100 * 2**20 and grew_mib < 150
 
 
 def test_a_stream_over_the_size_cap_is_refused(settings: Settings, bad: Misbehaving) -> None:

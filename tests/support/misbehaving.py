@@ -54,6 +54,8 @@ class Misbehaving:
         stream: ``"ping"`` answers a streamed request with keep-alive comments only;
             ``"drip"`` with a text delta every ``drip_every`` seconds, forever.
         huge_body_mib: answer a non-streamed ``POST /v1/agent`` with this many MiB of JSON.
+        huge_declared: whether that body's length is announced (``content-length``); without
+            it the body simply runs until the connection closes.
         requests: how many requests each ``METHOD path-prefix`` received.
     """
 
@@ -67,6 +69,7 @@ class Misbehaving:
         self.stream: str | None = None
         self.drip_every = 0.2
         self.huge_body_mib = 0
+        self.huge_declared = True
         self.requests: Counter[str] = Counter()
         self.bytes_sent = 0
         self._outage_started: float | None = None
@@ -151,7 +154,7 @@ class Misbehaving:
                 return False
             if self.huge_body_mib:
                 await self._huge(writer)
-                return True
+                return self.huge_declared
             if self.drop_answer_replies > 0:
                 self.drop_answer_replies -= 1
                 await self._forward(request)
@@ -228,9 +231,9 @@ class Misbehaving:
         suffix = b'"}]}]}'
         filler = b"x" * _CHUNK
         total = len(prefix) + size + len(suffix)
+        length = f"content-length: {total}" if self.huge_declared else "connection: close"
         writer.write(
-            f"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-            f"content-length: {total}\r\n\r\n".encode()
+            f"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n{length}\r\n\r\n".encode()
         )
         writer.write(prefix)
         for _ in range(self.huge_body_mib):
