@@ -479,18 +479,16 @@ class Researcher:
             answer.cost = estimate_cost(answer.model or turn.model, answer.usage)
         assistant = self._assistant_message(turn, answer)
         conversation_id, token = turn.conversation_id, turn.answering
-        if conversation_id is None:
-            conversation = self._store.create([*turn.seed, turn.user, assistant])
-        else:
-            # The answer and the end of its .answering marker land in one locked step.
-            conversation = self._store.append(
-                conversation_id,
-                assistant,
-                then=None
-                if token is None
-                else lambda: self.queue.clear_answering(conversation_id, token, lock_held=True),
-            )
-            turn.answering = None
+        assert conversation_id is not None, "the question is stored before it is asked"
+        # The answer and the end of its .answering marker land in one locked step.
+        conversation = self._store.append(
+            conversation_id,
+            assistant,
+            then=None
+            if token is None
+            else lambda: self.queue.clear_answering(conversation_id, token, lock_held=True),
+        )
+        turn.answering = None
         answer.conversation_id = conversation.conversation_id
         answer.conversation_path = str(self._store.path(conversation.conversation_id))
         answer.reformulated_query = turn.user.reformulated_query
