@@ -898,6 +898,8 @@ class Researcher:
         learnt its outcome (its worker died while the reply was arriving), or a reply lost now,
         ends the job with SUBMISSION_UNKNOWN.
         """
+        from pplx_nb.jobs import LeaseLost
+
         conversation_id = ctx.job.conversation_id
         if ctx.submission_unfinished:
             from pplx_nb.api._failures import submission_unknown
@@ -915,7 +917,19 @@ class Researcher:
         except PplxError:
             await ctx.end_submission()
             raise
-        await ctx.record_remote_id(remote_id)
+        try:
+            await ctx.record_remote_id(remote_id)
+        except LeaseLost:
+            raise
+        except PplxError as exc:
+            # The run is paid for: poll it from memory rather than give it up. Should this
+            # worker die too, the recorded start makes the next attempt SUBMISSION_UNKNOWN.
+            logger.warning(
+                "Could not record run %s of %s (%s); polling it anyway",
+                remote_id,
+                conversation_id,
+                exc,
+            )
         return remote_id
 
     async def _poll(

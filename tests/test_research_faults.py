@@ -155,6 +155,23 @@ def test_a_job_whose_worker_died_mid_submission_is_not_submitted_again(
     assert _billed(sim_url)[1] == 0
 
 
+def test_a_run_whose_id_cannot_be_recorded_is_still_polled_not_paid_again(
+    settings: Settings, sim_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pplx_nb.jobs import JobQueue
+
+    def disk_full(self: JobQueue, job: object, remote_id: str) -> None:
+        raise FilesystemError("Could not write status.json: No space left on device.")
+
+    monkeypatch.setattr(JobQueue, "set_remote_id", disk_full)
+    with Researcher(settings, async_deep_research=True) as r:
+        cid = _queued(r)
+        report = r.wait(cid, timeout=60)
+        status = r.status(cid)
+    assert report.text and status is not None and status.attempts == 1
+    assert _billed(sim_url)[1] == 1
+
+
 # -- 3. every wait has a deadline ---------------------------------------------------------------
 
 
