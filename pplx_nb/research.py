@@ -34,7 +34,7 @@ from collections.abc import (
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 from pydantic.alias_generators import to_camel, to_snake
 
@@ -1004,7 +1004,7 @@ class Researcher:
 
     async def _time_out(
         self, client: AsyncClient, remote_id: str, ctx: JobContext, budget: float
-    ) -> None:
+    ) -> NoReturn:
         """Cancel a run past its deadline and end the job with TIMEOUT_ERROR (not retried)."""
         cancelled = await client.cancel_background(remote_id)
         conversation_id = ctx.job.conversation_id
