@@ -1008,7 +1008,7 @@ class Researcher:
         """Cancel a run past its deadline and end the job with TIMEOUT_ERROR (not retried)."""
         cancelled = await client.cancel_background(remote_id)
         conversation_id = ctx.job.conversation_id
-        what = "cancelled" if cancelled else "asked to stop, but the API did not confirm it"
+        what = "cancelled" if cancelled else "left running (the API did not confirm a cancel)"
         raise RunTimedOut(
             f"The deep research of conversation {conversation_id} was still running "
             f"{budget:g} s after it was submitted (PERPLEXITY_DEEP_RESEARCH_TIMEOUT); its run "
