@@ -15,6 +15,8 @@ __all__ = [
     "error_reply",
     "json_reply",
     "sse",
+    "sse_event",
+    "sse_payload",
 ]
 
 Scope = MutableMapping[str, Any]
@@ -64,11 +66,16 @@ class Reply:
 
 @dataclass(slots=True)
 class Stream:
-    """A server-sent-events response: pre-encoded frames, each sent after its delay (seconds)."""
+    """A server-sent-events response: pre-encoded frames, each sent after its delay (seconds).
+
+    ``interrupt(n)``, asked before frame ``n`` goes out, may return a last frame to send instead
+    of the rest (a run cancelled while it streams ends with its ``response.cancelled``).
+    """
 
     frames: Sequence[bytes]
     delays: Sequence[float]
     status: int = 200
+    interrupt: Callable[[int], bytes | None] | None = None
 
 
 def dumps(payload: Any) -> bytes:
@@ -98,3 +105,14 @@ def error_reply(
 def sse(payload: Any) -> bytes:
     """One ``data:`` frame."""
     return b"data: " + dumps(payload) + b"\n\n"
+
+
+def sse_event(payload: dict[str, Any]) -> bytes:
+    """One typed frame as the live Agent API sends it: ``event: <type>`` then ``data:``."""
+    return b"event: " + str(payload["type"]).encode() + b"\n" + sse(payload)
+
+
+def sse_payload(frame: bytes) -> Any:
+    """The JSON of a frame built by :func:`sse` or :func:`sse_event`."""
+    data = frame.rsplit(b"data: ", 1)[-1]
+    return json.loads(data)
