@@ -319,9 +319,11 @@ class Endpoints:
                 failed=failed,
                 style=self.options.citations,
             )
+            if odd:
+                frames = odd_agent_frames(frames)
             delays = self._pace(len(frames), agent.deep)
             run = self._run(ident, agent, answer, sum(delays), failed=failed, created=created)
-            return self._stream(run, agent, odd_agent_frames(frames) if odd else frames, delays)
+            return self._stream(run, agent, frames, delays)
         if agent.background:
             duration = (
                 self.options.deep_research_seconds if agent.deep else self.options.latency_ms / 1000
