@@ -311,6 +311,32 @@ def test_background_run_goes_queued_in_progress_completed(client: httpx2.Client)
     assert stats(str(client.base_url))["background_runs"] == 1
 
 
+def test_quick_background_run_finishes_at_once(client: httpx2.Client) -> None:
+    created = client.post(
+        "/v1/agent", json={"model": "perplexity/sonar", "input": "x", "background": True}
+    ).json()
+    assert created["status"] == "queued"
+    assert client.get(f"/v1/agent/{created['id']}").json()["status"] == "completed"
+
+
+def test_unknown_response_id_is_a_404_envelope(client: httpx2.Client) -> None:
+    response = client.get("/v1/responses/resp_missing")
+    assert response.status_code == 404
+    error = error_of(response)
+    assert error["type"] == "not_found" and error["code"] == 404
+    assert "'resp_missing'" in error["message"] and "expired" in error["message"]
+
+
+def test_only_the_newest_runs_are_kept_older_ones_expire(
+    client: httpx2.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("pplx_nb.sim._handlers._CACHE_SIZE", 3)
+    body = {"preset": "fast", "input": QUESTION, "background": True}
+    ids = [client.post("/v1/responses", json=body).json()["id"] for _ in range(4)]
+    assert client.get(f"/v1/responses/{ids[0]}").status_code == 404
+    assert [client.get(f"/v1/responses/{i}").status_code for i in ids[1:]] == [200, 200, 200]
+
+
 def test_a_run_not_stored_is_billed_but_never_found(client: httpx2.Client) -> None:
     created = client.post("/v1/agent", json={**DEEP, "background": True, "store": False}).json()
     assert created["status"] == "queued" and created["store"] is False
