@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -478,3 +482,31 @@ def test_models_lists_only_real_slugs_with_prices(client: httpx2.Client) -> None
     assert all("/" in i for i in ids) and set(ids) == set(MODELS)
     assert set(PRESETS.values()) <= set(ids)
     assert all(m["pricing"]["input"] > 0 and m["owned_by"] == m["id"].split("/")[0] for m in data)
+
+
+# -- the command line --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("environment", "chat_status"), [("1", 200), ("0", 403)])
+def test_cli_serves_sonar_when_the_environment_asks_and_writes_chosen_citations(
+    environment: str, chat_status: int
+) -> None:
+    env = {**os.environ, "PPLX_NB_SIM_SONAR": environment}
+    command = [sys.executable, "-m", "pplx_nb.sim", "--latency-ms", "0", "--citations", "web"]
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        assert process.stdout is not None
+        url = process.stdout.readline().strip()
+        chat = {"model": "sonar", "messages": [{"role": "user", "content": QUESTION}]}
+        status = httpx2.post(url + "/chat/completions", json=chat, timeout=30).status_code
+        agent = httpx2.post(
+            url + "/v1/agent", json={"preset": "fast", "input": QUESTION}, timeout=30
+        )
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=10)
+    assert process.returncode == 0, err
+    assert status == chat_status
+    assert "[web:0]" in message_text(agent.json())
