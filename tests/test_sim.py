@@ -286,7 +286,7 @@ def test_faults_are_consumed_in_order_only_by_matching_paths(client: httpx2.Clie
     assert client.post("/chat/completions", json=ask()).status_code == 500
     assert client.post("/chat/completions", json=ask()).status_code == 200
     agent = client.post("/v1/agent", json={"model": "perplexity/sonar", "input": "x"})
-    assert agent.status_code == 503 and error_of(agent)["type"] == "server_error"
+    assert agent.status_code == 503 and error_of(agent)["type"] == "internal_error"
 
 
 def test_html_fault_returns_sonar_401_page(client: httpx2.Client) -> None:

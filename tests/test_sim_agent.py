@@ -15,7 +15,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from pplx_nb.sim import serve, stats
+from pplx_nb.sim import inject_faults, serve, stats
 from pplx_nb.sim._catalog import MODELS, PRESETS
 
 OFFLINE_MARK = "*Offline simulator answer from the Python documentation.*"
@@ -414,6 +414,21 @@ def test_a_background_stream_resumes_after_a_sequence_number(client: httpx2.Clie
     assert rest == first[5:]
     refused = client.get(f"/v1/responses/{ident}", params={"stream": "true"})
     assert refused.status_code == 400 and error_of(refused)["param"] == "starting_after"
+
+
+def test_a_fault_can_add_headers_to_answers_and_errors(client: httpx2.Client) -> None:
+    url = str(client.base_url)
+    limits = {"X-RateLimit-Limit": "50", "X-RateLimit-Remaining": "0"}
+    inject_faults(url, {"headers": limits}, {"status": 429, "retry_after": 2, "headers": limits})
+    body = {"model": "perplexity/sonar", "input": "x"}
+    answered = client.post("/v1/agent", json=body)
+    limited = client.post("/v1/agent", json=body)
+    assert answered.status_code == 200 and answered.headers["x-ratelimit-remaining"] == "0"
+    assert limited.status_code == 429 and limited.headers["retry-after"] == "2"
+    assert limited.headers["x-ratelimit-limit"] == "50"
+    assert error_of(limited)["type"] == "request_rate_limit_exceeded"
+    refused = client.post("/_sim/faults", json={"faults": [{"headers": {"Bad Name": "x"}}]})
+    assert refused.status_code == 400 and "'headers'" in error_of(refused)["message"]
 
 
 # -- citations ---------------------------------------------------------------------------------

@@ -100,6 +100,8 @@ class SimApp:
         ):
             # No answer at all: the server drops the connection, as a network failure would.
             return
+        if fault is not None and fault.headers:
+            reply.headers.extend((k.lower().encode(), v.encode()) for k, v in fault.headers)
         if isinstance(reply, Stream):
             await self._send_stream(send, reply, fault)
         else:
@@ -131,6 +133,7 @@ class SimApp:
         headers = [
             (b"content-type", b"text/event-stream; charset=utf-8"),
             (b"cache-control", b"no-cache"),
+            *stream.headers,
         ]
         await send({"type": "http.response.start", "status": stream.status, "headers": headers})
         cut = fault.disconnect_after if fault is not None else None

@@ -31,7 +31,7 @@ HTML_401 = (
 )
 _ERROR_TYPES = {
     400: "invalid_request",
-    401: "unauthorized",
+    401: "invalid_api_key",
     403: "forbidden",
     404: "not_found",
     405: "method_not_allowed",
@@ -39,7 +39,11 @@ _ERROR_TYPES = {
     409: "conflict",
     413: "payload_too_large",
     422: "invalid_request",
-    429: "rate_limit_exceeded",
+    424: "external_connector_error",
+    429: "request_rate_limit_exceeded",
+    500: "internal_error",
+    502: "bad_gateway",
+    504: "gateway_timeout",
 }
 
 
@@ -76,6 +80,7 @@ class Stream:
     delays: Sequence[float]
     status: int = 200
     interrupt: Callable[[int], bytes | None] | None = None
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
 
 
 def dumps(payload: Any) -> bytes:
@@ -94,7 +99,7 @@ def error_reply(
     """The API's error envelope ``{"error": {"message", "type", "code"}}``."""
     error: dict[str, Any] = {
         "message": message,
-        "type": type_ or _ERROR_TYPES.get(status, "server_error" if status >= 500 else "error"),
+        "type": type_ or _ERROR_TYPES.get(status, "internal_error" if status >= 500 else "error"),
         "code": status,
     }
     if param is not None:
