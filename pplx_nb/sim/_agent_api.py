@@ -38,10 +38,19 @@ class AgentHandlers(Handlers):
         )
 
     def _run(
-        self, ident: str, agent: AgentRequest, answer: Answer, duration: float, **kw: Any
+        self,
+        ident: str,
+        agent: AgentRequest,
+        answer: Answer,
+        duration: float,
+        *,
+        failed: bool,
+        created: int,
     ) -> Run:
         """A run kept for GET and cancel when the request asked to store it (the default)."""
-        run = Run(ident, answer, duration, cancel_seconds=self.options.cancel_seconds, **kw)
+        run = Run(
+            ident, answer, duration, failed, created, cancel_seconds=self.options.cancel_seconds
+        )
         if agent.store:
             remember(self.runs, ident, (run, agent))
         return run

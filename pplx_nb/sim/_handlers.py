@@ -121,13 +121,6 @@ class Handlers:
                 self._bodies[request] = body
         return body
 
-    def _started(self, run: Run) -> Run:
-        """Count a new background run, and its answer unless the run is set to fail."""
-        self.background_runs += 1
-        if not run.failed:
-            self.generations += 1
-        return run
-
     @staticmethod
     def _fill(body: bytes, ident: str, created: int) -> bytes:
         return body.replace(_ID_SLOT.encode(), ident.encode()).replace(

@@ -103,3 +103,10 @@ class SonarHandlers(Handlers):
         views = [self._async_view(run, chat, full=False) for run, chat in self.async_runs.values()]
         views.reverse()
         return json_reply({"requests": views, "next_token": None})
+
+    def _started(self, run: Run) -> Run:
+        """Count a new background run, and its answer unless the run is set to fail."""
+        self.background_runs += 1
+        if not run.failed:
+            self.generations += 1
+        return run
