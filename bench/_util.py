@@ -70,9 +70,12 @@ def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
 
 @contextmanager
 def simulator() -> Iterator[str]:
-    """``python -m pplx_nb.sim --latency-ms 0`` in its own process; yields its base URL."""
+    """``python -m pplx_nb.sim --latency-ms 0 --sonar`` in its own process; yields its base URL.
+
+    Sonar mode, because the client benchmark also compares chat-completions clients.
+    """
     process = subprocess.Popen(
-        [sys.executable, "-m", "pplx_nb.sim", "--latency-ms", "0"],
+        [sys.executable, "-m", "pplx_nb.sim", "--latency-ms", "0", "--sonar"],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,

@@ -105,6 +105,11 @@ class Settings(BaseSettings):
         ge=0,
         validation_alias=_env("PPLX_NB_SIM_DEEP_RESEARCH_SECONDS", "sim_deep_research_seconds"),
     )
+    sim_sonar: bool = Field(
+        False,
+        validation_alias=_env("PPLX_NB_SIM_SONAR", "sim_sonar"),
+        description="The simulator also serves the retired Sonar chat completions.",
+    )
     cache_home: Path | None = Field(
         None,
         validation_alias=_env("XDG_CACHE_HOME", "cache_home"),
@@ -158,6 +163,7 @@ class Settings(BaseSettings):
                 latency_ms=self.sim_latency_ms,
                 deep_research_seconds=self.sim_deep_research_seconds,
                 cache_dir=self.cache_dir(),
+                sonar=self.sim_sonar,
             )
             return Endpoint(url, None, True)
         return Endpoint(self.base_url, self.api_key, False)

@@ -13,11 +13,16 @@ TEST_KEY = "pplx-test-SECRETKEY-0123456789abcdef"
 
 
 @pytest.fixture
-def sim_url() -> Iterator[str]:
-    """A fresh in-process simulator (no added latency, 0.3 s deep research) and its base URL."""
+def sim_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh in-process simulator (no added latency, 0.3 s deep research) and its base URL.
+
+    It answers as the live API does (Sonar chat completions: 403) unless the test is marked
+    ``sim_sonar``, which serves the retired Sonar protocol as well.
+    """
     from pplx_nb.sim import serve
 
-    with serve(latency_ms=0, deep_research_seconds=0.3) as url:
+    sonar = request.node.get_closest_marker("sim_sonar") is not None
+    with serve(latency_ms=0, deep_research_seconds=0.3, sonar=sonar) as url:
         yield url
 
 

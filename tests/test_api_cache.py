@@ -13,7 +13,8 @@ from pplx_nb.api import AsyncClient, CacheStats, Request, ResponseCache
 from pplx_nb.api.cache import cache_key
 from pplx_nb.sim import stats
 
-pytestmark = pytest.mark.anyio
+# Sonar-style tests need the simulator's Sonar mode (the live API answers them 403).
+pytestmark = [pytest.mark.anyio, pytest.mark.sim_sonar]
 
 
 class Clock:

@@ -28,7 +28,8 @@ from pplx_nb.sim import inject_faults, serve, stats
 
 STYLES = ["sonar", "agent"]
 CHAT_PATH = {"sonar": "POST /chat/completions", "agent": "POST /v1/agent"}
-pytestmark = pytest.mark.anyio
+# Sonar-style tests need the simulator's Sonar mode (the live API answers them 403).
+pytestmark = [pytest.mark.anyio, pytest.mark.sim_sonar]
 
 
 def question(text: str = "How does asyncio.gather work?", **options: Any) -> Request:
@@ -191,7 +192,7 @@ async def test_401_html_page_is_an_invalid_key_with_instructions(
 
 @pytest.mark.parametrize("style", STYLES)
 async def test_wrong_key_is_refused_by_a_keyed_server(style: str) -> None:
-    with serve(latency_ms=0, api_key="pplx-the-right-key-000") as url:
+    with serve(latency_ms=0, api_key="pplx-the-right-key-000", sonar=True) as url:
         wrong = Settings(
             api_key="pplx-the-wrong-key-111", base_url=url, api_style=style, offline=False
         )

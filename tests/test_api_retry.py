@@ -87,6 +87,7 @@ def test_a_connection_failure_is_retried() -> None:
 
 
 @pytest.mark.anyio
+@pytest.mark.sim_sonar
 async def test_max_retries_from_settings_sets_the_default_policy(sim_url: str) -> None:
     settings = Settings(
         api_key="pplx-k-123456789",

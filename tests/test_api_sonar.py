@@ -16,7 +16,8 @@ from pplx_nb.api._sse import Event
 from pplx_nb.api._text import DeltaFilter, split_think
 from pplx_nb.api.sonar import SonarAdapter
 
-pytestmark = pytest.mark.anyio
+# Sonar-style tests need the simulator's Sonar mode (the live API answers them 403).
+pytestmark = [pytest.mark.anyio, pytest.mark.sim_sonar]
 
 ADAPTER = SonarAdapter()
 

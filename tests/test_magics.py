@@ -247,6 +247,7 @@ def test_search_options_reach_the_simulator(shell: InteractiveShell) -> None:
     assert "**Related**" in run.last["text/markdown"]
 
 
+@pytest.mark.sim_sonar
 @pytest.mark.parametrize(("style", "noticed"), [("agent", True), ("sonar", False)])
 def test_images_under_the_agent_style_say_they_need_sonar(
     shell: InteractiveShell, settings: Settings, style: str, noticed: bool
@@ -262,6 +263,7 @@ def test_images_under_the_agent_style_say_they_need_sonar(
     assert "PERPLEXITY_API_STYLE" not in plain.text(), "no notice unless --images was asked"
 
 
+@pytest.mark.sim_sonar
 def test_thinking_is_kept_and_shown_collapsed(settings: Settings) -> None:
     shell = InteractiveShell.instance()
     sonar = settings.model_copy(update={"api_style": "sonar"})

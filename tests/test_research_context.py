@@ -14,6 +14,9 @@ from pplx_nb import Answer, Researcher, Settings, ValidationError
 from pplx_nb.api import AsyncClient
 from pplx_nb.context import CONTEXT_WINDOWS
 
+# The recorder reads Sonar request bodies, which the simulator serves in its Sonar mode only.
+pytestmark = pytest.mark.sim_sonar
+
 
 @pytest.fixture
 def extra(tmp_path: Path) -> Path:

@@ -106,7 +106,7 @@ async def drive(client: AsyncClient, url: str, errors: list[BaseException]) -> l
 def test_key_never_appears_anywhere(captured_logs: io.StringIO, style: str) -> None:
     errors: list[BaseException] = []
     seen: list[str] = []
-    with serve(latency_ms=0, deep_research_seconds=0.2, api_key=KEY) as url:
+    with serve(latency_ms=0, deep_research_seconds=0.2, api_key=KEY, sonar=True) as url:
         settings = Settings(
             api_key=KEY,
             base_url=url,

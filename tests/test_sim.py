@@ -28,6 +28,8 @@ from pplx_nb.sim._endpoints import Endpoints
 from pplx_nb.sim._http import Reply, Request
 from pplx_nb.sim._options import SimOptions
 
+pytestmark = pytest.mark.sim_sonar
+
 OFFLINE_MARK = "*Offline simulator answer from the Python documentation.*"
 QUESTION = "How do I cancel an asyncio task?"
 
@@ -257,164 +259,6 @@ def test_sonar_async_request_completes_with_a_full_response(client: httpx2.Clien
     assert missing.status_code == 404 and error_of(missing)["code"] == 404
 
 
-# -- Agent API ---------------------------------------------------------------------------------
-
-
-def test_agent_answer_has_search_results_then_message(client: httpx2.Client) -> None:
-    body = client.post("/v1/agent", json={"model": "perplexity/sonar", "input": QUESTION}).json()
-
-    assert body["object"] == "response" and body["status"] == "completed"
-    assert body["id"].startswith("resp_") and "citations" not in body
-    results, message = body["output"]
-    assert results["type"] == "search_results"
-    assert results["results"][0]["title"] == "asyncio.Task.cancel"
-    assert message["type"] == "message" and message["role"] == "assistant"
-    part = message["content"][0]
-    assert part["type"] == "output_text" and part["text"].startswith(OFFLINE_MARK)
-    for note in part["annotations"]:
-        assert re.fullmatch(r"\[\d+\]", part["text"][note["start_index"] : note["end_index"]])
-    usage = body["usage"]
-    assert usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"]
-    assert usage["cost"]["currency"] == "USD" and usage["cost"]["total_cost"] > 0
-
-
-def test_agent_rejects_unknown_fields_like_the_real_api(client: httpx2.Client) -> None:
-    response = client.post(
-        "/v1/responses", json={"model": "perplexity/sonar", "input": "x", "search_mode": "web"}
-    )
-    assert response.status_code == 400
-    assert response.json() == {
-        "error": {
-            "message": 'invalid request body: json: unknown field "search_mode"',
-            "type": "invalid_request",
-            "code": 400,
-            "param": "search_mode",
-        }
-    }
-
-
-@pytest.mark.parametrize(
-    "body",
-    [
-        {"model": "perplexity/sonar", "input": ""},
-        {"model": "perplexity/sonar", "input": []},
-        {"input": "x"},
-        {"preset": "turbo", "input": "x"},
-        {"preset": {"name": "low"}, "input": "x"},
-        {"model": "perplexity/sonar", "input": [{"role": "robot", "content": "x"}]},
-        {"model": "sonar", "input": "x"},
-        {
-            "model": "perplexity/sonar",
-            "input": "x",
-            "tools": [{"type": "web_search", "filters": {"search_recency_filter": "decade"}}],
-        },
-    ],
-)
-def test_invalid_agent_requests_are_400(client: httpx2.Client, body: dict[str, Any]) -> None:
-    response = client.post("/v1/agent", json=body)
-    assert response.status_code == 400
-    assert error_of(response)["type"] == "invalid_request"
-
-
-def test_agent_accepts_message_lists_instructions_and_tools(client: httpx2.Client) -> None:
-    body = client.post(
-        "/v1/agent",
-        json={
-            "preset": "low",
-            "instructions": "End with a list titled 'Related questions:'.",
-            "input": [
-                {"role": "user", "content": "How do I cancel an asyncio task?"},
-                {"role": "assistant", "content": "Use Task.cancel()."},
-                {"role": "user", "content": [{"type": "input_text", "text": "json dumps"}]},
-            ],
-            "tools": [{"type": "web_search", "filters": {"search_domain_filter": ["python.org"]}}],
-            "max_output_tokens": 2000,
-        },
-    ).json()
-    text = body["output"][1]["content"][0]["text"]
-    titles = [r["title"] for r in body["output"][0]["results"]]
-    assert "json.dumps" in titles[:3] and not any("asyncio" in t for t in titles)
-    assert "\n\nRelated questions:\n- " in text
-    assert body["model"] == "perplexity/sonar-pro"
-
-
-def test_agent_stream_has_rising_sequence_and_one_terminal(client: httpx2.Client) -> None:
-    request = {"model": "perplexity/sonar", "input": QUESTION, "stream": True}
-    events = sse_payloads(client.post("/v1/agent", json=request))
-    final = client.post("/v1/agent", json={**request, "stream": False}).json()
-
-    numbers = [e["sequence_number"] for e in events]
-    assert numbers == sorted(numbers) and len(set(numbers)) == len(numbers)
-    assert events[0]["type"] == "response.created"
-    terminals = [e for e in events if e["type"] in {"response.completed", "response.failed"}]
-    assert terminals == [events[-1]] and events[-1]["type"] == "response.completed"
-    deltas = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
-    assert deltas == final["output"][1]["content"][0]["text"]
-    assert events[-1]["response"]["output"][1]["content"][0]["text"] == deltas
-    assert "[DONE]" not in events
-
-
-def test_deep_research_agent_stream_reports_reasoning_progress(client: httpx2.Client) -> None:
-    events = sse_payloads(
-        client.post(
-            "/v1/responses", json={"preset": "deep-research", "input": QUESTION, "stream": True}
-        )
-    )
-    reasoning = [e for e in events if e["type"].startswith("response.reasoning.")]
-    assert len(reasoning) >= 5
-    text = events[-1]["response"]["output"][1]["content"][0]["text"]
-    assert "## Overview" in text and "## Conclusion" in text
-
-
-def test_background_run_goes_queued_in_progress_completed(client: httpx2.Client) -> None:
-    created = client.post(
-        "/v1/responses", json={"preset": "medium", "input": QUESTION, "background": True}
-    ).json()
-    assert created["status"] == "queued" and created["output"] == []
-
-    *running, current = poll_until(client, f"/v1/responses/{created['id']}", "completed")
-    statuses = [state["status"] for state in (*running, current)]
-    assert "in_progress" in statuses and statuses[-1] == "completed"
-    assert all(state["output"] == [] for state in running)
-    assert current["output"][1]["content"][0]["text"].count("## ") >= 3
-    same = client.get(f"/v1/agent/{created['id']}").json()
-    assert same["output"] == current["output"]
-    assert stats(str(client.base_url))["background_runs"] == 1
-
-
-def test_quick_background_run_finishes_at_once(client: httpx2.Client) -> None:
-    created = client.post(
-        "/v1/agent", json={"model": "perplexity/sonar", "input": "x", "background": True}
-    ).json()
-    assert created["status"] == "queued"
-    assert client.get(f"/v1/agent/{created['id']}").json()["status"] == "completed"
-
-
-def test_unknown_response_id_is_a_404_envelope(client: httpx2.Client) -> None:
-    response = client.get("/v1/responses/resp_missing")
-    assert response.status_code == 404
-    assert error_of(response) == {
-        "message": "No response with id 'resp_missing'; it may have expired.",
-        "type": "not_found",
-        "code": 404,
-    }
-
-
-def test_only_the_newest_runs_are_kept_older_ones_expire(
-    client: httpx2.Client, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr("pplx_nb.sim._endpoints._CACHE_SIZE", 3)
-    body = {"preset": "fast", "input": QUESTION, "background": True}
-    ids = [client.post("/v1/responses", json=body).json()["id"] for _ in range(4)]
-    assert client.get(f"/v1/responses/{ids[0]}").status_code == 404
-    assert [client.get(f"/v1/responses/{i}").status_code for i in ids[1:]] == [200, 200, 200]
-
-
-def test_models_lists_sonar_models(client: httpx2.Client) -> None:
-    ids = [m["id"] for m in client.get("/v1/models").json()["data"]]
-    assert {"sonar", "sonar-pro", "sonar-reasoning-pro", "sonar-deep-research"} <= set(ids)
-
-
 # -- faults ------------------------------------------------------------------------------------
 
 
@@ -442,7 +286,7 @@ def test_faults_are_consumed_in_order_only_by_matching_paths(client: httpx2.Clie
     assert client.post("/chat/completions", json=ask()).status_code == 500
     assert client.post("/chat/completions", json=ask()).status_code == 200
     agent = client.post("/v1/agent", json={"model": "perplexity/sonar", "input": "x"})
-    assert agent.status_code == 503 and error_of(agent)["type"] == "server_error"
+    assert agent.status_code == 503 and error_of(agent)["type"] == "internal_error"
 
 
 def test_html_fault_returns_sonar_401_page(client: httpx2.Client) -> None:
@@ -515,7 +359,13 @@ def test_reset_clears_faults_and_counters(client: httpx2.Client) -> None:
     client.post("/chat/completions", json=ask())
     inject_faults(url, {"status": 500})
     reset(url)
-    assert stats(url) == {"requests": {}, "generations": 0, "background_runs": 0}
+    assert stats(url) == {
+        "requests": {},
+        "generations": 0,
+        "background_runs": 0,
+        "cancels": 0,
+        "searches": 0,
+    }
     assert client.post("/chat/completions", json=ask()).status_code == 200
 
 
@@ -529,7 +379,10 @@ def test_bad_faults_are_rejected(client: httpx2.Client) -> None:
 
 
 def test_expected_key_is_enforced_per_protocol() -> None:
-    with serve(latency_ms=0, api_key="sekret") as url, httpx2.Client(base_url=url) as http:
+    with (
+        serve(latency_ms=0, api_key="sekret", sonar=True) as url,
+        httpx2.Client(base_url=url) as http,
+    ):
         sonar = http.post("/chat/completions", json=ask())
         assert sonar.status_code == 401 and sonar.headers["content-type"].startswith("text/html")
         agent = http.post("/v1/agent", json={"model": "perplexity/sonar", "input": "x"})
@@ -585,6 +438,7 @@ def test_cli_prints_url_first_answers_and_exits_cleanly(
             str(tmp_path),
             "--api-key",
             "k1",
+            "--sonar",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -21,6 +21,9 @@ from pplx_nb._models import JobStatus, Message
 from pplx_nb.jobs import Job, JobContext, JobQueue, JobRunner, Worker
 from pplx_nb.store import ConversationStore
 
+# support.runners streams Sonar chat completions, served by the simulator's Sonar mode only.
+pytestmark = pytest.mark.sim_sonar
+
 REPO = Path(__file__).resolve().parent.parent
 TOOL = "perplexity_deep_research"
 LEASE_SECONDS = 6

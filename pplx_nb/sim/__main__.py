@@ -9,6 +9,8 @@ import sys
 from collections.abc import Callable
 from types import FrameType
 
+from pplx_nb.sim._options import CITATION_STYLES
+
 __all__ = ["main"]
 
 
@@ -43,6 +45,19 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--latency-ms", type=_bounded(int, 0), default=300)
     parser.add_argument("--deep-research-seconds", type=_bounded(float, 0), default=5.0)
     parser.add_argument("--api-key", default=None, help="require this bearer key")
+    parser.add_argument(
+        "--sonar",
+        action="store_true",
+        default=None,
+        help="also serve the retired Sonar chat completions (default: 403 as the live API; "
+        "PPLX_NB_SIM_SONAR=1 does the same)",
+    )
+    parser.add_argument(
+        "--citations",
+        choices=CITATION_STYLES,
+        default="numbered",
+        help="how Agent answers mark sources: [1], [web:0] or markdown links",
+    )
     return parser
 
 
@@ -58,11 +73,21 @@ def main(argv: list[str] | None = None) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, early_stop)
 
+    from pplx_nb._config import Settings
     from pplx_nb._errors import PplxError
+    from pplx_nb.sim._options import SimOptions
     from pplx_nb.sim._server import base_url, bind, make_app, run_forever
 
     try:
-        app = make_app(args.corpus, args.latency_ms, args.deep_research_seconds, args.api_key)
+        sonar = args.sonar if args.sonar is not None else Settings.from_env().sim_sonar
+        options = SimOptions(
+            args.latency_ms,
+            args.deep_research_seconds,
+            args.api_key,
+            sonar=sonar,
+            citations=args.citations,
+        )
+        app = make_app(args.corpus, options)
     except PplxError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

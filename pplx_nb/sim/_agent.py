@@ -1,24 +1,28 @@
-"""The Agent API (``/v1/agent``, ``/v1/responses``): strict checks, response objects, events."""
+"""Agent API requests (``/v1/agent``, ``/v1/responses``), checked as strictly as the live API.
+
+Every field the SDK defines is accepted; any other field, at the top or inside a web_search tool,
+is the live API's 400 ``unknown field``. The engine is ``models`` (first of a fallback chain),
+else ``model``, else ``effort``, else ``preset``; a preset or effort level still sets how deep
+the run goes when a model is named beside it.
+"""
 
 from __future__ import annotations
 
-import re
-import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from pplx_nb.sim._answers import Answer, Filters, agent_usage, asks_for_related, is_deep
-from pplx_nb.sim._http import sse
-from pplx_nb.sim._sonar import text_pieces
-from pplx_nb.sim._validate import Invalid, check_choice, check_filters, check_number, message_text
+from pplx_nb.sim._answers import Filters, asks_for_related, is_deep
+from pplx_nb.sim._catalog import MODELS, PRESETS
+from pplx_nb.sim._validate import (
+    Invalid,
+    check_choice,
+    check_fields,
+    check_filters,
+    check_number,
+    message_text,
+)
 
-__all__ = [
-    "AgentRequest",
-    "agent_events",
-    "failed_response",
-    "parse_agent",
-    "response_object",
-]
+__all__ = ["AgentRequest", "parse_agent"]
 
 FIELDS = frozenset(
     {
@@ -27,49 +31,66 @@ FIELDS = frozenset(
         "model",
         "models",
         "preset",
+        "effort",
         "tools",
+        "tool_choice",
         "max_output_tokens",
+        "max_steps",
         "temperature",
         "top_p",
         "stream",
         "reasoning",
         "response_format",
         "background",
-        "previous_response_id",
-        "metadata",
-        "max_steps",
         "store",
+        "previous_response_id",
+        "prompt_cache_key",
+        "service_tier",
         "language_preference",
+        "profile",
         "skills",
+        "step_budget_reminder",
+        "metadata",
     }
 )
-PRESETS = {
-    "fast": "perplexity/sonar",
-    "fast-search": "perplexity/sonar",
-    "low": "perplexity/sonar-pro",
-    "pro-search": "perplexity/sonar-pro",
-    "medium": "perplexity/sonar-deep-research",
-    "high": "perplexity/sonar-deep-research",
-    "xhigh": "perplexity/sonar-deep-research",
-    "deep-research": "perplexity/sonar-deep-research",
-    "advanced-deep-research": "perplexity/sonar-deep-research",
-}
+_WEB_SEARCH = frozenset(
+    {
+        "type",
+        "filters",
+        "max_tokens",
+        "max_tokens_per_page",
+        "search_context_size",
+        "search_type",
+        "user_location",
+    }
+)
+_FILTERS = frozenset(
+    {
+        "search_domain_filter",
+        "search_recency_filter",
+        "search_after_date_filter",
+        "search_before_date_filter",
+        "last_updated_after_filter",
+        "last_updated_before_filter",
+    }
+)
 _ROLES = ("user", "assistant", "system", "developer")
 _TOOLS = (
     "web_search",
     "fetch_url",
+    "image_search",
     "people_search",
     "finance_search",
     "sandbox",
     "mcp",
     "function",
+    "connector",
 )
-_MARKER = re.compile(r"\[(\d+)\]")
 
 
 @dataclass(frozen=True, slots=True)
 class AgentRequest:
-    """A validated Agent API request."""
+    """A validated Agent API request: what its answer and its response object depend on."""
 
     model: str
     tier: str
@@ -77,9 +98,12 @@ class AgentRequest:
     prompt: str
     stream: bool
     background: bool
+    store: bool
     max_output_tokens: int | None
     related_in_text: bool
     filters: Filters
+    preset: str | None = None
+    effort: str | None = None
 
     @property
     def deep(self) -> bool:
@@ -114,30 +138,58 @@ def _tool_filters(tools: Any) -> tuple[str, ...]:
     for n, tool in enumerate(tools):
         if not isinstance(tool, dict) or tool.get("type") not in _TOOLS:
             raise Invalid(f"tools[{n}].type must be one of {', '.join(_TOOLS)}", "tools")
+        if tool["type"] != "web_search":
+            continue
+        check_fields(tool, _WEB_SEARCH)
         check_choice(tool, "search_context_size", ("low", "medium", "high"))
+        check_choice(tool, "search_type", ("web", "fast"))
         filters = tool.get("filters")
         if filters is not None:
             if not isinstance(filters, dict):
                 raise Invalid(f"tools[{n}].filters must be an object", "tools")
+            check_fields(filters, _FILTERS)
             domains += check_filters(filters)
     return domains
 
 
-def parse_agent(data: dict[str, Any]) -> AgentRequest:
-    """Validate an Agent API body strictly: an unknown top-level field is a 400."""
-    for key in sorted(data):
-        if key not in FIELDS:
-            raise Invalid(f'invalid request body: json: unknown field "{key}"', key)
-    model, preset = data.get("model"), data.get("preset")
-    if preset is not None and (not isinstance(preset, str) or preset not in PRESETS):
-        raise Invalid(f"unknown preset {preset!r}; use one of {', '.join(PRESETS)}", "preset")
-    if model is not None and (not isinstance(model, str) or "/" not in model):
+def _known_model(name: Any, param: str) -> str:
+    if not isinstance(name, str) or name not in MODELS:
         raise Invalid(
-            f"model must be a provider-prefixed model such as 'perplexity/sonar'; got {model!r}",
-            "model",
+            f"invalid model {name!r}: use a model that GET /v1/models lists, such as "
+            "'perplexity/sonar', or a preset",
+            param,
+            "invalid_model",
         )
-    if model is None and preset is None:
-        raise Invalid("one of model or preset is required", "model")
+    return name
+
+
+def _tier_name(data: dict[str, Any], key: str) -> str | None:
+    value = data.get(key)
+    if value is not None and (not isinstance(value, str) or value not in PRESETS):
+        raise Invalid(f"unknown {key} {value!r}; use one of {', '.join(PRESETS)}", key)
+    return value
+
+
+def _engine(data: dict[str, Any]) -> tuple[str, str]:
+    """The model that answers and the tier that sets the run's depth."""
+    models = data.get("models")
+    if models is not None and (not isinstance(models, list) or not 1 <= len(models) <= 5):
+        raise Invalid("models must be a list of 1 to 5 models", "models")
+    chain = [_known_model(name, "models") for name in models or ()]
+    model = _known_model(data["model"], "model") if data.get("model") is not None else None
+    preset, effort = _tier_name(data, "preset"), _tier_name(data, "effort")
+    tier = effort or preset
+    named = chain[0] if chain else model
+    if named is None and tier is None:
+        raise Invalid("one of model, models, preset or effort is required", "model")
+    resolved = named or PRESETS[str(tier)]
+    return resolved, tier or resolved
+
+
+def parse_agent(data: dict[str, Any]) -> AgentRequest:
+    """Validate an Agent API body strictly: an unknown field is a 400."""
+    check_fields(data, FIELDS)
+    model, tier = _engine(data)
     turns = _input_turns(data.get("input"))
     instructions = data.get("instructions")
     if instructions is not None and not isinstance(instructions, str):
@@ -145,6 +197,7 @@ def parse_agent(data: dict[str, Any]) -> AgentRequest:
     check_number(data, "temperature", 0, 2)
     check_number(data, "top_p", 0, 1)
     check_number(data, "max_output_tokens", 1, 128_000, integer=True)
+    check_number(data, "max_steps", 1, 100, integer=True)
     reasoning = data.get("reasoning")
     if reasoning is not None:
         if not isinstance(reasoning, dict):
@@ -156,168 +209,17 @@ def parse_agent(data: dict[str, Any]) -> AgentRequest:
     domains = _tool_filters(data.get("tools"))
     query = next(text for role, text in reversed(turns) if role == "user")
     everything = "\n".join([instructions or "", *(text for _, text in turns)])
-    tier = str(preset if model is None else model)
     return AgentRequest(
-        model=model if model is not None else PRESETS[tier],
+        model=model,
         tier=tier,
         query=query,
         prompt=everything,
         stream=bool(data.get("stream")),
         background=bool(data.get("background")),
+        store=data.get("store") is not False,
         max_output_tokens=data.get("max_output_tokens"),
         related_in_text=asks_for_related(everything),
         filters=Filters(domains),
+        preset=data.get("preset"),
+        effort=data.get("effort"),
     )
-
-
-def new_response_id() -> str:
-    """A fresh ``resp_...`` id."""
-    return f"resp_{uuid.uuid4().hex}"
-
-
-def _results(answer: Answer) -> list[dict[str, Any]]:
-    return [
-        {
-            "id": n,
-            "url": doc.url,
-            "title": doc.title,
-            "snippet": text,
-            "date": None,
-            "last_updated": None,
-            "source": "web",
-        }
-        for n, (doc, text) in enumerate(zip(answer.sources, answer.snippets, strict=True), 1)
-    ]
-
-
-def _annotations(answer: Answer) -> list[dict[str, Any]]:
-    notes = []
-    for match in _MARKER.finditer(answer.text):
-        n = int(match.group(1))
-        if 1 <= n <= len(answer.sources):
-            doc = answer.sources[n - 1]
-            notes.append(
-                {
-                    "type": "url_citation",
-                    "url": doc.url,
-                    "title": doc.title,
-                    "start_index": match.start(),
-                    "end_index": match.end(),
-                }
-            )
-    return notes
-
-
-def _search_item(answer: Answer) -> dict[str, Any]:
-    return {"type": "search_results", "queries": list(answer.queries), "results": _results(answer)}
-
-
-def _message_item(item_id: str, text: str, status: str, answer: Answer | None) -> dict[str, Any]:
-    content = []
-    if answer is not None:
-        content = [{"type": "output_text", "text": text, "annotations": _annotations(answer)}]
-    return {
-        "id": item_id,
-        "type": "message",
-        "role": "assistant",
-        "status": status,
-        "content": content,
-    }
-
-
-def response_object(
-    ident: str,
-    request: AgentRequest,
-    created: int,
-    *,
-    status: str,
-    answer: Answer | None = None,
-    completed: int | None = None,
-    item_id: str | None = None,
-) -> dict[str, Any]:
-    """A ``response`` object; ``output`` stays empty until there is an answer."""
-    payload: dict[str, Any] = {
-        "id": ident,
-        "object": "response",
-        "created_at": created,
-        "status": status,
-        "model": request.model,
-        "background": request.background,
-        "error": None,
-        "incomplete_details": None,
-        "output": [],
-    }
-    if answer is not None:
-        message_id = item_id or "msg_" + ident.removeprefix("resp_")
-        payload["output"] = [
-            _search_item(answer),
-            _message_item(message_id, answer.text, "completed", answer),
-        ]
-        payload["usage"] = agent_usage(request.model, request.prompt, answer)
-        payload["completed_at"] = completed if completed is not None else created
-        if answer.truncated:
-            payload["status"] = "incomplete"
-            payload["incomplete_details"] = {"reason": "max_output_tokens"}
-    return payload
-
-
-def failed_response(ident: str, request: AgentRequest, created: int) -> dict[str, Any]:
-    """A run that failed: HTTP 200 with ``status: failed`` and an ``error``."""
-    payload = response_object(ident, request, created, status="failed")
-    payload["error"] = {
-        "code": "server_error",
-        "type": "server_error",
-        "message": "The simulated run failed (injected agent_failed fault). Retry the request.",
-    }
-    return payload
-
-
-def agent_events(
-    ident: str, request: AgentRequest, answer: Answer, created: int, pieces: int, failed: bool
-) -> list[bytes]:
-    """The typed SSE events of a streamed run, with exactly one terminal event."""
-    events: list[dict[str, Any]] = []
-    pending = response_object(ident, request, created, status="in_progress")
-    events.append({"type": "response.created", "response": pending})
-    events.append({"type": "response.in_progress", "response": pending})
-    events.append({"type": "response.reasoning.started", "thought": "Searching the corpus."})
-    events.append({"type": "response.reasoning.search_queries", "queries": list(answer.queries)})
-    if answer.deep:
-        for doc in answer.sources:
-            events.append(
-                {
-                    "type": "response.reasoning.fetch_url_queries",
-                    "urls": [doc.url],
-                    "thought": f"Reading {doc.title}.",
-                }
-            )
-    events.append({"type": "response.reasoning.search_results", "results": _results(answer)})
-    events.append({"type": "response.reasoning.stopped", "thought": "Writing the answer."})
-    if failed:
-        error = failed_response(ident, request, created)
-        events.append({"type": "response.failed", "error": error["error"], "response": error})
-        return [sse({**event, "sequence_number": n}) for n, event in enumerate(events)]
-    search = _search_item(answer)
-    item_id = "msg_" + ident.removeprefix("resp_")
-    events.append({"type": "response.output_item.added", "output_index": 0, "item": search})
-    events.append({"type": "response.output_item.done", "output_index": 0, "item": search})
-    events.append(
-        {
-            "type": "response.output_item.added",
-            "output_index": 1,
-            "item": _message_item(item_id, "", "in_progress", None),
-        }
-    )
-    where = {"item_id": item_id, "output_index": 1, "content_index": 0}
-    for piece in text_pieces(answer.text, pieces):
-        events.append({"type": "response.output_text.delta", **where, "delta": piece})
-    events.append({"type": "response.output_text.done", **where, "text": answer.text})
-    final = response_object(
-        ident, request, created, status="completed", answer=answer, item_id=item_id
-    )
-    events.append(
-        {"type": "response.output_item.done", "output_index": 1, "item": final["output"][1]}
-    )
-    terminal = "response.incomplete" if final["status"] == "incomplete" else "response.completed"
-    events.append({"type": terminal, "response": final})
-    return [sse({**event, "sequence_number": n}) for n, event in enumerate(events)]

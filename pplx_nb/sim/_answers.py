@@ -78,6 +78,7 @@ class Answer:
     deep: bool
     truncated: bool = False
     snippets: tuple[str, ...] = field(default=())
+    date: str | None = None
 
     @property
     def content(self) -> str:
@@ -193,6 +194,7 @@ def compose(
         deep=deep,
         truncated=truncated,
         snippets=tuple(snippet(doc.text) for doc in hits),
+        date=corpus.date,
     )
 
 
@@ -232,26 +234,4 @@ def sonar_usage(model: str, prompt: str, answer: Answer, *, final: bool) -> dict
         "num_search_queries": searches,
         "reasoning_tokens": reasoning,
         "cost": cost,
-    }
-
-
-def agent_usage(model: str, prompt: str, answer: Answer) -> dict[str, object]:
-    """The Agent API ``usage`` block, cost in USD."""
-    price = price_for(model)
-    input_tokens = count_tokens(prompt)
-    output_tokens = count_tokens(answer.text) + count_tokens(answer.think)
-    input_cost = input_tokens * price.input_per_m / 1e6
-    output_cost = output_tokens * price.output_per_m / 1e6
-    tools_cost = price.request_fee + len(answer.queries) * price.search_fee
-    return {
-        "input_tokens": input_tokens,
-        "output_tokens": output_tokens,
-        "total_tokens": input_tokens + output_tokens,
-        "cost": {
-            "input_cost": round(input_cost, 6),
-            "output_cost": round(output_cost, 6),
-            "tool_calls_cost": round(tools_cost, 6),
-            "total_cost": round(input_cost + output_cost + tools_cost, 6),
-            "currency": "USD",
-        },
     }

@@ -28,6 +28,10 @@ from pplx_nb.sim._validate import Invalid, parse_json_object
 __all__ = ["SimApp", "SimOptions"]
 
 _TRICKLE_PIECES = 10
+_RETIRED = (
+    "Sonar chat completions were retired on 2026-09-27: use the Agent API (POST /v1/agent or "
+    "/v1/responses). Start the simulator with --sonar (PPLX_NB_SIM_SONAR=1) to serve them."
+)
 Handler = Callable[[Request, Fault | None], Awaitable[Reply | Stream]]
 
 
@@ -61,6 +65,7 @@ class SimApp:
         )
         for path in ("/v1/models", "/models"):
             self._exact["GET", path] = _Route(self.api.models, path, False)
+        self._exact["POST", "/search"] = _Route(self.api.search, "/search", False)
 
     # -- ASGI ---------------------------------------------------------------------------------
 
@@ -89,12 +94,14 @@ class SimApp:
         try:
             reply, fault = await self._api(request, receive)
         except Invalid as exc:
-            reply = error_reply(400, exc.message, param=exc.param)
+            reply = error_reply(400, exc.message, type_=exc.kind, param=exc.param)
         if reply is None or (
             isinstance(reply, Reply) and fault is not None and fault.disconnect_after is not None
         ):
             # No answer at all: the server drops the connection, as a network failure would.
             return
+        if fault is not None and fault.headers:
+            reply.headers.extend((k.lower().encode(), v.encode()) for k, v in fault.headers)
         if isinstance(reply, Stream):
             await self._send_stream(send, reply, fault)
         else:
@@ -126,6 +133,7 @@ class SimApp:
         headers = [
             (b"content-type", b"text/event-stream; charset=utf-8"),
             (b"cache-control", b"no-cache"),
+            *stream.headers,
         ]
         await send({"type": "http.response.start", "status": stream.status, "headers": headers})
         cut = fault.disconnect_after if fault is not None else None
@@ -136,10 +144,13 @@ class SimApp:
                 return
             if delay > 0 and await self._wait(delay):
                 return
+            last = stream.interrupt(n) if stream.interrupt is not None else None
             try:
-                await send({"type": "http.response.body", "body": frame, "more_body": True})
+                await send({"type": "http.response.body", "body": last or frame, "more_body": True})
             except OSError:
                 return
+            if last is not None:
+                break
         await send({"type": "http.response.body", "body": b""})
 
     async def _wait(self, seconds: float, receive: Receive | None = None) -> bool:
@@ -186,6 +197,8 @@ class SimApp:
             if route.sonar:
                 return Reply(401, HTML_401, b"text/html"), None
             return error_reply(401, "Invalid API key: check PERPLEXITY_API_KEY."), None
+        if route.sonar and not self.options.sonar:
+            return error_reply(403, _RETIRED, type_="chat_completions_not_available"), None
         fault = self._fault_for(request)
         if fault is not None:
             if fault.hang and await self._wait(fault.hang, receive):
@@ -220,12 +233,8 @@ class SimApp:
     # -- control ------------------------------------------------------------------------------
 
     def stats(self) -> dict[str, Any]:
-        """Requests per route, answers produced (what would be billed), background runs."""
-        return {
-            "requests": dict(sorted(self.requests.items())),
-            "generations": self.api.generations,
-            "background_runs": self.api.background_runs,
-        }
+        """Requests per route and what would be billed: see :func:`pplx_nb.sim.stats`."""
+        return {"requests": dict(sorted(self.requests.items())), **self.api.counters()}
 
     def reset(self) -> None:
         """Forget queued faults and counters."""

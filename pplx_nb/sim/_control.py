@@ -28,8 +28,9 @@ def _call(base_url: str, method: str, path: str, payload: Any = None) -> Any:
 def inject_faults(base_url: str, *faults: dict[str, Any]) -> None:
     """Queue faults on the simulator at ``base_url``; matching API requests consume them in order.
 
-    Keys: ``status``, ``retry_after``, ``retry_after_ms``, ``html``, ``hang``,
-    ``disconnect_after``, ``agent_failed``, ``path`` (substring filter), ``times`` (default 1).
+    Keys: ``status``, ``retry_after``, ``retry_after_ms``, ``html``, ``hang``, ``trickle``,
+    ``disconnect_after``, ``agent_failed``, ``odd``, ``headers`` (added to the reply), ``path``
+    (substring filter), ``times`` (default 1).
     A single request can also carry one fault as JSON in its ``X-Sim-Fault`` header.
     """
     _call(base_url, "POST", "/_sim/faults", {"faults": list(faults)})
@@ -41,6 +42,11 @@ def reset(base_url: str) -> None:
 
 
 def stats(base_url: str) -> dict[str, Any]:
-    """Counters: ``requests`` per route, ``generations`` (billable answers), ``background_runs``."""
+    """What a server has done since it started (or was reset), to count money in tests.
+
+    ``requests`` per route template (``"POST /v1/agent"``), ``generations`` (answers started
+    that would be billed, a cancelled run included), ``background_runs``, ``cancels`` (runs a
+    cancel was accepted for) and ``searches`` (Search API requests, billed per request).
+    """
     result: dict[str, Any] = _call(base_url, "GET", "/_sim/stats")
     return result

@@ -12,11 +12,13 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
+import platform
 import re
 import sys
 import tempfile
 import threading
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 from pplx_nb._config import Settings
@@ -27,7 +29,7 @@ from pplx_nb.sim._stdlib_docs import stdlib_documents, stdlib_root
 
 __all__ = ["Corpus", "directory_documents", "load_corpus"]
 
-_FORMAT = 7
+_FORMAT = 8
 _TITLE_WEIGHT = 3
 _EXTENSIONS = (".md", ".txt", ".rst")
 _HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
@@ -39,11 +41,13 @@ _lock = threading.Lock()
 
 @dataclass(frozen=True, slots=True)
 class Corpus:
-    """Documents, their index, and the phrase answers use to name where they come from."""
+    """Documents, their index, the phrase answers use to name where they come from, and the
+    ``YYYY-MM-DD`` date search results carry (when the documents were last written)."""
 
     label: str
     documents: tuple[Document, ...]
     index: BM25Index
+    date: str = "1970-01-01"
 
     def search(self, query: str, limit: int) -> list[tuple[Document, float]]:
         """The ``limit`` best documents for ``query`` with their BM25 scores, best first."""
@@ -59,10 +63,24 @@ def index_terms(document: Document) -> list[str]:
     ]
 
 
-def build_corpus(label: str, documents: list[Document]) -> Corpus:
+def build_corpus(label: str, documents: list[Document], date: str = "1970-01-01") -> Corpus:
     """Index ``documents`` in memory."""
     index = BM25Index.build(index_terms(doc) for doc in documents)
-    return Corpus(label, tuple(documents), index)
+    return Corpus(label, tuple(documents), index, date)
+
+
+def _python_date() -> str:
+    """When this interpreter (and so its documentation) was built, as ``YYYY-MM-DD``."""
+    built = " ".join(platform.python_build()[1].split()[:3])
+    try:
+        return datetime.strptime(built, "%b %d %Y").date().isoformat()
+    except ValueError:
+        return "1970-01-01"
+
+
+def _newest_date(files: list[Path]) -> str:
+    newest = max((path.stat().st_mtime for path in files), default=0.0)
+    return datetime.fromtimestamp(newest, UTC).date().isoformat()
 
 
 def _directory_files(directory: Path) -> list[Path]:
@@ -177,8 +195,12 @@ def _write_cache(path: Path, corpus: Corpus) -> None:
 
 def _build(directory: Path | None) -> Corpus:
     if directory is None:
-        return build_corpus("the Python documentation", stdlib_documents())
-    return build_corpus(f"the local corpus {directory.name}", directory_documents(directory))
+        return build_corpus("the Python documentation", stdlib_documents(), _python_date())
+    return build_corpus(
+        f"the local corpus {directory.name}",
+        directory_documents(directory),
+        _newest_date(_directory_files(directory)),
+    )
 
 
 def load_corpus(directory: Path | str | None = None, *, cache_dir: Path | None = None) -> Corpus:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["Fault", "FaultQueue", "parse_fault"]
+
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 
 
 @dataclass(slots=True)
@@ -17,7 +20,8 @@ class Fault:
     ``disconnect_after=N`` cuts a streamed answer after N events; on a request that is not
     streamed it drops the connection before any response. ``odd`` answers in unusual but legal
     shapes (see :mod:`pplx_nb.sim._odd`). ``trickle=S`` sends a whole (not streamed) body in
-    ten pieces, ``S`` seconds apart, after the headers.
+    ten pieces, ``S`` seconds apart, after the headers. ``headers`` adds response headers (for
+    instance rate-limit headers) to the reply, an error or not.
     """
 
     status: int | None = None
@@ -29,6 +33,7 @@ class Fault:
     disconnect_after: int | None = None
     agent_failed: bool = False
     odd: bool = False
+    headers: tuple[tuple[str, str], ...] = ()
     path: str | None = None
     times: int = 1
 
@@ -54,6 +59,20 @@ def _number(value: Any, key: str, kind: type[int] | type[float]) -> Any:
     if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
         raise ValueError(f"fault key {key!r} must be a non-negative number")
     return kind(value)
+
+
+def _headers(value: Any) -> tuple[tuple[str, str], ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, Mapping) or not all(
+        isinstance(k, str) and _TOKEN.fullmatch(k) and isinstance(v, str | int | float)
+        for k, v in value.items()
+    ):
+        raise ValueError("fault key 'headers' must map header names to values")
+    pairs = tuple((k, str(v)) for k, v in value.items())
+    if any("\r" in v or "\n" in v for _, v in pairs):
+        raise ValueError("fault key 'headers' values must be single lines")
+    return pairs
 
 
 def parse_fault(raw: Any) -> Fault:
@@ -86,6 +105,7 @@ def parse_fault(raw: Any) -> Fault:
         disconnect_after=_number(raw.get("disconnect_after"), "disconnect_after", int),
         agent_failed=bool(raw.get("agent_failed", False)),
         odd=bool(raw.get("odd", False)),
+        headers=_headers(raw.get("headers")),
         path=path,
         times=times,
     )

@@ -15,6 +15,8 @@ __all__ = [
     "error_reply",
     "json_reply",
     "sse",
+    "sse_event",
+    "sse_payload",
 ]
 
 Scope = MutableMapping[str, Any]
@@ -29,7 +31,7 @@ HTML_401 = (
 )
 _ERROR_TYPES = {
     400: "invalid_request",
-    401: "unauthorized",
+    401: "invalid_api_key",
     403: "forbidden",
     404: "not_found",
     405: "method_not_allowed",
@@ -37,7 +39,11 @@ _ERROR_TYPES = {
     409: "conflict",
     413: "payload_too_large",
     422: "invalid_request",
-    429: "rate_limit_exceeded",
+    424: "external_connector_error",
+    429: "request_rate_limit_exceeded",
+    500: "internal_error",
+    502: "bad_gateway",
+    504: "gateway_timeout",
 }
 
 
@@ -64,11 +70,17 @@ class Reply:
 
 @dataclass(slots=True)
 class Stream:
-    """A server-sent-events response: pre-encoded frames, each sent after its delay (seconds)."""
+    """A server-sent-events response: pre-encoded frames, each sent after its delay (seconds).
+
+    ``interrupt(n)``, asked before frame ``n`` goes out, may return a last frame to send instead
+    of the rest (a run cancelled while it streams ends with its ``response.cancelled``).
+    """
 
     frames: Sequence[bytes]
     delays: Sequence[float]
     status: int = 200
+    interrupt: Callable[[int], bytes | None] | None = None
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
 
 
 def dumps(payload: Any) -> bytes:
@@ -87,7 +99,7 @@ def error_reply(
     """The API's error envelope ``{"error": {"message", "type", "code"}}``."""
     error: dict[str, Any] = {
         "message": message,
-        "type": type_ or _ERROR_TYPES.get(status, "server_error" if status >= 500 else "error"),
+        "type": type_ or _ERROR_TYPES.get(status, "internal_error" if status >= 500 else "error"),
         "code": status,
     }
     if param is not None:
@@ -98,3 +110,14 @@ def error_reply(
 def sse(payload: Any) -> bytes:
     """One ``data:`` frame."""
     return b"data: " + dumps(payload) + b"\n\n"
+
+
+def sse_event(payload: dict[str, Any]) -> bytes:
+    """One typed frame as the live Agent API sends it: ``event: <type>`` then ``data:``."""
+    return b"event: " + str(payload["type"]).encode() + b"\n" + sse(payload)
+
+
+def sse_payload(frame: bytes) -> Any:
+    """The JSON of a frame built by :func:`sse` or :func:`sse_event`."""
+    data = frame.rsplit(b"data: ", 1)[-1]
+    return json.loads(data)

@@ -12,7 +12,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from pplx_nb.sim._http import dumps, sse
+from pplx_nb.sim._http import dumps, sse, sse_event, sse_payload
 
 __all__ = ["odd_agent_body", "odd_agent_frames", "odd_chunk", "odd_completion"]
 
@@ -84,10 +84,10 @@ def odd_agent_body(body: bytes) -> bytes:
 
 def odd_agent_frames(frames: Sequence[bytes]) -> list[bytes]:
     """Agent stream events with unknown event types (object fields) before the real ones."""
-    result = [sse(event) for event in _UNKNOWN_EVENTS]
+    result = [sse_event(event) for event in _UNKNOWN_EVENTS]
     for frame in frames:
-        event = json.loads(frame.removeprefix(b"data: "))
+        event = sse_payload(frame)
         if isinstance(event.get("response"), dict):
             event["response"] = _odd_response(event["response"])
-        result.append(sse(event))
+        result.append(sse_event(event))
     return result

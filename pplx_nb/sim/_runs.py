@@ -2,7 +2,9 @@
 
 A run's phase is a pure function of the time since it was created, so nothing has to tick in the
 background: ``queued`` for the first tenth of its duration, ``in_progress`` until the duration has
-passed, then ``completed`` (or ``failed`` when a fault said so).
+passed, then ``completed`` (or ``failed`` when a fault said so). A cancel accepted while the run
+is pending ends it ``cancelled`` once ``cancel_seconds`` have passed (until then it is still
+pending, as the live API's runs are while ``cancelling``), even if its duration ends first.
 """
 
 from __future__ import annotations
@@ -28,13 +30,17 @@ class Run:
     failed: bool = False
     created: int = field(default_factory=lambda: int(time.time()))
     started: float = field(default_factory=time.monotonic)
-    cancelled_at: int | None = None
+    cancel_seconds: float = 0.0
+    cancel_asked: float | None = None
 
     def phase(self, now: float | None = None) -> Phase:
         """Where the run is at ``now`` (monotonic seconds; default: the current time)."""
-        if self.cancelled_at is not None:
-            return "cancelled"
-        elapsed = (time.monotonic() if now is None else now) - self.started
+        now = time.monotonic() if now is None else now
+        elapsed = now - self.started
+        if self.cancel_asked is not None:
+            if now >= self.cancel_asked + self.cancel_seconds:
+                return "cancelled"
+            return "queued" if elapsed < self.duration * 0.1 else "in_progress"
         if elapsed < self.duration * 0.1:
             return "queued"
         if elapsed < self.duration:
@@ -46,8 +52,11 @@ class Run:
         """Wall-clock second at which the run ends (or ended)."""
         return self.created + round(self.duration)
 
-    def cancel(self) -> bool:
-        """Cancel the run if it has not finished; return whether it is now cancelled."""
-        if self.phase() in ("queued", "in_progress"):
-            self.cancelled_at = int(time.time())
-        return self.cancelled_at is not None
+    def cancel(self, now: float | None = None) -> bool:
+        """Ask a pending run to stop; False when it has already ended (nothing to cancel)."""
+        now = time.monotonic() if now is None else now
+        if self.phase(now) not in ("queued", "in_progress"):
+            return False
+        if self.cancel_asked is None:
+            self.cancel_asked = now
+        return True

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pplx_nb.sim._app import SimApp
 from pplx_nb.sim._corpus import load_corpus
-from pplx_nb.sim._options import SimOptions
+from pplx_nb.sim._options import CitationStyle, SimOptions
 from pplx_nb.sim._wire import WireServer
 
 __all__ = ["SimServer", "base_url", "bind", "make_app", "run_forever", "serve", "shared_server_url"]
@@ -38,14 +38,9 @@ def base_url(sock: socket.socket) -> str:
 
 
 def make_app(
-    corpus: str | Path | None,
-    latency_ms: int,
-    deep_research_seconds: float,
-    api_key: str | None,
-    cache_dir: Path | None = None,
+    corpus: str | Path | None, options: SimOptions, cache_dir: Path | None = None
 ) -> SimApp:
     """The simulator app over the chosen corpus (built ones are cached under ``cache_dir``)."""
-    options = SimOptions(latency_ms, deep_research_seconds, api_key)
     return SimApp(load_corpus(corpus, cache_dir=cache_dir), options)
 
 
@@ -122,14 +117,22 @@ def serve(
     latency_ms: int = 300,
     deep_research_seconds: float = 5.0,
     api_key: str | None = None,
+    sonar: bool = False,
+    citations: CitationStyle = "numbered",
+    cancel_seconds: float = 0.2,
 ) -> Iterator[str]:
     """Run a simulator in a background thread for the ``with`` block; yield its base URL.
 
     ``port=0`` picks a free port. ``corpus`` is a folder of ``.md``/``.txt``/``.rst`` files
     (default: the Python documentation). With ``api_key`` set, requests must carry
-    ``Authorization: Bearer <api_key>``.
+    ``Authorization: Bearer <api_key>``. ``sonar=True`` also serves the retired Sonar chat
+    completions (else 403, as the live API); ``citations`` and ``cancel_seconds`` are
+    described on :class:`SimOptions`.
     """
-    server = SimServer(make_app(corpus, latency_ms, deep_research_seconds, api_key), host, port)
+    options = SimOptions(
+        latency_ms, deep_research_seconds, api_key, sonar, citations, cancel_seconds
+    )
+    server = SimServer(make_app(corpus, options), host, port)
     url = server.start()
     try:
         yield url
@@ -142,7 +145,11 @@ _shared_lock = threading.Lock()
 
 
 def shared_server_url(
-    *, latency_ms: int = 300, deep_research_seconds: float = 5.0, cache_dir: Path | None = None
+    *,
+    latency_ms: int = 300,
+    deep_research_seconds: float = 5.0,
+    cache_dir: Path | None = None,
+    sonar: bool = False,
 ) -> str:
     """The base URL of the process-wide default simulator, started on the first call.
 
@@ -152,7 +159,8 @@ def shared_server_url(
     global _shared
     with _shared_lock:
         if _shared is None:
-            server = SimServer(make_app(None, latency_ms, deep_research_seconds, None, cache_dir))
+            options = SimOptions(latency_ms, deep_research_seconds, sonar=sonar)
+            server = SimServer(make_app(None, options, cache_dir))
             server.start()
             atexit.register(server.stop)
             _shared = server

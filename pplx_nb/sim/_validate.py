@@ -10,6 +10,7 @@ __all__ = [
     "RECENCY",
     "Invalid",
     "check_choice",
+    "check_fields",
     "check_filters",
     "check_number",
     "message_text",
@@ -21,12 +22,23 @@ _DATE = re.compile(r"^(0?[1-9]|1[0-2])/(0?[1-9]|[12]\d|3[01])/\d{4}$")
 
 
 class Invalid(ValueError):
-    """A request the real API would reject with 400; ``param`` names the offending field."""
+    """A request the real API would reject with 400; ``param`` names the offending field and
+    ``kind`` is the error ``type`` (``invalid_request``, ``invalid_model``...)."""
 
-    def __init__(self, message: str, param: str | None = None) -> None:
+    def __init__(
+        self, message: str, param: str | None = None, kind: str = "invalid_request"
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.param = param
+        self.kind = kind
+
+
+def check_fields(data: dict[str, Any], known: frozenset[str], where: str = "") -> None:
+    """Reject any key of ``data`` not in ``known`` the way the live API does."""
+    for key in sorted(data):
+        if key not in known:
+            raise Invalid(f'invalid request body: json: unknown field "{key}"', where + key)
 
 
 def parse_json_object(body: bytes) -> dict[str, Any]:
