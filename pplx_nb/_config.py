@@ -83,6 +83,12 @@ class Settings(BaseSettings):
     job_lease_seconds: float = Field(
         60, gt=0, validation_alias=_env("PPLX_NB_JOB_LEASE_SECONDS", "job_lease_seconds")
     )
+    max_file_bytes: int = Field(
+        32 << 20,
+        gt=0,
+        validation_alias=_env("PPLX_NB_MAX_FILE_BYTES", "max_file_bytes"),
+        description="The largest conversation or job file read from the logs folder.",
+    )
     conversation_logs_dir: Path = Field(
         Path("conversation-logs"),
         validation_alias=_env("CONVERSATION_LOGS_DIR", "conversation_logs_dir"),

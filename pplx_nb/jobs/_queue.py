@@ -41,6 +41,7 @@ from pplx_nb._fs import (
     fs_errors,
     locked,
     read_bytes,
+    real_directory,
     validate_conversation_id,
 )
 from pplx_nb._models import JobState, JobStatus, now_iso
@@ -279,7 +280,7 @@ class JobQueue:
     def _take(self, marker: str, worker_id: str) -> Job | None:
         conversation_id = conversation_of(marker)
         directory = self.root / conversation_id
-        if not CONVERSATION_ID_RE.match(conversation_id) or not directory.is_dir():
+        if not CONVERSATION_ID_RE.match(conversation_id) or not _present(directory):
             self._index.drop(marker)
             return None
         with locked(directory):
@@ -471,7 +472,7 @@ class JobQueue:
     def _recover(self, marker: str) -> int:
         conversation_id = conversation_of(marker)
         directory = self.root / conversation_id
-        if not CONVERSATION_ID_RE.match(conversation_id) or not directory.is_dir():
+        if not CONVERSATION_ID_RE.match(conversation_id) or not _present(directory):
             self._index.drop(marker)
             return 0
         with locked(directory):
@@ -571,6 +572,7 @@ class JobQueue:
         found = []
         for directory in self._conversation_dirs():
             try:
+                real_directory(directory)  # a planted link is reported, never read through
                 data = _read_status(directory / STATUS_FILE)
                 if data is None or (states is not None and data.get("status") not in states):
                     continue
@@ -637,7 +639,7 @@ class _Owned:
 
     def __enter__(self) -> _Owned:
         job = self._job
-        if not self.directory.is_dir():
+        if not _present(self.directory):
             raise _lease_lost(job, "gone (its conversation was deleted)")
         self._lock.__enter__()
         try:
@@ -683,8 +685,13 @@ def _lease_lost(job: Job, state: str) -> LeaseLost:
     )
 
 
+def _present(directory: Path) -> bool:
+    """Whether ``directory`` is a real folder (a symbolic link planted there is not)."""
+    return os.path.isdir(directory) and not os.path.islink(directory)
+
+
 def _must_exist(directory: Path) -> None:
-    if not directory.is_dir():
+    if not _present(directory):
         raise ConversationNotFound(
             f"Conversation {directory.name} does not exist. Start a new conversation with "
             "`perplexity_deep_research` first.",

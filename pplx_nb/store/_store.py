@@ -26,7 +26,7 @@ from pplx_nb._errors import (
     PplxError,
     ValidationError,
 )
-from pplx_nb._fs import validate_conversation_id
+from pplx_nb._fs import DEFAULT_MAX_FILE_BYTES, validate_conversation_id
 from pplx_nb._models import Conversation, ConversationSummary, Message
 from pplx_nb.store._base import StoreBackend
 from pplx_nb.store._document import SUMMARY_KEY, corrupted, header, parse
@@ -52,7 +52,8 @@ class ConversationStore:
     Args:
         root: the conversation-logs directory; ``None`` uses ``settings.logs_dir()``
             (``CONVERSATION_LOGS_DIR``, default ``./conversation-logs``).
-        settings: where the default root comes from (default: read from the environment).
+        settings: where the default root and the file size limit come from (default: read
+            from the environment when ``root`` is not given).
         durable: fsync every conversation write and its directory, so it survives a power loss.
 
     Attributes:
@@ -70,11 +71,13 @@ class ConversationStore:
         if root is None:
             from pplx_nb._config import Settings
 
-            path = (settings or Settings.from_env()).logs_dir()
+            settings = settings or Settings.from_env()
+            path = settings.logs_dir()
         else:
             path = Path(root).expanduser().absolute()
         self._root = path
-        self._backend: StoreBackend = FileBackend(path, durable=durable)
+        limit = settings.max_file_bytes if settings is not None else DEFAULT_MAX_FILE_BYTES
+        self._backend: StoreBackend = FileBackend(path, durable=durable, max_file_bytes=limit)
         self.last_skipped: builtins.list[PplxError] = []
 
     def __repr__(self) -> str:

@@ -1,0 +1,219 @@
+"""Attacks on the files pplx_nb reads and writes: each test plays one, then checks it fails safely.
+
+Store and job files that are FIFOs, links to ``/dev/zero`` or oversized; symbolic links planted in
+the logs folder; byte order marks.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pplx_nb import Settings
+from pplx_nb._errors import ConversationCorrupted, ConversationNotFound
+from pplx_nb.jobs import JobQueue
+from pplx_nb.store import ConversationStore
+
+pytestmark = pytest.mark.skipif(os.name != "posix", reason="FIFOs and symlinks as POSIX has them")
+
+
+def _within(seconds: float, call: Callable[[], Any]) -> Any:
+    """``call()``'s result, failing the test if it takes longer than ``seconds`` (or hangs)."""
+    result: list[Any] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            result.append(call())
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    started = time.monotonic()
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"still running after {seconds} s (blocked or reading forever)"
+    if errors:
+        raise errors[0]
+    assert time.monotonic() - started < seconds
+    return result[0]
+
+
+def _conversation(store: ConversationStore, text: str = "What does functools.partial do?") -> str:
+    return store.create([{"role": "user", "content": text}]).conversation_id
+
+
+def _replace_with(path: Path, kind: str) -> None:
+    path.unlink(missing_ok=True)
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to("/dev/zero")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
+def test_a_fifo_or_dev_zero_conversation_file_is_skipped_by_list(logs_dir: Path, kind: str) -> None:
+    store = ConversationStore(logs_dir)
+    good, bad = _conversation(store), _conversation(store)
+    _replace_with(logs_dir / bad / "conversation.json", kind)
+
+    listed = _within(5, store.list)
+
+    assert [s.conversation_id for s in listed] == [good]
+    assert len(store.last_skipped) == 1
+    assert isinstance(store.last_skipped[0], ConversationCorrupted)
+    assert bad in str(store.last_skipped[0].details["path"])
+    with pytest.raises(ConversationCorrupted, match="not an entry pplx_nb wrote"):
+        _within(5, lambda: store.load(bad))
+    with pytest.raises(ConversationCorrupted):
+        _within(5, lambda: store.append(bad, {"role": "assistant", "content": "x"}))
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
+def test_a_fifo_or_dev_zero_status_file_is_skipped_by_the_job_listing(
+    logs_dir: Path, kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = ConversationStore(logs_dir)
+    queue = JobQueue(logs_dir)
+    good, bad = _conversation(store), _conversation(store)
+    queue.enqueue(good, "perplexity_deep_research", {})
+    queue.enqueue(bad, "perplexity_deep_research", {})
+    _replace_with(logs_dir / bad / "status.json", kind)
+
+    jobs = _within(5, queue.jobs)
+    listed = _within(5, store.list)
+
+    assert [job.conversation_id for job in jobs] == [good]
+    assert any(bad in r.getMessage() and "Skipping" in r.getMessage() for r in caplog.records)
+    assert {s.conversation_id: s.job_status for s in listed} == {good: "pending", bad: None}
+    claimed = _within(5, lambda: queue.claim("w"))
+    assert claimed is not None and claimed.conversation_id == good
+    assert _within(5, lambda: queue.claim("w")) is None
+
+
+def test_a_file_over_the_size_limit_is_reported_not_read(logs_dir: Path) -> None:
+    settings = Settings(conversation_logs_dir=logs_dir, max_file_bytes=4096, offline=True)
+    store = ConversationStore(settings=settings)
+    small = _conversation(store)
+    big = _conversation(store, "x" * 5000)
+
+    assert [s.conversation_id for s in store.list()] == [small]
+    assert "4,096-byte limit" in str(store.last_skipped[0])
+    with pytest.raises(ConversationCorrupted, match="PPLX_NB_MAX_FILE_BYTES"):
+        store.load(big)
+    assert Settings(_env_file=None, offline=True).max_file_bytes == 32 << 20
+
+
+def test_the_file_size_limit_is_read_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PPLX_NB_MAX_FILE_BYTES", "1000")
+    assert Settings.from_env().max_file_bytes == 1000
+
+
+def test_a_conversation_folder_that_is_a_symlink_is_never_followed(
+    logs_dir: Path, tmp_path: Path
+) -> None:
+    store = ConversationStore(logs_dir)
+    good = _conversation(store)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    # A genuine-looking conversation outside the logs folder, linked in under a fresh id.
+    original = _conversation(store, "planted")
+    os.rename(logs_dir / original, elsewhere / original)
+    before = {p.name: p.read_bytes() for p in (elsewhere / original).iterdir()}
+    (logs_dir / original).symlink_to(elsewhere / original, target_is_directory=True)
+
+    assert [s.conversation_id for s in store.list()] == [good]
+    assert "a symbolic link" in str(store.last_skipped[0])
+    with pytest.raises(ConversationCorrupted, match="symbolic link"):
+        store.load(original)
+    with pytest.raises(ConversationCorrupted, match="symbolic link"):
+        store.append(original, {"role": "assistant", "content": "written through the link"})
+    queue = JobQueue(logs_dir)
+    with pytest.raises(ConversationNotFound):
+        queue.enqueue(original, "perplexity_deep_research", {})
+    assert queue.jobs() == []
+
+    store.delete(original)
+
+    assert not (logs_dir / original).exists() and not (logs_dir / original).is_symlink()
+    assert sorted(p.name for p in logs_dir.iterdir()) == sorted([good])
+    assert {p.name: p.read_bytes() for p in (elsewhere / original).iterdir()} == before
+
+
+def test_a_dangling_lock_symlink_creates_nothing_outside(logs_dir: Path, tmp_path: Path) -> None:
+    store = ConversationStore(logs_dir)
+    cid = _conversation(store)
+    outside = tmp_path / "created-outside"
+    (logs_dir / cid / ".lock").symlink_to(outside)
+
+    with pytest.raises(ConversationCorrupted, match="symbolic link"):
+        store.append(cid, {"role": "assistant", "content": "answer"})
+    with pytest.raises(ConversationCorrupted, match="symbolic link"):
+        JobQueue(logs_dir).enqueue(cid, "perplexity_deep_research", {})
+
+    assert not outside.exists()
+    assert len(store.load(cid).messages) == 1
+
+
+def test_a_planted_link_in_the_job_index_is_refused(logs_dir: Path, tmp_path: Path) -> None:
+    store = ConversationStore(logs_dir)
+    cid = _conversation(store)
+    outside = tmp_path / "outside-index"
+    outside.mkdir()
+    (logs_dir / ".jobs").symlink_to(outside, target_is_directory=True)
+
+    with pytest.raises(ConversationCorrupted, match="symbolic link"):
+        JobQueue(logs_dir).enqueue(cid, "perplexity_deep_research", {})
+    assert list(outside.iterdir()) == []
+
+
+def test_delete_leaves_no_trash_behind(logs_dir: Path) -> None:
+    store = ConversationStore(logs_dir)
+    ids = [_conversation(store) for _ in range(3)]
+    for cid in ids:
+        store.delete(cid)
+    assert list(logs_dir.iterdir()) == []
+
+
+def test_a_conversation_file_with_a_byte_order_mark_reads_the_same_everywhere(
+    logs_dir: Path,
+) -> None:
+    store = ConversationStore(logs_dir)
+    cid = _conversation(store)
+    path = logs_dir / cid / "conversation.json"
+    document = json.loads(path.read_bytes())
+    document.pop("pplxSummary")
+    # As an editor on Windows saves it: indented, with a BOM.
+    path.write_bytes(codecs.BOM_UTF8 + json.dumps(document, indent=2).encode())
+
+    assert [s.conversation_id for s in store.list()] == [cid]
+    assert store.last_skipped == []
+    assert store.load(cid).messages[0].content == "What does functools.partial do?"
+    assert store.read_raw(cid)["conversationId"] == cid
+    store.append(cid, {"role": "assistant", "content": "It freezes arguments."})
+    assert len(store.load(cid).messages) == 2
+    assert not path.read_bytes().startswith(codecs.BOM_UTF8)
+
+
+def test_a_status_file_with_a_byte_order_mark_reads_as_without(logs_dir: Path) -> None:
+    store = ConversationStore(logs_dir)
+    queue = JobQueue(logs_dir)
+    cid = _conversation(store)
+    queue.enqueue(cid, "perplexity_deep_research", {})
+    path = logs_dir / cid / "status.json"
+    path.write_bytes(codecs.BOM_UTF8 + path.read_bytes())
+
+    status = queue.status(cid)
+    assert status is not None and status.status == "pending"
+    assert store.list()[0].job_status == "pending"
+    assert [job.conversation_id for job in queue.jobs()] == [cid]
