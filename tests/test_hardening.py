@@ -7,11 +7,14 @@ the logs folder; byte order marks.
 from __future__ import annotations
 
 import codecs
+import contextlib
 import json
 import os
+import subprocess
+import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -217,3 +220,109 @@ def test_a_status_file_with_a_byte_order_mark_reads_as_without(logs_dir: Path) -
     assert status is not None and status.status == "pending"
     assert store.list()[0].job_status == "pending"
     assert [job.conversation_id for job in queue.jobs()] == [cid]
+
+
+# -- attachments -------------------------------------------------------------------------------
+
+
+_SWAPPER = """
+import os, sys, time
+real, spare, kind, target, deadline = sys.argv[1:4] + [sys.argv[4], time.monotonic() + 60]
+made = real + ".made"
+n = 0
+while time.monotonic() < deadline and not os.path.exists(real + ".stop"):
+    os.rename(real, spare)  # the real one aside, a link or a FIFO in its place
+    if kind == "fifo":
+        os.mkfifo(made)
+    else:
+        os.symlink(target, made)
+    os.rename(made, real)
+    os.unlink(real)  # a folder cannot be renamed over a link
+    os.rename(spare, real)
+    n += 1
+print(n)
+"""
+
+
+@contextlib.contextmanager
+def _swapping(real: Path, kind: str, target: Path | None = None) -> Iterator[list[int]]:
+    """Another process swapping ``real`` for a link to ``target`` (or a FIFO) and back, nonstop.
+
+    A process, not a thread: the race needs both sides running at once, on two cores.
+    """
+    spare = real.with_name(real.name + ".spare")
+    swaps: list[int] = []
+    with subprocess.Popen(
+        [sys.executable, "-c", _SWAPPER, str(real), str(spare), kind, str(target)],
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as swapper:
+        try:
+            time.sleep(0.2)
+            yield swaps
+        finally:
+            Path(str(real) + ".stop").touch()
+            out, _ = swapper.communicate(timeout=30)
+            swaps.append(int(out or 0))
+
+
+def _attach_repeatedly(name: str, seconds: float, tries: int) -> tuple[list[str], int]:
+    """The texts ``prepare_files`` embedded over ``tries`` attempts, and how many were refused."""
+    from pplx_nb._errors import ValidationError
+    from pplx_nb.context import prepare_files
+
+    texts, refused = [], 0
+    deadline = time.monotonic() + seconds
+    for _ in range(tries):
+        if time.monotonic() > deadline:
+            break
+        try:
+            texts.append(prepare_files([name], []).text)
+        except ValidationError:
+            refused += 1
+    return texts, refused
+
+
+@pytest.mark.parametrize("swapped", ["file", "folder"])
+def test_swapping_an_attachment_for_a_link_never_embeds_the_target(
+    workdir: Path, tmp_path: Path, swapped: str
+) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "notes.md").write_text("TOP-SECRET outside the allowed folders\n")
+    (workdir / "sub").mkdir()
+    (workdir / "sub" / "notes.md").write_text("harmless notes\n")
+    real = workdir / ("sub" if swapped == "folder" else "sub/notes.md")
+    target = outside if swapped == "folder" else outside / "notes.md"
+
+    with _swapping(real, "link", target) as swaps:
+        texts, refused = _attach_repeatedly("sub/notes.md", seconds=8, tries=20_000)
+
+    assert swaps[0] > 100
+    assert not [text for text in texts if "TOP-SECRET" in text]
+    assert texts or refused
+
+
+def test_swapping_an_attachment_for_a_fifo_never_blocks(workdir: Path) -> None:
+    with _swapping(workdir / "notes.md", "fifo") as swaps:
+        texts, refused = _within(30, lambda: _attach_repeatedly("notes.md", 8, 20_000))
+    assert swaps[0] > 100
+    assert all("TaskGroup" in text for text in texts)
+    assert texts or refused
+
+
+def test_a_root_holding_the_home_folder_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pplx_nb._errors import ValidationError
+    from pplx_nb.context._files import allowed_roots
+
+    homes = tmp_path / "home"
+    (homes / "someone" / "project").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(homes / "someone"))
+    for wide in (homes, homes / "someone", Path("/")):
+        with pytest.raises(ValidationError, match="too wide"):
+            allowed_roots([wide], working_directory=False)
+    assert allowed_roots([homes / "someone" / "project"], working_directory=False) == [
+        (homes / "someone" / "project").resolve()
+    ]
