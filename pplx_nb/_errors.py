@@ -46,21 +46,37 @@ __all__ = [
     "ValidationError",
     "error_from_code",
     "redact",
+    "url_without_credentials",
 ]
 
-_SECRET_PATTERNS = (
-    re.compile(r"pplx-[A-Za-z0-9_\-]{8,}"),
-    re.compile(r"(?i)(bearer\s+)[A-Za-z0-9_\-\.]{8,}"),
+_KEY_PATTERN = re.compile(r"pplx-[A-Za-z0-9_\-]{8,}")
+_URL_CREDENTIALS = re.compile(r"(?i)(\b[a-z][a-z0-9+.\-]*://)[^/\s@?#'\"]+@")
+_PREFIXED_PATTERNS = (
+    # An Authorization header's value (after its scheme word), as text, JSON or a bytes repr.
+    re.compile(r"(?i)(authorization['\"]?\s*[:=,]\s*(?:b?['\"])?(?:[a-z]+\s+)?)[^\s'\",)]+"),
+    re.compile(r"(?i)(bearer\s+)[A-Za-z0-9_\-\.~+/]{8,}=*"),
+    re.compile(r"(?i)(basic\s+)[A-Za-z0-9+/]{6,}=*"),
 )
 
 
 def redact(text: str, *secrets: str | None) -> str:
-    """Return ``text`` with API keys (given ones, anything key-shaped) replaced by ``***``."""
+    """Return ``text`` with secrets replaced by ``***``: the given ones and anything key-shaped.
+
+    Key-shaped means a Perplexity key (``pplx-...``), a Bearer or Basic credential, an
+    Authorization header's value, or the ``user:password@`` of a URL.
+    """
     for secret in secrets:
         if secret:
             text = text.replace(secret, "***")
-    text = _SECRET_PATTERNS[0].sub("***", text)
-    return _SECRET_PATTERNS[1].sub(r"\1***", text)
+    text = _KEY_PATTERN.sub("***", text)
+    for pattern in _PREFIXED_PATTERNS:
+        text = pattern.sub(r"\1***", text)
+    return url_without_credentials(text)
+
+
+def url_without_credentials(text: str) -> str:
+    """``text`` with the ``user:password@`` of any URL in it replaced by ``***@``."""
+    return _URL_CREDENTIALS.sub(r"\1***@", text)
 
 
 class PplxError(Exception):

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import logging
 import math
 import os
 import threading
@@ -46,6 +45,7 @@ from pplx_nb._errors import (
     ValidationError,
     error_from_code,
 )
+from pplx_nb._logging import get_logger
 from pplx_nb._metrics import Metrics
 from pplx_nb._models import (
     Answer,
@@ -74,7 +74,7 @@ __all__ = [
     "Researcher",
 ]
 
-logger = logging.getLogger("pplx_nb.research")
+logger = get_logger("pplx_nb.research")
 
 Mode = Literal["search", "research"]
 ProgressCallback = Callable[[Progress], object]

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
-import logging
 import os
 import stat
 from collections.abc import Iterable, Sequence
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from pplx_nb._errors import ValidationError, redact
+from pplx_nb._logging import get_logger
 from pplx_nb._models import Message
 
 try:
@@ -36,7 +36,7 @@ __all__ = [
     "prepare_files",
 ]
 
-logger = logging.getLogger("pplx_nb.context")
+logger = get_logger("pplx_nb.context")
 
 DEFAULT_MAX_BYTES = 200_000
 """The size cap per attached file, in bytes."""

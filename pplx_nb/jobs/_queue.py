@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import os
 import time
 import uuid
@@ -44,6 +43,7 @@ from pplx_nb._fs import (
     real_directory,
     validate_conversation_id,
 )
+from pplx_nb._logging import get_logger
 from pplx_nb._models import JobState, JobStatus, now_iso
 from pplx_nb.jobs import _answering as answering
 from pplx_nb.jobs._index import PRIORITY_MAX, JobIndex, conversation_of, marker_name
@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 
 __all__ = ["NON_RETRYABLE", "JobQueue"]
 
-logger = logging.getLogger("pplx_nb.jobs")
+logger = get_logger("pplx_nb.jobs")
 
 STATUS_FILE = "status.json"
 JOB_FILE = "job.json"

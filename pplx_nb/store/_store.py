@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import builtins
 import json
-import logging
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
@@ -27,6 +26,7 @@ from pplx_nb._errors import (
     ValidationError,
 )
 from pplx_nb._fs import DEFAULT_MAX_FILE_BYTES, validate_conversation_id
+from pplx_nb._logging import get_logger
 from pplx_nb._models import Conversation, ConversationSummary, Message
 from pplx_nb.store._base import StoreBackend
 from pplx_nb.store._document import SUMMARY_KEY, corrupted, header, parse
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ConversationStore"]
 
-logger = logging.getLogger("pplx_nb.store")
+logger = get_logger("pplx_nb.store")
 
 _RESERVED = frozenset(
     ("conversationId", "createdAt", "updatedAt", "messageCount", "messages", SUMMARY_KEY)
