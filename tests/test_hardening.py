@@ -326,3 +326,61 @@ def test_a_root_holding_the_home_folder_is_refused(
     assert allowed_roots([homes / "someone" / "project"], working_directory=False) == [
         (homes / "someone" / "project").resolve()
     ]
+
+
+# -- odd input -------------------------------------------------------------------------------
+
+
+def test_a_lone_surrogate_is_a_validation_error_that_says_so(settings: Settings) -> None:
+    from pplx_nb import Researcher
+    from pplx_nb._errors import ValidationError
+
+    researcher = Researcher(settings)
+    try:
+        cid = researcher.search("What does functools.partial do?").conversation_id
+        for ask in (
+            lambda: researcher.search("What is \ud83d asyncio?"),
+            lambda: researcher.followup(cid, "And \udfff its keywords?"),
+            lambda: researcher.deep_research("Survey \ud800 asyncio", wait=True),
+        ):
+            with pytest.raises(ValidationError, match="lone surrogate at character") as caught:
+                ask()
+            assert "finite numbers" not in str(caught.value)
+        assert len(researcher.history(cid).messages) == 2  # nothing stored by the refusals
+    finally:
+        researcher.close()
+    store = ConversationStore(settings.conversation_logs_dir)
+    with pytest.raises(ValidationError, match="A message holds a lone surrogate"):
+        store.create([{"role": "user", "content": "broken \ud800 text"}])
+
+
+def test_a_key_pasted_into_a_question_is_neither_stored_nor_sent(settings: Settings) -> None:
+    from pplx_nb import Researcher
+
+    pasted = "pplx-PASTEDKEY0123456789abcdef"
+    researcher = Researcher(settings)
+    try:
+        answer = researcher.search(f"Why does the key {pasted} give a 401 from urllib.request?")
+        follow = researcher.followup(
+            answer.conversation_id, f"Is it the header Authorization: Bearer {pasted}?"
+        )
+    finally:
+        researcher.close()
+    for result in (answer, follow):
+        assert any("Your question holds API-key-shaped text" in note for note in result.notes)
+        assert "PASTEDKEY" not in result.text  # the simulator quotes the question it received
+    stored = (Path(answer.conversation_path) / "conversation.json").read_text()
+    assert "PASTEDKEY" not in stored
+    assert "Why does the key *** give a 401" in stored
+
+
+def test_prune_with_the_largest_timedelta_deletes_nothing(logs_dir: Path) -> None:
+    from datetime import timedelta
+
+    store = ConversationStore(logs_dir)
+    cid = _conversation(store)
+    assert store.prune(timedelta.max) == 0
+    assert store.prune(timedelta(days=365 * 9000)) == 0
+    assert store.ids() == [cid]
+    time.sleep(0.01)
+    assert store.prune(timedelta(0)) == 1

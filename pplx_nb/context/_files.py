@@ -34,6 +34,7 @@ __all__ = [
     "allowed_roots",
     "embedded_files",
     "prepare_files",
+    "scrub_secrets",
 ]
 
 logger = get_logger("pplx_nb.context")
@@ -266,6 +267,15 @@ def _changed(path: str | Path) -> ValidationError:
     )
 
 
+def scrub_secrets(text: str, name: str) -> tuple[str, list[str]]:
+    """``text`` with API-key-shaped parts replaced by ``***`` (see :func:`redact`), and a note
+    for the user naming ``name`` when anything was replaced."""
+    safe = redact(text)
+    if safe == text:
+        return text, []
+    return safe, [f"{name} holds API-key-shaped text; it was sent and stored as ***."]
+
+
 def _binary(path: str | Path) -> ValidationError:
     return ValidationError(
         f"File {str(path)!r} is not a UTF-8 text file; only text files can be attached. "
@@ -326,9 +336,8 @@ def prepare_files(
         if key in seen:
             notes.append(f"{name} changed since it was last attached; the new version is included.")
         seen.setdefault(key, set()).add(digest)
-        safe = redact(text)
-        if safe != text:
-            notes.append(f"{name} holds API-key-shaped text; it was sent and stored as ***.")
+        safe, told = scrub_secrets(text, name)
+        notes += told
         blocks.append(_fenced(name, safe))
         records.append({"path": key, "sha256": digest, "bytes": len(data)})
     if records:

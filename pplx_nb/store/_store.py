@@ -171,7 +171,10 @@ class ConversationStore:
                 f"prune(older_than=...) needs a non-negative timedelta, got {older_than!r}, "
                 "e.g. timedelta(days=30).",
             )
-        cutoff = datetime.now(UTC) - older_than
+        try:
+            cutoff = datetime.now(UTC) - older_than
+        except OverflowError:
+            return 0  # before year 1: no conversation is that old
         cutoff_ms = int(cutoff.timestamp() * 1000)
         deleted = 0
         for conversation_id in self._backend.ids():
