@@ -384,3 +384,63 @@ def test_prune_with_the_largest_timedelta_deletes_nothing(logs_dir: Path) -> Non
     assert store.ids() == [cid]
     time.sleep(0.01)
     assert store.prune(timedelta(0)) == 1
+
+
+# -- leases across skewed clocks -------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _clock_off_by(seconds: float, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Stamps the job queue writes in the block come from a clock ``seconds`` off."""
+    from datetime import UTC, datetime, timedelta
+
+    from pplx_nb._models import now_iso
+    from pplx_nb.jobs import _queue
+
+    with monkeypatch.context() as patch:
+        patch.setattr(
+            _queue, "now_iso", lambda: now_iso(datetime.now(UTC) + timedelta(seconds=seconds))
+        )
+        yield
+
+
+@pytest.mark.parametrize("writer_clock", [-120, +120])
+def test_a_heartbeating_job_is_never_taken_over_whatever_the_clocks_say(
+    logs_dir: Path, monkeypatch: pytest.MonkeyPatch, writer_clock: float
+) -> None:
+    store = ConversationStore(logs_dir)
+    worker, reader = JobQueue(logs_dir, lease_seconds=0.6), JobQueue(logs_dir, lease_seconds=0.6)
+    worker.enqueue(_conversation(store), "perplexity_deep_research", {})
+    with _clock_off_by(writer_clock, monkeypatch):
+        job = worker.claim("healthy")
+    assert job is not None
+    deadline = time.monotonic() + 2.5  # four leases
+    while time.monotonic() < deadline:
+        with _clock_off_by(writer_clock, monkeypatch):
+            worker.heartbeat(job)
+        assert reader.recover_stale() == 0
+        time.sleep(0.1)
+    with _clock_off_by(writer_clock, monkeypatch):
+        assert worker.complete(job).attempts == 1
+
+
+@pytest.mark.parametrize("writer_clock", [-3600, +3600])
+def test_a_dead_workers_job_is_recovered_one_lease_after_the_reader_first_saw_it(
+    logs_dir: Path, monkeypatch: pytest.MonkeyPatch, writer_clock: float
+) -> None:
+    store = ConversationStore(logs_dir)
+    dead, reader = JobQueue(logs_dir, lease_seconds=0.5), JobQueue(logs_dir, lease_seconds=0.5)
+    cid = _conversation(store)
+    dead.enqueue(cid, "perplexity_deep_research", {})
+    with _clock_off_by(writer_clock, monkeypatch):
+        assert dead.claim("dead") is not None
+    first_look = time.monotonic()
+    recovered = 0
+    while not recovered and time.monotonic() < first_look + 10:
+        recovered = reader.recover_stale()
+        time.sleep(0.05)
+    waited = time.monotonic() - first_look
+    assert recovered == 1 and 0.5 <= waited < 10
+    status = reader.status(cid)
+    assert status is not None and status.status == "pending"
+    assert [e.code for e in status.error_history] == ["JOB_LEASE_EXPIRED"]

@@ -20,7 +20,6 @@ import os
 import time
 import uuid
 from collections.abc import Callable
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +47,7 @@ from pplx_nb._models import JobState, JobStatus, now_iso
 from pplx_nb.jobs import _answering as answering
 from pplx_nb.jobs._index import PRIORITY_MAX, JobIndex, conversation_of, marker_name
 from pplx_nb.jobs._job import START_PROGRESS, Job, LeaseLost
+from pplx_nb.jobs._lease import LeaseClock
 
 if TYPE_CHECKING:
     from pplx_nb._config import Settings
@@ -79,8 +79,9 @@ class JobQueue:
     Args:
         root: the conversation-logs directory (conversations are ``root/<conversationId>/``).
         max_job_retries: retries after the first attempt (PERPLEXITY_MAX_JOB_RETRIES).
-        lease_seconds: an in_progress job whose heartbeat is older than this is requeued
-            (PPLX_NB_JOB_LEASE_SECONDS).
+        lease_seconds: an in_progress job whose heartbeat this queue has seen unchanged for this
+            long is requeued (PPLX_NB_JOB_LEASE_SECONDS; judged by this process's own clock,
+            see :mod:`pplx_nb.jobs._lease`).
     """
 
     def __init__(
@@ -95,6 +96,7 @@ class JobQueue:
         self.max_job_retries = max_job_retries
         self.lease_seconds = lease_seconds
         self._index = JobIndex(self.root)
+        self._leases = LeaseClock()
 
     @classmethod
     def from_settings(cls, settings: Settings) -> JobQueue:
@@ -307,6 +309,7 @@ class JobQueue:
                 progress=_progress(*START_PROGRESS, 0, attempt),
             )
             _write(directory / STATUS_FILE, status)
+            self._leases.saw(marker, now)
         return Job(
             job_id=str(job["jobId"]),
             conversation_id=conversation_id,
@@ -453,7 +456,12 @@ class JobQueue:
     # -- recovery ------------------------------------------------------------------------------
 
     def recover_stale(self) -> int:
-        """Requeue in_progress jobs whose heartbeat is older than the lease; heal the index.
+        """Requeue in_progress jobs whose heartbeat has not changed for a lease; heal the index.
+
+        "Not changed" is judged by this process's monotonic clock since it first saw the
+        heartbeat (or wrote it), never by comparing timestamps of other machines' clocks, so a
+        job whose worker died before this process started is requeued one lease after its
+        first call.
 
         A lost attempt counts as a failed one (its error is ``JOB_LEASE_EXPIRED``), so a job that
         keeps killing its workers ends ``failed`` after the configured attempts. Markers missing
@@ -461,6 +469,7 @@ class JobQueue:
         number of jobs recovered.
         """
         claimed = self._index.claimed()
+        self._leases.keep_only(claimed)
         recovered = 0
         for marker in claimed:
             try:
@@ -482,18 +491,18 @@ class JobQueue:
                 return 0
             if status["status"] == "pending":
                 # A claimant died between renaming the marker and taking the job.
-                if _age_seconds(status.get("updatedAt")) <= self.lease_seconds:
+                if self._leases.saw(marker, status.get("updatedAt")) <= self.lease_seconds:
                     return 0
                 self._index.requeue(marker)
                 return 1
-            age = _age_seconds(status.get("heartbeatAt") or status.get("updatedAt"))
+            age = self._leases.saw(marker, status.get("heartbeatAt") or status.get("updatedAt"))
             if age <= self.lease_seconds:
                 return 0
             attempt = int(status.get("attempts", 1))
             info = {
                 "code": "JOB_LEASE_EXPIRED",
                 "message": (
-                    f"Worker {status.get('workerId')} stopped heartbeating for {age:.0f} s "
+                    f"Worker {status.get('workerId')} sent no heartbeat for {age:.0f} s "
                     f"(lease {self.lease_seconds:g} s): it crashed or stalled, so the attempt "
                     "was abandoned."
                 ),
@@ -595,7 +604,7 @@ class JobQueue:
         return [self.root / name for name in names if CONVERSATION_ID_RE.match(name)]
 
     def _owned(self, job: Job) -> _Owned:
-        return _Owned(self.root / job.conversation_id, job)
+        return _Owned(self.root / job.conversation_id, job, self._leases)
 
     def _finish(
         self,
@@ -626,10 +635,11 @@ class _Owned:
     (removing job.json before the status says completed would lose the job on a crash).
     """
 
-    def __init__(self, directory: Path, job: Job) -> None:
+    def __init__(self, directory: Path, job: Job, leases: LeaseClock) -> None:
         self.directory = directory
         self.status: dict[str, Any] = {}
         self._job = job
+        self._leases = leases
         self._lock = locked(directory)
         self._after: list[Callable[[], None]] = []
 
@@ -655,6 +665,7 @@ class _Owned:
         try:
             if exc_type is None:
                 _write(self.directory / STATUS_FILE, self.status)
+                self._leases.saw(self._job.marker, self.status["heartbeatAt"])
                 for action in self._after:
                     action()
         finally:
@@ -823,16 +834,6 @@ def _lost_job_error(status: dict[str, Any]) -> dict[str, Any]:
         "at": now_iso(),
         "attempt": status.get("attempts", 0),
     }
-
-
-def _age_seconds(stamp: object) -> float:
-    if not isinstance(stamp, str):
-        return float("inf")
-    try:
-        moment = datetime.fromisoformat(stamp)
-    except ValueError:
-        return float("inf")
-    return time.time() - moment.timestamp()
 
 
 def _log_failure(
