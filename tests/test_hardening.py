@@ -404,13 +404,22 @@ def _clock_off_by(seconds: float, monkeypatch: pytest.MonkeyPatch) -> Iterator[N
         yield
 
 
+def _two_workers(logs_dir: Path, lease: float) -> tuple[JobQueue, JobQueue, str]:
+    """Two workers' queues over ``logs_dir`` and the conversation of the one job queued."""
+    cid = _conversation(ConversationStore(logs_dir))
+    writer, reader = (
+        JobQueue(logs_dir, lease_seconds=lease),
+        JobQueue(logs_dir, lease_seconds=lease),
+    )
+    writer.enqueue(cid, "perplexity_deep_research", {})
+    return writer, reader, cid
+
+
 @pytest.mark.parametrize("writer_clock", [-120, +120])
 def test_a_heartbeating_job_is_never_taken_over_whatever_the_clocks_say(
     logs_dir: Path, monkeypatch: pytest.MonkeyPatch, writer_clock: float
 ) -> None:
-    store = ConversationStore(logs_dir)
-    worker, reader = JobQueue(logs_dir, lease_seconds=0.6), JobQueue(logs_dir, lease_seconds=0.6)
-    worker.enqueue(_conversation(store), "perplexity_deep_research", {})
+    worker, reader, _ = _two_workers(logs_dir, 0.6)
     with _clock_off_by(writer_clock, monkeypatch):
         job = worker.claim("healthy")
     assert job is not None
@@ -428,10 +437,7 @@ def test_a_heartbeating_job_is_never_taken_over_whatever_the_clocks_say(
 def test_a_dead_workers_job_is_recovered_one_lease_after_the_reader_first_saw_it(
     logs_dir: Path, monkeypatch: pytest.MonkeyPatch, writer_clock: float
 ) -> None:
-    store = ConversationStore(logs_dir)
-    dead, reader = JobQueue(logs_dir, lease_seconds=0.5), JobQueue(logs_dir, lease_seconds=0.5)
-    cid = _conversation(store)
-    dead.enqueue(cid, "perplexity_deep_research", {})
+    dead, reader, cid = _two_workers(logs_dir, 0.5)
     with _clock_off_by(writer_clock, monkeypatch):
         assert dead.claim("dead") is not None
     first_look = time.monotonic()
