@@ -327,6 +327,7 @@ class DirectoryLock:
             self._windows = contextlib.ExitStack()
             self._windows.enter_context(_filelock(directory, self._timeout))
             return
+        real_directory(directory)  # a folder swapped for a link is refused, never locked through
         path = os.path.join(directory, LOCK_NAME)
         try:
             fd = os.open(path, _LOCK_FLAGS, _FILE_MODE)

@@ -224,8 +224,6 @@ class FileBackend:
     @contextlib.contextmanager
     def _locked(self, conversation_id: str, directory: Path) -> Iterator[None]:
         """The directory's lock; CONVERSATION_NOT_FOUND if the directory is not there."""
-        if not real_directory(directory):
-            raise not_found(conversation_id, self.root)
         with contextlib.ExitStack() as stack:
             try:
                 stack.enter_context(locked(directory))
