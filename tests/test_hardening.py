@@ -364,6 +364,10 @@ def test_a_key_pasted_into_a_question_is_neither_stored_nor_sent(settings: Setti
         follow = researcher.followup(
             answer.conversation_id, f"Is it the header Authorization: Bearer {pasted}?"
         )
+        queued = researcher.deep_research(f"Survey keys like {pasted} in urllib", wait=False)
+        folder = settings.conversation_logs_dir / queued.conversation_id
+        on_disk = "".join(p.read_text() for p in folder.iterdir() if p.is_file())
+        assert "PASTEDKEY" not in on_disk and "keys like ***" in on_disk  # job.json too
     finally:
         researcher.close()
     for result in (answer, follow):
