@@ -17,6 +17,8 @@ from urllib.parse import urlsplit
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from pplx_nb._errors import redact, url_without_credentials
+
 __all__ = ["DEFAULT_BASE_URL", "Endpoint", "Settings"]
 
 DEFAULT_BASE_URL = "https://api.perplexity.ai"
@@ -47,6 +49,8 @@ class Settings(BaseSettings):
         validate_by_alias=True,
         frozen=True,
         env_ignore_empty=True,
+        # A rejected value may be a key or a URL with credentials: errors name the field only.
+        hide_input_in_errors=True,
     )
 
     api_key: SecretStr | None = Field(None, validation_alias=_env("PERPLEXITY_API_KEY", "api_key"))
@@ -89,6 +93,12 @@ class Settings(BaseSettings):
     job_lease_seconds: float = Field(
         60, gt=0, validation_alias=_env("PPLX_NB_JOB_LEASE_SECONDS", "job_lease_seconds")
     )
+    max_file_bytes: int = Field(
+        32 << 20,
+        gt=0,
+        validation_alias=_env("PPLX_NB_MAX_FILE_BYTES", "max_file_bytes"),
+        description="The largest conversation or job file read from the logs folder.",
+    )
     conversation_logs_dir: Path = Field(
         Path("conversation-logs"),
         validation_alias=_env("CONVERSATION_LOGS_DIR", "conversation_logs_dir"),
@@ -130,14 +140,17 @@ class Settings(BaseSettings):
     @field_validator("base_url")
     @classmethod
     def _check_url(cls, value: str) -> str:
+        shown = url_without_credentials(value)
         try:
             parts = urlsplit(value.strip())
             parts.port  # noqa: B018 - raises ValueError for a port that is not a number
         except ValueError as exc:
-            raise ValueError(f"PERPLEXITY_BASE_URL {value!r} is not a valid URL ({exc})") from exc
+            raise ValueError(
+                f"PERPLEXITY_BASE_URL {shown!r} is not a valid URL ({redact(str(exc), value)})"
+            ) from None
         if parts.scheme not in ("http", "https") or not parts.hostname or " " in value.strip():
             raise ValueError(
-                f"PERPLEXITY_BASE_URL {value!r} must be an http:// or https:// URL with a host, "
+                f"PERPLEXITY_BASE_URL {shown!r} must be an http:// or https:// URL with a host, "
                 f"such as {DEFAULT_BASE_URL}"
             )
         return value.strip().rstrip("/")
@@ -177,8 +190,14 @@ class Settings(BaseSettings):
         return self.conversation_logs_dir.expanduser().resolve()
 
     def redacted(self) -> dict[str, Any]:
-        """All settings as a dict for display, with the key shown only as set / not set."""
+        """All settings as a dict for display: the key shown only as set / not set, and the
+        base URL without the ``user:password@`` it may carry."""
         data = self.model_dump()
         data["api_key"] = "set (hidden)" if self.api_key is not None else "not set"
+        data["base_url"] = url_without_credentials(self.base_url)
         data["offline_in_effect"] = self.is_offline
         return data
+
+    def __repr_args__(self) -> Any:
+        for name, value in super().__repr_args__():
+            yield name, url_without_credentials(value) if name == "base_url" else value

@@ -49,22 +49,39 @@ __all__ = [
     "SubmissionUnknown",
     "ValidationError",
     "error_from_code",
+    "not_unicode",
     "redact",
+    "url_without_credentials",
 ]
 
-_SECRET_PATTERNS = (
-    re.compile(r"pplx-[A-Za-z0-9_\-]{8,}"),
-    re.compile(r"(?i)(bearer\s+)[A-Za-z0-9_\-\.]{8,}"),
+_KEY_PATTERN = re.compile(r"pplx-[A-Za-z0-9_\-]{8,}")
+_URL_CREDENTIALS = re.compile(r"(?i)(\b[a-z][a-z0-9+.\-]*://)[^/\s@?#'\"]+@")
+_PREFIXED_PATTERNS = (
+    # An Authorization header's value (after its scheme word), as text, JSON or a bytes repr.
+    re.compile(r"(?i)(authorization['\"]?\s*[:=,]\s*(?:b?['\"])?(?:[a-z]+\s+)?)[^\s'\",)]+"),
+    # A Bearer token has a digit: "Bearer authentication" in a question stays as it is.
+    re.compile(r"(?i)(bearer\s+)(?=[A-Za-z0-9_\-\.~+/]*[0-9])[A-Za-z0-9_\-\.~+/]{8,}=*"),
 )
 
 
 def redact(text: str, *secrets: str | None) -> str:
-    """Return ``text`` with API keys (given ones, anything key-shaped) replaced by ``***``."""
+    """Return ``text`` with secrets replaced by ``***``: the given ones and anything key-shaped.
+
+    Key-shaped means a Perplexity key (``pplx-...``), a Bearer token, an Authorization header's
+    value (Basic credentials included), or the ``user:password@`` of a URL.
+    """
     for secret in secrets:
         if secret:
             text = text.replace(secret, "***")
-    text = _SECRET_PATTERNS[0].sub("***", text)
-    return _SECRET_PATTERNS[1].sub(r"\1***", text)
+    text = _KEY_PATTERN.sub("***", text)
+    for pattern in _PREFIXED_PATTERNS:
+        text = pattern.sub(r"\1***", text)
+    return url_without_credentials(text)
+
+
+def url_without_credentials(text: str) -> str:
+    """``text`` with the ``user:password@`` of any URL in it replaced by ``***@``."""
+    return _URL_CREDENTIALS.sub(r"\1***@", text)
 
 
 class PplxError(Exception):
@@ -234,3 +251,13 @@ _BY_CODE: dict[str, type[PplxError]] = {
 def error_from_code(code: str, message: str, **details: Any) -> PplxError:
     """Rebuild the error class for a stored ``{code, message}`` (unknown codes give PplxError)."""
     return _BY_CODE.get(code, PplxError)(message, **details)
+
+
+def not_unicode(what: str, at: int | None = None) -> ValidationError:
+    """The VALIDATION_ERROR for ``what`` holding a lone surrogate (at character ``at``)."""
+    where = "" if at is None else f" at character {at}"
+    return ValidationError(
+        f"{what} holds a lone surrogate{where}, which is not valid Unicode text and cannot be "
+        "sent or stored. Remove it: it usually comes from an emoji cut in half or a broken "
+        "copy and paste.",
+    )

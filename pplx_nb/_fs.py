@@ -3,15 +3,24 @@
 Conversation ids, atomic JSON writes (temp file in the same directory, one write, ``os.replace``),
 the per-conversation lock (``flock`` on a ``.lock`` file), and the translation of ``OSError`` into
 :class:`FilesystemError`. Directories are created 0700 and files 0600.
+
+Nothing inside the logs folder is trusted to be what its name says: files are opened without
+following a symbolic link and without blocking (``O_NOFOLLOW | O_NONBLOCK``), must be regular
+files once open, and are read up to a size limit. A symbolic link, a FIFO, a device or an
+oversized file where a store file should be is a foreign entry, reported as
+:class:`ConversationCorrupted` (like a damaged file), so listings skip it and go on.
 """
 
 from __future__ import annotations
 
+import codecs
 import contextlib
+import errno
 import itertools
 import json
 import os
 import re
+import stat
 import sys
 import time
 from collections.abc import Iterator
@@ -19,21 +28,26 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pplx_nb._errors import FilesystemError, ValidationError
+from pplx_nb._errors import ConversationCorrupted, FilesystemError, ValidationError
 
 __all__ = [
     "CONVERSATION_ID_RE",
+    "DEFAULT_MAX_FILE_BYTES",
     "LOCK_NAME",
     "DirectoryLock",
     "atomic_write_bytes",
     "atomic_write_json",
     "ensure_dir",
     "filesystem_error",
+    "foreign_entry",
     "fs_errors",
     "fsync_dir",
     "id_from_ms",
     "locked",
+    "open_regular",
     "read_bytes",
+    "real_directory",
+    "strip_bom",
     "validate_conversation_id",
 ]
 
@@ -47,6 +61,16 @@ _tmp_counter = itertools.count()
 # O_BINARY: without it Windows opens in text mode (CRLF translation, 0x1A ends a read); it and
 # O_CLOEXEC exist only where they mean something.
 _READ_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+# A symbolic link planted where a store file should be is refused (ELOOP) rather than followed,
+# and opening a FIFO returns at once instead of waiting for a writer.
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+_SAFE_READ_FLAGS = _READ_FLAGS | _NOFOLLOW
+# ELOOP: a symbolic link under O_NOFOLLOW (EMLINK on FreeBSD); ENXIO: a socket, or a FIFO
+# opened for writing without a reader.
+_FOREIGN_ERRNOS = frozenset((errno.ELOOP, errno.EMLINK, errno.ENXIO))
+DEFAULT_MAX_FILE_BYTES = 32 << 20
+"""The default size limit of a file read from the logs folder (PPLX_NB_MAX_FILE_BYTES)."""
+_LOCK_FLAGS = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0) | _NOFOLLOW
 _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
 
 
@@ -153,22 +177,123 @@ def atomic_write_json(path: Path | str, data: Any, *, durable: bool = False) -> 
     atomic_write_bytes(path, payload, durable=durable)
 
 
-def read_bytes(path: Path | str) -> bytes:
-    """Read a whole file; OS failures become FILESYSTEM_ERROR (FileNotFoundError passes)."""
+def foreign_entry(path: Path | str, what: str) -> ConversationCorrupted:
+    """The error for ``path`` being ``what`` (a symbolic link, a FIFO ...) instead of ours."""
+    return ConversationCorrupted(
+        f"{path} is {what}, not an entry pplx_nb wrote: it reads only regular files and real "
+        "folders in the logs folder, and never follows symbolic links there. Remove it (or "
+        "restore the original from a backup); other conversations are not affected.",
+        path=str(path),
+        problem=what,
+    )
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a regular file"
+
+
+def open_regular(path: Path | str, max_bytes: int = DEFAULT_MAX_FILE_BYTES) -> int:
+    """Open a store file for reading: never through a symbolic link, never blocking.
+
+    Returns the descriptor of a regular file of at most ``max_bytes`` (the caller closes it).
+
+    Raises:
+        FileNotFoundError: nothing is there.
+        ConversationCorrupted: a symbolic link, FIFO, device, socket, folder or a file over
+            ``max_bytes`` (see :func:`foreign_entry`).
+        FilesystemError: any other OS failure.
+    """
     try:
-        # os.open/os.read, not open(): a buffered file object costs five more syscalls.
-        fd = os.open(path, _READ_FLAGS)
-        try:
-            chunks = [os.read(fd, max(os.fstat(fd).st_size, 1024) + 1)]
-            while chunks[-1]:
-                chunks.append(os.read(fd, 1 << 20))
-        finally:
-            os.close(fd)
+        fd = os.open(path, _SAFE_READ_FLAGS)
     except FileNotFoundError:
         raise
     except OSError as exc:
+        if exc.errno in _FOREIGN_ERRNOS:
+            raise foreign_entry(path, _lkind(path)) from None
         raise filesystem_error(path, "read", exc) from exc
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise foreign_entry(path, _kind(info.st_mode))
+        if info.st_size > max_bytes:
+            raise _too_large(path, info.st_size, max_bytes)
+    except BaseException as exc:
+        os.close(fd)
+        if isinstance(exc, OSError) and not isinstance(exc, FilesystemError):
+            raise filesystem_error(path, "read", exc) from exc
+        raise
+    return fd
+
+
+def _lkind(path: Path | str) -> str:
+    try:
+        return _kind(os.lstat(path).st_mode)
+    except OSError:
+        return "not a regular file"
+
+
+def _too_large(path: Path | str, size: int, max_bytes: int) -> ConversationCorrupted:
+    return ConversationCorrupted(
+        f"{path} is {size:,} bytes or more, over the {max_bytes:,}-byte limit for a file in the "
+        "logs folder. Raise PPLX_NB_MAX_FILE_BYTES if the file is genuine, or remove it.",
+        path=str(path),
+        problem="too large",
+    )
+
+
+def read_bytes(path: Path | str, max_bytes: int = DEFAULT_MAX_FILE_BYTES) -> bytes:
+    """Read a whole store file, as :func:`open_regular` opens it, at most ``max_bytes``.
+
+    OS failures become FILESYSTEM_ERROR (FileNotFoundError passes); a foreign entry or a file
+    over the limit is CONVERSATION_CORRUPTED.
+    """
+    fd = open_regular(path, max_bytes)
+    try:
+        # os.open/os.read, not open(): a buffered file object costs five more syscalls.
+        chunks = [os.read(fd, min(max(os.fstat(fd).st_size, 1024), max_bytes) + 1)]
+        size = len(chunks[0])
+        while chunks[-1] and size <= max_bytes:
+            chunks.append(os.read(fd, min(1 << 20, max_bytes + 1 - size)))
+            size += len(chunks[-1])
+    except OSError as exc:
+        raise filesystem_error(path, "read", exc) from exc
+    finally:
+        os.close(fd)
+    if size > max_bytes:
+        raise _too_large(path, size, max_bytes)
     return b"".join(chunks)
+
+
+def strip_bom(data: bytes) -> bytes:
+    """``data`` without a leading UTF-8 byte order mark (some editors write one)."""
+    return data[len(codecs.BOM_UTF8) :] if data.startswith(codecs.BOM_UTF8) else data
+
+
+def real_directory(path: Path | str) -> bool:
+    """Whether ``path`` is a folder itself, not a symbolic link to one; False if absent.
+
+    Raises:
+        ConversationCorrupted: something else is there (a symbolic link, a file ...).
+    """
+    try:
+        mode = os.lstat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError as exc:
+        raise filesystem_error(path, "access", exc) from exc
+    if not stat.S_ISDIR(mode):
+        raise foreign_entry(path, _kind(mode))
+    return True
 
 
 def locked(directory: Path, timeout: float = 30.0) -> DirectoryLock:
@@ -202,11 +327,18 @@ class DirectoryLock:
             self._windows = contextlib.ExitStack()
             self._windows.enter_context(_filelock(directory, self._timeout))
             return
+        real_directory(directory)  # a folder swapped for a link is refused, never locked through
+        path = os.path.join(directory, LOCK_NAME)
         try:
-            fd = os.open(os.path.join(directory, LOCK_NAME), os.O_RDWR | os.O_CREAT, _FILE_MODE)
+            fd = os.open(path, _LOCK_FLAGS, _FILE_MODE)
         except OSError as exc:
+            if exc.errno in _FOREIGN_ERRNOS:
+                raise foreign_entry(path, _lkind(path)) from None
             raise filesystem_error(directory, "lock", exc) from exc
         try:
+            mode = os.fstat(fd).st_mode
+            if not stat.S_ISREG(mode):
+                raise foreign_entry(path, _kind(mode))
             _flock(fd, directory, self._timeout)
         except BaseException as exc:
             os.close(fd)

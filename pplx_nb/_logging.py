@@ -1,8 +1,10 @@
-"""Logging set-up for the command-line entry points (MCP server, worker, simulator).
+"""Logging: pplx_nb's loggers, and their set-up for the command-line entry points.
 
-Library code only calls ``logging.getLogger("pplx_nb...")``; the entry points call
-:func:`configure_logging` once, which sends records to stderr (stdout belongs to JSON-RPC in the
-MCP server) as text or, with ``LOG_FORMAT=json``, as JSON lines. Messages are redacted of API keys.
+Library code gets its logger from :func:`get_logger`, whose records are redacted before any
+handler sees them (key-shaped text, Authorization values, a URL's ``user:password@``), whoever
+configured logging. The entry points (MCP server, worker) call :func:`configure_logging` once,
+which sends the ``pplx_nb`` loggers, and only those, to stderr (stdout belongs to JSON-RPC in
+the MCP server) as text or, with ``LOG_FORMAT=json``, as JSON lines, also redacting the key.
 """
 
 from __future__ import annotations
@@ -10,25 +12,46 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pplx_nb._config import Settings
 from pplx_nb._errors import redact
 
-__all__ = ["JsonFormatter", "configure_logging"]
+if TYPE_CHECKING:
+    from pplx_nb._config import Settings
+
+__all__ = ["JsonFormatter", "configure_logging", "get_logger"]
 
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
+_TRACEBACKS = logging.Formatter()
 
 
 class _Redacting(logging.Filter):
+    """Replaces a record's message (and traceback) by its redacted text."""
+
     def __init__(self, secret: str | None) -> None:
         super().__init__()
         self._secret = secret
 
     def filter(self, record: logging.LogRecord) -> bool:
-        record.msg = redact(record.getMessage(), self._secret)
+        try:
+            message = record.getMessage()
+        except Exception:  # a broken format call: the handler reports it as usual
+            return True
+        record.msg = redact(message, self._secret)
         record.args = None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = _TRACEBACKS.formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = redact(record.exc_text, self._secret)
         return True
+
+
+def get_logger(name: str) -> logging.Logger:
+    """The logger ``name`` (a ``pplx_nb`` one), redacting every record it emits."""
+    logger = logging.getLogger(name)
+    if not any(isinstance(f, _Redacting) for f in logger.filters):
+        logger.addFilter(_Redacting(None))
+    return logger
 
 
 class JsonFormatter(logging.Formatter):
@@ -48,7 +71,11 @@ class JsonFormatter(logging.Formatter):
 
 
 def configure_logging(settings: Settings) -> None:
-    """Send the ``pplx_nb`` loggers to stderr at the configured level and format."""
+    """Send the ``pplx_nb`` loggers to stderr at the configured level and format.
+
+    No other logger is touched: the root logger and the HTTP libraries (whose debug output
+    carries request and response headers) keep whatever the embedding program set.
+    """
     handler = logging.StreamHandler(sys.stderr)
     if settings.log_format == "json":
         handler.setFormatter(JsonFormatter())

@@ -21,7 +21,6 @@ Column types (``str`` columns hold NaN where a value is missing)::
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -29,6 +28,7 @@ from urllib.parse import urlsplit
 
 from pplx_nb._errors import ConversationCorrupted, ConversationNotFound, FilesystemError
 from pplx_nb._errors import ValidationError as PplxValidationError
+from pplx_nb._logging import get_logger
 from pplx_nb._models import Answer, Conversation, Message
 from pplx_nb.store import ConversationStore
 from pplx_nb.store._file import read_job_state
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 __all__ = ["to_dataframe", "to_json", "to_markdown"]
 
-logger = logging.getLogger("pplx_nb.export")
+logger = get_logger("pplx_nb.export")
 
 Level = Literal["messages", "conversations", "sources"]
 Exportable = ConversationStore | Conversation | Iterable[str | Conversation]

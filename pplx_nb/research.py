@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import logging
 import math
 import os
 import threading
@@ -50,7 +49,9 @@ from pplx_nb._errors import (
     SubmissionUnknown,
     ValidationError,
     error_from_code,
+    not_unicode,
 )
+from pplx_nb._logging import get_logger
 from pplx_nb._metrics import Metrics
 from pplx_nb._models import (
     Answer,
@@ -79,7 +80,7 @@ __all__ = [
     "Researcher",
 ]
 
-logger = logging.getLogger("pplx_nb.research")
+logger = get_logger("pplx_nb.research")
 
 Mode = Literal["search", "research"]
 ProgressCallback = Callable[[Progress], object]
@@ -259,7 +260,8 @@ class Researcher:
     # -- building turns -------------------------------------------------------------------------
 
     @staticmethod
-    def _check_query(query: object) -> str:
+    def _check_query(query: object) -> tuple[str, list[str]]:
+        """The query to send and store (key-shaped text replaced by ``***``), and notes."""
         if not isinstance(query, str) or not query.strip():
             raise ValidationError("The query is empty: ask a question in words.")
         if len(query) > MAX_QUERY_CHARS:
@@ -267,7 +269,13 @@ class Researcher:
                 f"The query is {len(query):,} characters; the limit is {MAX_QUERY_CHARS:,}. "
                 "Shorten it, or attach long material as a file."
             )
-        return query.strip()
+        try:
+            query.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise not_unicode("The query", exc.start) from None
+        from pplx_nb import context
+
+        return context.scrub_secrets(query.strip(), "Your question")
 
     def _model(self, mode: Mode, opts: dict[str, Any]) -> str:
         model = opts.get("model")
@@ -326,10 +334,11 @@ class Researcher:
     def _build_new_turn(
         self, query: str, mode: Mode, files: Sequence[str | Path] | None, opts: dict[str, Any]
     ) -> _Turn:
-        query = self._check_query(query)
+        query, told = self._check_query(query)
         opts = check_options(opts)
         model = self._model(mode, opts)
         content, records, notes = self._attach(query, files, [])
+        notes = [*told, *notes]
         system = Message(role="system", content=SYSTEM_PROMPT, timestamp=now_iso())
         user = Message(role="user", content=content, timestamp=now_iso(), files=records)
         messages = _fitted_messages([system, user], model, notes)
@@ -359,7 +368,7 @@ class Researcher:
     ) -> _Turn:
         from pplx_nb import context
 
-        query = self._check_query(query)
+        query, told = self._check_query(query)
         opts = check_options(opts)
         self._refuse_if_running(conversation_id)
         # A fork starts as a copy of this history; it is made last, so a refused turn leaves none.
@@ -369,6 +378,7 @@ class Researcher:
         question = Message(role="user", content=query)
         visible = context.fit_history([*history, question], model).messages[:-1]
         content, records, notes = self._attach(query, files, visible)
+        notes = [*told, *notes]
 
         search_query = query
         reformulated: str | None = None

@@ -102,28 +102,41 @@ async def drive(client: AsyncClient, url: str, errors: list[BaseException]) -> l
     return seen
 
 
+def _debug_settings(base_url: str, style: str) -> Settings:
+    return Settings(
+        api_key=KEY,
+        base_url=base_url,
+        api_style=style,
+        timeout_ms=300,
+        max_retries=1,
+        log_level="debug",
+        offline=False,
+    )
+
+
+def _drive_async(
+    settings: Settings, retry: RetryPolicy, url: str, errors: list[BaseException]
+) -> list[str]:
+    """:func:`drive` with an AsyncClient of ``settings``; its repr and str come first."""
+    seen: list[str] = []
+
+    async def run() -> None:
+        async with AsyncClient(settings, retry=retry) as client:
+            seen.extend([repr(client), str(client)])
+            seen.extend(await drive(client, url, errors))
+
+    asyncio.run(run())
+    return seen
+
+
 @pytest.mark.parametrize("style", ["sonar", "agent"])
 def test_key_never_appears_anywhere(captured_logs: io.StringIO, style: str) -> None:
     errors: list[BaseException] = []
     seen: list[str] = []
     with serve(latency_ms=0, deep_research_seconds=0.2, api_key=KEY, sonar=True) as url:
-        settings = Settings(
-            api_key=KEY,
-            base_url=url,
-            api_style=style,
-            timeout_ms=300,
-            max_retries=1,
-            log_level="debug",
-            offline=False,
-        )
+        settings = _debug_settings(url, style)
         fast = RetryPolicy(1, base=0.01, cap=0.02)
-
-        async def run() -> None:
-            async with AsyncClient(settings, retry=fast) as client:
-                seen.extend([repr(client), str(client)])
-                seen.extend(await drive(client, url, errors))
-
-        asyncio.run(run())
+        seen.extend(_drive_async(settings, fast, url, errors))
         with Client(settings, retry=fast) as sync_client:
             seen.extend([repr(sync_client), sync_client.ask(question()).text])
         wrong = Settings(
@@ -166,3 +179,132 @@ def test_key_echoed_by_a_server_is_scrubbed_from_errors(captured_logs: io.String
     for text in [*error_views(caught.value), captured_logs.getvalue()]:
         assert KEY not in text and CORE not in text
     assert "bad request from" in caught.value.message
+
+
+PASSWORD = "hunter2-URLCANARY-b1e9"
+PROXY_USER = "bob"
+
+
+def _credential_leaks(text: str) -> bool:
+    import base64
+
+    basic = base64.b64encode(f"{PROXY_USER}:{PASSWORD}".encode()).decode()
+    return PASSWORD in text or "URLCANARY" in text or basic in text
+
+
+@pytest.mark.parametrize("style", ["sonar", "agent"])
+def test_url_credentials_never_appear_anywhere(
+    captured_logs: io.StringIO, tmp_path: Any, style: str
+) -> None:
+    from pplx_nb._errors import NetworkError
+    from pplx_nb.jobs import JobQueue
+    from pplx_nb.store import ConversationStore
+
+    errors: list[BaseException] = []
+    seen: list[str] = []
+    with serve(latency_ms=0, deep_research_seconds=0.2) as url:
+        proxied = url.replace("http://", f"http://{PROXY_USER}:{PASSWORD}@")
+        settings = _debug_settings(proxied, style)
+        fast = RetryPolicy(1, base=0.01, cap=0.02)
+        seen.extend(_drive_async(settings, fast, url, errors))
+    with Client(settings, retry=fast) as gone:
+        try:
+            gone.ask(question())  # the server has stopped: connection refused
+        except PplxError as exc:
+            errors.append(exc)
+    seen += [repr(settings), str(settings), str(settings.redacted())]
+    assert "***@127.0.0.1" in settings.redacted()["base_url"]
+    assert "NETWORK_ERROR" in {getattr(e, "code", None) for e in errors}
+
+    # What a failed job keeps: the errors as status.json stores them, and a message that quotes
+    # the URL itself.
+    logs_dir = tmp_path / "logs"
+    store, queue = ConversationStore(logs_dir), JobQueue(logs_dir)
+    for error in [*errors, NetworkError(f"The proxy at {proxied} refused the connection.")]:
+        cid = store.create([{"role": "user", "content": "q"}]).conversation_id
+        queue.enqueue(cid, "perplexity_deep_research", {})
+        job = queue.claim("w")
+        assert job is not None
+        queue.fail(job, error if isinstance(error, PplxError) else PplxError(str(error)))
+        seen.append((logs_dir / cid / "status.json").read_text())
+    for error in errors:
+        seen += error_views(error)
+    logs = captured_logs.getvalue()
+    assert "pplx_nb.api" in logs and "***@127.0.0.1" in logs
+    for text in [logs, *seen]:
+        assert not _credential_leaks(text)
+
+
+def test_invalid_url_settings_do_not_echo_the_credentials() -> None:
+    from pydantic import ValidationError as PydanticValidationError
+
+    for bad in (f"ftp://bob:{PASSWORD}@proxy/", f"https://bob:{PASSWORD}@proxy:port/"):
+        with pytest.raises(PydanticValidationError) as caught:
+            Settings(base_url=bad)
+        assert "PERPLEXITY_BASE_URL" in str(caught.value)
+        assert not _credential_leaks(str(caught.value))
+    with pytest.raises(PydanticValidationError) as caught:
+        Settings(api_key=12345678901234567890)
+    assert "12345678901234567890" not in str(caught.value)
+
+
+def test_every_pplx_nb_log_line_is_redacted_whoever_configured_logging(
+    captured_logs: io.StringIO,
+) -> None:
+    import pplx_nb.api.client
+    import pplx_nb.jobs._queue
+    import pplx_nb.store._store  # noqa: F401 - each module's logger redacts from import on
+
+    for name in ("pplx_nb.api", "pplx_nb.jobs", "pplx_nb.store"):
+        logging.getLogger(name).warning(
+            "sent %s with %s via %s",
+            "Authorization: Token abcdef0123456789",
+            "api key pplx-abcdef0123456789",
+            f"https://{PROXY_USER}:{PASSWORD}@proxy.example/",
+        )
+    logs = captured_logs.getvalue()
+    assert logs.count("Authorization: Token ***") == 3
+    assert "abcdef0123456789" not in logs and not _credential_leaks(logs)
+
+
+_MCP_LIKE = """
+from pplx_nb._config import Settings
+from pplx_nb._logging import configure_logging
+from pplx_nb.mcp.server import create_server
+from pplx_nb.research import Researcher
+
+settings = Settings.from_env()
+configure_logging(settings)
+server = create_server(settings)  # what python -m pplx_nb.mcp does before serving
+researcher = Researcher(settings)
+print(researcher.search("What is functools.partial?").text[:40])
+researcher.close()
+"""
+
+
+def test_the_mcp_server_at_debug_logs_only_pplx_nb_and_no_credentials(tmp_path: Any) -> None:
+    import os
+    import subprocess
+    import sys
+
+    with serve(latency_ms=0) as url:
+        env = {
+            **os.environ,
+            "PERPLEXITY_BASE_URL": url.replace("http://", f"http://{PROXY_USER}:{PASSWORD}@"),
+            "PERPLEXITY_API_KEY": KEY,
+            "PPLX_NB_OFFLINE": "0",
+            "LOG_LEVEL": "debug",
+            "CONVERSATION_LOGS_DIR": str(tmp_path / "logs"),
+        }
+        done = subprocess.run(
+            [sys.executable, "-c", _MCP_LIKE],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
+    assert done.stdout.strip(), done.stderr
+    assert "DEBUG pplx_nb.api" in done.stderr  # pplx_nb's own loggers do follow LOG_LEVEL
+    assert "httpcore" not in done.stderr and "receive_response_headers" not in done.stderr
+    assert not _credential_leaks(done.stderr) and KEY not in done.stderr

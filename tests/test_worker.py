@@ -262,10 +262,14 @@ def spawn(worker_env: dict[str, str]) -> Iterator[Callable[..., subprocess.Popen
     procs: list[subprocess.Popen[bytes]] = []
 
     def start(
-        log: Path, *args: str, runner: str | None = "support.runners:sim_runner"
+        log: Path,
+        *args: str,
+        runner: str | None = "support.runners:sim_runner",
+        clock_skew: float = 0.0,
     ) -> subprocess.Popen[bytes]:
         env = {**os.environ, **worker_env, "PYTHONPATH": str(REPO / "tests")}
-        command = [sys.executable, "-m", "pplx_nb.worker", "--poll-interval", "0.05", *args]
+        skewed = ["-m", "support.skewed_clock", str(clock_skew)] if clock_skew else ["-m"]
+        command = [sys.executable, *skewed, "pplx_nb.worker", "--poll-interval", "0.05", *args]
         if runner is not None:
             command += ["--runner", runner]
         with log.open("wb") as out:
@@ -357,14 +361,18 @@ def test_four_worker_processes_drain_500_jobs_each_exactly_once(
 
 
 @pytest.mark.slow
+# 3600: the dead worker's clock ran an hour ahead, so its last heartbeat is dated an hour later;
+# the job still waits no more than a lease from the survivor's first look.
+@pytest.mark.parametrize("doomed_clock_skew", [0, 3600])
 def test_a_job_of_a_killed_worker_completes_once_on_another_after_the_lease(
     spawn: Callable[..., subprocess.Popen[bytes]],
     store: ConversationStore,
     tmp_path: Path,
     queue: JobQueue,
+    doomed_clock_skew: float,
 ) -> None:
     cid = _submit(store, queue, sleep=1.5)
-    doomed = spawn(tmp_path / "doomed.log", "--worker-id", "doomed")
+    doomed = spawn(tmp_path / "doomed.log", "--worker-id", "doomed", clock_skew=doomed_clock_skew)
     _wait_for(lambda: _status(queue, cid).worker_id == "doomed", 30, "the first claim")
     doomed.send_signal(signal.SIGKILL)
     doomed.wait(timeout=10)
@@ -434,3 +442,25 @@ def test_worker_process_with_a_bad_environment_exits_2_naming_the_setting(
     assert "VALIDATION_ERROR: invalid configuration" in done.stderr
     assert "PPLX_NB_JOB_LEASE_SECONDS" in done.stderr or "job_lease_seconds" in done.stderr
     assert "Traceback" not in done.stderr and done.stdout == ""
+
+
+@pytest.mark.slow
+def test_a_worker_whose_clock_runs_ahead_leaves_healthy_jobs_alone(
+    spawn: Callable[..., subprocess.Popen[bytes]],
+    store: ConversationStore,
+    tmp_path: Path,
+    queue: JobQueue,
+) -> None:
+    cid = _submit(store, queue, sleep=6)  # six 1-second leases, kept alive by heartbeats
+    healthy = spawn(tmp_path / "healthy.log", "--worker-id", "healthy")
+    _wait_for(lambda: _status(queue, cid).worker_id == "healthy", 30, "the first claim")
+    ahead = spawn(tmp_path / "ahead.log", "--worker-id", "ahead", clock_skew=120)
+    _wait_for(lambda: _status(queue, cid).done, 60, "completion")
+    for proc in (healthy, ahead):
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
+    status = _status(queue, cid)
+    assert status.status == "completed" and status.worker_id == "healthy"
+    assert status.attempts == 1 and status.error_history == []
+    assert "Job dequeued" not in (tmp_path / "ahead.log").read_text()
+    assert len(_replies(store, cid)) == 1

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Protocol, Required, TypeVar
 from pydantic import BaseModel, BeforeValidator, ValidationError
 from typing_extensions import TypedDict
 
-from pplx_nb._errors import APIServerError, NetworkError
+from pplx_nb._errors import APIServerError, NetworkError, not_unicode
 from pplx_nb._models import Answer
 from pplx_nb.api._sse import Event
 from pplx_nb.api.request import Request
@@ -43,7 +43,11 @@ class Call:
 
 def encode(payload: dict[str, Any]) -> bytes:
     """Canonical compact JSON (sorted keys), so equal requests give equal bytes."""
-    return json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        raise not_unicode("The request") from None
 
 
 def read_wire(model: type[M], raw: bytes | str, what: str) -> M:

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import logging
 import ssl
 from collections.abc import AsyncGenerator, Generator
 from contextlib import aclosing
 from types import TracebackType
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import httpx2
 
@@ -29,6 +29,7 @@ from pplx_nb._errors import (
     APITimeoutError,
     RemoteRunFailed,
 )
+from pplx_nb._logging import get_logger
 from pplx_nb._models import Answer
 from pplx_nb._sync import iterate_sync, run_sync
 from pplx_nb.api._adapter import Adapter, Call
@@ -48,7 +49,7 @@ from pplx_nb.api.sonar import SonarAdapter
 
 __all__ = ["AsyncClient", "Client"]
 
-logger = logging.getLogger("pplx_nb.api")
+logger = get_logger("pplx_nb.api")
 _LIMITS = httpx2.Limits(max_connections=100, max_keepalive_connections=32)
 
 
@@ -84,7 +85,9 @@ class AsyncClient:
         ):
             raise APIKeyInvalid(f"No Perplexity API key is set. {KEY_HELP}")
         endpoint = self.settings.endpoint()
-        self.base_url = endpoint.base_url
+        # A proxy's user:password travels as Basic auth, never in a URL that errors or logs
+        # (httpx2's own request log too) could show.
+        self.base_url, auth = _split_credentials(endpoint.base_url)
         self.offline = endpoint.offline
         self._key = endpoint.api_key.get_secret_value() if endpoint.api_key else None
         self._adapter: Adapter = (
@@ -105,6 +108,7 @@ class AsyncClient:
             headers["authorization"] = f"Bearer {self._key}"
         self._http = httpx2.AsyncClient(
             base_url=self.base_url,
+            auth=auth,
             headers=headers,
             transport=transport,
             timeout=self.settings.timeout_ms / 1000,
@@ -419,6 +423,16 @@ async def _paced_lines(
         if is_progress(line):
             last_progress = loop.time()
         yield line
+
+
+def _split_credentials(url: str) -> tuple[str, httpx2.BasicAuth | None]:
+    """``url`` without its ``user:password@``, and those credentials as Basic auth."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url, None
+    host = parts.netloc.rpartition("@")[2]
+    bare = urlunsplit(parts._replace(netloc=host))
+    return bare, httpx2.BasicAuth(unquote(parts.username or ""), unquote(parts.password or ""))
 
 
 class Client:

@@ -25,6 +25,7 @@ from pplx_nb.context._files import (
     PreparedFiles,
     prepare_files,
     resolve_attachments,
+    scrub_secrets,
 )
 from pplx_nb.context._followup import areformulate, is_follow_up, reformulate, subject_of
 
@@ -43,5 +44,6 @@ __all__ = [
     "prepare_files",
     "reformulate",
     "resolve_attachments",
+    "scrub_secrets",
     "subject_of",
 ]

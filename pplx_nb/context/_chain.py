@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Protocol
 
 from pplx_nb._errors import ConversationCorrupted, ConversationNotFound
+from pplx_nb._logging import get_logger
 from pplx_nb._models import Conversation, Message
 
 __all__ = ["MAX_CHAIN_DEPTH", "chain_messages"]
 
-logger = logging.getLogger("pplx_nb.context")
+logger = get_logger("pplx_nb.context")
 
 MAX_CHAIN_DEPTH = 20
 """How many ancestors a branch's history follows at most."""

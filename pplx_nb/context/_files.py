@@ -10,8 +10,9 @@ that changed since is embedded anew.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
-import logging
 import os
 import stat
 from collections.abc import Iterable, Sequence
@@ -19,7 +20,13 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from pplx_nb._errors import ValidationError, redact
+from pplx_nb._logging import get_logger
 from pplx_nb._models import Message
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -27,9 +34,10 @@ __all__ = [
     "allowed_roots",
     "embedded_files",
     "prepare_files",
+    "scrub_secrets",
 ]
 
-logger = logging.getLogger("pplx_nb.context")
+logger = get_logger("pplx_nb.context")
 
 DEFAULT_MAX_BYTES = 200_000
 """The size cap per attached file, in bytes."""
@@ -58,10 +66,10 @@ def allowed_roots(roots: Sequence[Path] | None, *, working_directory: bool = Tru
     """The resolved folders files may be attached from: the working directory plus ``roots``.
 
     ``working_directory=False`` leaves the working directory out (the MCP server, which often
-    runs from ``/``, attaches only from ``roots``). ``/`` and the home directory itself are
-    refused with :class:`ValidationError`: under either lie keys, mail and browser profiles, so
-    a question could carry any of them to the API. A working directory that wide is skipped when
-    ``roots`` are given, and refused otherwise.
+    runs from ``/``, attaches only from ``roots``). The home directory and every folder holding
+    it (``/``, ``/home``) are refused with :class:`ValidationError`: under them lie keys, mail
+    and browser profiles, so a question could carry any of them to the API. A working
+    directory that wide is skipped when ``roots`` are given, and refused otherwise.
     """
     configured = [_checked_root(Path(root), "PPLX_NB_FILE_ROOTS holds") for root in roots or ()]
     if not working_directory:
@@ -72,19 +80,20 @@ def allowed_roots(roots: Sequence[Path] | None, *, working_directory: bool = Tru
             )
         return list(dict.fromkeys(configured))
     cwd = Path.cwd().resolve()
-    if cwd in _too_wide() and configured:
+    if _too_wide(cwd) and configured:
         return list(dict.fromkeys(configured))
     return list(dict.fromkeys([_checked_root(cwd, "The working directory is"), *configured]))
 
 
-def _too_wide() -> set[Path]:
-    return {Path("/").resolve(), Path.home().resolve()}
+def _too_wide(folder: Path) -> bool:
+    """Whether ``folder`` is the home directory or holds it (``/``, ``/home`` ...)."""
+    return Path.home().resolve().is_relative_to(folder) or folder == Path("/").resolve()
 
 
 def _checked_root(root: Path, where: str) -> Path:
-    """``root`` resolved, refused if it is ``/`` or the home directory itself."""
+    """``root`` resolved, refused if it is the home directory or a folder holding it."""
     resolved = root.expanduser().resolve()
-    if resolved in _too_wide():
+    if _too_wide(resolved):
         raise ValidationError(
             f"{where} {str(resolved)!r}, too wide a folder to attach files from (it would open "
             "every file under it). Set PPLX_NB_FILE_ROOTS to the project folder(s) whose "
@@ -163,18 +172,30 @@ def _resolve(path: str | Path, roots: list[Path]) -> Path:
 
 
 def _read_text(path: str | Path, resolved: Path, max_bytes: int) -> tuple[bytes, str]:
+    """The bytes and text of the file :func:`_resolve` checked, read through one descriptor.
+
+    The file is opened without following a final symbolic link and without blocking, and the
+    opened file itself is checked (a regular file, at the checked path), so swapping the path
+    for a link, a FIFO or another file after the checks reads nothing.
+    """
     try:
-        with resolved.open("rb") as handle:
-            data = handle.read(max_bytes + 1)
+        fd = os.open(resolved, _OPEN_FLAGS)
     except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EMLINK, errno.ENXIO):
+            raise _changed(path) from None
         raise ValidationError(
             f"File {str(path)!r} cannot be read ({exc.strerror or exc}). Check its permissions.",
             path=str(path),
         ) from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode) or not _opened_at(fd, resolved):
+            raise _changed(path)
+        data = _read_fd(fd, path, max_bytes)
+    finally:
+        os.close(fd)
     if len(data) > max_bytes:
-        size = max(resolved.stat().st_size, len(data))
         raise ValidationError(
-            f"File {str(path)!r} is {size:,} bytes, over the {max_bytes:,}-byte limit per file. "
+            f"File {str(path)!r} is over the {max_bytes:,}-byte limit per file. "
             "Attach a smaller excerpt of it.",
             path=str(path),
             max_bytes=max_bytes,
@@ -182,9 +203,77 @@ def _read_text(path: str | Path, resolved: Path, max_bytes: int) -> tuple[bytes,
     if b"\0" in data:
         raise _binary(path)
     try:
-        return data, data.decode("utf-8")
+        return data, data.decode("utf-8-sig")
     except UnicodeDecodeError:
         raise _binary(path) from None
+
+
+_OPEN_FLAGS = (
+    os.O_RDONLY
+    | getattr(os, "O_NOFOLLOW", 0)
+    | getattr(os, "O_NONBLOCK", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+    | getattr(os, "O_BINARY", 0)
+)
+
+
+def _read_fd(fd: int, path: str | Path, max_bytes: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        while size <= max_bytes:
+            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as exc:
+        raise ValidationError(
+            f"File {str(path)!r} cannot be read ({exc.strerror or exc}). Check its permissions.",
+            path=str(path),
+        ) from None
+    return b"".join(chunks)
+
+
+def _opened_at(fd: int, resolved: Path) -> bool:
+    """Whether the file open as ``fd`` is the one at ``resolved`` (whose location was checked).
+
+    The descriptor's own path (``/proc/self/fd`` on Linux, ``F_GETPATH`` on macOS) is what the
+    kernel opened, whatever happened to the names since. Elsewhere the file's identity is
+    compared with what the path names now.
+    """
+    opened: str | None = None
+    try:
+        opened = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        getpath = getattr(fcntl, "F_GETPATH", None) if fcntl is not None else None
+        if getpath is not None and fcntl is not None:
+            with contextlib.suppress(OSError):
+                opened = fcntl.fcntl(fd, getpath, b"\0" * 1024).rstrip(b"\0").decode()
+    if opened is not None:
+        return opened == str(resolved)
+    try:
+        held, named = os.fstat(fd), os.stat(resolved, follow_symlinks=False)
+    except OSError:
+        return False
+    return (held.st_dev, held.st_ino) == (named.st_dev, named.st_ino)
+
+
+def _changed(path: str | Path) -> ValidationError:
+    return ValidationError(
+        f"File {str(path)!r} changed while it was being attached (it was replaced by a link, "
+        "a pipe or another file). Attach it again once it stays put.",
+        path=str(path),
+    )
+
+
+def scrub_secrets(text: str, name: str) -> tuple[str, list[str]]:
+    """``text`` with API-key-shaped parts replaced by ``***`` (see :func:`redact`), and a note
+    for the user naming ``name`` when anything was replaced."""
+    safe = redact(text)
+    if safe == text:
+        return text, []
+    return safe, [f"{name} holds API-key-shaped text; it was sent and stored as ***."]
 
 
 def _binary(path: str | Path) -> ValidationError:
@@ -247,9 +336,8 @@ def prepare_files(
         if key in seen:
             notes.append(f"{name} changed since it was last attached; the new version is included.")
         seen.setdefault(key, set()).add(digest)
-        safe = redact(text)
-        if safe != text:
-            notes.append(f"{name} holds API-key-shaped text; it was sent and stored as ***.")
+        safe, told = scrub_secrets(text, name)
+        notes += told
         blocks.append(_fenced(name, safe))
         records.append({"path": key, "sha256": digest, "bytes": len(data)})
     if records:

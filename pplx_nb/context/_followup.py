@@ -13,12 +13,12 @@ module when the follow-up names its own object ("what about the median?"). With 
 from __future__ import annotations
 
 import asyncio
-import logging
 import re
 from collections.abc import Iterator, Sequence
 from difflib import SequenceMatcher
 from typing import Any, Protocol
 
+from pplx_nb._logging import get_logger
 from pplx_nb._models import Answer, Message
 
 __all__ = [
@@ -31,7 +31,7 @@ __all__ = [
     "subject_of",
 ]
 
-logger = logging.getLogger("pplx_nb.context")
+logger = get_logger("pplx_nb.context")
 
 REFORMULATION_MODEL = "sonar"
 """The cheap model asked to rewrite follow-ups when a real API is in use."""

@@ -25,7 +25,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from pplx_nb._fs import ensure_dir, fs_errors
+from pplx_nb._fs import ensure_dir, fs_errors, real_directory
 
 __all__ = ["PRIORITY_MAX", "JobIndex", "marker_name"]
 
@@ -33,6 +33,10 @@ PRIORITY_MAX = 9999
 INDEX_DIR = ".jobs"
 _LEVELS = 3
 _FILE_MODE = 0o600
+# A symbolic link planted where a marker goes is refused (ELOOP), never followed to create a file.
+_MARKER_FLAGS = (
+    os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+)
 
 
 def marker_name(priority: int, enqueued_us: int, conversation_id: str) -> str:
@@ -68,8 +72,10 @@ class JobIndex:
 
     def _ensure(self) -> None:
         if not self._ready:
-            ensure_dir(self.pending_dir)
-            ensure_dir(self.claimed_dir)
+            # A link planted at .jobs (or below) is refused, never created or written through.
+            for directory in (self.base, self.pending_dir, self.claimed_dir):
+                real_directory(directory)
+                ensure_dir(directory)
             self._ready = True
 
     def pending_path(self, marker: str) -> Path:
@@ -108,7 +114,7 @@ class JobIndex:
         """Create the claimed marker (idempotent); used when rebuilding the index."""
         self._ensure()
         with fs_errors(self.claimed_dir, "create a marker in"):
-            os.close(os.open(self.claimed_path(marker), os.O_WRONLY | os.O_CREAT, _FILE_MODE))
+            os.close(os.open(self.claimed_path(marker), _MARKER_FLAGS, _FILE_MODE))
 
     def requeue(self, marker: str) -> None:
         """Move a claimed marker back to pending (a retry, a release, a recovered job)."""
@@ -175,7 +181,7 @@ def _make_marker(path: str, job_file: Path | None) -> None:
         except OSError:
             # A file system without hard links: fall back to an empty file.
             job_file = None
-    os.close(os.open(path, os.O_WRONLY | os.O_CREAT, _FILE_MODE))
+    os.close(os.open(path, _MARKER_FLAGS, _FILE_MODE))
 
 
 def _walk(directory: str, levels: int, *, prune: bool = True) -> Iterator[str]:

@@ -16,12 +16,10 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import os
 import time
 import uuid
 from collections.abc import Callable
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,19 +40,22 @@ from pplx_nb._fs import (
     fs_errors,
     locked,
     read_bytes,
+    real_directory,
     validate_conversation_id,
 )
+from pplx_nb._logging import get_logger
 from pplx_nb._models import JobState, JobStatus, now_iso
 from pplx_nb.jobs import _answering as answering
 from pplx_nb.jobs._index import PRIORITY_MAX, JobIndex, conversation_of, marker_name
 from pplx_nb.jobs._job import START_PROGRESS, Job, LeaseLost
+from pplx_nb.jobs._lease import LeaseClock
 
 if TYPE_CHECKING:
     from pplx_nb._config import Settings
 
 __all__ = ["NON_RETRYABLE", "JobQueue"]
 
-logger = logging.getLogger("pplx_nb.jobs")
+logger = get_logger("pplx_nb.jobs")
 
 STATUS_FILE = "status.json"
 JOB_FILE = "job.json"
@@ -81,8 +82,9 @@ class JobQueue:
     Args:
         root: the conversation-logs directory (conversations are ``root/<conversationId>/``).
         max_job_retries: retries after the first attempt (PERPLEXITY_MAX_JOB_RETRIES).
-        lease_seconds: an in_progress job whose heartbeat is older than this is requeued
-            (PPLX_NB_JOB_LEASE_SECONDS).
+        lease_seconds: an in_progress job whose heartbeat this queue has seen unchanged for this
+            long is requeued (PPLX_NB_JOB_LEASE_SECONDS; judged by this process's own clock,
+            see :mod:`pplx_nb.jobs._lease`).
     """
 
     def __init__(
@@ -97,6 +99,7 @@ class JobQueue:
         self.max_job_retries = max_job_retries
         self.lease_seconds = lease_seconds
         self._index = JobIndex(self.root)
+        self._leases = LeaseClock()
 
     @classmethod
     def from_settings(cls, settings: Settings) -> JobQueue:
@@ -330,7 +333,7 @@ class JobQueue:
     def _take(self, marker: str, worker_id: str) -> Job | None:
         conversation_id = conversation_of(marker)
         directory = self.root / conversation_id
-        if not CONVERSATION_ID_RE.match(conversation_id) or not directory.is_dir():
+        if not CONVERSATION_ID_RE.match(conversation_id) or not _present(directory):
             self._index.drop(marker)
             return None
         with locked(directory):
@@ -357,6 +360,7 @@ class JobQueue:
                 progress=_progress(*START_PROGRESS, 0, attempt),
             )
             _write(directory / STATUS_FILE, status)
+            self._leases.saw(marker, now)
         return Job(
             job_id=str(job["jobId"]),
             conversation_id=conversation_id,
@@ -531,7 +535,12 @@ class JobQueue:
     # -- recovery ------------------------------------------------------------------------------
 
     def recover_stale(self) -> int:
-        """Requeue in_progress jobs whose heartbeat is older than the lease; heal the index.
+        """Requeue in_progress jobs whose heartbeat has not changed for a lease; heal the index.
+
+        "Not changed" is judged by this process's monotonic clock since it first saw the
+        heartbeat (or wrote it), never by comparing timestamps of other machines' clocks, so a
+        job whose worker died before this process started is requeued one lease after its
+        first call.
 
         A lost attempt counts as a failed one (its error is ``JOB_LEASE_EXPIRED``), so a job that
         keeps killing its workers ends ``failed`` after the configured attempts. Markers missing
@@ -539,6 +548,7 @@ class JobQueue:
         number of jobs recovered.
         """
         claimed = self._index.claimed()
+        self._leases.keep_only(claimed)
         recovered = 0
         for marker in claimed:
             try:
@@ -550,7 +560,7 @@ class JobQueue:
     def _recover(self, marker: str) -> int:
         conversation_id = conversation_of(marker)
         directory = self.root / conversation_id
-        if not CONVERSATION_ID_RE.match(conversation_id) or not directory.is_dir():
+        if not CONVERSATION_ID_RE.match(conversation_id) or not _present(directory):
             self._index.drop(marker)
             return 0
         with locked(directory):
@@ -560,18 +570,18 @@ class JobQueue:
                 return 0
             if status["status"] == "pending":
                 # A claimant died between renaming the marker and taking the job.
-                if _age_seconds(status.get("updatedAt")) <= self.lease_seconds:
+                if self._leases.saw(marker, status.get("updatedAt")) <= self.lease_seconds:
                     return 0
                 self._index.requeue(marker)
                 return 1
-            age = _age_seconds(status.get("heartbeatAt") or status.get("updatedAt"))
+            age = self._leases.saw(marker, status.get("heartbeatAt") or status.get("updatedAt"))
             if age <= self.lease_seconds:
                 return 0
             attempt = int(status.get("attempts", 1))
             info = {
                 "code": "JOB_LEASE_EXPIRED",
                 "message": (
-                    f"Worker {status.get('workerId')} stopped heartbeating for {age:.0f} s "
+                    f"Worker {status.get('workerId')} sent no heartbeat for {age:.0f} s "
                     f"(lease {self.lease_seconds:g} s): it crashed or stalled, so the attempt "
                     "was abandoned."
                 ),
@@ -650,6 +660,7 @@ class JobQueue:
         found = []
         for directory in self._conversation_dirs():
             try:
+                real_directory(directory)  # a planted link is reported, never read through
                 data = _read_status(directory / STATUS_FILE)
                 if data is None or (states is not None and data.get("status") not in states):
                     continue
@@ -672,7 +683,7 @@ class JobQueue:
         return [self.root / name for name in names if CONVERSATION_ID_RE.match(name)]
 
     def _owned(self, job: Job) -> _Owned:
-        return _Owned(self.root / job.conversation_id, job)
+        return _Owned(self.root / job.conversation_id, job, self._leases)
 
     def _finish(
         self,
@@ -703,10 +714,11 @@ class _Owned:
     (removing job.json before the status says completed would lose the job on a crash).
     """
 
-    def __init__(self, directory: Path, job: Job) -> None:
+    def __init__(self, directory: Path, job: Job, leases: LeaseClock) -> None:
         self.directory = directory
         self.status: dict[str, Any] = {}
         self._job = job
+        self._leases = leases
         self._lock = locked(directory)
         self._after: list[Callable[[], None]] = []
 
@@ -716,7 +728,7 @@ class _Owned:
 
     def __enter__(self) -> _Owned:
         job = self._job
-        if not self.directory.is_dir():
+        if not _present(self.directory):
             raise _lease_lost(job, "gone (its conversation was deleted)")
         self._lock.__enter__()
         try:
@@ -732,6 +744,7 @@ class _Owned:
         try:
             if exc_type is None:
                 _write(self.directory / STATUS_FILE, self.status)
+                self._leases.saw(self._job.marker, self.status["heartbeatAt"])
                 for action in self._after:
                     action()
         finally:
@@ -762,8 +775,13 @@ def _lease_lost(job: Job, state: str) -> LeaseLost:
     )
 
 
+def _present(directory: Path) -> bool:
+    """Whether ``directory`` is a real folder (a symbolic link planted there is not)."""
+    return os.path.isdir(directory) and not os.path.islink(directory)
+
+
 def _must_exist(directory: Path) -> None:
-    if not directory.is_dir():
+    if not _present(directory):
         raise ConversationNotFound(
             f"Conversation {directory.name} does not exist. Start a new conversation with "
             "`perplexity_deep_research` first.",
@@ -902,16 +920,6 @@ def _lost_job_error(status: dict[str, Any]) -> dict[str, Any]:
         "at": now_iso(),
         "attempt": status.get("attempts", 0),
     }
-
-
-def _age_seconds(stamp: object) -> float:
-    if not isinstance(stamp, str):
-        return float("inf")
-    try:
-        moment = datetime.fromisoformat(stamp)
-    except ValueError:
-        return float("inf")
-    return time.time() - moment.timestamp()
 
 
 def _log_failure(

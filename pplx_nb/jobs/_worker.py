@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import math
 import os
 import socket
@@ -21,12 +20,13 @@ from collections.abc import Callable
 from typing import Any
 
 from pplx_nb._errors import PplxError, ValidationError
+from pplx_nb._logging import get_logger
 from pplx_nb.jobs._job import Job, JobContext, JobRunner, LeaseLost
 from pplx_nb.jobs._queue import JobQueue
 
 __all__ = ["Worker"]
 
-logger = logging.getLogger("pplx_nb.jobs")
+logger = get_logger("pplx_nb.jobs")
 
 
 class Worker:

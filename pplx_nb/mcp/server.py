@@ -19,7 +19,7 @@ import logging
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
@@ -166,8 +166,11 @@ def create_server(
         finally:
             await anyio.to_thread.run_sync(backend.close)
 
+    # The SDK hands its level to logging.basicConfig, i.e. the root logger: DEBUG there turns on
+    # every library's debug output (httpcore dumps response headers). pplx_nb's own loggers
+    # follow LOG_LEVEL through configure_logging; the rest stays at WARNING at most.
     level = settings.log_level.upper()
-    sdk_level: LogLevel = level if level in get_args(LogLevel) else "INFO"  # type: ignore[assignment]
+    sdk_level: LogLevel = level if level in ("ERROR", "CRITICAL") else "WARNING"  # type: ignore[assignment]
     server = PplxMCPServer(
         backend,
         name=SERVER_NAME,

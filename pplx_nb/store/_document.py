@@ -26,7 +26,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from pplx_nb._errors import ConversationCorrupted, ValidationError
+from pplx_nb._errors import ConversationCorrupted, ValidationError, not_unicode
 
 __all__ = [
     "SUMMARY_KEY",
@@ -65,6 +65,8 @@ class Canonical(NamedTuple):
 def _dumps(value: Any) -> bytes:
     try:
         return json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise not_unicode("A message") from None
     except ValueError as exc:
         raise ValidationError(
             f"A conversation can hold only finite numbers ({exc}): NaN and Infinity are not "

@@ -8,6 +8,8 @@
     <root>/<conversationId>/.lock               serialises writers (flock)
 
 Ids are claimed by creating the directory exclusively, so two processes never get the same one.
+Symbolic links are never followed: a conversation folder that is a link is listed as corrupted,
+read and written never, and deleting it removes the link alone.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any, BinaryIO
 from pplx_nb._errors import ConversationNotFound, FilesystemError
 from pplx_nb._fs import (
     CONVERSATION_ID_RE,
+    DEFAULT_MAX_FILE_BYTES,
     atomic_write_bytes,
     ensure_dir,
     filesystem_error,
@@ -33,6 +36,10 @@ from pplx_nb._fs import (
     fsync_dir,
     id_from_ms,
     locked,
+    open_regular,
+    read_bytes,
+    real_directory,
+    strip_bom,
     validate_conversation_id,
 )
 from pplx_nb._models import now_iso
@@ -84,11 +91,16 @@ def _sweep_leftovers(directory: Path) -> None:
                     os.unlink(os.path.join(directory, name))
 
 
-def read_job_state(directory: Path | str) -> str | None:
-    """The ``status`` in a conversation directory's status.json, or ``None`` without a job."""
+def read_job_state(directory: Path | str, max_bytes: int = DEFAULT_MAX_FILE_BYTES) -> str | None:
+    """The ``status`` in a conversation directory's status.json, or ``None`` without a job.
+
+    A status.json that cannot be read (damaged, a FIFO, a link ...) counts as no job here; the
+    job queue's own listing reports it.
+    """
     try:
-        with open(os.path.join(directory, STATUS_FILE), "rb") as file:
-            state = json.loads(file.read()).get("status")
+        state = json.loads(read_bytes(os.path.join(directory, STATUS_FILE), max_bytes)).get(
+            "status"
+        )
     except (OSError, ValueError, AttributeError, RecursionError):
         return None
     return state if state in _JOB_STATES else None
@@ -107,11 +119,16 @@ class FileBackend:
     Args:
         root: the conversation-logs directory (created on the first write).
         durable: fsync each conversation write and its directory (survives power loss).
+        max_file_bytes: the largest file read (PPLX_NB_MAX_FILE_BYTES); a larger one is
+            reported as corrupted.
     """
 
-    def __init__(self, root: Path, *, durable: bool = False) -> None:
+    def __init__(
+        self, root: Path, *, durable: bool = False, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
+    ) -> None:
         self.root = root
         self.durable = durable
+        self.max_file_bytes = max_file_bytes
         self._root_str = str(root)
         # Where this backend's next id search starts: a burst of creates (faster than one per
         # millisecond) would otherwise retry every id the burst already took, each time.
@@ -242,6 +259,11 @@ class FileBackend:
     def delete(self, conversation_id: str) -> None:
         """Move the directory aside under the lock (readers see all or nothing), then remove it."""
         directory = self.directory(conversation_id)
+        if os.path.islink(directory):
+            # A planted link: remove the link itself, never what it points to.
+            with fs_errors(directory, "delete"):
+                os.unlink(directory)
+            return
         trash = self.root / f".deleted-{conversation_id}-{os.getpid()}-{next(_trash_counter)}"
         with self._locked(conversation_id, directory), fs_errors(directory, "delete"):
             _forget_job(self.root, conversation_id)
@@ -256,11 +278,15 @@ class FileBackend:
     def read(self, conversation_id: str) -> bytes:
         """The bytes of conversation.json."""
         directory = self.directory(conversation_id)
+        if not real_directory(directory):
+            raise not_found(conversation_id, self.root)
         return self._read(conversation_id, directory / CONVERSATION_FILE)
 
     def _read(self, conversation_id: str, path: Path | str) -> bytes:
-        with self._open(conversation_id, path) as file, fs_errors(path, "read"):
-            return file.read()
+        try:
+            return strip_bom(read_bytes(path, self.max_file_bytes))
+        except FileNotFoundError:
+            raise not_found(conversation_id, self.root) from None
 
     def _head(self, conversation_id: str, path: str) -> bytes | None:
         """The header line of a whole canonical document, or ``None`` for anything else.
@@ -269,7 +295,7 @@ class FileBackend:
         full and reported corrupted rather than listed from its intact first line.
         """
         with self._open(conversation_id, path) as file, fs_errors(path, "read"):
-            first = file.readline()
+            first = strip_bom(file.readline(self.max_file_bytes))
             if not first.endswith(b"\n") or header(first) is None:
                 return None
             file.seek(-len(TAIL), os.SEEK_END)
@@ -277,24 +303,25 @@ class FileBackend:
 
     def _open(self, conversation_id: str, path: Path | str) -> BinaryIO:
         try:
-            return open(path, "rb")
+            return os.fdopen(open_regular(path, self.max_file_bytes), "rb")
         except FileNotFoundError:
             raise not_found(conversation_id, self.root) from None
-        except OSError as exc:
-            raise filesystem_error(path, "read", exc) from exc
 
     def exists(self, conversation_id: str) -> bool:
-        """Whether the conversation's conversation.json exists."""
-        return (self.directory(conversation_id) / CONVERSATION_FILE).is_file()
+        """Whether the conversation is stored (a planted link counts: it is there, corrupted)."""
+        directory = self.directory(conversation_id)
+        return os.path.islink(directory) or os.path.isfile(directory / CONVERSATION_FILE)
 
     def ids(self) -> list[str]:
         """Ids of the conversation directories under the root, newest first."""
         try:
             with os.scandir(self.root) as entries:
+                # Links are listed too, so that reading them reports them instead of hiding them.
                 found = [
                     entry.name
                     for entry in entries
-                    if CONVERSATION_ID_RE.match(entry.name) and entry.is_dir()
+                    if CONVERSATION_ID_RE.match(entry.name)
+                    and (entry.is_dir(follow_symlinks=False) or entry.is_symlink())
                 ]
         except FileNotFoundError:
             return []
@@ -307,6 +334,8 @@ class FileBackend:
         """The light summary: from the header line when its summary is current, else computed."""
         # Plain strings, not Path objects: list() calls this for every conversation.
         directory = os.path.join(self._root_str, validate_conversation_id(conversation_id))
+        if not real_directory(directory):
+            raise not_found(conversation_id, self.root)
         path = os.path.join(directory, CONVERSATION_FILE)
         first = self._head(conversation_id, path)
         fields = None if first is None else header(first)
@@ -314,10 +343,11 @@ class FileBackend:
         if summary is None:
             data = self._read(conversation_id, path)
             summary = summarize(parse(data, conversation_id, path))
-        summary["jobStatus"] = read_job_state(directory)
+        summary["jobStatus"] = read_job_state(directory, self.max_file_bytes)
         summary["path"] = directory
         return summary
 
     def job_state(self, conversation_id: str) -> str | None:
         """The conversation's job status (pending, in_progress, ...), or ``None`` without a job."""
-        return read_job_state(self.directory(conversation_id))
+        directory = self.directory(conversation_id)
+        return read_job_state(directory, self.max_file_bytes) if real_directory(directory) else None

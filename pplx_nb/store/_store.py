@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import builtins
 import json
-import logging
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
@@ -26,7 +25,8 @@ from pplx_nb._errors import (
     PplxError,
     ValidationError,
 )
-from pplx_nb._fs import validate_conversation_id
+from pplx_nb._fs import DEFAULT_MAX_FILE_BYTES, validate_conversation_id
+from pplx_nb._logging import get_logger
 from pplx_nb._models import Conversation, ConversationSummary, Message
 from pplx_nb.store._base import StoreBackend
 from pplx_nb.store._document import SUMMARY_KEY, corrupted, header, parse
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ConversationStore"]
 
-logger = logging.getLogger("pplx_nb.store")
+logger = get_logger("pplx_nb.store")
 
 _RESERVED = frozenset(
     ("conversationId", "createdAt", "updatedAt", "messageCount", "messages", SUMMARY_KEY)
@@ -52,7 +52,8 @@ class ConversationStore:
     Args:
         root: the conversation-logs directory; ``None`` uses ``settings.logs_dir()``
             (``CONVERSATION_LOGS_DIR``, default ``./conversation-logs``).
-        settings: where the default root comes from (default: read from the environment).
+        settings: where the default root and the file size limit come from (default: read
+            from the environment when ``root`` is not given).
         durable: fsync every conversation write and its directory, so it survives a power loss.
 
     Attributes:
@@ -70,11 +71,13 @@ class ConversationStore:
         if root is None:
             from pplx_nb._config import Settings
 
-            path = (settings or Settings.from_env()).logs_dir()
+            settings = settings or Settings.from_env()
+            path = settings.logs_dir()
         else:
             path = Path(root).expanduser().absolute()
         self._root = path
-        self._backend: StoreBackend = FileBackend(path, durable=durable)
+        limit = settings.max_file_bytes if settings is not None else DEFAULT_MAX_FILE_BYTES
+        self._backend: StoreBackend = FileBackend(path, durable=durable, max_file_bytes=limit)
         self.last_skipped: builtins.list[PplxError] = []
 
     def __repr__(self) -> str:
@@ -177,7 +180,10 @@ class ConversationStore:
                 f"prune(older_than=...) needs a non-negative timedelta, got {older_than!r}, "
                 "e.g. timedelta(days=30).",
             )
-        cutoff = datetime.now(UTC) - older_than
+        try:
+            cutoff = datetime.now(UTC) - older_than
+        except OverflowError:
+            return 0  # before year 1: no conversation is that old
         cutoff_ms = int(cutoff.timestamp() * 1000)
         deleted = 0
         for conversation_id in self._backend.ids():
