@@ -202,7 +202,7 @@ def test_url_credentials_never_appear_anywhere(
 
     errors: list[BaseException] = []
     seen: list[str] = []
-    with serve(latency_ms=0, deep_research_seconds=0.2) as url:
+    with serve(latency_ms=0, deep_research_seconds=0.2, sonar=True) as url:
         proxied = url.replace("http://", f"http://{PROXY_USER}:{PASSWORD}@")
         settings = _debug_settings(proxied, style)
         fast = RetryPolicy(1, base=0.01, cap=0.02)
