@@ -38,6 +38,8 @@ TOOLS = {
     "perplexity_search_followup",
     "perplexity_deep_research_followup",
     "get_conversation_history",
+    "get_conversation_histories",
+    "await_conversation_histories",
     "list_conversations",
 }
 UNKNOWN_ID = "20200101-1577836800000"
@@ -141,7 +143,7 @@ def async_client(logs_dir: Path) -> Iterator[McpClient]:
         yield mcp
 
 
-def test_tools_list_has_the_six_tools_with_bounded_schemas(client: McpClient) -> None:
+def test_tools_list_has_every_tool_with_bounded_closed_schemas(client: McpClient) -> None:
     tools = {tool.name: tool for tool in client.portal.call(client.session.list_tools).tools}
     assert set(tools) == TOOLS
 
@@ -164,7 +166,13 @@ def test_tools_list_has_the_six_tools_with_bounded_schemas(client: McpClient) ->
 
     for name, tool in tools.items():
         assert tool.annotations is not None
-        read_only = name in ("get_conversation_history", "list_conversations")
+        assert tool.input_schema["additionalProperties"] is False, name
+        read_only = name not in (
+            "perplexity_search",
+            "perplexity_deep_research",
+            "perplexity_search_followup",
+            "perplexity_deep_research_followup",
+        )
         assert tool.annotations.read_only_hint is read_only
         assert tool.output_schema is not None
         # Optional fields are typed [T, "null"], not anyOf: cheaper for clients to validate.
@@ -348,7 +356,6 @@ BAD_CALLS = [
     ("perplexity_search", {"query": "x" * 10_001}, INVALID, "query"),
     ("perplexity_search", {"query": "q", "search_domain_filter": ["a.com"] * 21}, INVALID, "20"),
     ("perplexity_deep_research", {}, INVALID, "query"),
-    ("no_such_tool", {"query": "q"}, INVALID, "There is no tool 'no_such_tool'"),
     (
         "perplexity_search",
         {"query": "q", "search_after_date_filter": "13/45/2025"},
@@ -368,6 +375,18 @@ BAD_CALLS = [
         INVALID,
         "does not take conversationId",
     ),
+    ("perplexity_search", {"query": "q", "showThinking": "yes"}, INVALID, "valid boolean"),
+    ("perplexity_search", {"query": "q", "return_related_questions": "true"}, INVALID, "boolean"),
+    ("list_conversations", {"limit": "5"}, INVALID, "limit: Input should be a valid integer"),
+    ("perplexity_search", {"query": 5}, INVALID, "query: Input should be a valid string"),
+    ("get_conversation_histories", {"conversationIds": []}, INVALID, "conversationIds"),
+    ("get_conversation_histories", {"conversationIds": ["../x"]}, INVALID, "conversationIds"),
+    (
+        "await_conversation_histories",
+        {"conversationIds": [UNKNOWN_ID], "timeoutSeconds": 0},
+        INVALID,
+        "timeoutSeconds",
+    ),
 ]
 
 
@@ -381,11 +400,47 @@ def test_bad_calls_are_coded_error_results_and_the_server_lives_on(
     text = _text(result)
     assert text.startswith(f"{code}: ")
     assert hint in text
-    if tool == "no_such_tool":
-        assert all(name in text for name in TOOLS)
+    assert result.structured_content is None, "strict clients validate it against the schema"
     after = len(_data(client.call("list_conversations", {"limit": 200}))["conversations"])
     assert after == before
     assert client.alive()
+
+
+def test_an_unknown_tool_is_a_jsonrpc_error_naming_the_tools(client: McpClient) -> None:
+    from mcp.shared.exceptions import MCPError
+
+    with pytest.raises(MCPError) as caught:
+        client.call("no_such_tool", {"query": "q"})
+    assert caught.value.code == -32602
+    assert "Unknown tool: no_such_tool" in caught.value.message
+    assert all(name in caught.value.message for name in TOOLS)
+    assert client.alive()
+
+
+def test_a_string_that_looks_like_json_stays_a_string(client: McpClient) -> None:
+    for text in ("2024", "null", "[1]"):
+        result = client.call("list_conversations", {"text": text})
+        assert not result.is_error, _text(result)
+
+
+def test_histories_read_several_conversations_and_report_errors_per_id(
+    client: McpClient,
+) -> None:
+    first = _data(client.call("perplexity_search", {"query": "What is a generator?"}))
+    second = _data(client.call("perplexity_search", {"query": "What is a decorator?"}))
+    ids = [first["conversationId"], UNKNOWN_ID, second["conversationId"], UNKNOWN_ID]
+    result = client.call("get_conversation_histories", {"conversationIds": ids})
+    assert not result.is_error, _text(result)
+    data = _data(result)
+    assert list(data["conversations"]) == [ids[0], UNKNOWN_ID, ids[2]]
+    assert data["count"] == 3 and data["pending"] == [] and data["timedOut"] is False
+    found = data["conversations"][ids[0]]
+    assert found["status"] == "answered" and found["report"] == first["answer"]
+    assert [m["role"] for m in found["conversation"]["messages"]] == ["user", "assistant"]
+    missing = data["conversations"][UNKNOWN_ID]
+    assert missing["status"] == "error"
+    assert missing["error"]["code"] == "CONVERSATION_NOT_FOUND"
+    assert f"CONVERSATION_NOT_FOUND: Conversation {UNKNOWN_ID}" in _text(result)
 
 
 def test_health_resource_reports_status_and_metrics(client: McpClient) -> None:
@@ -744,3 +799,92 @@ def test_history_says_when_a_followup_is_still_being_answered_and_followups_wait
         "perplexity_search_followup", {"conversationId": cid, "query": "and with a timeout?"}
     )
     assert not answered.is_error, _text(answered)
+
+
+def test_a_call_waiting_on_a_conversation_lock_does_not_stall_other_calls(
+    client: McpClient,
+) -> None:
+    from pplx_nb._fs import locked
+
+    started = _data(client.call("perplexity_search", {"query": "What is a lock?"}))
+    cid, path = started["conversationId"], Path(started["conversationPath"])
+    outcome: list[CallToolResult] = []
+    with locked(path):
+        waiting = threading.Thread(
+            target=lambda: outcome.append(
+                client.call(
+                    "perplexity_search_followup", {"conversationId": cid, "query": "And RLock?"}
+                )
+            )
+        )
+        waiting.start()
+        time.sleep(1.0)  # the follow-up is now waiting for the lock this test holds
+        assert waiting.is_alive()
+        took = []
+        for _ in range(3):
+            begin = time.perf_counter()
+            listed = client.call("list_conversations", {"limit": 5})
+            took.append(time.perf_counter() - begin)
+            assert not listed.is_error, _text(listed)
+        history = client.call("get_conversation_history", {"conversationId": cid})
+        assert _data(history)["messageCount"] == 2
+        assert waiting.is_alive(), "the follow-up cannot have finished while the lock is held"
+    waiting.join(timeout=60)
+    assert max(took) < 1.5, took
+    assert outcome and not outcome[0].is_error, _text(outcome[0])
+    history = client.call("get_conversation_history", {"conversationId": cid})
+    assert _data(history)["messageCount"] == 4
+
+
+def test_await_histories_waits_for_queued_research_with_moving_progress(
+    async_client: McpClient,
+) -> None:
+    ids = [
+        _data(async_client.call("perplexity_deep_research", {"query": query}))["conversationId"]
+        for query in ("How do asyncio locks work?", "How do asyncio queues work?")
+    ]
+    early = async_client.call(
+        "await_conversation_histories", {"conversationIds": ids, "timeoutSeconds": 0.2}
+    )
+    assert not early.is_error, _text(early)
+    if _data(early)["timedOut"]:
+        assert _data(early)["pending"] and "call `await_conversation_histories` again" in _text(
+            early
+        )
+    progress: list[float] = []
+    done = async_client.call(
+        "await_conversation_histories",
+        {"conversationIds": ids, "timeoutSeconds": 60},
+        progress=progress,
+    )
+    assert not done.is_error, _text(done)
+    data = _data(done)
+    assert data["timedOut"] is False and data["pending"] == []
+    for cid in ids:
+        entry = data["conversations"][cid]
+        assert entry["status"] == "completed" and entry["job"]["status"] == "completed"
+        assert entry["report"] and entry["report"] in _text(done)
+    assert progress and progress == sorted(set(progress))
+
+
+def test_a_queued_research_job_reports_progress_that_moves(tmp_path: Path) -> None:
+    env = _server_env(
+        tmp_path / "logs",
+        PERPLEXITY_ENABLE_ASYNC_DEEP_RESEARCH="true",
+        PPLX_NB_SIM_DEEP_RESEARCH_SECONDS="4",
+    )
+    with McpClient(env, tmp_path / "server.log") as mcp:
+        queued = mcp.call("perplexity_deep_research", {"query": "How do asyncio tasks work?"})
+        cid = _data(queued)["conversationId"]
+        seen: list[int] = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            job = _data(mcp.call("get_conversation_history", {"conversationId": cid}))["job"]
+            if job["status"] == "completed":
+                break
+            if job.get("progress"):
+                seen.append(job["progress"]["percentage"])
+            time.sleep(0.2)
+    running = [value for value in seen if value > 25]
+    assert len(set(running)) >= 3, seen
+    assert running == sorted(running) and max(running) < 100
