@@ -26,36 +26,11 @@ from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult, TextContent
+from support.mcp import ROOT, TOOLS, UNKNOWN_ID, server_env
 
 from pplx_nb import Researcher, Settings
 from pplx_nb._models import Progress
 from pplx_nb.mcp._progress import ProgressRelay
-
-ROOT = Path(__file__).resolve().parent.parent
-TOOLS = {
-    "perplexity_search",
-    "perplexity_deep_research",
-    "perplexity_search_followup",
-    "perplexity_deep_research_followup",
-    "get_conversation_history",
-    "get_conversation_histories",
-    "await_conversation_histories",
-    "list_conversations",
-}
-UNKNOWN_ID = "20200101-1577836800000"
-
-
-def _server_env(logs_dir: Path, **extra: str) -> dict[str, str]:
-    env = {
-        "PPLX_NB_OFFLINE": "1",
-        "PPLX_NB_SIM_LATENCY_MS": "0",
-        "PPLX_NB_SIM_DEEP_RESEARCH_SECONDS": "0.5",
-        "CONVERSATION_LOGS_DIR": str(logs_dir),
-        "PYTHONPATH": str(ROOT),
-        "LOG_LEVEL": "info",
-    }
-    env.update(extra)
-    return env
 
 
 class McpClient:
@@ -126,7 +101,7 @@ def logs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def client(logs_dir: Path) -> Iterator[McpClient]:
     """A server in blocking mode (the MCP default)."""
-    env = _server_env(logs_dir, PPLX_NB_FILE_ROOTS=str(logs_dir.parent))
+    env = server_env(logs_dir, PPLX_NB_FILE_ROOTS=str(logs_dir.parent))
     with McpClient(env, logs_dir.parent / "blocking.log") as mcp:
         yield mcp
 
@@ -134,7 +109,7 @@ def client(logs_dir: Path) -> Iterator[McpClient]:
 @pytest.fixture(scope="module")
 def async_client(logs_dir: Path) -> Iterator[McpClient]:
     """A server with PERPLEXITY_ENABLE_ASYNC_DEEP_RESEARCH=true, running the worker."""
-    env = _server_env(
+    env = server_env(
         logs_dir,
         PERPLEXITY_ENABLE_ASYNC_DEEP_RESEARCH="true",
         PPLX_NB_SIM_DEEP_RESEARCH_SECONDS="1",
@@ -311,7 +286,7 @@ def test_attached_files_reach_the_conversation_and_outside_files_are_refused(
 
 def test_a_server_started_from_the_filesystem_root_attaches_no_files(tmp_path: Path) -> None:
     logs = tmp_path / "conversation-logs"
-    with McpClient(_server_env(logs), tmp_path / "root.log", cwd=Path("/")) as mcp:
+    with McpClient(server_env(logs), tmp_path / "root.log", cwd=Path("/")) as mcp:
         result = mcp.call(
             "perplexity_search", {"query": "What is in here?", "files": ["/etc/passwd"]}
         )
@@ -325,7 +300,7 @@ def test_a_server_started_from_the_filesystem_root_attaches_no_files(tmp_path: P
 
 @pytest.mark.parametrize("root", ["/", str(Path.home())])
 def test_a_root_or_home_file_root_stops_the_server_at_start_up(tmp_path: Path, root: str) -> None:
-    env = {**os.environ, **_server_env(tmp_path / "logs", PPLX_NB_FILE_ROOTS=root)}
+    env = {**os.environ, **server_env(tmp_path / "logs", PPLX_NB_FILE_ROOTS=root)}
     done = subprocess.run(
         [sys.executable, "-m", "pplx_nb.mcp"],
         env=env,
@@ -588,7 +563,7 @@ sys.exit(main())
 def test_malformed_jsonrpc_lines_do_not_stop_the_server_and_stdout_is_only_jsonrpc(
     tmp_path: Path,
 ) -> None:
-    env = {**os.environ, **_server_env(tmp_path / "logs")}
+    env = {**os.environ, **server_env(tmp_path / "logs")}
     stderr = tmp_path / "stderr.txt"
     with stderr.open("wb") as errors:
         process = subprocess.Popen(
@@ -682,7 +657,7 @@ def test_http_transport_serves_the_same_tools(tmp_path: Path) -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    env = {**os.environ, **_server_env(tmp_path / "logs")}
+    env = {**os.environ, **server_env(tmp_path / "logs")}
     process = subprocess.Popen(
         [sys.executable, "-m", "pplx_nb.mcp", "--transport", "http", "--port", str(port)],
         cwd=ROOT,
@@ -719,7 +694,7 @@ def test_a_refused_key_is_a_coded_error_and_never_shown(tmp_path: Path) -> None:
 
     wrong_key = "pplx-wrong-SECRET-0123456789abcdef"
     with serve(latency_ms=0, api_key="pplx-the-right-one-0123456789") as url:
-        env = _server_env(
+        env = server_env(
             tmp_path / "logs",
             PPLX_NB_OFFLINE="0",
             PERPLEXITY_BASE_URL=url,
@@ -868,7 +843,7 @@ def test_await_histories_waits_for_queued_research_with_moving_progress(
 
 
 def test_a_queued_research_job_reports_progress_that_moves(tmp_path: Path) -> None:
-    env = _server_env(
+    env = server_env(
         tmp_path / "logs",
         PERPLEXITY_ENABLE_ASYNC_DEEP_RESEARCH="true",
         PPLX_NB_SIM_DEEP_RESEARCH_SECONDS="4",

@@ -22,36 +22,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.mcp import ROOT, TOOLS, UNKNOWN_ID, server_env
 from support.node import drive
 
-ROOT = Path(__file__).resolve().parent.parent
-UNKNOWN_ID = "20200101-1577836800000"
 TOKEN = "test-token-0123456789abcdef-SECRET"
-TOOLS = {
-    "perplexity_search",
-    "perplexity_deep_research",
-    "perplexity_search_followup",
-    "perplexity_deep_research_followup",
-    "get_conversation_history",
-    "get_conversation_histories",
-    "await_conversation_histories",
-    "list_conversations",
-}
 
 
 def _env(logs: Path, **extra: str) -> dict[str, str]:
-    env = {
-        "PATH": os.environ.get("PATH", ""),
-        "HOME": os.environ.get("HOME", ""),
-        "PPLX_NB_OFFLINE": "1",
-        "PPLX_NB_SIM_LATENCY_MS": "0",
-        "PPLX_NB_SIM_DEEP_RESEARCH_SECONDS": "0.5",
-        "CONVERSATION_LOGS_DIR": str(logs),
-        "PYTHONPATH": str(ROOT),
-        "LOG_LEVEL": "warning",
-    }
-    env.update(extra)
-    return env
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "")}
+    return {**env, **server_env(logs, LOG_LEVEL="warning"), **extra}
 
 
 # (tool, arguments, the error code its result text starts with); every tool has one or more.
