@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import queue
-import socket
 import subprocess
 import sys
 import threading
@@ -26,7 +25,7 @@ from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult, TextContent
-from support.mcp import ROOT, TOOLS, UNKNOWN_ID, server_env
+from support.mcp import ROOT, TOOLS, UNKNOWN_ID, http_server, server_env
 
 from pplx_nb import Researcher, Settings
 from pplx_nb._models import Progress
@@ -654,19 +653,7 @@ def test_progress_relay_sends_a_heartbeat_that_always_increases() -> None:
 
 
 def test_http_transport_serves_the_same_tools(tmp_path: Path) -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    env = {**os.environ, **server_env(tmp_path / "logs")}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "pplx_nb.mcp", "--transport", "http", "--port", str(port)],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-
-    async def tool_names() -> set[str]:
+    async def tool_names(port: int) -> set[str]:
         async with (
             streamable_http_client(f"http://127.0.0.1:{port}/mcp") as (read, write, *_),
             ClientSession(read, write) as session,
@@ -674,19 +661,8 @@ def test_http_transport_serves_the_same_tools(tmp_path: Path) -> None:
             await session.initialize()
             return {tool.name for tool in (await session.list_tools()).tools}
 
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1):
-                    break
-            except OSError:
-                assert time.monotonic() < deadline and process.poll() is None
-                time.sleep(0.05)
-        assert anyio.run(tool_names) == TOOLS
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
+    with http_server(tmp_path / "logs") as port:
+        assert anyio.run(tool_names, port) == TOOLS
 
 
 def test_a_refused_key_is_a_coded_error_and_never_shown(tmp_path: Path) -> None:

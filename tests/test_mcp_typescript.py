@@ -12,17 +12,15 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
-from support.mcp import ROOT, TOOLS, UNKNOWN_ID, server_env
+from support.mcp import ROOT, TOOLS, UNKNOWN_ID, http_server, server_env
 from support.node import drive
 
 TOKEN = "test-token-0123456789abcdef-SECRET"
@@ -170,41 +168,11 @@ def test_every_tool_over_stdio_with_the_typescript_client(tmp_path: Path) -> Non
     _check_report(report, async_mode=False, attachments=True)
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @contextmanager
-def _http_server(
-    tmp_path: Path, host: str = "127.0.0.1", *args: str, **env: str
-) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
-    port = _free_port()
-    log = (tmp_path / f"http-{port}.log").open("wb")
-    command = ["-m", "pplx_nb.mcp", "--transport", "http", "--host", host, "--port", str(port)]
-    process = subprocess.Popen(
-        [sys.executable, *command, *args],
-        cwd=ROOT,
-        env={**os.environ, **_env(tmp_path / "conversation-logs", **env)},
-        stdout=log,
-        stderr=log,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1):
-                    break
-            except OSError:
-                assert process.poll() is None, (tmp_path / f"http-{port}.log").read_text()
-                assert time.monotonic() < deadline, "the HTTP server did not start in 30 s"
-                time.sleep(0.05)
-        yield port, process
-    finally:
-        process.terminate()
-        process.wait(timeout=15)
-        log.close()
+def _http_server(tmp_path: Path, *args: str, host: str = "127.0.0.1", **env: str) -> Iterator[int]:
+    log = tmp_path / "http.log"
+    with http_server(tmp_path / "conversation-logs", *args, host=host, log=log, **env) as port:
+        yield port
 
 
 def test_every_tool_over_http_with_the_token_and_async_research(tmp_path: Path) -> None:
@@ -212,7 +180,7 @@ def test_every_tool_over_http_with_the_token_and_async_research(tmp_path: Path) 
         tmp_path,
         PPLX_NB_MCP_TOKEN=TOKEN,
         PERPLEXITY_ENABLE_ASYNC_DEEP_RESEARCH="true",
-    ) as (port, _):
+    ) as port:
         url = f"http://127.0.0.1:{port}/mcp"
         plan = {
             "transport": "http",
@@ -269,7 +237,7 @@ def _session(port: int, headers: dict[str, str]) -> dict[str, str]:
 
 
 def test_http_needs_the_token_when_one_is_set(tmp_path: Path) -> None:
-    with _http_server(tmp_path, PPLX_NB_MCP_TOKEN=TOKEN) as (port, _):
+    with _http_server(tmp_path, PPLX_NB_MCP_TOKEN=TOKEN) as port:
         status, body, headers = _post(port, INITIALIZE, {})
         assert status == 401 and "PPLX_NB_MCP_TOKEN" in body
         assert headers["www-authenticate"].startswith("Bearer")
@@ -282,12 +250,12 @@ def test_http_needs_the_token_when_one_is_set(tmp_path: Path) -> None:
         without = {key: value for key, value in session.items() if key != "Authorization"}
         status, body, _ = _post(port, CALL, without)
         assert status == 401 and '"result"' not in body
-    assert TOKEN not in (tmp_path / f"http-{port}.log").read_text()
+    assert TOKEN not in (tmp_path / "http.log").read_text()
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0"])
 def test_an_evil_host_or_origin_gets_no_tool_result_on_any_bind(tmp_path: Path, host: str) -> None:
-    with _http_server(tmp_path, host, PPLX_NB_MCP_TOKEN=TOKEN) as (port, _):
+    with _http_server(tmp_path, host=host, PPLX_NB_MCP_TOKEN=TOKEN) as port:
         good = {"Authorization": f"Bearer {TOKEN}"}
         session = _session(port, good)
         for evil in ({"Host": "evil.example"}, {"Origin": "http://evil.example"}):
@@ -304,7 +272,7 @@ def test_a_listed_host_and_origin_are_let_in(tmp_path: Path) -> None:
         tmp_path,
         PPLX_NB_MCP_ALLOWED_HOSTS="mcp.example.org:*",
         PPLX_NB_MCP_ALLOWED_ORIGINS="https://app.example.org",
-    ) as (port, _):
+    ) as port:
         named = {"Host": f"mcp.example.org:{port}", "Origin": "https://app.example.org"}
         assert _post(port, INITIALIZE, named)[0] == 200
         assert _post(port, INITIALIZE, {"Host": f"127.0.0.1:{port}"})[0] == 421
@@ -326,7 +294,7 @@ def test_a_non_loopback_host_without_a_token_refuses_to_start(tmp_path: Path, ho
 
 
 def test_allow_unauthenticated_serves_a_trusted_network(tmp_path: Path) -> None:
-    with _http_server(tmp_path, "0.0.0.0", "--allow-unauthenticated") as (port, _):
+    with _http_server(tmp_path, "--allow-unauthenticated", host="0.0.0.0") as port:
         session = _session(port, {})
         status, body, _ = _post(port, CALL, session)
         assert status == 200 and '"result"' in body
