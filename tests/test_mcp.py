@@ -25,7 +25,7 @@ from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult, TextContent
-from support.mcp import ROOT, TOOLS, UNKNOWN_ID, http_server, server_env
+from support.mcp import INITIALIZE, ROOT, TOOLS, UNKNOWN_ID, http_server, server_env
 
 from pplx_nb import Researcher, Settings
 from pplx_nb._models import Progress
@@ -584,18 +584,7 @@ def test_malformed_jsonrpc_lines_do_not_stop_the_server_and_stdout_is_only_jsonr
         process.stdin.flush()
 
     try:
-        send(
-            {
-                "jsonrpc": "2.0",
-                "id": 1,
-                "method": "initialize",
-                "params": {
-                    "protocolVersion": "2025-11-25",
-                    "capabilities": {},
-                    "clientInfo": {"name": "raw-test", "version": "1"},
-                },
-            }
-        )
+        send(INITIALIZE)
         assert "result" in _response(lines, 1, seen)
         send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         for index in range(200):

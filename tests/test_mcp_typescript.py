@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.mcp import ROOT, TOOLS, UNKNOWN_ID, http_server, server_env
+from support.mcp import INITIALIZE, ROOT, TOOLS, UNKNOWN_ID, http_server, server_env
 from support.node import drive
 
 TOKEN = "test-token-0123456789abcdef-SECRET"
@@ -195,16 +195,6 @@ def test_every_tool_over_http_with_the_token_and_async_research(tmp_path: Path) 
     assert "PPLX_NB_MCP_TOKEN" in refused["connectError"]["message"]
 
 
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "raw-http-test", "version": "1"},
-    },
-}
 CALL = {
     "jsonrpc": "2.0",
     "id": 2,

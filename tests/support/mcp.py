@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-__all__ = ["ROOT", "TOOLS", "UNKNOWN_ID", "http_server", "server_env"]
+__all__ = ["INITIALIZE", "ROOT", "TOOLS", "UNKNOWN_ID", "http_server", "server_env"]
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 TOOLS = {
@@ -26,6 +26,17 @@ TOOLS = {
 }
 UNKNOWN_ID = "20200101-1577836800000"
 """A well-formed conversation ID that no test creates."""
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "pplx-nb-raw-test", "version": "1"},
+    },
+}
+"""A raw JSON-RPC ``initialize`` request (id 1), for tests that speak the protocol by hand."""
 
 
 def server_env(logs_dir: Path, **extra: str) -> dict[str, str]:
