@@ -6,6 +6,7 @@ each runs as ``python -m pplx_nb.mcp`` in its own process, exactly as an assista
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import queue
@@ -828,3 +829,52 @@ def test_a_queued_research_job_reports_progress_that_moves(tmp_path: Path) -> No
     running = [value for value in seen if value > 25]
     assert len(set(running)) >= 3, seen
     assert running == sorted(running) and max(running) < 100
+
+
+def test_loop_pool_runs_a_blocking_call_beside_others_and_cancels_on_request() -> None:
+    from pplx_nb.mcp._offload import LoopPool
+
+    pool = LoopPool(size=2)
+    ended: list[str] = []
+
+    async def blocking() -> str:
+        time.sleep(1.0)  # a lock wait: blocks its own loop only
+        return "blocked"
+
+    async def quick() -> str:
+        return "quick"
+
+    async def endless() -> None:
+        try:
+            await asyncio.sleep(3600)
+        finally:
+            ended.append("cancelled")
+
+    async def scenario() -> tuple[list[str], float]:
+        results: list[str] = []
+        async with anyio.create_task_group() as group:
+
+            async def slow() -> None:
+                results.append(await pool.run(blocking()))
+
+            group.start_soon(slow)
+            await anyio.sleep(0.1)
+            begin = time.perf_counter()
+            results.append(await pool.run(quick()))
+            took = time.perf_counter() - begin
+        with anyio.move_on_after(0.3):
+            await pool.run(endless())
+        deadline = time.monotonic() + 5
+        while not ended and time.monotonic() < deadline:
+            await anyio.sleep(0.01)
+        results.append(await pool.run(quick()))
+        return results, took
+
+    try:
+        results, took = anyio.run(scenario)
+        assert len(pool.loops) == 2, "a loop per call running at once, reused after"
+    finally:
+        pool.close()
+    assert results == ["quick", "blocked", "quick"]
+    assert took < 0.5
+    assert ended == ["cancelled"]

@@ -104,16 +104,19 @@ class LoopPool:
         except BaseException:
             coro.close()
             raise
-        future = asyncio.run_coroutine_threadsafe(coro, loop.loop)
+        future = asyncio.run_coroutine_threadsafe(self._on(loop, coro), loop.loop)
         try:
             return await asyncio.wrap_future(future)
         finally:
             if not future.done():
                 future.cancel()
-                # The loop is handed on only once the cancelled call has really ended.
-                future.add_done_callback(lambda _: self._give_back(loop))
-            else:
-                self._give_back(loop)
+
+    async def _on(self, loop: _Loop, coro: Coroutine[Any, Any, T]) -> T:
+        # The loop is handed on only once the call has really ended, cancelled or not.
+        try:
+            return await coro
+        finally:
+            self._give_back(loop)
 
     def close(self) -> None:
         """Stop every loop (call after the Researcher has closed its clients on them)."""
