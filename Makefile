@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-dev
 
-.PHONY: test test-fast lint bench demo mcp sim clean
+.PHONY: test test-fast lint bench conformance demo mcp sim clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,10 @@ lint: $(STAMP)
 ## bench: compare pplx_nb with the alternatives; writes bench/RESULTS.md
 bench: $(STAMP)
 	$(PY) -m bench
+
+## conformance: the official MCP conformance suite against the server over HTTP (installs it via npm)
+conformance: $(STAMP)
+	PPLX_NB_OFFLINE=1 $(PY) tests/mcp_conformance.py
 
 ## demo: JupyterLab on the example notebooks (offline simulator unless PERPLEXITY_API_KEY is set)
 DEMO_STAMP := $(VENV)/.installed-lab

@@ -2,13 +2,16 @@
 
 Every server runs in its own process over stdio and is driven by the official client, exactly as an
 assistant drives it. The simulator runs in a third process (``python -m pplx_nb.sim``) so that its
-memory and CPU are not counted against the server.
+memory and CPU are not counted against the server. Memory under many clients is measured over
+streamable HTTP: short-lived clients, half of which leave without ending their session.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -21,6 +24,7 @@ import anyio
 import httpx2
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
 
 from bench._util import ROOT, median, ratio, simulator, table
 from pplx_nb.research import SYSTEM_PROMPT
@@ -29,7 +33,12 @@ TITLE = "MCP server (python -m pplx_nb.mcp)"
 
 RUNS = 7
 SEARCHES = 100
+CLIENTS = 150
+CALLS_PER_CLIENT = 10
+IDLE_SECONDS = 10
 HELLO = '''
+import sys
+
 from mcp.server.mcpserver import MCPServer
 
 app = MCPServer("hello")
@@ -41,7 +50,10 @@ def hello(name: str) -> str:
     return f"hello {name}"
 
 
-app.run()
+if len(sys.argv) > 1:
+    app.run("streamable-http", port=int(sys.argv[1]))
+else:
+    app.run()
 '''
 
 
@@ -149,6 +161,89 @@ async def _raw_simulator_calls(base_url: str, count: int) -> list[float]:
     return out
 
 
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@asynccontextmanager
+async def _http_server(args: list[str], env: dict[str, str]) -> AsyncIterator[tuple[str, int]]:
+    """A server process listening on a free port: its ``/mcp`` URL and pid."""
+    port = _free_port()
+    process = subprocess.Popen(
+        [sys.executable, *args, str(port)],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"{args} did not start") from None
+                await anyio.sleep(0.05)
+        yield f"http://127.0.0.1:{port}/mcp", process.pid
+    finally:
+        process.terminate()
+        process.wait(timeout=15)
+
+
+async def _many_clients(
+    url: str, pid: int, name: str, arguments: dict[str, Any], *, end_sessions: bool = True
+) -> tuple[float, float, float]:
+    """RSS after the first call and after CLIENTS clients of CALLS_PER_CLIENT calls; seconds.
+
+    With ``end_sessions`` False the clients vanish without a DELETE, as killed clients do.
+    """
+    first = 0.0
+    start = time.perf_counter()
+    for _ in range(CLIENTS):
+        async with (
+            streamable_http_client(url, terminate_on_close=end_sessions) as (read, write, *_),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            for _ in range(CALLS_PER_CLIENT):
+                result = await session.call_tool(name, arguments)
+                if result.is_error:
+                    raise RuntimeError(f"{name} failed: {result.content}")
+                if not first:
+                    first = _rss_mb(pid)
+    return first, _rss_mb(pid), time.perf_counter() - start
+
+
+async def _memory_under_clients(hello: Path, logs: Path) -> dict[str, Any]:
+    env = _pplx_env(logs)
+    ours_args = ["-m", "pplx_nb.mcp", "--transport", "http", "--session-idle-seconds"]
+    out: dict[str, Any] = {}
+    async with _http_server([*ours_args, str(IDLE_SECONDS), "--port"], env) as (url, pid):
+        async with (
+            streamable_http_client(url) as (read, write, *_),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            started = await session.call_tool("perplexity_search", {"query": _question(0)})
+        history = {"conversationId": (started.structured_content or {})["conversationId"]}
+        out["ours"] = await _many_clients(url, pid, "get_conversation_history", history)
+        gone = [
+            await _many_clients(url, pid, "get_conversation_history", history, end_sessions=False)
+        ]
+        await anyio.sleep(IDLE_SECONDS + 3)
+        gone.append(
+            await _many_clients(url, pid, "get_conversation_history", history, end_sessions=False)
+        )
+        out["abandoned"] = gone
+    async with _http_server([str(hello)], {}) as (url, pid):
+        out["theirs"] = await _many_clients(url, pid, "hello", {"name": "n"})
+    return out
+
+
 def _question(index: int) -> str:
     topics = ("asyncio tasks", "context managers", "dataclasses", "pathlib", "itertools")
     return f"How do I use {topics[index % len(topics)]} (case {index})?"
@@ -173,7 +268,9 @@ async def _measure(hello: Path, logs: Path) -> dict[str, Any]:
                 server.session, "hello", lambda i: {"name": f"n{i}"}, SEARCHES
             )
             rss_hello = _rss_mb(server.pid)
+    clients = await _memory_under_clients(hello, logs)
     return {
+        "clients": clients,
         "ours_start": ours_start,
         "hello_start": hello_start,
         "rss_idle": rss_idle,
@@ -212,10 +309,25 @@ def run() -> str:
         ["tools/call search, cached (p50)", _ms(cached), _ms(hello_call),
          ratio(cached, hello_call), "≤ 5 ms"],
     ]  # fmt: skip
+    (first, last, took), (hello_first, hello_last, _) = m["clients"]["ours"], m["clients"]["theirs"]
+    (gone_first, gone_mid, _), (_, gone_last, _) = m["clients"]["abandoned"]
+    calls = CLIENTS * CALLS_PER_CLIENT
+    rows += [
+        [f"RSS growth over {CLIENTS} short-lived HTTP clients + {calls:,} calls, from after the "
+         "first call", f"+{last - first:.1f} MB ({first:.0f} → {last:.0f}; "
+         f"{calls / took:.0f} calls/s)", f"+{hello_last - hello_first:.1f} MB "
+         f"({hello_first:.0f} → {hello_last:.0f})", "", "≤ 10 MB"],
+        [f"same, clients vanishing without ending their session: after {CLIENTS}, then after "
+         f"expiry ({IDLE_SECONDS} s idle) and {CLIENTS} more", f"+{gone_mid - gone_first:.1f} MB, "
+         f"then +{gone_last - gone_mid:.1f} MB", "", "", "flat after expiry"],
+    ]  # fmt: skip
     return (
         f"Medians: start-up over {RUNS} alternating runs each; calls over {SEARCHES - 5} calls "
         "after 5 warm-ups. The alternative is a hello-world `MCPServer` with one tool, in the same "
-        "run; the simulator runs in its own process with no added latency.\n\n"
+        "run; the simulator runs in its own process with no added latency. HTTP rows: each "
+        f"client initializes, makes {CALLS_PER_CLIENT} calls (get_conversation_history; hello) "
+        "and leaves; the last row's clients never end their sessions, which the server closes "
+        f"after `--session-idle-seconds` ({IDLE_SECONDS} here; default 300).\n\n"
         + table(["measure", "pplx_nb.mcp", "hello-world MCPServer", "ratio", "target"], rows)
     )
 

@@ -125,6 +125,23 @@ class Settings(BaseSettings):
         validation_alias=_env("XDG_CACHE_HOME", "cache_home"),
         description="The user cache folder (an operating-system convention; ~/.cache if unset).",
     )
+    mcp_token: SecretStr | None = Field(
+        None,
+        validation_alias=_env("PPLX_NB_MCP_TOKEN", "mcp_token"),
+        description="Bearer token the MCP server requires over HTTP; never logged or shown.",
+    )
+    mcp_allowed_hosts: Annotated[tuple[str, ...], NoDecode] = Field(
+        (),
+        validation_alias=_env("PPLX_NB_MCP_ALLOWED_HOSTS", "mcp_allowed_hosts"),
+        description="Host headers the MCP server accepts over HTTP (comma-separated; "
+        "empty: loopback names and the bound address).",
+    )
+    mcp_allowed_origins: Annotated[tuple[str, ...], NoDecode] = Field(
+        (),
+        validation_alias=_env("PPLX_NB_MCP_ALLOWED_ORIGINS", "mcp_allowed_origins"),
+        description="Origin headers the MCP server accepts over HTTP (comma-separated; "
+        "empty: loopback origins).",
+    )
     log_level: str = Field("info", validation_alias=_env("LOG_LEVEL", "log_level"))
     log_format: Literal["text", "json"] = Field(
         "text", validation_alias=_env("LOG_FORMAT", "log_format")
@@ -135,6 +152,13 @@ class Settings(BaseSettings):
     def _split_roots(cls, value: Any) -> Any:
         if isinstance(value, str):
             return tuple(Path(part) for part in value.split(os.pathsep) if part)
+        return value
+
+    @field_validator("mcp_allowed_hosts", "mcp_allowed_origins", mode="before")
+    @classmethod
+    def _split_names(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
         return value
 
     @field_validator("base_url")
@@ -195,6 +219,7 @@ class Settings(BaseSettings):
         data = self.model_dump()
         data["api_key"] = "set (hidden)" if self.api_key is not None else "not set"
         data["base_url"] = url_without_credentials(self.base_url)
+        data["mcp_token"] = "set (hidden)" if self.mcp_token is not None else "not set"
         data["offline_in_effect"] = self.is_offline
         return data
 

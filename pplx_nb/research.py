@@ -945,6 +945,8 @@ class Researcher:
     async def _poll(
         self, client: AsyncClient, request: Request, remote_id: str, ctx: JobContext
     ) -> Answer:
+        from pplx_nb.jobs._estimate import expected_research_seconds, research_progress
+
         """Poll a background run until it ends, through outages, until its deadline.
 
         Transient failures (5xx, 429, 408/409, timeouts, broken connections) are waited out
@@ -956,6 +958,7 @@ class Researcher:
         submitted = ctx.submitted_at or time.time()
         deadline = loop.time() + (submitted + budget - time.time())
         started = time.monotonic()
+        expected = expected_research_seconds(self._settings)
         delay = 0.1
         reported = 25
         outage = 0
@@ -1000,15 +1003,10 @@ class Researcher:
             if answer is not None:
                 await ctx.report(95, "Finalizing research report...")
                 return answer
-            elapsed = time.monotonic() - started
-            if reported < 50:
-                reported = 50
-                await ctx.report(50, "Processing response...")
-            else:
-                pct = 75 + min(20, int(20 * (1 - math.exp(-elapsed / 60))))
-                if pct != reported:
-                    reported = pct
-                    await ctx.report(pct, "Finalizing research report...")
+            pct, message = research_progress(time.monotonic() - started, expected)
+            if pct != reported:
+                reported = pct
+                await ctx.report(pct, message)
             await asyncio.sleep(min(delay, max(deadline - loop.time(), 0)))
             delay = min(delay * 1.5, 3.0)
 

@@ -6,10 +6,10 @@ each runs as ``python -m pplx_nb.mcp`` in its own process, exactly as an assista
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import queue
-import socket
 import subprocess
 import sys
 import threading
@@ -26,34 +26,11 @@ from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult, TextContent
+from support.mcp import INITIALIZE, ROOT, TOOLS, UNKNOWN_ID, http_server, server_env
 
 from pplx_nb import Researcher, Settings
 from pplx_nb._models import Progress
 from pplx_nb.mcp._progress import ProgressRelay
-
-ROOT = Path(__file__).resolve().parent.parent
-TOOLS = {
-    "perplexity_search",
-    "perplexity_deep_research",
-    "perplexity_search_followup",
-    "perplexity_deep_research_followup",
-    "get_conversation_history",
-    "list_conversations",
-}
-UNKNOWN_ID = "20200101-1577836800000"
-
-
-def _server_env(logs_dir: Path, **extra: str) -> dict[str, str]:
-    env = {
-        "PPLX_NB_OFFLINE": "1",
-        "PPLX_NB_SIM_LATENCY_MS": "0",
-        "PPLX_NB_SIM_DEEP_RESEARCH_SECONDS": "0.5",
-        "CONVERSATION_LOGS_DIR": str(logs_dir),
-        "PYTHONPATH": str(ROOT),
-        "LOG_LEVEL": "info",
-    }
-    env.update(extra)
-    return env
 
 
 class McpClient:
@@ -124,7 +101,7 @@ def logs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def client(logs_dir: Path) -> Iterator[McpClient]:
     """A server in blocking mode (the MCP default)."""
-    env = _server_env(logs_dir, PPLX_NB_FILE_ROOTS=str(logs_dir.parent))
+    env = server_env(logs_dir, PPLX_NB_FILE_ROOTS=str(logs_dir.parent))
     with McpClient(env, logs_dir.parent / "blocking.log") as mcp:
         yield mcp
 
@@ -132,7 +109,7 @@ def client(logs_dir: Path) -> Iterator[McpClient]:
 @pytest.fixture(scope="module")
 def async_client(logs_dir: Path) -> Iterator[McpClient]:
     """A server with PERPLEXITY_ENABLE_ASYNC_DEEP_RESEARCH=true, running the worker."""
-    env = _server_env(
+    env = server_env(
         logs_dir,
         PERPLEXITY_ENABLE_ASYNC_DEEP_RESEARCH="true",
         PPLX_NB_SIM_DEEP_RESEARCH_SECONDS="1",
@@ -141,7 +118,7 @@ def async_client(logs_dir: Path) -> Iterator[McpClient]:
         yield mcp
 
 
-def test_tools_list_has_the_six_tools_with_bounded_schemas(client: McpClient) -> None:
+def test_tools_list_has_every_tool_with_bounded_closed_schemas(client: McpClient) -> None:
     tools = {tool.name: tool for tool in client.portal.call(client.session.list_tools).tools}
     assert set(tools) == TOOLS
 
@@ -164,7 +141,13 @@ def test_tools_list_has_the_six_tools_with_bounded_schemas(client: McpClient) ->
 
     for name, tool in tools.items():
         assert tool.annotations is not None
-        read_only = name in ("get_conversation_history", "list_conversations")
+        assert tool.input_schema["additionalProperties"] is False, name
+        read_only = name not in (
+            "perplexity_search",
+            "perplexity_deep_research",
+            "perplexity_search_followup",
+            "perplexity_deep_research_followup",
+        )
         assert tool.annotations.read_only_hint is read_only
         assert tool.output_schema is not None
         # Optional fields are typed [T, "null"], not anyOf: cheaper for clients to validate.
@@ -303,7 +286,7 @@ def test_attached_files_reach_the_conversation_and_outside_files_are_refused(
 
 def test_a_server_started_from_the_filesystem_root_attaches_no_files(tmp_path: Path) -> None:
     logs = tmp_path / "conversation-logs"
-    with McpClient(_server_env(logs), tmp_path / "root.log", cwd=Path("/")) as mcp:
+    with McpClient(server_env(logs), tmp_path / "root.log", cwd=Path("/")) as mcp:
         result = mcp.call(
             "perplexity_search", {"query": "What is in here?", "files": ["/etc/passwd"]}
         )
@@ -317,7 +300,7 @@ def test_a_server_started_from_the_filesystem_root_attaches_no_files(tmp_path: P
 
 @pytest.mark.parametrize("root", ["/", str(Path.home())])
 def test_a_root_or_home_file_root_stops_the_server_at_start_up(tmp_path: Path, root: str) -> None:
-    env = {**os.environ, **_server_env(tmp_path / "logs", PPLX_NB_FILE_ROOTS=root)}
+    env = {**os.environ, **server_env(tmp_path / "logs", PPLX_NB_FILE_ROOTS=root)}
     done = subprocess.run(
         [sys.executable, "-m", "pplx_nb.mcp"],
         env=env,
@@ -348,7 +331,6 @@ BAD_CALLS = [
     ("perplexity_search", {"query": "x" * 10_001}, INVALID, "query"),
     ("perplexity_search", {"query": "q", "search_domain_filter": ["a.com"] * 21}, INVALID, "20"),
     ("perplexity_deep_research", {}, INVALID, "query"),
-    ("no_such_tool", {"query": "q"}, INVALID, "There is no tool 'no_such_tool'"),
     (
         "perplexity_search",
         {"query": "q", "search_after_date_filter": "13/45/2025"},
@@ -368,6 +350,18 @@ BAD_CALLS = [
         INVALID,
         "does not take conversationId",
     ),
+    ("perplexity_search", {"query": "q", "showThinking": "yes"}, INVALID, "valid boolean"),
+    ("perplexity_search", {"query": "q", "return_related_questions": "true"}, INVALID, "boolean"),
+    ("list_conversations", {"limit": "5"}, INVALID, "limit: Input should be a valid integer"),
+    ("perplexity_search", {"query": 5}, INVALID, "query: Input should be a valid string"),
+    ("get_conversation_histories", {"conversationIds": []}, INVALID, "conversationIds"),
+    ("get_conversation_histories", {"conversationIds": ["../x"]}, INVALID, "conversationIds"),
+    (
+        "await_conversation_histories",
+        {"conversationIds": [UNKNOWN_ID], "timeoutSeconds": 0},
+        INVALID,
+        "timeoutSeconds",
+    ),
 ]
 
 
@@ -381,11 +375,47 @@ def test_bad_calls_are_coded_error_results_and_the_server_lives_on(
     text = _text(result)
     assert text.startswith(f"{code}: ")
     assert hint in text
-    if tool == "no_such_tool":
-        assert all(name in text for name in TOOLS)
+    assert result.structured_content is None, "strict clients validate it against the schema"
     after = len(_data(client.call("list_conversations", {"limit": 200}))["conversations"])
     assert after == before
     assert client.alive()
+
+
+def test_an_unknown_tool_is_a_jsonrpc_error_naming_the_tools(client: McpClient) -> None:
+    from mcp.shared.exceptions import MCPError
+
+    with pytest.raises(MCPError) as caught:
+        client.call("no_such_tool", {"query": "q"})
+    assert caught.value.code == -32602
+    assert "Unknown tool: no_such_tool" in caught.value.message
+    assert all(name in caught.value.message for name in TOOLS)
+    assert client.alive()
+
+
+def test_a_string_that_looks_like_json_stays_a_string(client: McpClient) -> None:
+    for text in ("2024", "null", "[1]"):
+        result = client.call("list_conversations", {"text": text})
+        assert not result.is_error, _text(result)
+
+
+def test_histories_read_several_conversations_and_report_errors_per_id(
+    client: McpClient,
+) -> None:
+    first = _data(client.call("perplexity_search", {"query": "What is a generator?"}))
+    second = _data(client.call("perplexity_search", {"query": "What is a decorator?"}))
+    ids = [first["conversationId"], UNKNOWN_ID, second["conversationId"], UNKNOWN_ID]
+    result = client.call("get_conversation_histories", {"conversationIds": ids})
+    assert not result.is_error, _text(result)
+    data = _data(result)
+    assert list(data["conversations"]) == [ids[0], UNKNOWN_ID, ids[2]]
+    assert data["count"] == 3 and data["pending"] == [] and data["timedOut"] is False
+    found = data["conversations"][ids[0]]
+    assert found["status"] == "answered" and found["report"] == first["answer"]
+    assert [m["role"] for m in found["conversation"]["messages"]] == ["user", "assistant"]
+    missing = data["conversations"][UNKNOWN_ID]
+    assert missing["status"] == "error"
+    assert missing["error"]["code"] == "CONVERSATION_NOT_FOUND"
+    assert f"CONVERSATION_NOT_FOUND: Conversation {UNKNOWN_ID}" in _text(result)
 
 
 def test_health_resource_reports_status_and_metrics(client: McpClient) -> None:
@@ -533,7 +563,7 @@ sys.exit(main())
 def test_malformed_jsonrpc_lines_do_not_stop_the_server_and_stdout_is_only_jsonrpc(
     tmp_path: Path,
 ) -> None:
-    env = {**os.environ, **_server_env(tmp_path / "logs")}
+    env = {**os.environ, **server_env(tmp_path / "logs")}
     stderr = tmp_path / "stderr.txt"
     with stderr.open("wb") as errors:
         process = subprocess.Popen(
@@ -555,18 +585,7 @@ def test_malformed_jsonrpc_lines_do_not_stop_the_server_and_stdout_is_only_jsonr
         process.stdin.flush()
 
     try:
-        send(
-            {
-                "jsonrpc": "2.0",
-                "id": 1,
-                "method": "initialize",
-                "params": {
-                    "protocolVersion": "2025-11-25",
-                    "capabilities": {},
-                    "clientInfo": {"name": "raw-test", "version": "1"},
-                },
-            }
-        )
+        send(INITIALIZE)
         assert "result" in _response(lines, 1, seen)
         send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         for index in range(200):
@@ -624,19 +643,7 @@ def test_progress_relay_sends_a_heartbeat_that_always_increases() -> None:
 
 
 def test_http_transport_serves_the_same_tools(tmp_path: Path) -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    env = {**os.environ, **_server_env(tmp_path / "logs")}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "pplx_nb.mcp", "--transport", "http", "--port", str(port)],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-
-    async def tool_names() -> set[str]:
+    async def tool_names(port: int) -> set[str]:
         async with (
             streamable_http_client(f"http://127.0.0.1:{port}/mcp") as (read, write, *_),
             ClientSession(read, write) as session,
@@ -644,19 +651,8 @@ def test_http_transport_serves_the_same_tools(tmp_path: Path) -> None:
             await session.initialize()
             return {tool.name for tool in (await session.list_tools()).tools}
 
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1):
-                    break
-            except OSError:
-                assert time.monotonic() < deadline and process.poll() is None
-                time.sleep(0.05)
-        assert anyio.run(tool_names) == TOOLS
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
+    with http_server(tmp_path / "logs") as port:
+        assert anyio.run(tool_names, port) == TOOLS
 
 
 def test_a_refused_key_is_a_coded_error_and_never_shown(tmp_path: Path) -> None:
@@ -664,7 +660,7 @@ def test_a_refused_key_is_a_coded_error_and_never_shown(tmp_path: Path) -> None:
 
     wrong_key = "pplx-wrong-SECRET-0123456789abcdef"
     with serve(latency_ms=0, api_key="pplx-the-right-one-0123456789") as url:
-        env = _server_env(
+        env = server_env(
             tmp_path / "logs",
             PPLX_NB_OFFLINE="0",
             PERPLEXITY_BASE_URL=url,
@@ -744,3 +740,141 @@ def test_history_says_when_a_followup_is_still_being_answered_and_followups_wait
         "perplexity_search_followup", {"conversationId": cid, "query": "and with a timeout?"}
     )
     assert not answered.is_error, _text(answered)
+
+
+def test_a_call_waiting_on_a_conversation_lock_does_not_stall_other_calls(
+    client: McpClient,
+) -> None:
+    from pplx_nb._fs import locked
+
+    started = _data(client.call("perplexity_search", {"query": "What is a lock?"}))
+    cid, path = started["conversationId"], Path(started["conversationPath"])
+    outcome: list[CallToolResult] = []
+    with locked(path):
+        waiting = threading.Thread(
+            target=lambda: outcome.append(
+                client.call(
+                    "perplexity_search_followup", {"conversationId": cid, "query": "And RLock?"}
+                )
+            )
+        )
+        waiting.start()
+        time.sleep(1.0)  # the follow-up is now waiting for the lock this test holds
+        assert waiting.is_alive()
+        took = []
+        for _ in range(3):
+            begin = time.perf_counter()
+            listed = client.call("list_conversations", {"limit": 5})
+            took.append(time.perf_counter() - begin)
+            assert not listed.is_error, _text(listed)
+        history = client.call("get_conversation_history", {"conversationId": cid})
+        assert _data(history)["messageCount"] == 2
+        assert waiting.is_alive(), "the follow-up cannot have finished while the lock is held"
+    waiting.join(timeout=60)
+    assert max(took) < 1.5, took
+    assert outcome and not outcome[0].is_error, _text(outcome[0])
+    history = client.call("get_conversation_history", {"conversationId": cid})
+    assert _data(history)["messageCount"] == 4
+
+
+def test_await_histories_waits_for_queued_research_with_moving_progress(
+    async_client: McpClient,
+) -> None:
+    ids = [
+        _data(async_client.call("perplexity_deep_research", {"query": query}))["conversationId"]
+        for query in ("How do asyncio locks work?", "How do asyncio queues work?")
+    ]
+    early = async_client.call(
+        "await_conversation_histories", {"conversationIds": ids, "timeoutSeconds": 0.2}
+    )
+    assert not early.is_error, _text(early)
+    if _data(early)["timedOut"]:
+        assert _data(early)["pending"] and "call `await_conversation_histories` again" in _text(
+            early
+        )
+    progress: list[float] = []
+    done = async_client.call(
+        "await_conversation_histories",
+        {"conversationIds": ids, "timeoutSeconds": 60},
+        progress=progress,
+    )
+    assert not done.is_error, _text(done)
+    data = _data(done)
+    assert data["timedOut"] is False and data["pending"] == []
+    for cid in ids:
+        entry = data["conversations"][cid]
+        assert entry["status"] == "completed" and entry["job"]["status"] == "completed"
+        assert entry["report"] and entry["report"] in _text(done)
+    assert progress and progress == sorted(set(progress))
+
+
+def test_a_queued_research_job_reports_progress_that_moves(tmp_path: Path) -> None:
+    env = server_env(
+        tmp_path / "logs",
+        PERPLEXITY_ENABLE_ASYNC_DEEP_RESEARCH="true",
+        PPLX_NB_SIM_DEEP_RESEARCH_SECONDS="4",
+    )
+    with McpClient(env, tmp_path / "server.log") as mcp:
+        queued = mcp.call("perplexity_deep_research", {"query": "How do asyncio tasks work?"})
+        cid = _data(queued)["conversationId"]
+        seen: list[int] = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            job = _data(mcp.call("get_conversation_history", {"conversationId": cid}))["job"]
+            if job["status"] == "completed":
+                break
+            if job.get("progress"):
+                seen.append(job["progress"]["percentage"])
+            time.sleep(0.2)
+    running = [value for value in seen if value > 25]
+    assert len(set(running)) >= 3, seen
+    assert running == sorted(running) and max(running) < 100
+
+
+def test_loop_pool_runs_a_blocking_call_beside_others_and_cancels_on_request() -> None:
+    from pplx_nb.mcp._offload import LoopPool
+
+    pool = LoopPool(size=2)
+    ended: list[str] = []
+
+    async def blocking() -> str:
+        time.sleep(1.0)  # a lock wait: blocks its own loop only
+        return "blocked"
+
+    async def quick() -> str:
+        return "quick"
+
+    async def endless() -> None:
+        try:
+            await asyncio.sleep(3600)
+        finally:
+            ended.append("cancelled")
+
+    async def scenario() -> tuple[list[str], float]:
+        results: list[str] = []
+        async with anyio.create_task_group() as group:
+
+            async def slow() -> None:
+                results.append(await pool.run(blocking()))
+
+            group.start_soon(slow)
+            await anyio.sleep(0.1)
+            begin = time.perf_counter()
+            results.append(await pool.run(quick()))
+            took = time.perf_counter() - begin
+        with anyio.move_on_after(0.3):
+            await pool.run(endless())
+        deadline = time.monotonic() + 5
+        while not ended and time.monotonic() < deadline:
+            await anyio.sleep(0.01)
+        results.append(await pool.run(quick()))
+        return results, took
+
+    try:
+        results, took = anyio.run(scenario)
+        assert len(pool.loops) == 2, "a loop per call running at once, reused after"
+    finally:
+        pool.close()
+    assert results == ["quick", "blocked", "quick"]
+    assert took < 0.5
+    assert ended == ["cancelled"]

@@ -1,7 +1,8 @@
 """``python -m pplx_nb.mcp``: pplx_nb as an MCP server, on the official ``mcp`` SDK.
 
 Tools: ``perplexity_search``, ``perplexity_deep_research``, ``perplexity_search_followup``,
-``perplexity_deep_research_followup``, ``get_conversation_history``, ``list_conversations``;
+``perplexity_deep_research_followup``, ``get_conversation_history``,
+``get_conversation_histories``, ``await_conversation_histories``, ``list_conversations``;
 resource ``pplx://health``. Each tool is a thin adapter over :class:`pplx_nb.Researcher`, so a
 conversation started in a notebook can be continued here and vice versa. :func:`create_server`
 builds the server for embedding; :func:`main` is the command line.

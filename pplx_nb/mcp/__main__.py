@@ -1,5 +1,8 @@
 """Command line: ``python -m pplx_nb.mcp [--transport stdio|http] [--host H] [--port N]``.
 
+Over HTTP, ``PPLX_NB_MCP_TOKEN`` turns on bearer authentication, and a ``--host`` other than a
+loopback address refuses to start without it (``--allow-unauthenticated`` for trusted networks).
+
 On stdio, stdout carries JSON-RPC and nothing else: logging goes to stderr before anything is
 imported, start-up runs with ``sys.stdout`` pointed at stderr, and while serving the SDK's stdio
 transport writes to a private copy of the real stdout and points descriptor 1 at stderr, so a stray
@@ -24,8 +27,23 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         description="Serve Perplexity search and deep research over MCP (Model Context Protocol).",
     )
     parser.add_argument("--transport", choices=("stdio", "http"), default="stdio")
-    parser.add_argument("--host", default="127.0.0.1", help="HTTP bind address (http only)")
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="HTTP bind address (http only; anything but loopback needs PPLX_NB_MCP_TOKEN)",
+    )
     parser.add_argument("--port", type=int, default=8000, help="HTTP port (http only)")
+    parser.add_argument(
+        "--allow-unauthenticated",
+        action="store_true",
+        help="serve a non-loopback --host without PPLX_NB_MCP_TOKEN (trusted networks only)",
+    )
+    parser.add_argument(
+        "--session-idle-seconds",
+        type=float,
+        default=300.0,
+        help="close an HTTP session after this long without a request (default 300)",
+    )
     return parser.parse_args(argv)
 
 
@@ -53,6 +71,13 @@ def main(argv: list[str] | None = None) -> int:
             except ValidationError as exc:
                 print(f"{exc.code}: {exc}")
                 return 2
+        if args.transport == "http":
+            from pplx_nb.mcp._http import exposure_problem
+
+            problem = exposure_problem(args.host, settings, args.allow_unauthenticated)
+            if problem is not None:
+                print(problem)
+                return 2
         from pplx_nb.mcp.server import create_server
 
         server = create_server(settings)
@@ -63,11 +88,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.transport == "stdio":
             server.run("stdio")
         else:
+            from pplx_nb.mcp._http import serve_http
+
             server.load_tools()
-            logger.info(
-                "Serving MCP over streamable HTTP on http://%s:%d/mcp", args.host, args.port
-            )
-            server.run("streamable-http", host=args.host, port=args.port)
+            serve_http(server, settings, args.host, args.port, args.session_idle_seconds)
     except KeyboardInterrupt:
         pass
     return 0

@@ -124,11 +124,39 @@ LIST = """List stored Perplexity conversations, newest first, with their IDs, fi
 
 Optional filters: `text` (words in the questions or answers), `tool` (the tool that produced a turn), `model`, `since` / `until` (ISO 8601 instants of creation), `limit` (default 20)."""
 
+HISTORIES = """Retrieve multiple conversation histories in a single batch operation. Returns an object keyed by conversationId, with each value containing the conversation data, its job status and progress (if a deep research job ran), its latest report, and any error (e.g. CONVERSATION_NOT_FOUND for an unknown ID) — one bad ID does not fail the others.
+
+**Example**:
+{
+  "conversationIds": ["20250124-1706102400123", "20250124-1706102499999"],
+  "includeSystemPrompt": false
+}
+
+**Alternative**: Use `await_conversation_histories` to wait until queued research jobs finish."""
+
+AWAIT_HISTORIES = """Wait for async job completion and retrieve multiple conversation histories. This tool waits until every listed conversation's deep research job has reached a terminal state (completed/failed/cancelled), or until `timeoutSeconds` (default 300) pass, sending progress notifications meanwhile; then it returns the same object as `get_conversation_histories`, plus `timedOut` and the IDs still `pending`.
+
+**Timeout Behavior**: if the wait ends at the timeout, the jobs go on in the background: simply run the tool again to keep waiting. Conversations with no job (or unknown IDs) count as finished at once.
+
+**When to use**:
+- You've submitted one or more async deep research queries
+- You want to wait for all to complete before proceeding
+
+**Example**:
+{
+  "conversationIds": ["20250124-1706102400123"],
+  "timeoutSeconds": 120
+}
+
+**Alternative**: Use `get_conversation_histories` to check status without waiting."""
+
 DESCRIPTIONS = {
     "perplexity_search": SEARCH,
     "perplexity_deep_research": DEEP_RESEARCH,
     "perplexity_search_followup": SEARCH_FOLLOWUP,
     "perplexity_deep_research_followup": DEEP_RESEARCH_FOLLOWUP,
     "get_conversation_history": HISTORY,
+    "get_conversation_histories": HISTORIES,
+    "await_conversation_histories": AWAIT_HISTORIES,
     "list_conversations": LIST,
 }

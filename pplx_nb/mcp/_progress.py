@@ -8,7 +8,9 @@ notification, so a repeated step advances it by a hundredth.
 
 from __future__ import annotations
 
+import asyncio
 import math
+import threading
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -35,10 +37,13 @@ class ProgressRelay:
     """A callable for ``on_progress`` that forwards each step to the client, with a heartbeat.
 
     Use :meth:`running` around the awaited call; the callable itself only records the newest step
-    and wakes the sender, so it is safe to call from the event loop at any moment.
+    and wakes the sender, so it is safe to call at any moment, from the server's event loop or
+    from the thread of the private loop a Researcher call runs on.
     """
 
     def __init__(self, sink: ProgressSink, heartbeat: float = HEARTBEAT_SECONDS) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._thread = threading.get_ident()
         self._sink = sink
         self._heartbeat = heartbeat
         self._started = time.monotonic()
@@ -48,7 +53,10 @@ class ProgressRelay:
 
     def __call__(self, progress: Progress) -> None:
         self._latest = progress
-        self._changed.set()
+        if threading.get_ident() == self._thread:
+            self._changed.set()
+        else:
+            self._loop.call_soon_threadsafe(lambda: self._changed.set())
 
     async def _send(self) -> None:
         step = self._latest

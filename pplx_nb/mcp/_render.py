@@ -12,7 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 from mcp_types import CallToolResult, TextContent
 
-from pplx_nb.mcp._schemas import AskResult, ConversationList, HistoryResult, SourceOut
+from pplx_nb.mcp._schemas import (
+    AskResult,
+    ConversationList,
+    HistoriesResult,
+    HistoryEntry,
+    HistoryResult,
+    SourceOut,
+)
 
 if TYPE_CHECKING:
     from pydantic import ValidationError as PydanticValidationError
@@ -23,6 +30,7 @@ if TYPE_CHECKING:
 __all__ = [
     "answer_result",
     "error_result",
+    "histories_result",
     "history_result",
     "list_result",
     "queued_result",
@@ -198,13 +206,64 @@ def list_result(summaries: Sequence[ConversationSummary]) -> CallToolResult:
 
 
 def error_result(error: PplxError) -> CallToolResult:
-    """An ``isError`` result whose text starts with the error code and says what to do next."""
-    structured = error.to_dict()
+    """An ``isError`` result whose text starts with the error code and says what to do next.
+
+    It carries no ``structuredContent``: the spec requires structured content to conform to the
+    tool's output schema, and strict clients (the TypeScript SDK, the Inspector) reject an error
+    shape that does not, hiding the error itself. The code stays first in the text.
+    """
     return CallToolResult(
         content=[TextContent(type="text", text=f"{error.code}: {error.message}")],
-        structured_content=structured,
         is_error=True,
     )
+
+
+_STATE_LINES = {
+    "pending": "🕒 Pending",
+    "in_progress": "⏳ In progress",
+    "completed": "✅ Completed",
+    "failed": "❌ Failed",
+    "cancelled": "🚫 Cancelled",
+    "answered": "💬 Answered (no research job)",
+    "error": "❌ Error",
+}
+
+
+def _entry_text(conversation_id: str, entry: HistoryEntry) -> str:
+    line = f"**{conversation_id}** · {_STATE_LINES[entry.status]}"
+    if entry.progress and entry.status == "in_progress":
+        line += f" ({entry.progress.get('percentage', 0)}% — {entry.progress.get('message', '')})"
+    if entry.conversation:
+        line += f" · {entry.conversation.get('messageCount', 0)} messages"
+    if entry.error:
+        line += f"\n{entry.error['code']}: {entry.error['message']}"
+    job_error = (entry.job or {}).get("error")
+    if entry.status == "failed" and job_error:
+        line += f"\nError: {job_error.get('code')}: {job_error.get('message')}"
+    if entry.report:
+        line += "\n\n" + entry.report
+    return line
+
+
+def histories_result(result: HistoriesResult, *, awaited: bool) -> CallToolResult:
+    """Several conversations: each one's state and, when there is one, its latest report."""
+    count = result.count
+    if not awaited:
+        head = f"📚 **{count} conversation(s)**"
+    elif result.timedOut:
+        head = (
+            f"⏳ **Still waiting after {result.waitedSeconds:.0f} s** — "
+            f"{len(result.pending)} of {count} job(s) still running: "
+            + ", ".join(f"`{cid}`" for cid in result.pending)
+            + ". They go on in the background: call `await_conversation_histories` again to "
+            "keep waiting, or `get_conversation_histories` to look without waiting."
+        )
+    else:
+        head = f"✅ **All {count} conversation(s) have finished** ({result.waitedSeconds:.0f} s)"
+    parts = [head, "---"]
+    parts += [_entry_text(cid, entry) for cid, entry in result.conversations.items()]
+    parts.append("Use `get_conversation_history` with an ID for a conversation's every turn.")
+    return _result("\n\n".join(parts), result.model_dump(mode="json"))
 
 
 def validation_message(tool: str, exc: PydanticValidationError) -> str:

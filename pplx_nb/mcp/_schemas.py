@@ -29,10 +29,13 @@ __all__ = [
     "AskResult",
     "BeforeDate",
     "ConversationId",
+    "ConversationIds",
     "ConversationList",
     "DomainFilter",
     "Files",
     "FollowupQuery",
+    "HistoriesResult",
+    "HistoryEntry",
     "HistoryResult",
     "IncludeSystemPrompt",
     "Limit",
@@ -46,12 +49,15 @@ __all__ = [
     "ShowThinking",
     "Since",
     "SourceOut",
+    "TimeoutSeconds",
     "ToolName",
     "Until",
 ]
 
 MAX_QUERY_CHARS = 10_000
 CONVERSATION_ID_PATTERN = r"^\d{8}-\d{13}$"
+MAX_CONVERSATIONS = 50
+MAX_WAIT_SECONDS = 3600
 
 
 def _date(value: str | None) -> str | None:
@@ -84,6 +90,28 @@ ConversationId = Annotated[
         description=(
             "The conversation ID from a previous search or deep research response, "
             'e.g. "20250124-1706102400123".'
+        ),
+    ),
+]
+ConversationIds = Annotated[
+    list[Annotated[str, Field(pattern=CONVERSATION_ID_PATTERN)]],
+    Field(
+        min_length=1,
+        max_length=MAX_CONVERSATIONS,
+        description=(
+            "The conversation IDs to read (1 to 50), as returned by the search and research "
+            'tools, e.g. ["20250124-1706102400123"].'
+        ),
+    ),
+]
+TimeoutSeconds = Annotated[
+    float,
+    Field(
+        gt=0,
+        le=MAX_WAIT_SECONDS,
+        description=(
+            "Return after at most this many seconds even if some jobs are still running "
+            "(they go on in the background; call again to keep waiting). Default 300."
         ),
     ),
 ]
@@ -248,3 +276,34 @@ class ConversationList(_Out):
 
     count: int
     conversations: list[dict[str, Any]]
+
+
+class HistoryEntry(_Out):
+    """One conversation of a batch: its job's state and, when it has one, its latest report.
+
+    ``status`` is the job's state, ``answered`` when no job ever ran (a plain conversation), or
+    ``error`` when the conversation could not be read (``error`` says why).
+    """
+
+    status: Literal[
+        "pending", "in_progress", "completed", "failed", "cancelled", "answered", "error"
+    ]
+    conversation: dict[str, Any] | None = None
+    job: dict[str, Any] | None = None
+    progress: dict[str, Any] | None = None
+    report: str | None = None
+    error: dict[str, str] | None = None
+
+
+class HistoriesResult(_Out):
+    """Several conversations at once, keyed by conversation ID.
+
+    From ``await_conversation_histories``: ``timedOut`` is true when the wait ended at its
+    timeout, and ``pending`` lists the conversations whose jobs were still pending or running.
+    """
+
+    conversations: dict[str, HistoryEntry]
+    count: int
+    pending: list[str] = Field(default_factory=list)
+    timedOut: bool = False
+    waitedSeconds: float = 0.0

@@ -1,12 +1,14 @@
-"""The six MCP tools: parse (the signature is the input schema), call the Researcher, render.
+"""The MCP tools: parse (the signature is the input schema), call the Researcher, render.
 
 The functions' parameter names and ``Annotated`` types are what clients see as input schemas, and
-their return annotations declare the output schemas of the structured content.
+their return annotations declare the output schemas of the structured content. Every Researcher
+call runs off the server's event loop (:class:`Backend` ``call`` / ``read``), so a call that waits
+on a conversation's lock or the disk never holds up another client.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import CallToolResult, ToolAnnotations
@@ -15,9 +17,11 @@ from pplx_nb._errors import ValidationError
 from pplx_nb._models import JobStatus
 from pplx_nb.mcp._backend import Backend
 from pplx_nb.mcp._descriptions import DESCRIPTIONS
+from pplx_nb.mcp._histories import await_histories, read_histories
 from pplx_nb.mcp._progress import ProgressRelay
 from pplx_nb.mcp._render import (
     answer_result,
+    histories_result,
     history_result,
     list_result,
     queued_result,
@@ -27,10 +31,12 @@ from pplx_nb.mcp._schemas import (
     AskResult,
     BeforeDate,
     ConversationId,
+    ConversationIds,
     ConversationList,
     DomainFilter,
     Files,
     FollowupQuery,
+    HistoriesResult,
     HistoryResult,
     IncludeSystemPrompt,
     Limit,
@@ -43,18 +49,21 @@ from pplx_nb.mcp._schemas import (
     SearchMode,
     ShowThinking,
     Since,
+    TimeoutSeconds,
     ToolName,
     Until,
 )
 
 if TYPE_CHECKING:
     from pplx_nb._models import Answer
+    from pplx_nb.research import Researcher
 
-__all__ = ["TOOL_NAMES", "register_tools"]
+__all__ = ["ATTACHMENTS_OFF", "TOOL_NAMES", "register_tools"]
 
 AskOutput = Annotated[CallToolResult, AskResult]
 HistoryOutput = Annotated[CallToolResult, HistoryResult]
 ListOutput = Annotated[CallToolResult, ConversationList]
+HistoriesOutput = Annotated[CallToolResult, HistoriesResult]
 
 _ASK = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=True)
 _READ = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
@@ -64,9 +73,19 @@ _HINTS = {
     "perplexity_search_followup": _ASK,
     "perplexity_deep_research_followup": _ASK,
     "get_conversation_history": _READ,
+    "get_conversation_histories": _READ,
+    "await_conversation_histories": _READ,
     "list_conversations": _READ,
 }
 TOOL_NAMES = tuple(_HINTS)
+DEFAULT_WAIT_SECONDS = 300.0
+
+ATTACHMENTS_OFF = (
+    "File attachments are off on this MCP server. To allow them, set PPLX_NB_FILE_ROOTS "
+    "in the server's environment to the folder(s) whose files may be attached (e.g. "
+    "PPLX_NB_FILE_ROOTS=/home/me/projects/report), restart it, and call again; or "
+    "paste the relevant text into the query."
+)
 
 
 def _opts(**options: Any) -> dict[str, Any]:
@@ -85,14 +104,9 @@ def _attachable(files: list[str] | None, backend: Backend) -> list[str] | None:
         return files
     from pplx_nb.context import resolve_attachments
 
-    roots = backend.get().settings.file_roots
+    roots = backend.settings.file_roots
     if not roots:
-        raise ValidationError(
-            "File attachments are off on this MCP server. To allow them, set PPLX_NB_FILE_ROOTS "
-            "in the server's environment to the folder(s) whose files may be attached (e.g. "
-            "PPLX_NB_FILE_ROOTS=/home/me/projects/report), restart it, and call again; or "
-            "paste the relevant text into the query."
-        )
+        raise ValidationError(ATTACHMENTS_OFF)
     return [str(path) for path in resolve_attachments(files, roots, working_directory=False)]
 
 
@@ -102,16 +116,51 @@ class Tools:
     def __init__(self, backend: Backend) -> None:
         self._backend = backend
 
-    def _path(self, conversation_id: str) -> str:
-        return str(self._backend.get().store.path(conversation_id))
-
     def _render(
-        self, result: Answer | JobStatus, *, followup: bool, show_thinking: bool
+        self, result: Answer | JobStatus, path: str, *, followup: bool, show_thinking: bool
     ) -> CallToolResult:
         if isinstance(result, JobStatus):
-            path = self._path(result.conversation_id)
             return queued_result(result, path, followup=followup)
         return answer_result(result, followup=followup, show_thinking=show_thinking)
+
+    async def _ask(
+        self,
+        conversation_id: str | None,
+        query: str,
+        mode: Literal["search", "research"],
+        files: list[str] | None,
+        show_thinking: bool,
+        ctx: Context | None,
+        **options: Any,
+    ) -> CallToolResult:
+        """Start or continue a conversation in ``mode``; with progress when ``ctx`` is given."""
+        opts = _opts(show_thinking=show_thinking, **options)
+
+        async def work(researcher: Researcher) -> tuple[Answer | JobStatus, str]:
+            attached = _attachable(files, self._backend)
+            result: Answer | JobStatus
+            if conversation_id is not None:
+                result = await researcher.afollowup(
+                    conversation_id, query, mode=mode, files=attached, on_progress=relay, **opts
+                )
+            elif mode == "research":
+                result = await researcher.adeep_research(
+                    query, files=attached, on_progress=relay, **opts
+                )
+            else:
+                result = await researcher.asearch(query, files=attached, **opts)
+            cid = result.conversation_id or ""
+            return result, str(researcher.store.path(cid)) if cid else ""
+
+        relay = ProgressRelay(ctx.report_progress) if ctx is not None else None
+        if relay is None:
+            result, path = await self._backend.call(work)
+        else:
+            async with relay.running():
+                result, path = await self._backend.call(work)
+        return self._render(
+            result, path, followup=conversation_id is not None, show_thinking=show_thinking
+        )
 
     async def perplexity_search(
         self,
@@ -126,20 +175,20 @@ class Tools:
         files: Files = None,
     ) -> AskOutput:
         """Search and answer on a NEW conversation."""
-        answer = await self._backend.get().asearch(
+        return await self._ask(
+            None,
             query,
-            files=_attachable(files, self._backend),
-            **_opts(
-                search_recency_filter=search_recency_filter,
-                search_domain_filter=search_domain_filter,
-                search_after_date_filter=search_after_date_filter,
-                search_before_date_filter=search_before_date_filter,
-                search_mode=search_mode,
-                return_related_questions=return_related_questions,
-                show_thinking=showThinking,
-            ),
+            "search",
+            files,
+            showThinking,
+            None,
+            search_recency_filter=search_recency_filter,
+            search_domain_filter=search_domain_filter,
+            search_after_date_filter=search_after_date_filter,
+            search_before_date_filter=search_before_date_filter,
+            search_mode=search_mode,
+            return_related_questions=return_related_questions,
         )
-        return answer_result(answer, followup=False, show_thinking=showThinking)
 
     async def perplexity_deep_research(
         self,
@@ -156,24 +205,21 @@ class Tools:
         files: Files = None,
     ) -> AskOutput:
         """Deep research on a NEW conversation: blocks with progress, or queues."""
-        relay = ProgressRelay(ctx.report_progress)
-        async with relay.running():
-            result = await self._backend.get().adeep_research(
-                query,
-                files=_attachable(files, self._backend),
-                on_progress=relay,
-                **_opts(
-                    reasoning_effort=reasoning_effort,
-                    search_recency_filter=search_recency_filter,
-                    search_domain_filter=search_domain_filter,
-                    search_after_date_filter=search_after_date_filter,
-                    search_before_date_filter=search_before_date_filter,
-                    search_mode=search_mode,
-                    return_related_questions=return_related_questions,
-                    show_thinking=showThinking,
-                ),
-            )
-        return self._render(result, followup=False, show_thinking=showThinking)
+        return await self._ask(
+            None,
+            query,
+            "research",
+            files,
+            showThinking,
+            ctx,
+            reasoning_effort=reasoning_effort,
+            search_recency_filter=search_recency_filter,
+            search_domain_filter=search_domain_filter,
+            search_after_date_filter=search_after_date_filter,
+            search_before_date_filter=search_before_date_filter,
+            search_mode=search_mode,
+            return_related_questions=return_related_questions,
+        )
 
     async def perplexity_search_followup(
         self,
@@ -189,22 +235,20 @@ class Tools:
         files: Files = None,
     ) -> AskOutput:
         """Continue a conversation with a quick search."""
-        result = await self._backend.get().afollowup(
+        return await self._ask(
             conversationId,
             query,
-            mode="search",
-            files=_attachable(files, self._backend),
-            **_opts(
-                search_recency_filter=search_recency_filter,
-                search_domain_filter=search_domain_filter,
-                search_after_date_filter=search_after_date_filter,
-                search_before_date_filter=search_before_date_filter,
-                search_mode=search_mode,
-                return_related_questions=return_related_questions,
-                show_thinking=showThinking,
-            ),
+            "search",
+            files,
+            showThinking,
+            None,
+            search_recency_filter=search_recency_filter,
+            search_domain_filter=search_domain_filter,
+            search_after_date_filter=search_after_date_filter,
+            search_before_date_filter=search_before_date_filter,
+            search_mode=search_mode,
+            return_related_questions=return_related_questions,
         )
-        return self._render(result, followup=True, show_thinking=showThinking)
 
     async def perplexity_deep_research_followup(
         self,
@@ -222,26 +266,21 @@ class Tools:
         files: Files = None,
     ) -> AskOutput:
         """Continue a conversation with deep research."""
-        relay = ProgressRelay(ctx.report_progress)
-        async with relay.running():
-            result = await self._backend.get().afollowup(
-                conversationId,
-                query,
-                mode="research",
-                files=_attachable(files, self._backend),
-                on_progress=relay,
-                **_opts(
-                    reasoning_effort=reasoning_effort,
-                    search_recency_filter=search_recency_filter,
-                    search_domain_filter=search_domain_filter,
-                    search_after_date_filter=search_after_date_filter,
-                    search_before_date_filter=search_before_date_filter,
-                    search_mode=search_mode,
-                    return_related_questions=return_related_questions,
-                    show_thinking=showThinking,
-                ),
-            )
-        return self._render(result, followup=True, show_thinking=showThinking)
+        return await self._ask(
+            conversationId,
+            query,
+            "research",
+            files,
+            showThinking,
+            ctx,
+            reasoning_effort=reasoning_effort,
+            search_recency_filter=search_recency_filter,
+            search_domain_filter=search_domain_filter,
+            search_after_date_filter=search_after_date_filter,
+            search_before_date_filter=search_before_date_filter,
+            search_mode=search_mode,
+            return_related_questions=return_related_questions,
+        )
 
     async def get_conversation_history(
         self,
@@ -249,16 +288,42 @@ class Tools:
         includeSystemPrompt: IncludeSystemPrompt = False,
     ) -> HistoryOutput:
         """A conversation's turns, preceded by its job status if one ran."""
-        from pplx_nb.jobs import format_status_message
 
-        researcher = self._backend.get()
-        conversation = researcher.history(conversationId, include_system=includeSystemPrompt)
-        status = researcher.status(conversationId)
-        status_text = format_status_message(status) if status is not None else None
-        answering = researcher.queue.answering_since(conversationId)
-        return history_result(
-            conversation, self._path(conversationId), status, status_text, answering
-        )
+        def read(researcher: Researcher) -> CallToolResult:
+            from pplx_nb.jobs import format_status_message
+
+            conversation = researcher.history(conversationId, include_system=includeSystemPrompt)
+            status = researcher.status(conversationId)
+            status_text = format_status_message(status) if status is not None else None
+            answering = researcher.queue.answering_since(conversationId)
+            path = str(researcher.store.path(conversationId))
+            return history_result(conversation, path, status, status_text, answering)
+
+        return await self._backend.read(read)
+
+    async def get_conversation_histories(
+        self,
+        conversationIds: ConversationIds,
+        includeSystemPrompt: IncludeSystemPrompt = False,
+    ) -> HistoriesOutput:
+        """Several conversations at once, each with its job state and latest report."""
+        result = await read_histories(self._backend, conversationIds, includeSystemPrompt)
+        return histories_result(result, awaited=False)
+
+    async def await_conversation_histories(
+        self,
+        conversationIds: ConversationIds,
+        ctx: Context,
+        timeoutSeconds: TimeoutSeconds = DEFAULT_WAIT_SECONDS,
+        includeSystemPrompt: IncludeSystemPrompt = False,
+    ) -> HistoriesOutput:
+        """Wait, with progress, until every listed conversation's job has ended or time is up."""
+        relay = ProgressRelay(ctx.report_progress)
+        async with relay.running():
+            result = await await_histories(
+                self._backend, conversationIds, includeSystemPrompt, timeoutSeconds, relay
+            )
+        return histories_result(result, awaited=True)
 
     async def list_conversations(
         self,
@@ -270,14 +335,16 @@ class Tools:
         until: Until = None,
     ) -> ListOutput:
         """Stored conversations, newest first, filtered."""
-        summaries = self._backend.get().conversations(
-            text=text, tool=tool, model=model, since=since, until=until, limit=limit
+        summaries = await self._backend.read(
+            lambda researcher: researcher.conversations(
+                text=text, tool=tool, model=model, since=since, until=until, limit=limit
+            )
         )
         return list_result(summaries)
 
 
 def register_tools(server: MCPServer[Any], backend: Backend) -> None:
-    """Add the six tools, with their descriptions and read-only hints, to ``server``."""
+    """Add the tools, with their descriptions and read-only hints, to ``server``."""
     tools = Tools(backend)
     for name, hints in _HINTS.items():
         server.add_tool(

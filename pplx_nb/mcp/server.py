@@ -1,8 +1,13 @@
-"""The MCP server: six tools and a health resource as thin adapters over :class:`Researcher`.
+"""The MCP server: the tools and a health resource as thin adapters over :class:`Researcher`.
 
 Each tool parses its arguments (the input schema does the checking), calls the Researcher, and
 renders the result as text with the seed's conversation header plus structured content. Errors
-come back as ``isError`` results whose text starts with the error code.
+come back as ``isError`` results whose text starts with the error code, without structured
+content (so strict clients, which validate it against the output schema, show them); an unknown
+tool is a JSON-RPC error. Arguments are checked as the published schema says: no argument it
+does not name (``additionalProperties: false``) and no silent conversion (``"yes"`` is not
+``true``, ``"5"`` is not ``5``); ``files`` is published only when PPLX_NB_FILE_ROOTS allows
+attachments.
 
 Start-up stays close to a bare SDK server: the tools (whose schemas take pydantic work to build)
 are registered on the first ``tools/list`` or ``tools/call``, and the Researcher on first use, so
@@ -24,6 +29,10 @@ from typing import TYPE_CHECKING, Any, Literal
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS
+from pydantic import ConfigDict
 from pydantic import ValidationError as PydanticValidationError
 
 from pplx_nb import __version__
@@ -46,7 +55,9 @@ INSTRUCTIONS = (
     "perplexity_search (quick) or perplexity_deep_research (exhaustive); both return a "
     "conversationId. Continue with perplexity_search_followup or "
     "perplexity_deep_research_followup (either mode, whatever started the conversation); read a "
-    "conversation, or collect a queued research report, with get_conversation_history."
+    "conversation, or collect a queued research report, with get_conversation_history; "
+    "several at once with get_conversation_histories, or wait for queued research to finish "
+    "with await_conversation_histories. Find earlier conversations with list_conversations."
 )
 
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
@@ -66,12 +77,38 @@ class PplxMCPServer(MCPServer[Any]):
         self._tools_loaded = False
 
     def load_tools(self) -> None:
-        """Register the six tools now (otherwise done on the first ``tools/list`` or call)."""
+        """Register the tools now (otherwise done on the first ``tools/list`` or call)."""
         if not self._tools_loaded:
-            from pplx_nb.mcp._tools import register_tools
+            from pplx_nb.mcp._tools import TOOL_NAMES, register_tools
 
             register_tools(self, self._backend)
+            for name in TOOL_NAMES:
+                self._check_as_published(name)
             self._tools_loaded = True
+
+    def _check_as_published(self, name: str) -> None:
+        """Make a tool's arguments checked exactly as its input schema says, and say so.
+
+        The SDK validates in pydantic's lax mode after re-parsing strings as JSON, so ``"5"``
+        became ``5`` and ``"yes"`` became ``true`` for an integer or boolean the schema declares.
+        """
+        tool = self._tool_manager.get_tool(name)
+        assert tool is not None
+        loose = tool.fn_metadata.arg_model
+        strict = type(
+            loose.__name__,
+            (loose,),
+            {"model_config": ConfigDict(**loose.model_config, strict=True)},
+        )
+        tool.fn_metadata = _AsSent(
+            arg_model=strict,
+            output_schema=tool.fn_metadata.output_schema,
+            output_model=tool.fn_metadata.output_model,
+            wrap_output=tool.fn_metadata.wrap_output,
+        )
+        tool.parameters["additionalProperties"] = False
+        if not self._backend.attachments:
+            tool.parameters.get("properties", {}).pop("files", None)
 
     async def list_tools(self) -> list[Tool]:
         """The tools with their input and output schemas."""
@@ -81,8 +118,20 @@ class PplxMCPServer(MCPServer[Any]):
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
     ) -> Any:
-        """Run a tool; a PplxError, rejected arguments or a crash become an ``isError`` result."""
+        """Run a tool; a PplxError, rejected arguments or a crash become an ``isError`` result.
+
+        Raises:
+            MCPError: ``-32602`` when there is no tool ``name`` (a protocol error, as the spec
+                says; the other failures are results the model can read and correct).
+        """
         self.load_tools()
+        if self._tool_input_schema(name) is None:
+            from pplx_nb.mcp._tools import TOOL_NAMES
+
+            raise MCPError(
+                INVALID_PARAMS,
+                f"Unknown tool: {name}. The tools are: {', '.join(TOOL_NAMES)}.",
+            )
         refused = self._refuse_unknown(name, arguments)
         if refused is not None:
             return _error_result(name, refused)
@@ -95,27 +144,35 @@ class PplxMCPServer(MCPServer[Any]):
             return _error_result(name, cause)
 
     def _refuse_unknown(self, name: str, arguments: dict[str, Any]) -> ValidationError | None:
-        """A tool that does not exist, or arguments its schema does not name, as an error.
+        """Arguments the tool's schema does not name, as an error.
 
         The SDK would drop unknown arguments silently: a ``conversationId`` passed to
         ``perplexity_search`` would start a new conversation instead of continuing one.
         """
-        from pplx_nb.mcp._tools import TOOL_NAMES
+        from pplx_nb.mcp._tools import ATTACHMENTS_OFF
 
-        schema = self._tool_input_schema(name)
-        if schema is None:
-            return ValidationError(
-                f"There is no tool {name!r}. The tools are: {', '.join(TOOL_NAMES)}.", tool=name
-            )
+        schema = self._tool_input_schema(name) or {}
         accepted = list(schema.get("properties", {}))
         unknown = sorted(set(arguments) - set(accepted))
         if not unknown:
             return None
+        if unknown == ["files"] and not self._backend.attachments:
+            tool = self._tool_manager.get_tool(name)
+            if tool is not None and "files" in tool.fn_metadata.arg_model.model_fields:
+                return ValidationError(ATTACHMENTS_OFF, tool=name)
         return ValidationError(
             f"`{name}` does not take {', '.join(unknown)}. Its arguments are: "
             f"{', '.join(accepted)}. Remove the others and call again.",
             tool=name,
         )
+
+
+class _AsSent(FuncMetadata):
+    """Tool metadata that validates the arguments as the client sent them (already JSON)."""
+
+    def pre_parse_json(self, data: dict[str, Any]) -> dict[str, Any]:
+        """The arguments unchanged: a string stays a string, whatever it looks like."""
+        return dict(data)
 
 
 def _root_cause(exc: BaseException) -> BaseException | None:

@@ -1,0 +1,96 @@
+"""What the MCP server tests share: the published tool names and a server process's environment."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+__all__ = ["INITIALIZE", "ROOT", "TOOLS", "UNKNOWN_ID", "http_server", "server_env"]
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+TOOLS = {
+    "perplexity_search",
+    "perplexity_deep_research",
+    "perplexity_search_followup",
+    "perplexity_deep_research_followup",
+    "get_conversation_history",
+    "get_conversation_histories",
+    "await_conversation_histories",
+    "list_conversations",
+}
+UNKNOWN_ID = "20200101-1577836800000"
+"""A well-formed conversation ID that no test creates."""
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "pplx-nb-raw-test", "version": "1"},
+    },
+}
+"""A raw JSON-RPC ``initialize`` request (id 1), for tests that speak the protocol by hand."""
+
+
+def server_env(logs_dir: Path, **extra: str) -> dict[str, str]:
+    """The environment of ``python -m pplx_nb.mcp`` on the offline simulator, storing in
+    ``logs_dir``; ``extra`` adds or overrides variables."""
+    env = {
+        "PPLX_NB_OFFLINE": "1",
+        "PPLX_NB_SIM_LATENCY_MS": "0",
+        "PPLX_NB_SIM_DEEP_RESEARCH_SECONDS": "0.5",
+        "CONVERSATION_LOGS_DIR": str(logs_dir),
+        "PYTHONPATH": str(ROOT),
+        "LOG_LEVEL": "info",
+    }
+    env.update(extra)
+    return env
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@contextmanager
+def http_server(
+    logs_dir: Path, *args: str, host: str = "127.0.0.1", log: Path | None = None, **env: str
+) -> Iterator[int]:
+    """``python -m pplx_nb.mcp --transport http`` on a free port, once it accepts connections.
+
+    Yields the port; ``args`` are more command-line options, ``env`` more variables, ``log``
+    where its output goes (discarded otherwise). Stopped when the block ends.
+    """
+    port = _free_port()
+    command = ["-m", "pplx_nb.mcp", "--transport", "http", "--host", host, "--port", str(port)]
+    with ExitStack() as stack:
+        output = stack.enter_context(log.open("wb")) if log else subprocess.DEVNULL
+        process = subprocess.Popen(
+            [sys.executable, *command, *args],
+            cwd=ROOT,
+            env={**os.environ, **server_env(logs_dir, LOG_LEVEL="warning", **env)},
+            stdout=output,
+            stderr=output,
+        )
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    with socket.create_connection(("127.0.0.1", port), timeout=1):
+                        break
+                except OSError:
+                    if process.poll() is not None or time.monotonic() > deadline:
+                        raise RuntimeError("the MCP server did not start in 30 s") from None
+                    time.sleep(0.05)
+            yield port
+        finally:
+            process.terminate()
+            process.wait(timeout=15)

@@ -1,0 +1,290 @@
+"""The MCP server as the official TypeScript SDK client meets it, over stdio and over HTTP.
+
+Claude Desktop, Claude Code and the MCP Inspector are built on that client, and it is stricter
+than the Python one: it validates every structured result against the tool's output schema
+(and throws ``-32602`` when one does not match). ``tests/node/drive.mjs`` calls every tool with
+valid and invalid input, and also checks each structured result with ajv. The HTTP tests cover
+the bearer token and the Host/Origin checks on a loopback and a non-loopback bind.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.mcp import INITIALIZE, ROOT, TOOLS, UNKNOWN_ID, http_server, server_env
+from support.node import drive
+
+TOKEN = "test-token-0123456789abcdef-SECRET"
+
+
+def _env(logs: Path, **extra: str) -> dict[str, str]:
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "")}
+    return {**env, **server_env(logs, LOG_LEVEL="warning"), **extra}
+
+
+# (tool, arguments, the error code its result text starts with); every tool has one or more.
+INVALID = [
+    ("perplexity_search", {"query": ""}, "VALIDATION_ERROR"),
+    ("perplexity_search", {"query": "q", "showThinking": "yes"}, "VALIDATION_ERROR"),
+    ("perplexity_search", {"query": "q", "unknown": 1}, "VALIDATION_ERROR"),
+    ("perplexity_deep_research", {}, "VALIDATION_ERROR"),
+    ("perplexity_deep_research", {"query": "q", "reasoning_effort": "max"}, "VALIDATION_ERROR"),
+    (
+        "perplexity_search_followup",
+        {"conversationId": UNKNOWN_ID, "query": "hi"},
+        "CONVERSATION_NOT_FOUND",
+    ),
+    (
+        "perplexity_deep_research_followup",
+        {"conversationId": "../etc", "query": "hi"},
+        "VALIDATION_ERROR",
+    ),
+    ("get_conversation_history", {"conversationId": UNKNOWN_ID}, "CONVERSATION_NOT_FOUND"),
+    ("get_conversation_histories", {"conversationIds": []}, "VALIDATION_ERROR"),
+    ("await_conversation_histories", {"conversationIds": ["x"]}, "VALIDATION_ERROR"),
+    ("list_conversations", {"limit": "5"}, "VALIDATION_ERROR"),
+]
+
+
+def _valid_calls(async_mode: bool) -> list[dict[str, Any]]:
+    return [
+        {"name": "perplexity_search", "arguments": {"query": "What is a coroutine?"}, "save": "a"},
+        {
+            "name": "perplexity_search_followup",
+            "arguments": {"conversationId": "${a}", "query": "How is it awaited?"},
+        },
+        {
+            "name": "perplexity_deep_research",
+            "arguments": {"query": "How does asyncio schedule tasks?", "reasoning_effort": "low"},
+            "save": "b",
+        },
+        {
+            "name": "perplexity_deep_research_followup",
+            "arguments": {"conversationId": "${a}", "query": "Compare trio and asyncio"},
+        },
+        {"name": "get_conversation_history", "arguments": {"conversationId": "${a}"}},
+        {
+            "name": "await_conversation_histories",
+            "arguments": {"conversationIds": ["${a}", "${b}"], "timeoutSeconds": 60},
+        },
+        {
+            "name": "get_conversation_histories",
+            "arguments": {"conversationIds": ["${a}", "${b}", UNKNOWN_ID]},
+        },
+        {"name": "list_conversations", "arguments": {"limit": 10, "text": "coroutine"}},
+    ]
+
+
+def _plan_calls(async_mode: bool) -> list[dict[str, Any]]:
+    invalid = [{"name": name, "arguments": args} for name, args, _ in INVALID]
+    invalid.append({"name": "perplexity_search", "arguments": {"query": "q", "files": ["a.txt"]}})
+    invalid.append({"name": "no_such_tool", "arguments": {}})
+    return _valid_calls(async_mode) + invalid
+
+
+def _text(result: dict[str, Any]) -> str:
+    block = result["content"][0]
+    assert block["type"] == "text"
+    return str(block["text"])
+
+
+def _check_report(report: dict[str, Any], *, async_mode: bool, attachments: bool) -> None:
+    assert report["connectError"] is None, report["connectError"]
+    tools = {tool["name"]: tool for tool in report["tools"]}
+    assert set(tools) == TOOLS
+    for tool in tools.values():
+        assert tool["inputSchema"]["additionalProperties"] is False, tool["name"]
+        assert tool["outputSchema"]["type"] == "object", tool["name"]
+    assert ("files" in tools["perplexity_search"]["inputSchema"]["properties"]) is attachments
+
+    results = report["results"]
+    valid = results[: len(_valid_calls(async_mode))]
+    for entry in valid:
+        assert entry["error"] is None, (entry["name"], entry["error"])
+        result = entry["result"]
+        assert not result.get("isError"), (entry["name"], _text(result))
+        assert result["structuredContent"], entry["name"]
+        assert entry["schemaErrors"] is None, (entry["name"], entry["schemaErrors"])
+
+    search, _, research, _, _, awaited, batch, listed = (e["result"] for e in valid)
+    first, second = (r["structuredContent"]["conversationId"] for r in (search, research))
+    if async_mode:
+        assert research["structuredContent"]["status"] == "pending"
+        assert _text(research).startswith("🆕 **New Conversation Started**")
+    else:
+        assert valid[2]["progress"], "blocking deep research sends progress notifications"
+    waited = awaited["structuredContent"]
+    assert waited["timedOut"] is False and waited["pending"] == []
+    assert waited["conversations"][second]["status"] in ("completed", "answered")
+    assert waited["conversations"][second]["report"]
+    entries = batch["structuredContent"]["conversations"]
+    assert entries[first]["conversation"]["messageCount"] == 6
+    assert entries[UNKNOWN_ID]["error"]["code"] == "CONVERSATION_NOT_FOUND"
+    assert first in [c["conversationId"] for c in listed["structuredContent"]["conversations"]]
+
+    invalid = results[len(valid) :]
+    files_call = invalid.pop(len(INVALID))
+    expected = [code for _, _, code in INVALID]
+    for entry, code in zip(invalid, expected, strict=False):
+        assert entry["error"] is None, (entry["name"], entry["error"])
+        result = entry["result"]
+        assert result["isError"] is True, entry["name"]
+        assert "structuredContent" not in result, entry["name"]
+        assert _text(result).startswith(f"{code}: "), (entry["name"], _text(result))
+    attached = files_call["result"]
+    if attachments:
+        assert not attached.get("isError"), _text(attached)
+        assert files_call["schemaErrors"] is None
+    else:
+        assert attached["isError"] is True and "structuredContent" not in attached
+        assert _text(attached).startswith("VALIDATION_ERROR: ")
+        assert "PPLX_NB_FILE_ROOTS" in _text(attached)
+    unknown = invalid[-1]
+    assert unknown["result"] is None and unknown["error"]["code"] == -32602
+    assert "Unknown tool: no_such_tool" in unknown["error"]["message"]
+
+
+def test_every_tool_over_stdio_with_the_typescript_client(tmp_path: Path) -> None:
+    logs = tmp_path / "conversation-logs"
+    (tmp_path / "a.txt").write_text("notes\n")
+    plan = {
+        "transport": "stdio",
+        "command": sys.executable,
+        "args": ["-m", "pplx_nb.mcp"],
+        "env": _env(logs, PPLX_NB_FILE_ROOTS=str(tmp_path)),
+        "cwd": str(tmp_path),
+        "calls": _plan_calls(async_mode=False),
+    }
+    report = drive(plan, tmp_path)
+    _check_report(report, async_mode=False, attachments=True)
+
+
+@contextmanager
+def _http_server(tmp_path: Path, *args: str, host: str = "127.0.0.1", **env: str) -> Iterator[int]:
+    log = tmp_path / "http.log"
+    with http_server(tmp_path / "conversation-logs", *args, host=host, log=log, **env) as port:
+        yield port
+
+
+def test_every_tool_over_http_with_the_token_and_async_research(tmp_path: Path) -> None:
+    with _http_server(
+        tmp_path,
+        PPLX_NB_MCP_TOKEN=TOKEN,
+        PERPLEXITY_ENABLE_ASYNC_DEEP_RESEARCH="true",
+    ) as port:
+        url = f"http://127.0.0.1:{port}/mcp"
+        plan = {
+            "transport": "http",
+            "url": url,
+            "headers": {"Authorization": f"Bearer {TOKEN}"},
+            "calls": _plan_calls(async_mode=True),
+        }
+        report = drive(plan, tmp_path)
+        refused = drive({"transport": "http", "url": url, "calls": []}, tmp_path)
+    _check_report(report, async_mode=True, attachments=False)
+    assert refused["connectError"] is not None and refused["connectError"]["code"] == 401
+    assert "PPLX_NB_MCP_TOKEN" in refused["connectError"]["message"]
+
+
+CALL = {
+    "jsonrpc": "2.0",
+    "id": 2,
+    "method": "tools/call",
+    "params": {"name": "list_conversations", "arguments": {}},
+}
+
+
+def _post(
+    port: int, message: dict[str, Any], headers: dict[str, str]
+) -> tuple[int, str, dict[str, str]]:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        base = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+        connection.request("POST", "/mcp", json.dumps(message), {**base, **headers})
+        response = connection.getresponse()
+        return response.status, response.read().decode(), dict(response.getheaders())
+    finally:
+        connection.close()
+
+
+def _session(port: int, headers: dict[str, str]) -> dict[str, str]:
+    status, body, reply = _post(port, INITIALIZE, headers)
+    assert status == 200, body
+    return {
+        **headers,
+        "mcp-session-id": reply["mcp-session-id"],
+        "mcp-protocol-version": "2025-11-25",
+    }
+
+
+def test_http_needs_the_token_when_one_is_set(tmp_path: Path) -> None:
+    with _http_server(tmp_path, PPLX_NB_MCP_TOKEN=TOKEN) as port:
+        status, body, headers = _post(port, INITIALIZE, {})
+        assert status == 401 and "PPLX_NB_MCP_TOKEN" in body
+        assert headers["www-authenticate"].startswith("Bearer")
+        assert _post(port, INITIALIZE, {"Authorization": "Bearer wrong"})[0] == 401
+        assert _post(port, INITIALIZE, {"Authorization": TOKEN})[0] == 401
+        good = {"Authorization": f"Bearer {TOKEN}"}
+        session = _session(port, good)
+        status, body, _ = _post(port, CALL, session)
+        assert status == 200 and '"result"' in body
+        without = {key: value for key, value in session.items() if key != "Authorization"}
+        status, body, _ = _post(port, CALL, without)
+        assert status == 401 and '"result"' not in body
+    assert TOKEN not in (tmp_path / "http.log").read_text()
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0"])
+def test_an_evil_host_or_origin_gets_no_tool_result_on_any_bind(tmp_path: Path, host: str) -> None:
+    with _http_server(tmp_path, host=host, PPLX_NB_MCP_TOKEN=TOKEN) as port:
+        good = {"Authorization": f"Bearer {TOKEN}"}
+        session = _session(port, good)
+        for evil in ({"Host": "evil.example"}, {"Origin": "http://evil.example"}):
+            status, body, _ = _post(port, INITIALIZE, {**good, **evil})
+            assert status in (403, 421) and '"result"' not in body, (evil, status, body)
+            status, body, _ = _post(port, CALL, {**session, **evil})
+            assert status in (403, 421) and '"result"' not in body, (evil, status, body)
+        status, body, _ = _post(port, CALL, session)
+        assert status == 200 and '"result"' in body
+
+
+def test_a_listed_host_and_origin_are_let_in(tmp_path: Path) -> None:
+    with _http_server(
+        tmp_path,
+        PPLX_NB_MCP_ALLOWED_HOSTS="mcp.example.org:*",
+        PPLX_NB_MCP_ALLOWED_ORIGINS="https://app.example.org",
+    ) as port:
+        named = {"Host": f"mcp.example.org:{port}", "Origin": "https://app.example.org"}
+        assert _post(port, INITIALIZE, named)[0] == 200
+        assert _post(port, INITIALIZE, {"Host": f"127.0.0.1:{port}"})[0] == 421
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "192.0.2.1", "example.org"])
+def test_a_non_loopback_host_without_a_token_refuses_to_start(tmp_path: Path, host: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "pplx_nb.mcp", "--transport", "http", "--host", host],
+        cwd=ROOT,
+        env={**os.environ, **_env(tmp_path / "logs")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "PPLX_NB_MCP_TOKEN" in done.stderr and "--allow-unauthenticated" in done.stderr
+    assert not (tmp_path / "logs").exists()
+
+
+def test_allow_unauthenticated_serves_a_trusted_network(tmp_path: Path) -> None:
+    with _http_server(tmp_path, "--allow-unauthenticated", host="0.0.0.0") as port:
+        session = _session(port, {})
+        status, body, _ = _post(port, CALL, session)
+        assert status == 200 and '"result"' in body
