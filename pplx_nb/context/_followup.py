@@ -17,7 +17,7 @@ import logging
 import re
 from collections.abc import Iterator, Sequence
 from difflib import SequenceMatcher
-from typing import Any, Protocol
+from typing import Any, Protocol, overload
 
 from pplx_nb._models import Answer, Message
 
@@ -159,8 +159,46 @@ def _words(text: str) -> list[str]:
     return [word.strip(".'-") for word in _WORD.findall(text)]
 
 
-def _user_turns(history: Sequence[Message]) -> list[Message]:
-    return [m for m in history if m.role == "user"]
+def _recent_user_turns(history: Sequence[Message], count: int) -> list[Message]:
+    """The last ``count`` user turns, oldest first, read from the end (cost: how far back)."""
+    turns: list[Message] = []
+    for message in reversed(history):
+        if len(turns) == count:
+            break
+        if message.role == "user":
+            turns.append(message)
+    return turns[::-1]
+
+
+class _Head(Sequence[Message]):
+    """The first ``end`` messages of a history, without copying them.
+
+    :func:`_topics` asks about every earlier prefix of a long history; slicing each would make
+    a follow-up quadratic in the length of the conversation.
+    """
+
+    def __init__(self, messages: Sequence[Message], end: int) -> None:
+        self._messages = messages
+        self._end = end
+
+    def __len__(self) -> int:
+        return self._end
+
+    @overload
+    def __getitem__(self, index: int) -> Message: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Message]: ...
+    def __getitem__(self, index: int | slice) -> Message | Sequence[Message]:
+        if isinstance(index, slice):
+            return [self._messages[i] for i in range(*index.indices(self._end))]
+        if index < 0:
+            index += self._end
+        if not 0 <= index < self._end:
+            raise IndexError(index)
+        return self._messages[index]
+
+    def __reversed__(self) -> Iterator[Message]:
+        return (self._messages[i] for i in range(self._end - 1, -1, -1))
 
 
 def _last_answer(history: Sequence[Message]) -> Message | None:
@@ -177,7 +215,7 @@ def is_follow_up(query: str, history: Sequence[Message]) -> bool:
     own. An "it" that stands for nothing ("Is it true that Rust ...") and a possessive that points
     inside the question ("transactions and their isolation") are not references.
     """
-    if not _user_turns(history):
+    if not any(m.role == "user" for m in history):
         return False
     text = " ".join(query.lower().split())
     if not text:
@@ -217,7 +255,7 @@ def _recent_stems(history: Sequence[Message]) -> set[str]:
     Answer prose is left out: it mentions too much in passing to say what the talk is about.
     """
     stems: set[str] = set()
-    for message in _user_turns(history)[-_RECENT_TURNS:]:
+    for message in _recent_user_turns(history, _RECENT_TURNS):
         stems |= _content_stems(_question(message))
         stems |= _content_stems(message.reformulated_query or "")
     answer = _last_answer(history)
@@ -376,7 +414,7 @@ def _topics(history: Sequence[Message]) -> Iterator[tuple[str, str]]:
         if message.role != "user":
             continue
         question = _question(message)
-        if message.reformulated_query or is_follow_up(question, history[:index]):
+        if message.reformulated_query or is_follow_up(question, _Head(history, index)):
             carried = _carried_subject(question, message.reformulated_query or "")
             if carried is not None:
                 yield carried, message.reformulated_query or ""
