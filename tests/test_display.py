@@ -272,7 +272,7 @@ def test_stream_view_tick_repaints_the_clock_and_held_text_at_most_every_interva
     assert recorder.calls[-1][0]["text/plain"] == "first held", "held text shows in a pause"
 
 
-def test_stream_view_ends_blank_with_the_answer_displayed_after_it() -> None:
+def test_stream_view_shows_the_answer_then_blanks_the_live_area() -> None:
     recorder = Recorder()
     view = display.StreamView(interval=10, publish=recorder)
     view.feed("a")
@@ -280,12 +280,13 @@ def test_stream_view_ends_blank_with_the_answer_displayed_after_it() -> None:
     view.flush()
     assert recorder.calls[-1][0]["text/plain"] == "ab"
     view.finish(make_answer())
-    blank, final = recorder.calls[-2:]
-    assert blank == (display.BLANK, view.display_id, True)
+    final, blank = recorder.calls[-2:]
+    # The answer comes first: the cell never shows nothing between the stream and the answer.
     assert final[1] is None and final[2] is False
     assert CID in final[0]["text/markdown"]
+    assert blank == (display.BLANK, view.display_id, True)
     view.fail(ConversationNotFound("gone"))
-    assert recorder.calls[-2] == final, "the live area is blanked once"
+    assert recorder.calls[-2] == blank, "the live area is blanked once"
     assert "CONVERSATION_NOT_FOUND" in recorder.calls[-1][0]["text/html"]
 
 

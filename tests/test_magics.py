@@ -153,7 +153,8 @@ class Run:
 
     @property
     def last(self) -> dict[str, str]:
-        return self.outputs[-1]
+        """The last output with content (a live area is blanked after its outcome shows)."""
+        return [data for data in self.outputs if data != {"text/html": ""}][-1]
 
     def text(self) -> str:
         return "\n".join(value for data in self.outputs for value in data.values())
@@ -165,7 +166,9 @@ def _user_messages(researcher: Researcher, cid: str) -> list[str]:
 
 def test_load_ext_imports_only_the_magic_machinery() -> None:
     probe = (
-        "import sys\n"
+        "import os, sys\n"
+        "os.environ.pop('PERPLEXITY_API_KEY', None)\n"
+        "os.environ.pop('PPLX_NB_OFFLINE', None)\n"
         "from IPython.core.interactiveshell import InteractiveShell\n"
         "shell = InteractiveShell.instance()\n"
         "before = set(sys.modules)\n"
@@ -177,8 +180,9 @@ def test_load_ext_imports_only_the_magic_machinery() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True
     ).stdout
     loaded = out.strip()
+    # It reads the settings (pydantic) to say who answers, and nothing heavier.
+    assert "answers come from the offline simulator" in loaded
     for heavy in (
-        "pydantic",
         "pandas",
         "ipywidgets",
         "httpx2",
@@ -198,11 +202,13 @@ def test_pplx_streams_into_one_display_and_returns_the_answer(
     assert shell.user_ns["_"] is answer
     assert answer.conversation_id is not None
     live = run.ids[0]
-    assert live and run.ids[:-1] == [live] * (len(run.ids) - 1), "one display handle streams"
-    assert run.updates[0] is False and all(run.updates[1:-1])
-    assert run.outputs[0] == run.outputs[-2] == {"text/html": ""}, "the live area ends blank"
+    streamed = [*run.ids[:-2], run.ids[-1]]
+    assert live and streamed == [live] * len(streamed), "one display handle streams"
+    assert run.updates[0] is False and all(run.updates[1:-2]) and run.updates[-1]
+    assert run.outputs[0] == run.outputs[-1] == {"text/html": ""}, "the live area ends blank"
     assert "Searching…" in run.outputs[1]["text/markdown"]
-    assert run.ids[-1] is None and run.updates[-1] is False, "the answer is its own output"
+    assert run.ids[-2] is None and run.updates[-2] is False, "the answer is its own output"
+    assert run.outputs[-2] == run.last, "shown before the live area blanks: no blank flash"
     final = run.last["text/markdown"]
     assert f"`{answer.conversation_id}`" in final and "%pplx_followup" in final
     assert "](https://docs.python.org/3/library/" in final
@@ -247,18 +253,27 @@ def test_search_options_reach_the_simulator(shell: InteractiveShell) -> None:
     assert "**Related**" in run.last["text/markdown"]
 
 
-@pytest.mark.parametrize(("style", "noticed"), [("agent", True), ("sonar", False)])
-def test_images_under_the_agent_style_say_they_need_sonar(
-    shell: InteractiveShell, settings: Settings, style: str, noticed: bool
+@pytest.mark.parametrize(("style", "refused"), [("agent", True), ("sonar", False)])
+def test_images_under_the_agent_style_are_refused_before_asking(
+    shell: InteractiveShell, settings: Settings, style: str, refused: bool
 ) -> None:
+    from pplx_nb.sim import stats
+
     styled = settings.model_copy(update={"api_style": style})
     with Researcher(styled, async_deep_research=True) as researcher:
         magics.set_researcher(researcher)
+        before = stats(settings.base_url)["generations"]
         run = Run(shell, "%%pplx --images\nHow do I cancel an asyncio task?")
+        asked = stats(settings.base_url)["generations"] - before
         plain = Run(shell, "%%pplx\nHow do I cancel an asyncio task?")
-    assert isinstance(run.result, Answer) and isinstance(plain.result, Answer)
-    assert ("PERPLEXITY_API_STYLE=sonar" in run.last.get("text/html", "")) is noticed
-    assert "**Sources**" in run.outputs[-2 if noticed else -1]["text/markdown"]
+    assert isinstance(plain.result, Answer)
+    assert ("PERPLEXITY_API_STYLE=sonar" in run.last.get("text/html", "")) is refused
+    if refused:
+        assert run.result is None and asked == 0, "refused before anything is billed"
+        assert "VALIDATION_ERROR" in run.last["text/html"]
+    else:
+        assert isinstance(run.result, Answer) and asked == 1
+        assert "**Sources**" in run.last["text/markdown"]
     assert "PERPLEXITY_API_STYLE" not in plain.text(), "no notice unless --images was asked"
 
 
@@ -402,7 +417,7 @@ def test_research_wait_blocks_with_a_progress_bar(shell: InteractiveShell) -> No
     ]
     assert bars, "a progress bar is shown while waiting"
     assert "%pplx_followup --research" in run.last["text/markdown"]
-    assert len(set(run.ids[:-1])) == 1 and run.ids[-1] is None
+    assert len({*run.ids[:-2], run.ids[-1]}) == 1 and run.ids[-2] is None
 
 
 def test_followup_in_research_mode_queues_a_job_on_the_same_conversation(
@@ -509,13 +524,13 @@ def test_errors_render_as_one_line_with_code_and_next_step(shell: InteractiveShe
 
     unknown = Run(shell, "%%pplx --bogus\nquestion")
     assert "VALIDATION_ERROR" in unknown.last["text/html"]
-    assert "`%%pplx?` lists the options" in unknown.last["text/html"]
+    assert "<code>%%pplx?</code> lists the options" in unknown.last["text/html"]
     level = Run(shell, "%pplx_export --level nonsense")
     assert "invalid choice: &#x27;nonsense&#x27;" in level.last["text/html"]
-    assert "`%pplx_export?` lists the options" in level.last["text/html"]
+    assert "<code>%pplx_export?</code> lists the options" in level.last["text/html"]
     assert "%pplx?" not in level.last["text/html"], "the hint names the magic that ran"
     line = Run(shell, "%pplx_followup --recency never what next?")
-    assert "`%pplx_followup?` lists the options" in line.last["text/html"]
+    assert "<code>%pplx_followup?</code> lists the options" in line.last["text/html"]
 
     empty = Run(shell, "%%pplx\n   \n")
     assert "VALIDATION_ERROR" in empty.last["text/html"]
