@@ -543,6 +543,146 @@ def test_errors_render_as_one_line_with_code_and_next_step(shell: InteractiveShe
     assert "No conversation to continue" in no_conversation.last["text/html"]
 
 
+def test_notebook_errors_name_magics_not_mcp_tools(
+    shell: InteractiveShell, settings: Settings
+) -> None:
+    missing = Run(shell, "%pplx_followup 20000101-0000000000000 anything?").last
+    assert "CONVERSATION_NOT_FOUND" in missing["text/html"]
+    assert "<code>%pplx_conversations</code>" in missing["text/html"]
+    assert "<code>%%pplx</code>" in missing["text/html"]
+    assert "`" not in missing["text/html"] and "`" not in missing["text/plain"]
+
+    from pplx_nb.sim import serve
+
+    with serve(latency_ms=0, deep_research_seconds=3) as url:
+        slow = settings.model_copy(update={"base_url": url})
+        with Researcher(slow, async_deep_research=True) as researcher:
+            magics.set_researcher(researcher)
+            job = Run(shell, "%%pplx_research\nCompare asyncio.gather and TaskGroup").result
+            assert isinstance(job, JobStatus)
+            busy = Run(shell, "%pplx_followup and what else?").last
+            Run(shell, "%pplx_wait --timeout 60")
+    assert "JOB_IN_PROGRESS" in busy["text/html"]
+    assert f"<code>%pplx_wait {job.conversation_id}</code>" in busy["text/html"]
+    for shown in (missing, busy):
+        text = shown["text/html"] + shown["text/plain"]
+        for tool in ("perplexity_", "get_conversation_history", "in_progress"):
+            assert tool not in text, f"{tool} in {text}"
+
+
+def test_a_bad_output_name_is_refused_before_any_request(
+    shell: InteractiveShell, settings: Settings
+) -> None:
+    from pplx_nb.sim import stats
+
+    before = stats(settings.base_url)
+    for cell in (
+        "%%pplx -o 1x\nWhat is asyncio?",
+        "%%pplx_research -o no-dash\nCompare asyncio and trio",
+        "%pplx_followup -o 'a b' 20000101-0000000000000 and then?",
+    ):
+        run = Run(shell, cell)
+        assert run.result is None and "give a Python variable name" in run.last["text/html"]
+    after = stats(settings.base_url)
+    assert after["generations"] == before["generations"]
+    assert after["background_runs"] == before["background_runs"]
+    assert sum(after["requests"].values()) == sum(before["requests"].values()), "no request"
+
+
+def test_an_interrupted_pplx_fails_the_cell_and_is_not_continued(
+    shell: InteractiveShell, settings: Settings
+) -> None:
+    import _thread
+    import threading
+
+    from pplx_nb.sim import serve
+
+    first = Run(shell, "%%pplx\nHow do I cancel an asyncio task?").result
+    assert isinstance(first, Answer)
+    with serve(latency_ms=3000) as url:
+        slow = settings.model_copy(update={"base_url": url})
+        with Researcher(slow, async_deep_research=True) as researcher:
+            magics.set_researcher(researcher)
+            timer = threading.Timer(0.5, _thread.interrupt_main)
+            timer.start()
+            interrupted = Run(shell, "%%pplx\nWhat does asyncio.shield do?")
+            timer.join()
+            bare = Run(shell, "%%pplx_followup\nAnd how do I cancel it anyway?")
+    assert isinstance(interrupted.error, KeyboardInterrupt), "the cell fails: Run All stops"
+    assert "INTERRUPTED" in interrupted.last["text/html"]
+    assert bare.result is None
+    assert "No conversation to continue" in bare.last["text/html"]
+    assert len(_user_messages(researcher, str(first.conversation_id))) == 1
+
+
+def test_thinking_without_reasoning_says_why(shell: InteractiveShell) -> None:
+    run = Run(shell, "%%pplx --thinking\nWhat does asyncio.gather return?")
+    assert isinstance(run.result, Answer) and not run.result.thinking
+    assert "NO_THINKING" in run.last["text/html"]
+    assert "sonar-reasoning-pro" in run.last["text/html"]
+
+
+def test_settings_changed_in_the_kernel_take_effect_for_the_next_magic(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import os
+
+    shell = InteractiveShell.instance()
+    monkeypatch.setenv("PPLX_NB_OFFLINE", "1")
+    monkeypatch.setenv("PPLX_NB_SIM_LATENCY_MS", "0")
+    monkeypatch.setenv("PPLX_NB_SIM_DEEP_RESEARCH_SECONDS", "0.3")
+    monkeypatch.setenv("CONVERSATION_LOGS_DIR", str(tmp_path / "one"))
+    magics.set_researcher(None)
+    shell.run_line_magic("load_ext", "pplx_nb")
+    try:
+        first = Run(shell, "%%pplx_research\nHow does asyncio schedule callbacks?").result
+        assert isinstance(first, JobStatus)
+        Run(shell, "%pplx_wait --timeout 60")
+        old = magics.get_researcher()
+        Run(shell, f"%env CONVERSATION_LOGS_DIR={tmp_path / 'two'}")
+        second = Run(shell, "%%pplx_research\nHow does asyncio schedule callbacks?").result
+        assert isinstance(second, JobStatus)
+        assert magics.last_conversation_id() == second.conversation_id
+        waited = Run(shell, "%pplx_wait --timeout 60")
+        assert isinstance(waited.result, Answer), waited.text()
+        assert magics.get_researcher() is not old
+        assert (tmp_path / "two" / second.conversation_id / "conversation.json").is_file()
+        os.environ["CONVERSATION_LOGS_DIR"] = str(tmp_path / "one")
+        back = Run(shell, "%pplx_followup and how is it scheduled?")
+        assert "No conversation to continue" in back.last["text/html"], "a new folder"
+    finally:
+        shell.run_line_magic("unload_ext", "pplx_nb")
+        researcher = magics.get_researcher()
+        magics.set_researcher(None)
+        researcher.close()
+
+
+def test_wait_says_within_seconds_when_no_worker_serves_the_folder(
+    shell: InteractiveShell, researcher: Researcher
+) -> None:
+    import time
+
+    job = Run(shell, "%%pplx_research\nHow does asyncio schedule callbacks?").result
+    assert isinstance(job, JobStatus)
+    researcher.start_worker().stop()  # a worker that died: nobody takes the job now
+    started = time.monotonic()
+    run = Run(shell, "%pplx_wait")
+    assert time.monotonic() - started < 15
+    assert "No worker serves" in run.last["text/html"], run.text()
+    assert researcher.status(job.conversation_id).status == "pending"  # type: ignore[union-attr]
+
+
+def test_pplx_help_lists_every_magic_with_an_example(shell: InteractiveShell) -> None:
+    shown = Run(shell, "%pplx_help").last["text/markdown"]
+    for name in shell.magics_manager.magics["line"]:
+        if name.startswith("pplx"):
+            assert f"%{name}`" in shown, name
+    assert "answers come from the API at 127.0.0.1" in shown
+    doc = Run(shell, "%%pplx?").stdout
+    assert "Examples:" in doc and "%pplx_help" in doc
+    assert "``" not in doc and "::" not in doc, "no reST markup in the help"
+
+
 def test_question_mark_shows_the_options(shell: InteractiveShell) -> None:
     run = Run(shell, "%%pplx?")
     for option in ("--domain", "--recency", "--after", "--related", "--thinking", "-o"):

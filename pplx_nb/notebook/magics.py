@@ -198,7 +198,9 @@ class PplxMagics(Magics):
 
         args = parse_argstring(magic, line)
         _output_name(args)
-        if getattr(args, "images", False) and self.researcher.settings.api_style == "agent":
+        # Before anything else: the settings may have changed since the last magic.
+        researcher = self.researcher
+        if getattr(args, "images", False) and researcher.settings.api_style == "agent":
             raise ValidationError(
                 "--images needs the Sonar API style; the Agent API returns no images. Set "
                 "PERPLEXITY_API_STYLE=sonar (`%env PERPLEXITY_API_STYLE=sonar`) and ask again."
