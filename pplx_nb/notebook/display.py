@@ -240,7 +240,12 @@ def answer_html(answer: Answer, *, header: bool = True, research: bool = False) 
 
     parts: list[str] = []
     if header and answer.conversation_id:
-        parts.append(markdown_to_html(header_markdown(answer.conversation_id, research=research)))
+        # The header's chip is inline HTML, which markdown_to_html (rightly) escapes.
+        header_text = header_markdown(answer.conversation_id, research=research)
+        head, _, chip = header_text.partition("<code")
+        parts.append(
+            f"<p>{markdown_to_html(head).removeprefix('<p>').removesuffix('</p>')} <code{chip}</p>"
+        )
     if answer.thinking:
         parts.append(
             "<details><summary>Thinking</summary>"

@@ -724,7 +724,7 @@ def _output_name(args: argparse.Namespace) -> str | None:
         return None
     name = unquote(name)
     if not name.isidentifier():
-        raise ValidationError(f"-o {name!r}: give a Python variable name, like -o answer.")
+        raise ValidationError(f"`-o {name}`: give a Python variable name, like `-o answer`.")
     return str(name)
 
 
