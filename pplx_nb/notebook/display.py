@@ -114,11 +114,11 @@ def header_markdown(
         return ""
     mode = " --research" if research else ""
     command = html.escape(f"%pplx_followup{mode} {conversation_id} <question>")
-    what = "🔗 **Conversation**"
+    named = f"🔗 **Conversation** `{conversation_id}`"
     if branch_of:
-        what = f"🌿 **Branch** of `{branch_of}`:"
+        named = f"🌿 **Branch** `{conversation_id}` of `{branch_of}`"
     return (
-        f"{what} `{conversation_id}` · continue with "
+        f"{named} · continue with "
         f'<code style="white-space:nowrap">{command}</code>'
     )
 
