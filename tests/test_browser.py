@@ -47,17 +47,20 @@ _STATUS = re.compile(r"^\s*⏳[^…]*…(\s*·\s*[\d.]+\s*s)?")
 # streaming cursor, and when the final answer's first source link appeared. An observer sees each
 # repaint, where polling from Python could fall between them.
 WATCH_STREAM = """() => {
-  const seen = window.pplxStream = {partial: [], partialAt: null, finalAt: null};
+  const seen = window.pplxStream = {partial: [], partialAt: null, finalAt: null, blank: []};
   const observer = new MutationObserver(() => {
     const cell = document.querySelectorAll('.jp-Notebook .jp-Cell')[1];
     const area = cell && cell.querySelector('.jp-OutputArea');
     if (!area) return;
     const text = area.textContent;
+    const final = area.querySelector('.jp-RenderedMarkdown a[href*="docs.python.org"]');
+    // Between the first streamed words and the final answer the cell must never be empty.
+    if (seen.partialAt !== null && !text.includes('▌') && !final) seen.blank.push(text);
     if (text.includes('▌') && !seen.partial.includes(text)) {
       seen.partial.push(text);
       if (seen.partialAt === null) seen.partialAt = performance.now();
     }
-    if (area.querySelector('.jp-RenderedMarkdown a[href*="docs.python.org"]')) {
+    if (final) {
       seen.finalAt = performance.now();
       observer.disconnect();
     }
@@ -155,6 +158,7 @@ def _assert_streamed(seen: dict[str, Any], final: str) -> None:
     assert words, f"no partial text with the cursor was shown: {seen['partial']}"
     assert seen["finalAt"] is not None and seen["partialAt"] < seen["finalAt"], seen
     assert any(len(text) < len(final) for text in words), "the partial text was not partial"
+    assert not seen["blank"], f"the cell went blank between stream and answer: {seen['blank']}"
 
 
 def _follow_job(page: Any, timeout: float) -> list[dict[str, Any]]:
