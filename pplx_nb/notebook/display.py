@@ -117,10 +117,7 @@ def header_markdown(
     named = f"🔗 **Conversation** `{conversation_id}`"
     if branch_of:
         named = f"🌿 **Branch** `{conversation_id}` of `{branch_of}`"
-    return (
-        f"{named} · continue with "
-        f'<code style="white-space:nowrap">{command}</code>'
-    )
+    return f'{named} · continue with <code style="white-space:nowrap">{command}</code>'
 
 
 def sources_markdown(sources: Sequence[Source]) -> str:
