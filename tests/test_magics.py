@@ -662,9 +662,9 @@ def test_wait_says_within_seconds_when_no_worker_serves_the_folder(
 ) -> None:
     import time
 
+    researcher.start_worker().stop()  # a worker that died: nobody will take the job
     job = Run(shell, "%%pplx_research\nHow does asyncio schedule callbacks?").result
     assert isinstance(job, JobStatus)
-    researcher.start_worker().stop()  # a worker that died: nobody takes the job now
     started = time.monotonic()
     run = Run(shell, "%pplx_wait")
     assert time.monotonic() - started < 15

@@ -63,17 +63,18 @@ def set_researcher(researcher: Researcher | None) -> None:
         _session.last_conversation_id = None
 
 
-def get_researcher() -> Researcher:
+def get_researcher(*, reread: bool = True) -> Researcher:
     """This kernel's Researcher, over the settings the environment holds now.
 
     Built on first use, and built again when the settings changed since (a Researcher set with
-    :func:`set_researcher` is kept as it is).
+    :func:`set_researcher` is kept as it is). ``reread=False`` skips reading the environment
+    (a few milliseconds) when one was built already: a magic reads it once, when it starts.
     """
     from pplx_nb._config import Settings
 
     with _session.lock:
         current = _session.researcher
-        if current is not None and _session.explicit:
+        if current is not None and (_session.explicit or not reread):
             return current
         settings = Settings.from_env(**_session.overrides)
         if current is not None and current.settings == settings:

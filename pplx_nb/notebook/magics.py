@@ -119,8 +119,8 @@ class PplxMagics(Magics):
 
     @property
     def researcher(self) -> Researcher:
-        """This kernel's Researcher."""
-        return get_researcher()
+        """This kernel's Researcher (the settings are read again when a magic starts)."""
+        return get_researcher(reread=False)
 
     @property
     def namespace(self) -> dict[str, Any]:
@@ -199,7 +199,7 @@ class PplxMagics(Magics):
         args = parse_argstring(magic, line)
         _output_name(args)
         # Before anything else: the settings may have changed since the last magic.
-        researcher = self.researcher
+        researcher = get_researcher()
         if getattr(args, "images", False) and researcher.settings.api_style == "agent":
             raise ValidationError(
                 "--images needs the Sonar API style; the Agent API returns no images. Set "
@@ -680,7 +680,7 @@ class PplxMagics(Magics):
         """Every pplx_nb magic with an example, and where the answers come from."""
         from pplx_nb.notebook._help import help_bundle
 
-        _show(help_bundle(self.researcher.settings))
+        _show(help_bundle(get_researcher().settings))
 
     # -- display hook -------------------------------------------------------------------------
 
