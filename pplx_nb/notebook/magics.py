@@ -163,7 +163,8 @@ class PplxMagics(Magics):
             yield
         except _AlreadyShown as shown:
             if isinstance(shown.error, KeyboardInterrupt):
-                raise shown.error from None
+                # A fresh one: the traceback of where the wait was interrupted is noise here.
+                raise KeyboardInterrupt from None
         except UsageError as exc:
             from pplx_nb._errors import ValidationError
 
@@ -173,7 +174,7 @@ class PplxMagics(Magics):
             _show(error_bundle(exc, debug="--debug" in line))
         except KeyboardInterrupt as exc:
             _show(error_bundle(exc))
-            raise
+            raise KeyboardInterrupt from None
 
     def _question(self, words: list[str], cell: str | None, raw: bool) -> str:
         from pplx_nb._errors import ValidationError
