@@ -745,3 +745,14 @@ def test_kernel_researcher_comes_from_the_environment_and_queues_unless_told_not
     finally:
         magics.set_researcher(None)
         researcher.close()
+
+
+def test_per_kernel_options_are_set_with_config(shell: InteractiveShell) -> None:
+    listed = Run(shell, "%config PplxMagics").stdout
+    for option in ("stream_interval", "monitor_interval", "related_buttons"):
+        assert option in listed
+    Run(shell, "%config PplxMagics.stream_interval = 0.5")
+    magic = shell.magics_manager.registry["PplxMagics"]
+    assert magic.stream_interval == 0.5
+    run = Run(shell, "%%pplx\nHow do I cancel an asyncio task?")
+    assert isinstance(run.result, Answer)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from IPython.core import magic as _magic
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, magics_class, no_var_expand
+from traitlets import Bool, Float
 
 from pplx_nb.notebook._args import (
     argument,
@@ -106,7 +107,21 @@ def _show_widget(widget: Any) -> None:
 
 @magics_class
 class PplxMagics(Magics):
-    """``%%pplx``, ``%%pplx_research``, ``%pplx_followup`` and the magics that look back."""
+    """``%%pplx``, ``%%pplx_research``, ``%pplx_followup`` and the magics that look back.
+
+    Per-kernel options, IPython style: ``%config PplxMagics`` lists them,
+    ``%config PplxMagics.related_buttons = False`` sets one.
+    """
+
+    stream_interval = Float(
+        0.1, help="Seconds between repaints of a streaming answer (at most)."
+    ).tag(config=True)
+    monitor_interval = Float(
+        0.5, help="Seconds between the status reads of a research job's live monitor."
+    ).tag(config=True)
+    related_buttons = Bool(
+        True, help="Show related questions as buttons that ask them (False: as a list)."
+    ).tag(config=True)
 
     def __init__(self, shell: Any) -> None:
         super().__init__(shell)
@@ -248,7 +263,9 @@ class PplxMagics(Magics):
         from pplx_nb._sync import TICK, iterate_sync
         from pplx_nb.notebook.display import StreamView
 
-        view = StreamView(label=label, publish=self._publisher())
+        view = StreamView(
+            label=label, publish=self._publisher(), interval=float(self.stream_interval)
+        )
         answer: Answer | None = None
         try:
             for item in iterate_sync(items, tick=view.interval):
@@ -264,11 +281,15 @@ class PplxMagics(Magics):
             view.flush()
             view.fail(exc, debug=debug)
             raise _AlreadyShown(exc) from exc
-        live = self.widgets_live and bool(answer.related_questions)
+        live = self._buttons(answer)
         view.finish(answer, related=not live, branch_of=branch_of)
         if live:
             self._related_buttons(answer)
         return answer
+
+    def _buttons(self, answer: Answer) -> bool:
+        """Whether ``answer``'s related questions show as buttons (else as a list)."""
+        return self.widgets_live and bool(self.related_buttons) and bool(answer.related_questions)
 
     def _related_buttons(self, answer: Answer) -> None:
         from pplx_nb.notebook.widgets import RelatedQuestions
@@ -305,7 +326,13 @@ class PplxMagics(Magics):
         if self.widgets_live:
             from pplx_nb.notebook.widgets import JobMonitor
 
-            _show_widget(JobMonitor(status.conversation_id, self.researcher))
+            _show_widget(
+                JobMonitor(
+                    status.conversation_id,
+                    self.researcher,
+                    interval=float(self.monitor_interval),
+                )
+            )
             self.monitors.add(status.conversation_id)
         else:
             from pplx_nb.notebook.display import job_bundle
@@ -693,7 +720,7 @@ class PplxMagics(Magics):
         from pplx_nb.notebook.display import answer_bundle, conversation_bundle, job_bundle
 
         if isinstance(value, Answer):
-            live = self.widgets_live and bool(value.related_questions)
+            live = self._buttons(value)
             _show(answer_bundle(value, related=not live))
             if live:
                 self._related_buttons(value)
