@@ -63,7 +63,7 @@ demo: $(DEMO_STAMP)
 	token="$$($(PY) -c 'import secrets; print(secrets.token_hex(16))')"; \
 	echo ""; \
 	echo "pplx_nb demo — backend: $$backend"; \
-	echo "JupyterLab:  http://127.0.0.1:$(DEMO_PORT)/lab?token=$$token"; \
+	echo "JupyterLab:  http://127.0.0.1:$(DEMO_PORT)/lab/tree/01-quickstart.ipynb?token=$$token"; \
 	echo "Stop it with Ctrl-C."; \
 	echo ""; \
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" exec binder/start $(PY) -m jupyterlab \

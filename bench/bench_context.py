@@ -44,9 +44,11 @@ async def _history(client: AsyncClient, question: str) -> list[Message]:
     return [Message(role="user", content=question), reply]
 
 
-async def _shares(settings: Settings) -> tuple[float, float]:
+async def _shares(
+    settings: Settings, dialogues: list[dict[str, Any]] | None = None
+) -> tuple[float, float]:
     plain = helped = 0
-    dialogues = _dialogues()
+    dialogues = dialogues if dialogues is not None else _dialogues()
     async with AsyncClient(settings) as client:
         for dialogue in dialogues:
             history = await _history(client, dialogue["first"])
@@ -85,6 +87,8 @@ def run() -> str:
     with serve(latency_ms=0) as url:
         settings = Settings(api_key="pplx-bench-0123456789abcdef", base_url=url, offline=False)
         shares = [asyncio.run(_shares(settings)) for _ in range(RUNS)]
+        risky = [d for d in _dialogues() if d.get("risk")]
+        risky_shares = asyncio.run(_shares(settings, risky))
         dialogue = _dialogues()[0]
         history = asyncio.run(_history_once(settings, dialogue["first"]))
         search = median(asyncio.run(_search_seconds(settings, dialogue["second"], 50)))
@@ -99,6 +103,16 @@ def run() -> str:
         [
             ["typed by the user", f"{plain:.2f}", "1.00×"],
             ["reformulated (heuristic)", f"{helped:.2f}", _times(helped, plain)],
+            [
+                f"typed, the {len(risky)} easy-to-misread dialogues",
+                f"{risky_shares[0]:.2f}",
+                "1.00×",
+            ],
+            [
+                f"reformulated, the {len(risky)} easy-to-misread dialogues",
+                f"{risky_shares[1]:.2f}",
+                _times(risky_shares[1], risky_shares[0]),
+            ],
         ],
     )
     cost = table(
@@ -112,7 +126,11 @@ def run() -> str:
     return (
         f"{count} hand-written two-turn dialogues over the simulator's Python-docs corpus; "
         f"median of {RUNS} runs. Reformulation raises the share by **{helped - plain:+.2f}** "
-        f"(targets: ≥ 0.80 with, ≥ +0.30 over without).\n\n{retrieval}\n\n"
+        f"(targets: ≥ 0.80 with, ≥ +0.30 over without). {len(risky)} of them (a `risk` in the "
+        'file) are easy to misread — alternatives weighed ("which one", "the three"), a '
+        "pronoun whose noun is in the question, a module guessed from one word match; there "
+        "the rewrite spells the alternatives out, or the question goes as typed when a rewrite "
+        f"would be a guess.\n\n{retrieval}\n\n"
         f"Cost per call (median of {RUNS} × {CALLS:,} calls):\n\n{cost}"
     )
 

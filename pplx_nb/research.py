@@ -1230,11 +1230,15 @@ class Researcher:
 
         return run_sync(self.await_job(conversation_id, timeout=timeout, on_progress=on_progress))
 
-    def close(self) -> None:
-        """Stop the background worker and close the API clients of every event loop used."""
+    def close(self, timeout: float = 30.0) -> None:
+        """Stop the background worker and close the API clients of every event loop used.
+
+        The worker's running jobs get up to half of ``timeout`` to finish before they are
+        released for another worker.
+        """
         worker, self._worker = self._worker, None
         if worker is not None:
-            worker.stop()
+            worker.stop(timeout)
         clients = list(self._clients.items())
         self._clients.clear()
         for loop, client in clients:

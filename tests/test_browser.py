@@ -47,17 +47,20 @@ _STATUS = re.compile(r"^\s*⏳[^…]*…(\s*·\s*[\d.]+\s*s)?")
 # streaming cursor, and when the final answer's first source link appeared. An observer sees each
 # repaint, where polling from Python could fall between them.
 WATCH_STREAM = """() => {
-  const seen = window.pplxStream = {partial: [], partialAt: null, finalAt: null};
+  const seen = window.pplxStream = {partial: [], partialAt: null, finalAt: null, blank: []};
   const observer = new MutationObserver(() => {
     const cell = document.querySelectorAll('.jp-Notebook .jp-Cell')[1];
     const area = cell && cell.querySelector('.jp-OutputArea');
     if (!area) return;
     const text = area.textContent;
+    const final = area.querySelector('.jp-RenderedMarkdown a[href*="docs.python.org"]');
+    // Between the first streamed words and the final answer the cell must never be empty.
+    if (seen.partialAt !== null && !text.includes('▌') && !final) seen.blank.push(text);
     if (text.includes('▌') && !seen.partial.includes(text)) {
       seen.partial.push(text);
       if (seen.partialAt === null) seen.partialAt = performance.now();
     }
-    if (area.querySelector('.jp-RenderedMarkdown a[href*="docs.python.org"]')) {
+    if (final) {
       seen.finalAt = performance.now();
       observer.disconnect();
     }
@@ -155,6 +158,7 @@ def _assert_streamed(seen: dict[str, Any], final: str) -> None:
     assert words, f"no partial text with the cursor was shown: {seen['partial']}"
     assert seen["finalAt"] is not None and seen["partialAt"] < seen["finalAt"], seen
     assert any(len(text) < len(final) for text in words), "the partial text was not partial"
+    assert not seen["blank"], f"the cell went blank between stream and answer: {seen['blank']}"
 
 
 def _follow_job(page: Any, timeout: float) -> list[dict[str, Any]]:
@@ -168,3 +172,99 @@ def _follow_job(page: Any, timeout: float) -> list[dict[str, Any]]:
             return samples
         time.sleep(0.2)
     pytest.fail(f"the job did not complete in {timeout} s: {samples[-5:]}")
+
+
+PROMPTS = """() => Array.from(
+  document.querySelectorAll('.jp-Notebook .jp-CodeCell .jp-InputArea-prompt')
+).map(p => p.textContent.trim())"""
+ARTIFACTS = _ROOT / "tests" / ".artifacts"
+
+
+def _run_all_and_wait(page: Any, timeout: float) -> list[str]:
+    """Run every cell, then wait until the last one has run (its prompt shows a new number)."""
+    before = page.evaluate(PROMPTS)
+    page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
+    deadline = time.monotonic() + timeout
+    prompts = before
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        prompts = page.evaluate(PROMPTS)
+        last = prompts[-1] if prompts else ""
+        if last != before[-1] and re.fullmatch(r"\[\d+\]:", last) and "[*]:" not in prompts:
+            return prompts
+    pytest.fail(f"Run All did not finish in {timeout} s: {prompts}")
+
+
+def _lab_page(browser: Any, url: str) -> Any:
+    page = browser.new_page(viewport={"width": 1280, "height": 1100})
+    page.goto(url)
+    _wait_kernel_idle(page, 60_000)
+    page.evaluate("window.jupyterapp.commands.execute('application:toggle-left-area')")
+    return page
+
+
+def test_notebook_02_runs_twice_and_an_error_shows_in_a_box(tmp_path: Path) -> None:
+    executable = _require_browser()
+    from playwright.sync_api import sync_playwright
+
+    root = tmp_path / "notebooks"
+    root.mkdir()
+    source = _ROOT / "notebooks" / "02-deep-research-async.ipynb"
+    (root / "02.ipynb").write_text(source.read_text(encoding="utf-8"), encoding="utf-8")
+    write_notebook(
+        root / "errors.ipynb",
+        [
+            "%load_ext pplx_nb",
+            "%pplx_followup 20000101-0000000000000 what next?",
+            "%%pplx -o 1x\nWhat is asyncio?",
+        ],
+    )
+    env = {
+        "PPLX_NB_OFFLINE": "1",
+        "PPLX_NB_SIM_DEEP_RESEARCH_SECONDS": "2",
+        "PPLX_NB_SIM_LATENCY_MS": "100",
+        "CONVERSATION_LOGS_DIR": str(tmp_path / "conversation-logs"),
+    }
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with running_lab(root, env) as lab, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=executable, headless=True, args=CHROMIUM_ARGS
+        )
+        try:
+            page = _lab_page(browser, lab.notebook_url("02.ipynb"))
+            page.evaluate("window.jupyterapp.commands.execute('notebook:clear-all-cell-outputs')")
+            _run_all_and_wait(page, 120)
+            prompts = _run_all_and_wait(page, 120)
+            notebook = page.locator(".jp-Notebook").inner_text()
+            for stuck in ("TIMEOUT_ERROR", "JOB_IN_PROGRESS", "None · None"):
+                assert stuck not in notebook, f"{stuck} after the second Run All"
+            assert "perplexity_deep_research · " in notebook
+            assert notebook.count("report is in its monitor above") >= 1, "no report twice"
+            assert all(re.fullmatch(r"\[\d+\]:", p) for p in prompts), prompts
+            monitor = page.locator(".pplx-job-monitor").first
+            monitor.scroll_into_view_if_needed()
+            monitor.get_by_text("completed").first.wait_for(timeout=30_000)
+            time.sleep(0.5)
+            page.screenshot(path=str(ARTIFACTS / "rerun-02.png"))
+
+            page = _lab_page(browser, lab.notebook_url("errors.ipynb"))
+            _run_all_and_wait(page, 60)
+            boxes = page.locator(".jp-OutputArea-output div[style*='border-left']")
+            boxes.nth(1).wait_for(timeout=30_000)
+            missing, refused = boxes.nth(0), boxes.nth(1)
+            assert "CONVERSATION_NOT_FOUND" in missing.inner_text()
+            assert missing.locator("code", has_text="%pplx_conversations").count() == 1
+            assert "`" not in missing.inner_text() + refused.inner_text()
+            assert "perplexity_search" not in missing.inner_text()
+            assert "give a Python variable name" in refused.inner_text()
+            page.evaluate("document.querySelector('.jp-WindowedPanel-outer')?.scrollTo(0, 0)")
+            time.sleep(0.3)
+            page.screenshot(path=str(ARTIFACTS / "error-box.png"), clip=_clip(page))
+        finally:
+            browser.close()
+
+
+def _clip(page: Any) -> dict[str, float]:
+    """The notebook's first cells, where the error boxes are."""
+    box = page.locator(".jp-Notebook").bounding_box()
+    return {"x": box["x"], "y": box["y"], "width": box["width"], "height": 420}

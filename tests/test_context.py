@@ -195,6 +195,58 @@ def test_a_follow_up_rewrite_lends_its_subject_when_the_first_question_is_gone()
     assert context.subject_of(history) == "asyncio task"
 
 
+@pytest.mark.parametrize(
+    ("first", "titles", "second", "rewritten"),
+    [
+        (
+            "Should I use pickle or json to store data?",
+            ("json.JSONEncoder.encode", "json.JSONDecoder.raw_decode", "pickletools"),
+            "Which one is safe for untrusted data?",
+            "Which of pickle and json is safe for untrusted data?",
+        ),
+        (
+            "Compare asyncio.gather, asyncio.wait and asyncio.TaskGroup for running tasks",
+            ("asyncio.TaskGroup", "asyncio.TaskGroup.create_task", "asyncio.gather"),
+            "Which of the three cancels the other tasks when one of them fails?",
+            "Which of asyncio.gather, asyncio.wait and asyncio.TaskGroup cancels the other "
+            "tasks when one of them fails?",
+        ),
+        (
+            "What is the difference between heapq and bisect?",
+            ("heapq.heappush", "bisect.insort_right"),
+            "Which one keeps a sorted list?",
+            "Which of heapq and bisect keeps a sorted list?",
+        ),
+        # A lone "it" could be either of the two: searched as typed.
+        (
+            "Should I use pickle or json to store data?",
+            ("json.JSONEncoder.encode", "pickletools"),
+            "Is it fast?",
+            "Is it fast?",
+        ),
+        # The top sources share no module and the user named none: no module is guessed.
+        (
+            "How do I walk a directory tree?",
+            ("email.iterators.walk", "ast.walk", "traceback.walk_tb", "traceback.walk_stack"),
+            "What about symlinks?",
+            "What about symlinks?",
+        ),
+    ],
+)
+def test_rewrites_keep_the_meaning_or_leave_the_question_as_typed(
+    first: str, titles: tuple[str, ...], second: str, rewritten: str
+) -> None:
+    history = [Message(role="user", content=first), _answer(*titles)]
+    assert context.is_follow_up(second, history)
+    assert context.reformulate(second, history) == rewritten
+
+
+def test_them_after_a_plural_noun_of_the_question_points_inside_it() -> None:
+    history = _asyncio_history()
+    query = "How do I wait for the other tasks when one of them fails?"
+    assert context.reformulate(query, history) == query
+
+
 def test_reformulate_leaves_a_query_alone_without_history_or_when_explicit() -> None:
     assert context.reformulate("How do I cancel it?", []) == "How do I cancel it?"
     explicit = "How do I cancel an asyncio task with a message?"

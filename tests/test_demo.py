@@ -24,7 +24,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-_URL = re.compile(r"JupyterLab:\s+(http://127\.0\.0\.1:\d+/lab\?token=[0-9a-f]+)")
+_URL = re.compile(
+    r"JupyterLab:\s+(http://127\.0\.0\.1:\d+/lab/tree/01-quickstart\.ipynb\?token=[0-9a-f]+)"
+)
 
 
 def _free_port() -> int:
@@ -117,7 +119,7 @@ def test_demo_serves_jupyterlab_on_the_notebooks_with_the_offline_simulator() ->
         assert b"JupyterLab" in page
         assert "backend: offline simulator (no PERPLEXITY_API_KEY set)" in "".join(demo.lines)
 
-        contents_url = url.replace("/lab?", "/api/contents?")
+        contents_url = re.sub(r"/lab/tree/[^?]*\?", "/api/contents?", url)
         _, listing = _get(contents_url, timeout=10)
         names = {item["name"] for item in json.loads(listing)["content"]}
         assert "01-quickstart.ipynb" in names

@@ -272,7 +272,7 @@ def test_stream_view_tick_repaints_the_clock_and_held_text_at_most_every_interva
     assert recorder.calls[-1][0]["text/plain"] == "first held", "held text shows in a pause"
 
 
-def test_stream_view_ends_blank_with_the_answer_displayed_after_it() -> None:
+def test_stream_view_shows_the_answer_then_blanks_the_live_area() -> None:
     recorder = Recorder()
     view = display.StreamView(interval=10, publish=recorder)
     view.feed("a")
@@ -280,12 +280,13 @@ def test_stream_view_ends_blank_with_the_answer_displayed_after_it() -> None:
     view.flush()
     assert recorder.calls[-1][0]["text/plain"] == "ab"
     view.finish(make_answer())
-    blank, final = recorder.calls[-2:]
-    assert blank == (display.BLANK, view.display_id, True)
+    final, blank = recorder.calls[-2:]
+    # The answer comes first: the cell never shows nothing between the stream and the answer.
     assert final[1] is None and final[2] is False
     assert CID in final[0]["text/markdown"]
+    assert blank == (display.BLANK, view.display_id, True)
     view.fail(ConversationNotFound("gone"))
-    assert recorder.calls[-2] == final, "the live area is blanked once"
+    assert recorder.calls[-2] == blank, "the live area is blanked once"
     assert "CONVERSATION_NOT_FOUND" in recorder.calls[-1][0]["text/html"]
 
 
@@ -336,3 +337,62 @@ def test_markdown_links_keep_titles_and_code_inside() -> None:
         '<p><a href="https://docs.python.org/x" title="The *title*" target="_blank" '
         'rel="noopener"><code>Task</code></a></p>'
     )
+
+
+def test_dunder_names_show_as_code_not_bold_and_links_stay_intact() -> None:
+    text = (
+        "Define __getattr__ or object.__init_subclass__() [1]. See "
+        "[the docs](https://docs.python.org/3/reference/datamodel.html#object.__getattr__) "
+        "and `__slots__`."
+    )
+    shown = display.answer_text(text)
+    assert "`__getattr__`" in shown and "`object.__init_subclass__()`" in shown
+    assert "#object.__getattr__)" in shown, "a URL is left alone"
+    assert "`__slots__`" in shown and "``" not in shown
+    assert "<strong>getattr</strong>" not in markdown_to_html(shown)
+
+
+def test_report_headings_go_two_levels_down_outside_code() -> None:
+    shown = display.answer_text("## Overview\ntext\n```\n## not a heading\n```\n# Title")
+    assert shown.startswith("#### Overview")
+    assert "\n## not a heading\n" in shown and "\n### Title" in shown
+
+
+def test_history_shows_readable_times_and_counts_what_it_shows() -> None:
+    conversation = Conversation(
+        conversation_id=CID,
+        created_at="2026-11-22T07:00:00.000Z",
+        updated_at="2026-11-22T07:05:09.123Z",
+        message_count=5,
+        messages=[
+            Message(role="system", content="Be brief."),
+            Message(role="user", content="q1", timestamp="2026-11-22T07:00:00.000Z"),
+            Message(role="assistant", content="a1"),
+            Message(role="user", content="q2"),
+            Message(role="assistant", content="a2"),
+        ],
+    )
+    markdown = display.conversation_bundle(conversation)["text/markdown"]
+    assert "2 questions, 4 messages" in markdown
+    assert "updated 2026-11-22 07:05 UTC" in markdown and "T07:" not in markdown
+
+
+def test_error_boxes_show_commands_as_code_and_name_magics() -> None:
+    error = ConversationNotFound(
+        f"Conversation {CID} does not exist (looked in /logs). Start a new conversation with "
+        "`perplexity_search` (or `%%pplx` in a notebook) and follow up with the id it returns.",
+        conversation_id=CID,
+        root="/logs",
+    )
+    bundle = display.error_bundle(error)
+    assert "<code>%pplx_conversations</code>" in bundle["text/html"]
+    assert "`" not in bundle["text/html"] + bundle["text/plain"]
+    assert "perplexity_search" not in bundle["text/plain"]
+    assert error.code == "CONVERSATION_NOT_FOUND" and "perplexity_search" in error.message
+
+
+def test_a_fork_says_it_is_a_branch_of_its_parent() -> None:
+    parent = "20261122-1763794800001"
+    bundle = display.answer_bundle(make_answer(), branch_of=parent)
+    assert f"🌿 **Branch** `{CID}` of `{parent}`" in bundle["text/markdown"]
+    assert f"a branch of {parent}" in bundle["text/plain"]

@@ -153,7 +153,8 @@ class Run:
 
     @property
     def last(self) -> dict[str, str]:
-        return self.outputs[-1]
+        """The last output with content (a live area is blanked after its outcome shows)."""
+        return [data for data in self.outputs if data != {"text/html": ""}][-1]
 
     def text(self) -> str:
         return "\n".join(value for data in self.outputs for value in data.values())
@@ -165,7 +166,9 @@ def _user_messages(researcher: Researcher, cid: str) -> list[str]:
 
 def test_load_ext_imports_only_the_magic_machinery() -> None:
     probe = (
-        "import sys\n"
+        "import os, sys\n"
+        "os.environ.pop('PERPLEXITY_API_KEY', None)\n"
+        "os.environ.pop('PPLX_NB_OFFLINE', None)\n"
         "from IPython.core.interactiveshell import InteractiveShell\n"
         "shell = InteractiveShell.instance()\n"
         "before = set(sys.modules)\n"
@@ -177,8 +180,9 @@ def test_load_ext_imports_only_the_magic_machinery() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True
     ).stdout
     loaded = out.strip()
+    # It reads the settings (pydantic) to say who answers, and nothing heavier.
+    assert "answers come from the offline simulator" in loaded
     for heavy in (
-        "pydantic",
         "pandas",
         "ipywidgets",
         "httpx2",
@@ -198,11 +202,13 @@ def test_pplx_streams_into_one_display_and_returns_the_answer(
     assert shell.user_ns["_"] is answer
     assert answer.conversation_id is not None
     live = run.ids[0]
-    assert live and run.ids[:-1] == [live] * (len(run.ids) - 1), "one display handle streams"
-    assert run.updates[0] is False and all(run.updates[1:-1])
-    assert run.outputs[0] == run.outputs[-2] == {"text/html": ""}, "the live area ends blank"
+    streamed = [*run.ids[:-2], run.ids[-1]]
+    assert live and streamed == [live] * len(streamed), "one display handle streams"
+    assert run.updates[0] is False and all(run.updates[1:-2]) and run.updates[-1]
+    assert run.outputs[0] == run.outputs[-1] == {"text/html": ""}, "the live area ends blank"
     assert "Searching…" in run.outputs[1]["text/markdown"]
-    assert run.ids[-1] is None and run.updates[-1] is False, "the answer is its own output"
+    assert run.ids[-2] is None and run.updates[-2] is False, "the answer is its own output"
+    assert run.outputs[-2] == run.last, "shown before the live area blanks: no blank flash"
     final = run.last["text/markdown"]
     assert f"`{answer.conversation_id}`" in final and "%pplx_followup" in final
     assert "](https://docs.python.org/3/library/" in final
@@ -248,18 +254,27 @@ def test_search_options_reach_the_simulator(shell: InteractiveShell) -> None:
 
 
 @pytest.mark.sim_sonar
-@pytest.mark.parametrize(("style", "noticed"), [("agent", True), ("sonar", False)])
-def test_images_under_the_agent_style_say_they_need_sonar(
-    shell: InteractiveShell, settings: Settings, style: str, noticed: bool
+@pytest.mark.parametrize(("style", "refused"), [("agent", True), ("sonar", False)])
+def test_images_under_the_agent_style_are_refused_before_asking(
+    shell: InteractiveShell, settings: Settings, style: str, refused: bool
 ) -> None:
+    from pplx_nb.sim import stats
+
     styled = settings.model_copy(update={"api_style": style})
     with Researcher(styled, async_deep_research=True) as researcher:
         magics.set_researcher(researcher)
+        before = stats(settings.base_url)["generations"]
         run = Run(shell, "%%pplx --images\nHow do I cancel an asyncio task?")
+        asked = stats(settings.base_url)["generations"] - before
         plain = Run(shell, "%%pplx\nHow do I cancel an asyncio task?")
-    assert isinstance(run.result, Answer) and isinstance(plain.result, Answer)
-    assert ("PERPLEXITY_API_STYLE=sonar" in run.last.get("text/html", "")) is noticed
-    assert "**Sources**" in run.outputs[-2 if noticed else -1]["text/markdown"]
+    assert isinstance(plain.result, Answer)
+    assert ("PERPLEXITY_API_STYLE=sonar" in run.last.get("text/html", "")) is refused
+    if refused:
+        assert run.result is None and asked == 0, "refused before anything is billed"
+        assert "VALIDATION_ERROR" in run.last["text/html"]
+    else:
+        assert isinstance(run.result, Answer) and asked == 1
+        assert "**Sources**" in run.last["text/markdown"]
     assert "PERPLEXITY_API_STYLE" not in plain.text(), "no notice unless --images was asked"
 
 
@@ -404,7 +419,7 @@ def test_research_wait_blocks_with_a_progress_bar(shell: InteractiveShell) -> No
     ]
     assert bars, "a progress bar is shown while waiting"
     assert "%pplx_followup --research" in run.last["text/markdown"]
-    assert len(set(run.ids[:-1])) == 1 and run.ids[-1] is None
+    assert len({*run.ids[:-2], run.ids[-1]}) == 1 and run.ids[-2] is None
 
 
 def test_followup_in_research_mode_queues_a_job_on_the_same_conversation(
@@ -511,13 +526,13 @@ def test_errors_render_as_one_line_with_code_and_next_step(shell: InteractiveShe
 
     unknown = Run(shell, "%%pplx --bogus\nquestion")
     assert "VALIDATION_ERROR" in unknown.last["text/html"]
-    assert "`%%pplx?` lists the options" in unknown.last["text/html"]
+    assert "<code>%%pplx?</code> lists the options" in unknown.last["text/html"]
     level = Run(shell, "%pplx_export --level nonsense")
     assert "invalid choice: &#x27;nonsense&#x27;" in level.last["text/html"]
-    assert "`%pplx_export?` lists the options" in level.last["text/html"]
+    assert "<code>%pplx_export?</code> lists the options" in level.last["text/html"]
     assert "%pplx?" not in level.last["text/html"], "the hint names the magic that ran"
     line = Run(shell, "%pplx_followup --recency never what next?")
-    assert "`%pplx_followup?` lists the options" in line.last["text/html"]
+    assert "<code>%pplx_followup?</code> lists the options" in line.last["text/html"]
 
     empty = Run(shell, "%%pplx\n   \n")
     assert "VALIDATION_ERROR" in empty.last["text/html"]
@@ -528,6 +543,146 @@ def test_errors_render_as_one_line_with_code_and_next_step(shell: InteractiveShe
     magics.set_researcher(magics.get_researcher())
     no_conversation = Run(shell, "%pplx_followup what next?")
     assert "No conversation to continue" in no_conversation.last["text/html"]
+
+
+def test_notebook_errors_name_magics_not_mcp_tools(
+    shell: InteractiveShell, settings: Settings
+) -> None:
+    missing = Run(shell, "%pplx_followup 20000101-0000000000000 anything?").last
+    assert "CONVERSATION_NOT_FOUND" in missing["text/html"]
+    assert "<code>%pplx_conversations</code>" in missing["text/html"]
+    assert "<code>%%pplx</code>" in missing["text/html"]
+    assert "`" not in missing["text/html"] and "`" not in missing["text/plain"]
+
+    from pplx_nb.sim import serve
+
+    with serve(latency_ms=0, deep_research_seconds=3) as url:
+        slow = settings.model_copy(update={"base_url": url})
+        with Researcher(slow, async_deep_research=True) as researcher:
+            magics.set_researcher(researcher)
+            job = Run(shell, "%%pplx_research\nCompare asyncio.gather and TaskGroup").result
+            assert isinstance(job, JobStatus)
+            busy = Run(shell, "%pplx_followup and what else?").last
+            Run(shell, "%pplx_wait --timeout 60")
+    assert "JOB_IN_PROGRESS" in busy["text/html"]
+    assert f"<code>%pplx_wait {job.conversation_id}</code>" in busy["text/html"]
+    for shown in (missing, busy):
+        text = shown["text/html"] + shown["text/plain"]
+        for tool in ("perplexity_", "get_conversation_history", "in_progress"):
+            assert tool not in text, f"{tool} in {text}"
+
+
+def test_a_bad_output_name_is_refused_before_any_request(
+    shell: InteractiveShell, settings: Settings
+) -> None:
+    from pplx_nb.sim import stats
+
+    before = stats(settings.base_url)
+    for cell in (
+        "%%pplx -o 1x\nWhat is asyncio?",
+        "%%pplx_research -o no-dash\nCompare asyncio and trio",
+        "%pplx_followup -o 'a b' 20000101-0000000000000 and then?",
+    ):
+        run = Run(shell, cell)
+        assert run.result is None and "give a Python variable name" in run.last["text/html"]
+    after = stats(settings.base_url)
+    assert after["generations"] == before["generations"]
+    assert after["background_runs"] == before["background_runs"]
+    assert sum(after["requests"].values()) == sum(before["requests"].values()), "no request"
+
+
+def test_an_interrupted_pplx_fails_the_cell_and_is_not_continued(
+    shell: InteractiveShell, settings: Settings
+) -> None:
+    import _thread
+    import threading
+
+    from pplx_nb.sim import serve
+
+    first = Run(shell, "%%pplx\nHow do I cancel an asyncio task?").result
+    assert isinstance(first, Answer)
+    with serve(latency_ms=3000) as url:
+        slow = settings.model_copy(update={"base_url": url})
+        with Researcher(slow, async_deep_research=True) as researcher:
+            magics.set_researcher(researcher)
+            timer = threading.Timer(0.5, _thread.interrupt_main)
+            timer.start()
+            interrupted = Run(shell, "%%pplx\nWhat does asyncio.shield do?")
+            timer.join()
+            bare = Run(shell, "%%pplx_followup\nAnd how do I cancel it anyway?")
+    assert isinstance(interrupted.error, KeyboardInterrupt), "the cell fails: Run All stops"
+    assert "INTERRUPTED" in interrupted.last["text/html"]
+    assert bare.result is None
+    assert "No conversation to continue" in bare.last["text/html"]
+    assert len(_user_messages(researcher, str(first.conversation_id))) == 1
+
+
+def test_thinking_without_reasoning_says_why(shell: InteractiveShell) -> None:
+    run = Run(shell, "%%pplx --thinking\nWhat does asyncio.gather return?")
+    assert isinstance(run.result, Answer) and not run.result.thinking
+    assert "NO_THINKING" in run.last["text/html"]
+    assert "sonar-reasoning-pro" in run.last["text/html"]
+
+
+def test_settings_changed_in_the_kernel_take_effect_for_the_next_magic(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import os
+
+    shell = InteractiveShell.instance()
+    monkeypatch.setenv("PPLX_NB_OFFLINE", "1")
+    monkeypatch.setenv("PPLX_NB_SIM_LATENCY_MS", "0")
+    monkeypatch.setenv("PPLX_NB_SIM_DEEP_RESEARCH_SECONDS", "0.3")
+    monkeypatch.setenv("CONVERSATION_LOGS_DIR", str(tmp_path / "one"))
+    magics.set_researcher(None)
+    shell.run_line_magic("load_ext", "pplx_nb")
+    try:
+        first = Run(shell, "%%pplx_research\nHow does asyncio schedule callbacks?").result
+        assert isinstance(first, JobStatus)
+        Run(shell, "%pplx_wait --timeout 60")
+        old = magics.get_researcher()
+        Run(shell, f"%env CONVERSATION_LOGS_DIR={tmp_path / 'two'}")
+        second = Run(shell, "%%pplx_research\nHow does asyncio schedule callbacks?").result
+        assert isinstance(second, JobStatus)
+        assert magics.last_conversation_id() == second.conversation_id
+        waited = Run(shell, "%pplx_wait --timeout 60")
+        assert isinstance(waited.result, Answer), waited.text()
+        assert magics.get_researcher() is not old
+        assert (tmp_path / "two" / second.conversation_id / "conversation.json").is_file()
+        os.environ["CONVERSATION_LOGS_DIR"] = str(tmp_path / "one")
+        back = Run(shell, "%pplx_followup and how is it scheduled?")
+        assert "No conversation to continue" in back.last["text/html"], "a new folder"
+    finally:
+        shell.run_line_magic("unload_ext", "pplx_nb")
+        researcher = magics.get_researcher()
+        magics.set_researcher(None)
+        researcher.close()
+
+
+def test_wait_says_within_seconds_when_no_worker_serves_the_folder(
+    shell: InteractiveShell, researcher: Researcher
+) -> None:
+    import time
+
+    researcher.start_worker().stop()  # a worker that died: nobody will take the job
+    job = Run(shell, "%%pplx_research\nHow does asyncio schedule callbacks?").result
+    assert isinstance(job, JobStatus)
+    started = time.monotonic()
+    run = Run(shell, "%pplx_wait")
+    assert time.monotonic() - started < 15
+    assert "No worker serves" in run.last["text/html"], run.text()
+    assert researcher.status(job.conversation_id).status == "pending"  # type: ignore[union-attr]
+
+
+def test_pplx_help_lists_every_magic_with_an_example(shell: InteractiveShell) -> None:
+    shown = Run(shell, "%pplx_help").last["text/markdown"]
+    for name in shell.magics_manager.magics["line"]:
+        if name.startswith("pplx"):
+            assert f"%{name}`" in shown, name
+    assert "answers come from the API at 127.0.0.1" in shown
+    doc = Run(shell, "%%pplx?").stdout
+    assert "Examples:" in doc and "%pplx_help" in doc
+    assert "``" not in doc and "::" not in doc, "no reST markup in the help"
 
 
 def test_question_mark_shows_the_options(shell: InteractiveShell) -> None:
@@ -592,3 +747,14 @@ def test_kernel_researcher_comes_from_the_environment_and_queues_unless_told_not
     finally:
         magics.set_researcher(None)
         researcher.close()
+
+
+def test_per_kernel_options_are_set_with_config(shell: InteractiveShell) -> None:
+    listed = Run(shell, "%config PplxMagics").stdout
+    for option in ("stream_interval", "monitor_interval", "related_buttons"):
+        assert option in listed
+    Run(shell, "%config PplxMagics.stream_interval = 0.5")
+    magic = shell.magics_manager.registry["PplxMagics"]
+    assert magic.stream_interval == 0.5
+    run = Run(shell, "%%pplx\nHow do I cancel an asyncio task?")
+    assert isinstance(run.result, Answer)

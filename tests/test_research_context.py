@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -293,3 +294,26 @@ def test_a_question_over_the_window_is_refused_with_the_file_sizes(
     assert [c.conversation_id for c in researcher.conversations()] == [cid]
     assert len(researcher.history(cid).messages) == 2
     assert researcher.followup(cid, "Summarize this", files=["a.txt"]).text
+
+
+def test_a_follow_up_on_a_20000_message_conversation_is_prepared_in_under_5_s(
+    researcher: Researcher,
+) -> None:
+    from pplx_nb import Message, Source
+
+    # Every earlier question is itself a follow-up with nothing to carry over: the subject
+    # search has to look at all of them, as it did when it was quadratic (20 s here).
+    source = Source(url="https://docs.python.org/3/library/asyncio.html", title="asyncio")
+    messages = [Message(role="system", content="You are a research assistant.")]
+    for turn in range(10_000):
+        messages.append(Message(role="user", content=f"and what about that one, #{turn}?"))
+        messages.append(Message(role="assistant", content="It depends. " * 20, sources=[source]))
+    cid = researcher.store.create(messages).conversation_id
+
+    started = time.monotonic()
+    answer = researcher.followup(cid, "How do I cancel it?")
+    took = time.monotonic() - started
+
+    assert took < 5, f"the follow-up took {took:.1f} s"
+    assert researcher.history(cid).message_count == 20_003
+    assert answer.conversation_id == cid

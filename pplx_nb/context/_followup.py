@@ -16,7 +16,7 @@ import asyncio
 import re
 from collections.abc import Iterator, Sequence
 from difflib import SequenceMatcher
-from typing import Any, Protocol
+from typing import Any, Protocol, overload
 
 from pplx_nb._logging import get_logger
 from pplx_nb._models import Answer, Message
@@ -159,8 +159,46 @@ def _words(text: str) -> list[str]:
     return [word.strip(".'-") for word in _WORD.findall(text)]
 
 
-def _user_turns(history: Sequence[Message]) -> list[Message]:
-    return [m for m in history if m.role == "user"]
+def _recent_user_turns(history: Sequence[Message], count: int) -> list[Message]:
+    """The last ``count`` user turns, oldest first, read from the end (cost: how far back)."""
+    turns: list[Message] = []
+    for message in reversed(history):
+        if len(turns) == count:
+            break
+        if message.role == "user":
+            turns.append(message)
+    return turns[::-1]
+
+
+class _Head(Sequence[Message]):
+    """The first ``end`` messages of a history, without copying them.
+
+    :func:`_topics` asks about every earlier prefix of a long history; slicing each would make
+    a follow-up quadratic in the length of the conversation.
+    """
+
+    def __init__(self, messages: Sequence[Message], end: int) -> None:
+        self._messages = messages
+        self._end = end
+
+    def __len__(self) -> int:
+        return self._end
+
+    @overload
+    def __getitem__(self, index: int) -> Message: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Message]: ...
+    def __getitem__(self, index: int | slice) -> Message | Sequence[Message]:
+        if isinstance(index, slice):
+            return [self._messages[i] for i in range(*index.indices(self._end))]
+        if index < 0:
+            index += self._end
+        if not 0 <= index < self._end:
+            raise IndexError(index)
+        return self._messages[index]
+
+    def __reversed__(self) -> Iterator[Message]:
+        return (self._messages[i] for i in range(self._end - 1, -1, -1))
 
 
 def _last_answer(history: Sequence[Message]) -> Message | None:
@@ -177,12 +215,12 @@ def is_follow_up(query: str, history: Sequence[Message]) -> bool:
     own. An "it" that stands for nothing ("Is it true that Rust ...") and a possessive that points
     inside the question ("transactions and their isolation") are not references.
     """
-    if not _user_turns(history):
+    if not any(m.role == "user" for m in history):
         return False
     text = " ".join(query.lower().split())
     if not text:
         return False
-    if _reference(text) is not None:
+    if _reference(text) is not None or _WHICH_OF_THE.search(text):
         return True
     words = _words(text)
     if words and words[0] in ("and", "or", "but") and len(words) <= 8:
@@ -217,7 +255,7 @@ def _recent_stems(history: Sequence[Message]) -> set[str]:
     Answer prose is left out: it mentions too much in passing to say what the talk is about.
     """
     stems: set[str] = set()
-    for message in _user_turns(history)[-_RECENT_TURNS:]:
+    for message in _recent_user_turns(history, _RECENT_TURNS):
         stems |= _content_stems(_question(message))
         stems |= _content_stems(message.reformulated_query or "")
     answer = _last_answer(history)
@@ -276,16 +314,29 @@ def _shared_prefix(titles: Sequence[str]) -> str | None:
     return best
 
 
-def _source_subject(message: Message | None) -> str | None:
+def _source_subject(message: Message | None, said: str = "") -> str | None:
+    """Where the last answer's sources live: the dotted name most of them share.
+
+    Without a shared name the top page's name is used only when the user named its package
+    (in ``said``): a lone top hit ("email.iterators.walk" for "walk a directory tree") is as
+    likely a word match as the topic.
+    """
     if message is None or not message.sources:
         return None
     titles = [s.title for s in message.sources[:_SOURCE_TITLES] if s.title]
     prefix = _shared_prefix(titles)
     if prefix or not titles:
         return prefix
-    # Without a shared name the top page's name will do, unless it is prose ("How to ...").
     name = _title_name(titles[0])
-    return name if _IDENTIFIER.match(name) else None
+    if not _IDENTIFIER.match(name) or not _mentions(said, name.split(".", 1)[0]):
+        return None
+    return name
+
+
+def _said(history: Sequence[Message]) -> str:
+    """What the user said in the recent turns (questions and their stored rewrites)."""
+    turns = _recent_user_turns(history, _RECENT_TURNS)
+    return " ".join(f"{_question(m)} {m.reformulated_query or ''}" for m in turns)
 
 
 def _noun_phrases(text: str) -> list[str]:
@@ -352,7 +403,7 @@ def subject_of(history: Sequence[Message]) -> str | None:
     module and class most of them share: ``asyncio.Task``). Both are combined, without repeating
     a word — "coroutines in asyncio" — and either one alone is used when the other is missing.
     """
-    located = _source_subject(_last_answer(history))
+    located = _source_subject(_last_answer(history), _said(history))
     for phrase, said in _topics(history):
         if located is None:
             return phrase
@@ -376,7 +427,7 @@ def _topics(history: Sequence[Message]) -> Iterator[tuple[str, str]]:
         if message.role != "user":
             continue
         question = _question(message)
-        if message.reformulated_query or is_follow_up(question, history[:index]):
+        if message.reformulated_query or is_follow_up(question, _Head(history, index)):
             carried = _carried_subject(question, message.reformulated_query or "")
             if carried is not None:
                 yield carried, message.reformulated_query or ""
@@ -414,10 +465,18 @@ def reformulate(query: str, history: Sequence[Message]) -> str:
     conversation is in is appended in parentheses (``And combinations (itertools)?``). A query
     that is not a follow-up (:func:`is_follow_up`), already names the subject, or comes in a
     conversation without one is returned unchanged.
+
+    When the rewrite would not be confident, the query is searched as typed: a conversation
+    that weighed alternatives ("pickle or json?") has "which one" / "the three" / "one of them"
+    replaced by those alternatives, but a lone "it" there could be any of them; and no module is
+    appended unless the last answer's sources agree on it (or the user named it).
     """
     query = query.strip()
     if not is_follow_up(query, history):
         return query
+    choices = _alternatives(history)
+    if choices:
+        return _choice_rewrite(query, choices)
     subject = subject_of(history)
     if not subject or _mentions(query, subject):
         return query
@@ -428,14 +487,86 @@ def reformulate(query: str, history: Sequence[Message]) -> str:
             start = match.end() - len("one")  # "which one" → "which asyncio task"
         return f"{query[:start]}{subject}{query[match.end() :]}"
     # No reference: the query names its own object ("what about the median?"), so only where
-    # the conversation is (the module) is carried over.
-    located = _source_subject(_last_answer(history))
-    place = _module(located) if located else subject
+    # the conversation is (the module) is carried over — when the sources agree on one. A
+    # guess would send the search somewhere the user never went: the query goes as typed.
+    located = _source_subject(_last_answer(history), _said(history))
+    if located is None:
+        return query
+    place = _module(located)
     if _mentions(query, place):
         return query
     body = _TRAILING.sub("", query)
     ending = query[len(body) :].strip()
     return f"{body} ({place}){ending}"
+
+
+_ITEM = r"[A-Za-z_][\w.]*\w|[A-Za-z_]"
+_ALTERNATIVES_OR = re.compile(
+    rf"({_ITEM})((?:\s*,\s*(?:{_ITEM}))*)\s*,?\s+(?:or|vs\.?|versus)\s+({_ITEM})", re.I
+)
+_ALTERNATIVES_AND = re.compile(
+    rf"\b(?:between|compare|comparing)\s+({_ITEM})((?:\s*,\s*(?:{_ITEM}))*)\s*,?\s+and\s+"
+    rf"({_ITEM})",
+    re.I,
+)
+_WHICH_OF_THE = re.compile(r"\bwhich of the (?:two|three|four|five)\b", re.I)
+_COLLECTIVE = re.compile(
+    r"\bwhich one\b|\bwhich of them\b|\bthe (?:two|three|four|five)\b|\bone of them\b"
+    r"|\b(?:them|they)\b",
+    re.I,
+)
+
+
+def _alternatives(history: Sequence[Message]) -> list[str] | None:
+    """The things the newest topic-setting question weighed: "pickle or json", "between a and b".
+
+    ``None`` unless there are at least two and each is a content word or a dotted name.
+    """
+    question = _topic_question(history)
+    if question is None:
+        return None
+    for pattern in (_ALTERNATIVES_AND, _ALTERNATIVES_OR):
+        match = pattern.search(question)
+        if match is None:
+            continue
+        middle = [w.strip() for w in match.group(2).split(",") if w.strip()]
+        items = [match.group(1), *middle, match.group(3)]
+        if all(item.lower() not in _NOT_CONTENT for item in items):
+            return list(dict.fromkeys(items))
+    return None
+
+
+def _topic_question(history: Sequence[Message]) -> str | None:
+    """The newest of the recent user questions that was not itself a follow-up."""
+    seen = 0
+    for index in range(len(history) - 1, -1, -1):
+        message = history[index]
+        if message.role != "user":
+            continue
+        seen += 1
+        question = _question(message)
+        if not message.reformulated_query and not is_follow_up(question, _Head(history, index)):
+            return question
+        if seen >= _RECENT_TURNS:
+            return None
+    return None
+
+
+def _choice_rewrite(query: str, choices: Sequence[str]) -> str:
+    """``query`` with its reference to the weighed alternatives spelled out, else as typed.
+
+    "Which one is safe?" → "Which of pickle and json is safe?"; "Which of the three ..." and
+    "one of them" likewise. A singular reference ("is it safe?") could mean any of them: the
+    query is searched as typed.
+    """
+    listed = f"{', '.join(choices[:-1])} and {choices[-1]}"
+    for match in _COLLECTIVE.finditer(query):
+        if match.group(0).lower() in ("them", "they") and _points_inside(query, match):
+            continue
+        words = match.group(0).split()
+        lead = f"{words[0]} of " if words[0].lower() in ("which", "one") else ""
+        return f"{query[: match.start()]}{lead}{listed}{query[match.end() :]}"
+    return query
 
 
 def _reference(query: str) -> re.Match[str] | None:
@@ -457,8 +588,16 @@ def _reference(query: str) -> re.Match[str] | None:
 
 
 def _points_inside(query: str, match: re.Match[str]) -> bool:
-    """A possessive coordinated with a noun of the query: "transactions and their isolation"."""
-    if match.group(0).lower() not in ("its", "their"):
+    """A pronoun whose noun is in the query itself.
+
+    A possessive coordinated with a noun ("transactions and their isolation"), or "them" /
+    "they" after a plural noun phrase of the query ("cancels the other tasks when one of them
+    fails").
+    """
+    word = match.group(0).lower()
+    if word in ("them", "they"):
+        return any(_plural(w) for w in _words(query[: match.start()]))
+    if word not in ("its", "their"):
         return False
     before = [w.lower() for w in _words(query[: match.start()])][-2:]
     return (
@@ -467,6 +606,12 @@ def _points_inside(query: str, match: re.Match[str]) -> bool:
         and before[0] not in _NOT_CONTENT
         and "'" not in before[0]
     )
+
+
+def _plural(word: str) -> bool:
+    """A plural-looking content word: "tasks", "files" (not "class", "process")."""
+    lower = word.lower()
+    return lower.endswith("s") and not lower.endswith("ss") and lower not in _NOT_CONTENT
 
 
 def _stands_alone(query: str, match: re.Match[str]) -> bool:
@@ -478,6 +623,8 @@ def _stands_alone(query: str, match: re.Match[str]) -> bool:
         previous = before[-1].lower() if before else ""
         if previous in _PREPOSITIONS or previous in _NOT_A_PRONOUN_BEFORE_ONE:
             return False
+        if following == "of":
+            return False  # "one of them": what follows "of" is the reference, if anything
         return following is None or following in _PREPOSITIONS or following in _ADVERBS
     return following is None or following in _QUESTION_WORDS
 

@@ -44,8 +44,19 @@ def argument(*args: Any, **kwargs: Any) -> Callable[[F], F]:
 
 
 def magic_arguments() -> Callable[[F], F]:
-    """IPython's ``@magic_arguments()``: builds the parser and the ``%magic?`` help, typed."""
-    decorator: Callable[[F], F] = _IPYTHON.magic_arguments()
+    """IPython's ``@magic_arguments()``: builds the parser and the ``%magic?`` help, typed.
+
+    IPython writes the usage as a reST literal block (``::``); ``%magic?`` shows it as plain
+    text, so it is headed "Usage:" instead.
+    """
+    built: Callable[[F], F] = _IPYTHON.magic_arguments()
+
+    def decorator(func: F) -> F:
+        func = built(func)
+        if func.__doc__:
+            func.__doc__ = func.__doc__.replace("::\n\n  %", "Usage:\n\n  %", 1)
+        return func
+
     return decorator
 
 

@@ -29,15 +29,15 @@ CONVERSATION_COLUMNS = (
 JOB_COLUMNS = (
     "conversation_id",
     "status",
-    "tool_name",
     "percentage",
     "step",
     "attempts",
     "started_at",
-    "updated_at",
     "completed_at",
     "error",
 )
+"""A job table a notebook shows without scrolling sideways: times to the second, no tool name
+(every job here is a deep research) and no heartbeat time."""
 
 
 def conversations_frame(summaries: Sequence[ConversationSummary]) -> pd.DataFrame:
@@ -66,17 +66,16 @@ def jobs_frame(statuses: Sequence[JobStatus]) -> pd.DataFrame:
                 "percentage": 100
                 if status.status == "completed"
                 else (progress.percentage if progress else 0),
-                "step": progress.message if progress else "",
+                "step": "" if status.done or progress is None else progress.message,
                 "attempts": status.attempts,
                 "started_at": status.started_at,
-                "updated_at": status.updated_at,
                 "completed_at": status.completed_at,
                 "error": f"{status.error.code}: {status.error.message}" if status.error else None,
             }
         )
     frame = pd.DataFrame(rows, columns=list(JOB_COLUMNS))
-    for column in ("started_at", "updated_at", "completed_at"):
-        frame[column] = pd.to_datetime(frame[column], utc=True, format="ISO8601")
+    for column in ("started_at", "completed_at"):
+        frame[column] = pd.to_datetime(frame[column], utc=True, format="ISO8601").dt.floor("s")
     return frame.sort_values("started_at", ascending=False, ignore_index=True)
 
 

@@ -31,7 +31,9 @@ __all__ = [
     "answer_bundle",
     "answer_html",
     "answer_markdown",
+    "answer_text",
     "conversation_bundle",
+    "done_bundle",
     "error_bundle",
     "images_html",
     "images_markdown",
@@ -39,13 +41,19 @@ __all__ = [
     "notice_bundle",
     "progress_bundle",
     "progress_html",
+    "readable_time",
     "status_line",
     "streaming_bundle",
+    "terminal_publisher",
 ]
 
 Bundle = dict[str, str]
 
 _CITATION = re.compile(r"\[(\d{1,3})\]")
+_CODE = re.compile(r"(```.*?(?:```|\Z)|~~~.*?(?:~~~|\Z)|`[^`\n]*`)", re.S)
+_HEADING = re.compile(r"^(#{1,6})(\s)", re.M)
+# A dunder name, perhaps dotted (object.__getattr__), not inside a URL or a word.
+_DUNDER = re.compile(r"(?<![\w/#.`\\])((?:[A-Za-z_]\w*\.)*__[A-Za-z]\w*?__(?:\(\))?)(?![\w`])")
 _THINK = re.compile(r"^\s*<think>(.*?)(?:</think>\s*|\Z)", re.S)
 _ERROR_STYLE = (
     "border-left:4px solid #d9534f;background:rgba(217,83,79,0.08);padding:6px 10px;"
@@ -75,15 +83,41 @@ def linked_text(text: str, sources: Sequence[Source]) -> str:
     return _CITATION.sub(link, text)
 
 
-def header_markdown(conversation_id: str | None, *, research: bool = False) -> str:
-    """The line naming the conversation and how to continue it."""
+def answer_text(text: str, *, demote: int = 2) -> str:
+    """An answer's Markdown made safe to show inside a notebook's own text.
+
+    Its headings go ``demote`` levels down (a report's ``##`` must not read like the notebook's
+    own sections) and dunder names outside code (``__getattr__``) become code, not bold.
+    """
+    parts = _CODE.split(text)
+    # re.split with one group alternates prose (even indexes) and code (odd indexes).
+    return "".join(
+        part if index % 2 else _DUNDER.sub(r"`\1`", _demoted(part, demote))
+        for index, part in enumerate(parts)
+    )
+
+
+def _demoted(text: str, levels: int) -> str:
+    if not levels:
+        return text
+    return _HEADING.sub(lambda m: "#" * min(6, len(m.group(1)) + levels) + m.group(2), text)
+
+
+def header_markdown(
+    conversation_id: str | None, *, research: bool = False, branch_of: str | None = None
+) -> str:
+    """The line naming the conversation (a branch says of which) and how to continue it.
+
+    The follow-up line is one unbreakable chip: wrapped, its ``<question>`` would stand alone.
+    """
     if not conversation_id:
         return ""
     mode = " --research" if research else ""
-    return (
-        f"🔗 **Conversation** `{conversation_id}` · continue with "
-        f"`%pplx_followup{mode} {conversation_id} <question>`"
-    )
+    command = html.escape(f"%pplx_followup{mode} {conversation_id} <question>")
+    named = f"🔗 **Conversation** `{conversation_id}`"
+    if branch_of:
+        named = f"🌿 **Branch** `{conversation_id}` of `{branch_of}`"
+    return f'{named} · continue with <code style="white-space:nowrap">{command}</code>'
 
 
 def sources_markdown(sources: Sequence[Source]) -> str:
@@ -169,18 +203,21 @@ def answer_markdown(
     header: bool = True,
     elapsed: float | None = None,
     research: bool = False,
+    branch_of: str | None = None,
 ) -> str:
     """The whole answer as Markdown: header, linked text, thinking, sources, related, footer."""
     parts: list[str] = []
     if header and answer.conversation_id:
-        parts.append(header_markdown(answer.conversation_id, research=research))
+        parts.append(
+            header_markdown(answer.conversation_id, research=research, branch_of=branch_of)
+        )
     if answer.reformulated_query:
         parts.append(f"<sub>Searched for: {html.escape(answer.reformulated_query)}</sub>")
     if answer.thinking:
         parts.append(
             f"<details><summary>Thinking</summary>\n\n{_quote_block(answer.thinking)}\n\n</details>"
         )
-    parts.append(linked_text(answer.text, answer.sources))
+    parts.append(linked_text(answer_text(answer.text), answer.sources))
     parts.append(notes_markdown(answer.notes))
     if answer.sources:
         parts.append(sources_markdown(answer.sources))
@@ -200,14 +237,23 @@ def answer_html(answer: Answer, *, header: bool = True, research: bool = False) 
 
     parts: list[str] = []
     if header and answer.conversation_id:
-        parts.append(markdown_to_html(header_markdown(answer.conversation_id, research=research)))
+        # The header's chip is inline HTML, which markdown_to_html (rightly) escapes.
+        header_text = header_markdown(answer.conversation_id, research=research)
+        head, _, chip = header_text.partition("<code")
+        parts.append(
+            f"<p>{markdown_to_html(head).removeprefix('<p>').removesuffix('</p>')} <code{chip}</p>"
+        )
     if answer.thinking:
         parts.append(
             "<details><summary>Thinking</summary>"
             f"<blockquote>{markdown_to_html(answer.thinking)}</blockquote></details>"
         )
     # Widgets sit inside a cell's output: report headings one or two sizes down read better there.
-    parts.append(markdown_to_html(linked_text(answer.text, answer.sources), heading_offset=2))
+    parts.append(
+        markdown_to_html(
+            linked_text(answer_text(answer.text, demote=0), answer.sources), heading_offset=2
+        )
+    )
     if answer.notes:
         parts.append(f'<div style="{_DIM}">{"<br>".join(map(html.escape, answer.notes))}</div>')
     if answer.sources:
@@ -229,18 +275,42 @@ def answer_bundle(
     related: bool = True,
     elapsed: float | None = None,
     research: bool = False,
+    branch_of: str | None = None,
 ) -> Bundle:
     """An answer as a MIME bundle (Markdown for Jupyter, plain text for terminals and logs)."""
     plain = [answer.text]
     if answer.sources:
         plain.append("\n".join(f"[{n}] {s.url}" for n, s in enumerate(answer.sources, 1)))
+    if related and answer.related_questions:
+        plain.append("Related:\n" + "\n".join(f"- {q}" for q in answer.related_questions))
     if answer.conversation_id:
-        plain.append(f"Conversation {answer.conversation_id}")
+        mode = " --research" if research else ""
+        branch = f" (a branch of {branch_of})" if branch_of else ""
+        plain.append(
+            f"Conversation {answer.conversation_id}{branch} · continue with "
+            f"%pplx_followup{mode} {answer.conversation_id} <question>"
+        )
     return {
         "text/markdown": answer_markdown(
-            answer, related=related, elapsed=elapsed, research=research
+            answer, related=related, elapsed=elapsed, research=research, branch_of=branch_of
         ),
         "text/plain": "\n\n".join(plain),
+    }
+
+
+def done_bundle(answer: Answer, *, elapsed: float | None = None) -> Bundle:
+    """A finished job whose report a live monitor above already shows: one line, not the report.
+
+    Shown twice, a report doubles the notebook's length for nothing.
+    """
+    cid = answer.conversation_id or ""
+    bits = [f"{len(answer.sources)} sources"]
+    if elapsed is not None:
+        bits.append(f"waited {elapsed:.0f} s")
+    return {
+        "text/markdown": f"✅ **Research job** `{cid}` completed · {' · '.join(bits)} · the "
+        f"report is in its monitor above (`%pplx_history {cid}` shows it again)",
+        "text/plain": f"Research job {cid} completed; the report is in its monitor above.",
     }
 
 
@@ -274,17 +344,27 @@ def conversation_bundle(conversation: Conversation) -> Bundle:
     heading = f"🔗 **Conversation** `{conversation.conversation_id}`"
     if conversation.parent_conversation_id:
         heading += f" (forked from `{conversation.parent_conversation_id}`)"
-    heading += f" · {conversation.message_count} messages · updated {conversation.updated_at}"
+    shown = [m for m in conversation.messages if m.role != "system"]
+    questions = sum(m.role == "user" for m in shown)
+    heading += (
+        f" · {questions} question{'s' if questions != 1 else ''}, {len(shown)} messages"
+        f" · updated {readable_time(conversation.updated_at)}"
+    )
     parts = [heading]
     plain = [f"Conversation {conversation.conversation_id}"]
     for message in conversation.messages:
-        stamp = f" <sub>{html.escape(message.timestamp)}</sub>" if message.timestamp else ""
+        stamp = (
+            f" <sub>{html.escape(readable_time(message.timestamp))}</sub>"
+            if message.timestamp
+            else ""
+        )
         if message.role == "user":
             parts.append(f"**🧑 Question**{stamp}\n\n{_quote_block(message.content)}")
         elif message.role == "assistant":
             sources = list(message.sources or [])
             model = f" <sub>{html.escape(message.model)}</sub>" if message.model else ""
-            parts.append(f"**📎 Answer**{model}{stamp}\n\n{linked_text(message.content, sources)}")
+            text = linked_text(answer_text(message.content), sources)
+            parts.append(f"**📎 Answer**{model}{stamp}\n\n{text}")
             if sources:
                 parts.append(sources_markdown(sources))
             parts.append(images_markdown(getattr(message, "images", None) or []))
@@ -295,6 +375,19 @@ def conversation_bundle(conversation: Conversation) -> Bundle:
         "text/markdown": "\n\n---\n\n".join(p for p in parts if p),
         "text/plain": "\n\n".join(plain),
     }
+
+
+def readable_time(stamp: str) -> str:
+    """An ISO 8601 timestamp as a reader wants it: ``2026-11-24 05:02 UTC`` (else as given)."""
+    from datetime import UTC, datetime
+
+    try:
+        moment = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return stamp
+    if moment.tzinfo is None:
+        return moment.strftime("%Y-%m-%d %H:%M")
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def job_bundle(status: JobStatus) -> Bundle:
@@ -311,11 +404,15 @@ def job_bundle(status: JobStatus) -> Bundle:
     }
 
 
-def status_line(status: JobStatus) -> str:
-    """A job's state in a few words: status, progress step, attempt, error."""
+def status_line(status: JobStatus, *, percentage: bool = True) -> str:
+    """A job's state in a few words: status, progress step, attempt, error.
+
+    ``percentage=False`` leaves the percentage out, for views whose bar already shows it.
+    """
     parts = [status.status.replace("_", " ")]
     if status.progress is not None and not status.done:
-        parts.append(f"{status.progress.percentage}% {status.progress.message}".strip())
+        share = f"{status.progress.percentage}% " if percentage else ""
+        parts.append(f"{share}{status.progress.message}".strip())
     if status.attempts > 1:
         parts.append(f"attempt {status.attempts}")
     if status.error is not None and status.status == "failed":
@@ -355,11 +452,14 @@ def progress_bundle(progress: Progress | None, elapsed: float, label: str = "") 
 def error_bundle(error: BaseException, *, debug: bool = False) -> Bundle:
     """One short styled line: the error code and the message, which says what to do next.
 
+    The message names magics, not MCP tools (see :mod:`pplx_nb.notebook._wording`).
     With ``debug`` the traceback follows in a collapsed block. Errors that are not a
     :class:`PplxError` are bugs; the line says so and how to see the details.
     """
     if isinstance(error, PplxError):
-        code, message = error.code, error.message
+        from pplx_nb.notebook._wording import notebook_message
+
+        code, message = error.code, notebook_message(error)
     elif isinstance(error, KeyboardInterrupt):
         code, message = "INTERRUPTED", "Stopped. Run the cell again to retry."
     else:
@@ -379,10 +479,15 @@ def error_bundle(error: BaseException, *, debug: bool = False) -> Bundle:
 def notice_bundle(code: str, message: str) -> Bundle:
     """One styled line: a code in bold and a message that says what to do next."""
     message = redact(message)
+    # `x` marks a command or a name: code in HTML, bare in plain text.
+    spans = re.split(r"`([^`\n]+)`", message)
+    rich = "".join(
+        f"<code>{html.escape(part)}</code>" if index % 2 else html.escape(part)
+        for index, part in enumerate(spans)
+    )
     return {
-        "text/html": f'<div style="{_ERROR_STYLE}">⚠️ <b>{html.escape(code)}</b> '
-        f"{html.escape(message)}</div>",
-        "text/plain": f"{code}: {message}",
+        "text/html": f'<div style="{_ERROR_STYLE}">⚠️ <b>{html.escape(code)}</b> {rich}</div>',
+        "text/plain": f"{code}: {''.join(spans)}",
     }
 
 
@@ -402,6 +507,31 @@ def _publish(bundle: Bundle, display_id: str | None, update: bool) -> None:
         display(bundle, raw=True, display_id=display_id)  # type: ignore[no-untyped-call]
     else:
         display(bundle, raw=True)  # type: ignore[no-untyped-call]
+
+
+class _TerminalPublisher:
+    """Live views in a terminal, where every display is printed: one line for the live area.
+
+    A terminal cannot update an output in place, so of a live area only its first words
+    ("⏳ Searching…") are printed, once; the outcome is printed in full when it comes.
+    """
+
+    def __init__(self) -> None:
+        self.announced = False
+
+    def __call__(self, bundle: Bundle, display_id: str | None, update: bool) -> None:
+        if display_id is None:
+            _publish(bundle, None, False)
+            return
+        text = bundle.get("text/plain", "")
+        if text and not self.announced:
+            self.announced = True
+            print(text.splitlines()[0], flush=True)
+
+
+def terminal_publisher() -> Publisher:
+    """A :data:`Publisher` for plain IPython in a terminal (see :class:`_TerminalPublisher`)."""
+    return _TerminalPublisher()
 
 
 class _View:
@@ -431,12 +561,15 @@ class _View:
         self._publish(dict(bundle), self.display_id, True)
 
     def close(self, outcome: Mapping[str, str] | None = None) -> None:
-        """Blank the live area and display ``outcome`` (if any) as an output of its own."""
+        """Display ``outcome`` (if any) as an output of its own, then blank the live area.
+
+        In that order the cell never shows nothing between the live view and the outcome.
+        """
+        if outcome is not None:
+            self._publish(dict(outcome), None, False)
         if not self.closed:
             self.closed = True
             self._publish(dict(BLANK), self.display_id, True)
-        if outcome is not None:
-            self._publish(dict(outcome), None, False)
 
     def fail(self, error: BaseException, *, debug: bool = False) -> None:
         """Close the view with the styled error."""
@@ -500,9 +633,24 @@ class StreamView(_View):
         self._last = now
         self._pending = False
 
-    def finish(self, answer: Answer, *, related: bool = True, research: bool = False) -> None:
+    def finish(
+        self,
+        answer: Answer,
+        *,
+        related: bool = True,
+        research: bool = False,
+        branch_of: str | None = None,
+    ) -> None:
         """Replace the streamed text with the rendered answer."""
-        self.close(answer_bundle(answer, related=related, elapsed=self.elapsed, research=research))
+        self.close(
+            answer_bundle(
+                answer,
+                related=related,
+                elapsed=self.elapsed,
+                research=research,
+                branch_of=branch_of,
+            )
+        )
 
 
 class ProgressView(_View):

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import re
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from IPython.core import magic as _magic
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, magics_class, no_var_expand
+from traitlets import Bool, Float
 
 from pplx_nb.notebook._args import (
     argument,
@@ -32,10 +34,12 @@ from pplx_nb.notebook._args import (
     split_conversation_id,
     unquote,
 )
-from pplx_nb.notebook._progress import run_with_progress
+from pplx_nb.notebook._progress import run_with_progress, wait_served
 from pplx_nb.notebook._session import (
+    forget,
     get_researcher,
     last_conversation_id,
+    register_exit,
     remember,
     set_researcher,
     switch,
@@ -103,19 +107,35 @@ def _show_widget(widget: Any) -> None:
 
 @magics_class
 class PplxMagics(Magics):
-    """``%%pplx``, ``%%pplx_research``, ``%pplx_followup`` and the magics that look back."""
+    """``%%pplx``, ``%%pplx_research``, ``%pplx_followup`` and the magics that look back.
+
+    Per-kernel options, IPython style: ``%config PplxMagics`` lists them,
+    ``%config PplxMagics.related_buttons = False`` sets one.
+    """
+
+    stream_interval = Float(
+        0.1, help="Seconds between repaints of a streaming answer (at most)."
+    ).tag(config=True)
+    monitor_interval = Float(
+        0.5, help="Seconds between the status reads of a research job's live monitor."
+    ).tag(config=True)
+    related_buttons = Bool(
+        True, help="Show related questions as buttons that ask them (False: as a list)."
+    ).tag(config=True)
 
     def __init__(self, shell: Any) -> None:
         super().__init__(shell)
         self.shown = _Shown()
+        self.monitors: set[str] = set()
+        """Jobs a live JobMonitor in this kernel follows: their report shows there."""
         self.keep_question_marks = question_mark_keeper(self.magics["line"])
 
     # -- plumbing -----------------------------------------------------------------------------
 
     @property
     def researcher(self) -> Researcher:
-        """This kernel's Researcher."""
-        return get_researcher()
+        """This kernel's Researcher (the settings are read again when a magic starts)."""
+        return get_researcher(reread=False)
 
     @property
     def namespace(self) -> dict[str, Any]:
@@ -129,17 +149,37 @@ class PplxMagics(Magics):
         """Whether a front end can show widgets (a kernel, not a plain IPython shell)."""
         return getattr(self.shell, "kernel", None) is not None
 
+    @property
+    def in_terminal(self) -> bool:
+        """Whether this is IPython in a terminal, which prints every display it is given."""
+        return _is_terminal(self.shell)
+
+    def _publisher(self) -> Any:
+        """How live views publish: in place in a notebook, a line and the outcome in a terminal."""
+        if not self.in_terminal:
+            return None
+        from pplx_nb.notebook.display import terminal_publisher
+
+        return terminal_publisher()
+
     @contextlib.contextmanager
     def _guard(self, line: str, magic: str) -> Iterator[None]:
         """Render any failure as one styled line (with the traceback under ``--debug``).
 
         ``magic`` is the magic as the user wrote it (``%%pplx``, ``%pplx_export``): a usage
         error names its ``?`` help.
+        An interrupt is shown, then raised again: as with any interrupted cell, the cell fails
+        and "Run All" stops there.
         """
+        __tracebackhide__ = True
         from pplx_nb.notebook.display import error_bundle
 
         try:
             yield
+        except _AlreadyShown as shown:
+            if isinstance(shown.error, KeyboardInterrupt):
+                # A fresh one: the traceback of where the wait was interrupted is noise here.
+                raise KeyboardInterrupt from None
         except UsageError as exc:
             from pplx_nb._errors import ValidationError
 
@@ -149,6 +189,7 @@ class PplxMagics(Magics):
             _show(error_bundle(exc, debug="--debug" in line))
         except KeyboardInterrupt as exc:
             _show(error_bundle(exc))
+            raise KeyboardInterrupt from None
 
     def _question(self, words: list[str], cell: str | None, raw: bool) -> str:
         from pplx_nb._errors import ValidationError
@@ -167,16 +208,25 @@ class PplxMagics(Magics):
 
         return interpolate(text, self.namespace)
 
-    def _store(self, args: argparse.Namespace, value: object) -> None:
+    def _parse(self, magic: Callable[..., Any], line: str) -> argparse.Namespace:
+        """Parse ``line`` and refuse, before anything is asked or billed, what cannot work."""
         from pplx_nb._errors import ValidationError
 
-        name = getattr(args, "output", None)
-        if not name:
-            return
-        name = unquote(name)
-        if not name.isidentifier():
-            raise ValidationError(f"-o {name!r}: give a Python variable name, like -o answer.")
-        self.namespace[name] = value
+        args = parse_argstring(magic, line)
+        _output_name(args)
+        # Before anything else: the settings may have changed since the last magic.
+        researcher = get_researcher()
+        if getattr(args, "images", False) and researcher.settings.api_style == "agent":
+            raise ValidationError(
+                "--images needs the Sonar API style; the Agent API returns no images. Set "
+                "PERPLEXITY_API_STYLE=sonar (`%env PERPLEXITY_API_STYLE=sonar`) and ask again."
+            )
+        return args
+
+    def _store(self, args: argparse.Namespace, value: object) -> None:
+        name = _output_name(args)
+        if name:
+            self.namespace[name] = value
 
     def _conversation(self, given: str | None) -> str:
         from pplx_nb._errors import ValidationError
@@ -189,12 +239,20 @@ class PplxMagics(Magics):
         cid = given or last_conversation_id()
         if cid is None:
             raise ValidationError(
-                "No conversation to continue in this kernel yet: pass its ID "
-                "(`%pplx_conversations` lists them) or ask with `%%pplx` first."
+                "No conversation to continue in this kernel: none was answered yet, or the "
+                "last question got no answer. Pass an ID (`%pplx_conversations` lists them) "
+                "or ask with `%%pplx` first."
             )
         return cid
 
-    def _stream(self, items: AsyncIterator[str | Answer], label: str, *, debug: bool) -> Answer:
+    def _stream(
+        self,
+        items: AsyncIterator[str | Answer],
+        label: str,
+        *,
+        debug: bool,
+        branch_of: str | None = None,
+    ) -> Answer:
         """Show the deltas as they arrive (at most every 100 ms), then the rendered answer.
 
         While no delta comes (before the first byte, or in a pause) the view still repaints
@@ -205,7 +263,9 @@ class PplxMagics(Magics):
         from pplx_nb._sync import TICK, iterate_sync
         from pplx_nb.notebook.display import StreamView
 
-        view = StreamView(label=label)
+        view = StreamView(
+            label=label, publish=self._publisher(), interval=float(self.stream_interval)
+        )
         answer: Answer | None = None
         try:
             for item in iterate_sync(items, tick=view.interval):
@@ -221,11 +281,15 @@ class PplxMagics(Magics):
             view.flush()
             view.fail(exc, debug=debug)
             raise _AlreadyShown(exc) from exc
-        live = self.widgets_live and bool(answer.related_questions)
-        view.finish(answer, related=not live)
+        live = self._buttons(answer)
+        view.finish(answer, related=not live, branch_of=branch_of)
         if live:
             self._related_buttons(answer)
         return answer
+
+    def _buttons(self, answer: Answer) -> bool:
+        """Whether ``answer``'s related questions show as buttons (else as a list)."""
+        return self.widgets_live and bool(self.related_buttons) and bool(answer.related_questions)
 
     def _related_buttons(self, answer: Answer) -> None:
         from pplx_nb.notebook.widgets import RelatedQuestions
@@ -239,19 +303,22 @@ class PplxMagics(Magics):
     def _finish(self, args: argparse.Namespace, value: T) -> T:
         self.shown.add(value)
         self._store(args, value)
-        self._images_notice(args)
+        self._thinking_notice(args, value)
         return value
 
-    def _images_notice(self, args: argparse.Namespace) -> None:
-        """Say why ``--images`` brought none, rather than drop the option without a word."""
-        if getattr(args, "images", False) and self.researcher.settings.api_style == "agent":
+    def _thinking_notice(self, args: argparse.Namespace, value: object) -> None:
+        """Say why ``--thinking`` showed nothing, rather than drop the option without a word."""
+        from pplx_nb._models import Answer
+
+        if getattr(args, "thinking", False) and isinstance(value, Answer) and not value.thinking:
             from pplx_nb.notebook.display import notice_bundle
 
             _show(
                 notice_bundle(
-                    "NO_IMAGES",
-                    "--images needs the Sonar API style; the Agent API returns no images. "
-                    "Set PERPLEXITY_API_STYLE=sonar and restart the kernel to get them.",
+                    "NO_THINKING",
+                    f"{value.model or 'The model'} returned no reasoning with this answer: only "
+                    "reasoning models show it (e.g. `-m sonar-reasoning-pro`, which returns its "
+                    "reasoning under PERPLEXITY_API_STYLE=sonar).",
                 )
             )
 
@@ -259,7 +326,14 @@ class PplxMagics(Magics):
         if self.widgets_live:
             from pplx_nb.notebook.widgets import JobMonitor
 
-            _show_widget(JobMonitor(status.conversation_id, self.researcher))
+            _show_widget(
+                JobMonitor(
+                    status.conversation_id,
+                    self.researcher,
+                    interval=float(self.monitor_interval),
+                )
+            )
+            self.monitors.add(status.conversation_id)
         else:
             from pplx_nb.notebook.display import job_bundle
 
@@ -272,12 +346,21 @@ class PplxMagics(Magics):
         *,
         debug: bool,
         interrupted: str = "Stopped. Run the cell again to retry.",
+        report_above: bool = False,
     ) -> Answer | JobStatus:
-        """Block on ``call`` with a progress bar; on Ctrl-C say ``interrupted`` (what goes on)."""
-        from pplx_nb._models import Answer
-        from pplx_nb.notebook.display import ProgressView, answer_bundle, notice_bundle
+        """Block on ``call`` with a progress bar; on Ctrl-C say ``interrupted`` (what goes on).
 
-        view = ProgressView(label)
+        ``report_above``: a live monitor above shows the report, so only a line says it is done.
+        """
+        from pplx_nb._models import Answer
+        from pplx_nb.notebook.display import (
+            ProgressView,
+            answer_bundle,
+            done_bundle,
+            notice_bundle,
+        )
+
+        view = ProgressView(label, publish=self._publisher())
         try:
             result = run_with_progress(call, view)
         except KeyboardInterrupt as exc:
@@ -286,11 +369,12 @@ class PplxMagics(Magics):
         except BaseException as exc:
             view.fail(exc, debug=debug)
             raise _AlreadyShown(exc) from exc
-        view.close(
-            answer_bundle(result, elapsed=view.elapsed, research=True)
-            if isinstance(result, Answer)
-            else None
-        )
+        if not isinstance(result, Answer):
+            view.close()
+        elif report_above:
+            view.close(done_bundle(result, elapsed=view.elapsed))
+        else:
+            view.close(answer_bundle(result, elapsed=view.elapsed, research=True))
         return result
 
     # -- asking -------------------------------------------------------------------------------
@@ -304,10 +388,20 @@ class PplxMagics(Magics):
         """Ask a question with web search; the cell is the question. Starts a NEW conversation.
 
         The answer streams in, then shows with linked citations, its sources and the line to
-        follow up. ``{name}`` in the question is replaced by the variable's value.
+        follow up. {name} in the question is replaced by the value of the variable name.
+
+        Examples:
+          %%pplx --related
+          How do I cancel an asyncio task?
+
+          %pplx -m sonar-pro --recency month -o answer what is new in asyncio?
+
+        %pplx_help lists every magic.
         """
-        with self._guard(line, _spelled("pplx", cell)), _AlreadyShown.silenced():
-            args = parse_argstring(self.pplx, line)
+        __tracebackhide__ = True
+        with self._guard(line, _spelled("pplx", cell)):
+            args = self._parse(self.pplx, line)
+            forget()
             query = self._question(args.words, cell, args.raw)
             items = self.researcher.astream_search(query, files=args.file, **search_opts(args))
             answer = self._stream(items, "Searching", debug=args.debug)
@@ -325,10 +419,20 @@ class PplxMagics(Magics):
         """Deep research on the cell's question. Starts a NEW conversation.
 
         In notebooks it is queued as a background job by default: a live monitor shows its
-        progress and then the report while you keep working. ``--wait`` blocks instead.
+        progress and then the report while you keep working. --wait blocks instead.
+
+        Examples:
+          %%pplx_research -o job
+          Compare asyncio, trio and curio for structured concurrency
+
+          %pplx_wait          (later: block until the report, for notebooks run top to bottom)
+
+        %pplx_help lists every magic.
         """
-        with self._guard(line, _spelled("pplx_research", cell)), _AlreadyShown.silenced():
-            args = parse_argstring(self.pplx_research, line)
+        __tracebackhide__ = True
+        with self._guard(line, _spelled("pplx_research", cell)):
+            args = self._parse(self.pplx_research, line)
+            forget()
             query = self._question(args.words, cell, args.raw)
             result = self._research(
                 args,
@@ -368,12 +472,22 @@ class PplxMagics(Magics):
     def pplx_followup(self, line: str, cell: str | None = None) -> Answer | JobStatus | None:
         """Continue a conversation with its whole history as context.
 
-        ``%pplx_followup [ID] question`` or a ``%%pplx_followup [ID]`` cell. Without an ID it
-        continues this kernel's last conversation. ``--fork`` branches into a new conversation and
-        leaves the original as it was; ``--research`` switches to deep research.
+        %pplx_followup [ID] question, or a %%pplx_followup [ID] cell. Without an ID it
+        continues this kernel's last conversation. --fork branches into a new conversation and
+        leaves the original as it was; --research switches to deep research.
+
+        Examples:
+          %pplx_followup how do I wait for it to finish?
+          %pplx_followup 20250124-1737734400000 --fork what about trio?
+
+          %%pplx_followup --research --wait
+          Compare the cancellation semantics in depth
+
+        %pplx_help lists every magic.
         """
-        with self._guard(line, _spelled("pplx_followup", cell)), _AlreadyShown.silenced():
-            args = parse_argstring(self.pplx_followup, line)
+        __tracebackhide__ = True
+        with self._guard(line, _spelled("pplx_followup", cell)):
+            args = self._parse(self.pplx_followup, line)
             words = list(args.words)
             if words and words[0].startswith("{"):
                 from pplx_nb.notebook._interpolate import interpolate
@@ -402,7 +516,9 @@ class PplxMagics(Magics):
                 items = self.researcher.astream_followup(
                     cid, query, fork=args.fork, files=args.file, **opts
                 )
-                result = self._stream(items, "Following up", debug=args.debug)
+                result = self._stream(
+                    items, "Following up", debug=args.debug, branch_of=cid if args.fork else None
+                )
                 remember(result.conversation_id)
             return self._finish(args, result)
         return None
@@ -418,23 +534,36 @@ class PplxMagics(Magics):
     def pplx_wait(self, line: str) -> Answer | None:
         """Block with a progress bar until a research job ends, then show its report.
 
-        What a notebook run top to bottom (nbval, papermill) needs after ``%%pplx_research``.
+        What a notebook run top to bottom (nbval, papermill) needs after %%pplx_research.
+        This kernel runs the job if no other worker has it; when no worker can serve the
+        folder the job is in, it says so within seconds instead of waiting forever.
+
+        Examples:
+          %pplx_wait
+          %pplx_wait {job.conversation_id} --timeout 600 -o report
         """
-        with self._guard(line, "%pplx_wait"), _AlreadyShown.silenced():
-            args = parse_argstring(self.pplx_wait, line)
+        __tracebackhide__ = True
+        with self._guard(line, "%pplx_wait"):
+            args = self._parse(self.pplx_wait, line)
             cid = self._conversation(unquote(args.id) if args.id else None)
             label = f"Job {cid}"
+            researcher = self.researcher
             result = self._blocking(
                 label,
-                lambda on_progress: self.researcher.wait(
-                    cid, timeout=args.timeout, on_progress=on_progress
+                lambda on_progress: wait_served(
+                    researcher, cid, timeout=args.timeout, on_progress=on_progress
                 ),
                 debug=args.debug,
                 interrupted=f"Stopped waiting; the job goes on in the background. "
                 f"`%pplx_wait {cid}` waits again.",
+                report_above=self._monitored(cid),
             )
             return self._finish(args, result)  # type: ignore[return-value]
         return None
+
+    def _monitored(self, conversation_id: str) -> bool:
+        """Whether a live JobMonitor in this kernel shows (or will show) this job's report."""
+        return self.widgets_live and conversation_id in self.monitors
 
     @no_var_expand
     @magic_arguments()
@@ -470,10 +599,10 @@ class PplxMagics(Magics):
         """A snapshot of the research jobs: a DataFrame read from disk when the magic runs.
 
         It survives kernel restarts but does not update itself; run it again for a fresh one.
-        ``--watch`` adds a live monitor per unfinished job.
+        --watch adds a live monitor per unfinished job.
         """
         with self._guard(line, "%pplx_jobs"):
-            args = parse_argstring(self.pplx_jobs, line)
+            args = self._parse(self.pplx_jobs, line)
             from pplx_nb.notebook._tables import jobs_frame
 
             statuses = self.researcher.jobs()
@@ -499,7 +628,7 @@ class PplxMagics(Magics):
     def pplx_history(self, line: str) -> Any:
         """Show a stored conversation, turn by turn, with each answer's sources."""
         with self._guard(line, "%pplx_history"):
-            args = parse_argstring(self.pplx_history, line)
+            args = self._parse(self.pplx_history, line)
             cid = self._conversation(unquote(args.id) if args.id else None)
             conversation = self.researcher.history(cid, include_system=args.system)
             self._store(args, conversation)
@@ -519,7 +648,7 @@ class PplxMagics(Magics):
     def pplx_conversations(self, line: str) -> Any:
         """Stored conversations as a pandas DataFrame, newest first."""
         with self._guard(line, "%pplx_conversations"):
-            args = parse_argstring(self.pplx_conversations, line)
+            args = self._parse(self.pplx_conversations, line)
             from pplx_nb.notebook._tables import conversations_frame
 
             filters = {
@@ -536,6 +665,7 @@ class PplxMagics(Magics):
     @magic_arguments()
     @argument("id", nargs="?", help="conversation ID (default: the last one)")
     @argument("--all", action="store_true", help="export every stored conversation")
+    @argument("--system", action="store_true", help="with --level messages: keep system prompts")
     @argument(
         "--level",
         choices=("messages", "conversations", "sources"),
@@ -545,9 +675,14 @@ class PplxMagics(Magics):
     @output_options
     @_line_magic
     def pplx_export(self, line: str) -> Any:
-        """Export conversations to a pandas DataFrame (see ``pplx_nb.export.to_dataframe``)."""
+        """Export conversations to a pandas DataFrame (see pplx_nb.export.to_dataframe).
+
+        Examples:
+          %pplx_export -o df
+          %pplx_export --all --level sources -o cited
+        """
         with self._guard(line, "%pplx_export"):
-            args = parse_argstring(self.pplx_export, line)
+            args = self._parse(self.pplx_export, line)
             from pplx_nb.export import to_dataframe
 
             if args.all:
@@ -556,6 +691,8 @@ class PplxMagics(Magics):
                 cid = self._conversation(unquote(args.id) if args.id else None)
                 source = self.researcher.history(cid, include_system=True)
             frame = to_dataframe(source, level=args.level)
+            if args.level == "messages" and not args.system and "role" in frame:
+                frame = frame[frame["role"] != "system"].reset_index(drop=True)
             self._store(args, frame)
             return frame
         return None
@@ -569,7 +706,7 @@ class PplxMagics(Magics):
     def pplx_config(self, line: str) -> None:
         """Show the settings in use (the API key is never shown); switch offline/online."""
         with self._guard(line, "%pplx_config"):
-            args = parse_argstring(self.pplx_config, line)
+            args = self._parse(self.pplx_config, line)
             from pplx_nb._errors import ValidationError
             from pplx_nb.notebook._tables import settings_bundle
 
@@ -583,21 +720,20 @@ class PplxMagics(Magics):
 
     def _switch(self, *, offline: bool) -> None:
         from pplx_nb._errors import ValidationError
-        from pplx_nb.research import Researcher
 
-        current = self.researcher
-        settings = current.settings
-        if not offline and settings.api_key is None:
+        if not offline and self.researcher.settings.api_key is None:
             raise ValidationError(
                 "PERPLEXITY_API_KEY is not set, so the real API would refuse every request. "
-                "Set it in the environment and restart the kernel, or stay offline."
+                "Set it (`%env PERPLEXITY_API_KEY=...`) and switch again, or stay offline."
             )
-        new = Researcher(
-            settings.model_copy(update={"offline": offline}),
-            async_deep_research=current.async_deep_research,
-        )
-        switch(new)
-        current.close()
+        switch(offline=offline)
+
+    @_line_magic
+    def pplx_help(self, line: str = "") -> None:
+        """Every pplx_nb magic with an example, and where the answers come from."""
+        from pplx_nb.notebook._help import help_bundle
+
+        _show(help_bundle(get_researcher().settings))
 
     # -- display hook -------------------------------------------------------------------------
 
@@ -609,7 +745,7 @@ class PplxMagics(Magics):
         from pplx_nb.notebook.display import answer_bundle, conversation_bundle, job_bundle
 
         if isinstance(value, Answer):
-            live = self.widgets_live and bool(value.related_questions)
+            live = self._buttons(value)
             _show(answer_bundle(value, related=not live))
             if live:
                 self._related_buttons(value)
@@ -631,25 +767,70 @@ class _AlreadyShown(Exception):
         super().__init__(str(error))
         self.error = error
 
-    @staticmethod
-    @contextlib.contextmanager
-    def silenced() -> Iterator[None]:
-        with contextlib.suppress(_AlreadyShown):
-            yield
+
+def _output_name(args: argparse.Namespace) -> str | None:
+    """The variable ``-o`` names, if any; a name that cannot be one is refused."""
+    from pplx_nb._errors import ValidationError
+
+    name = getattr(args, "output", None)
+    if not name:
+        return None
+    name = unquote(name)
+    if not name.isidentifier():
+        raise ValidationError(f"`-o {name}`: give a Python variable name, like `-o answer`.")
+    return str(name)
+
+
+def _is_terminal(shell: object) -> bool:
+    """Whether ``shell`` is IPython in a terminal (checked by name: no prompt_toolkit import)."""
+    return any(cls.__name__ == "TerminalInteractiveShell" for cls in type(shell).__mro__)
 
 
 _DISPLAYED_TYPES = ("Answer", "Conversation", "JobStatus")
 
 
 def load_ipython_extension(ipython: Any) -> None:
-    """Register the magics and the rich display of results on ``ipython``."""
+    """Register the magics and the rich display of results on ``ipython``; say who answers."""
     magics = PplxMagics(ipython)
     ipython.register_magics(magics)
+    register_exit()
+    if _is_terminal(ipython):
+        _quiet_after_magics(ipython)
     formatter = ipython.display_formatter.ipython_display_formatter
     for name in _DISPLAYED_TYPES:
         formatter.for_type_by_name("pplx_nb._models", name, magics.display_result)
     ipython.events.register("pre_run_cell", magics.shown.clear)
     ipython.input_transformers_cleanup.append(magics.keep_question_marks)
+    from pplx_nb.notebook._help import loaded_bundle
+
+    with contextlib.suppress(Exception):
+        _show(loaded_bundle())
+
+
+_MAGIC_CALL = re.compile(r"^get_ipython\(\)\.run_(?:line|cell)_magic\('pplx\w*'")
+
+
+def _quiet_after_magics(ipython: Any) -> None:
+    """In a terminal, no ``Out[n]:`` for a magic's result: the magic has shown it already.
+
+    IPython prints the prompt for any value a cell ends with, even one that displays nothing
+    more; a cell whose last line is a pplx magic call is made quiet instead (as with ``;``).
+    """
+    hook = ipython.displayhook
+    if getattr(hook, "_pplx_quiet", None) is not None:
+        return
+    original = hook.quiet
+
+    def quiet() -> bool:
+        try:
+            cell = ipython.history_manager.input_hist_parsed[-1]
+        except (IndexError, AttributeError):
+            cell = ""
+        lines = [line for line in cell.splitlines() if line.strip()]
+        return bool(lines and _MAGIC_CALL.match(lines[-1].strip())) or bool(original())
+
+    hook._pplx_quiet = original
+    hook.quiet = quiet
 
 
 def unload_ipython_extension(ipython: Any) -> None:
@@ -673,3 +854,8 @@ def unload_ipython_extension(ipython: Any) -> None:
     if magics is not None:
         with contextlib.suppress(ValueError):
             ipython.input_transformers_cleanup.remove(magics.keep_question_marks)
+    hook = ipython.displayhook
+    original = getattr(hook, "_pplx_quiet", None)
+    if original is not None:
+        hook.quiet = original
+        del hook._pplx_quiet

@@ -162,7 +162,7 @@ class JobMonitor(widgets.VBox):  # type: ignore[misc]
         self.bar.bar_style = _BAR_STYLES.get(status.status, "info")
         icon = _STATE_ICONS.get(status.status, "")
         self.state.value = (
-            f"{icon} {html.escape(status_line(status))} "
+            f"{icon} {html.escape(status_line(status, percentage=False))} "
             f'<span style="opacity:0.7">· {_elapsed(status):.0f} s</span>'
         )
 
@@ -192,8 +192,10 @@ class JobMonitor(widgets.VBox):  # type: ignore[misc]
 
 
 def _elapsed(status: JobStatus) -> float:
-    if status.progress is not None and status.progress.elapsed_ms and not status.done:
-        return status.progress.elapsed_ms / 1000
+    """Seconds since the job started, to now or to its end: a clock that moves with every poll.
+
+    (The progress' own ``elapsedMs`` moves only when the worker reports, every few seconds.)
+    """
     end = status.completed_at if status.done and status.completed_at else None
     try:
         started = datetime.fromisoformat(status.started_at)
