@@ -24,6 +24,11 @@ MAGICS: tuple[tuple[str, str, str], ...] = (
         "%pplx_followup how do I wait for it?",
     ),
     ("%pplx_wait", "block until a research job ends and show its report", "%pplx_wait"),
+    (
+        "%pplx_retry",
+        "ask an unanswered research question again (a new, paid run)",
+        "%pplx_retry",
+    ),
     ("%pplx_jobs", "the research jobs as a table; --watch adds live monitors", "%pplx_jobs"),
     ("%pplx_history", "a stored conversation, turn by turn", "%pplx_history"),
     ("%pplx_conversations", "every stored conversation as a DataFrame", "%pplx_conversations"),

@@ -577,9 +577,14 @@ class PplxMagics(Magics):
         For a deep research that ended with SUBMISSION_UNKNOWN (check your Perplexity usage
         first: the lost run may have been billed), a timeout or a failure. Queued like
         ``%%pplx_research``; ``--wait`` blocks instead.
+
+        Examples:
+          %pplx_retry
+          %pplx_retry 20250124-1737712800000 --wait
         """
-        with self._guard(line, "%pplx_retry"), _AlreadyShown.silenced():
-            args = parse_argstring(self.pplx_retry, line)
+        __tracebackhide__ = True
+        with self._guard(line, "%pplx_retry"):
+            args = self._parse(self.pplx_retry, line)
             cid = self._conversation(unquote(args.id) if args.id else None)
             result = self._research(
                 args,
