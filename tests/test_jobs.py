@@ -118,7 +118,7 @@ def test_claim_flips_status_to_in_progress_with_worker_attempt_and_start_progres
         2,
     )
     assert job.attempt == 1 and job.worker_id == "worker-1"
-    assert job.job_id == (queued.model_extra or {}).get("jobId")
+    assert job.job_id == queued.job_id is not None
     status = queue.status(cid)
     assert status is not None and status.status == "in_progress"
     assert status.worker_id == "worker-1" and status.attempts == 1 and status.heartbeat_at
