@@ -35,9 +35,10 @@ from pplx_nb._fs import CONVERSATION_ID_RE, fs_errors, validate_conversation_id
 from pplx_nb._layout import Layout
 from pplx_nb._models import ACTIVE_JOB_STATES, JobRecord, JobState, JobStatus, now_iso
 from pplx_nb.jobs import _answering as answering
+from pplx_nb.jobs import _events as events
 from pplx_nb.jobs import _transitions as transitions
 from pplx_nb.jobs._backend import AnswerLookup, JobStatusBackend
-from pplx_nb.jobs._events import log_failure, logger, result_meta_of
+from pplx_nb.jobs._events import logger, result_meta_of
 from pplx_nb.jobs._files import FileStatusBackend
 from pplx_nb.jobs._index import PRIORITY_MAX, JobIndex, conversation_of, marker_name
 from pplx_nb.jobs._job import Job
@@ -178,13 +179,7 @@ class JobQueue:
                     statuses.remove_job(conversation_id)
                 statuses.restore(conversation_id, previous)
                 raise
-        logger.info(
-            "Job enqueued: %s (tool %s, priority %d)",
-            conversation_id,
-            tool,
-            priority,
-            extra={"conversationId": conversation_id, "jobId": record.job_id, "tool": tool},
-        )
+        events.enqueued(status)
         return status
 
     def forget(self, conversation_id: str) -> None:
@@ -296,18 +291,7 @@ class JobQueue:
                 logger.error("Job %s cannot be claimed: %s", conversation_of(marker), exc)
                 continue
             if job is not None:
-                logger.info(
-                    "Job dequeued: %s (priority %d, attempt %d)",
-                    job.conversation_id,
-                    job.priority,
-                    job.attempt,
-                    extra={
-                        "conversationId": job.conversation_id,
-                        "jobId": job.job_id,
-                        "priority": job.priority,
-                        "workerId": worker_id,
-                    },
-                )
+                events.claimed(job)
                 return job
         return None
 
@@ -404,21 +388,7 @@ class JobQueue:
         status = self._owned(
             job, lambda status, now: transitions.complete(status, duration_ms, meta, now)
         )
-        logger.info(
-            "Job completed: %s in %.1f s (attempt %d, tokens %s, cost %s)",
-            job.conversation_id,
-            duration_ms / 1000,
-            job.attempt,
-            meta.get("tokens", "n/a"),
-            meta.get("cost", "n/a"),
-            extra={
-                "conversationId": job.conversation_id,
-                "jobId": job.job_id,
-                "durationMs": duration_ms,
-                "retries": job.attempt - 1,
-                **{k: v for k, v in meta.items() if k in ("tokens", "cost")},
-            },
-        )
+        events.completed(job, duration_ms, meta)
         return status
 
     def fail(self, job: Job, error: PplxError) -> JobStatus:
@@ -433,18 +403,13 @@ class JobQueue:
             job, lambda status, now: transitions.fail_or_retry(status, error, retries, now)[0]
         )
         retry = status.status == "pending"
-        log_failure(job.conversation_id, job.job_id, job.attempt, status.error_history[-1], retry)
+        events.failed(job.conversation_id, job.job_id, job.attempt, status.error_history[-1], retry)
         return status
 
     def release(self, job: Job) -> JobStatus:
         """Give ``job`` back unfinished (worker shutting down): ``pending``, attempt not counted."""
         status = self._owned(job, transitions.release)
-        logger.info(
-            "Job released: %s (worker %s stopping)",
-            job.conversation_id,
-            job.worker_id,
-            extra={"conversationId": job.conversation_id, "jobId": job.job_id},
-        )
+        events.released(job)
         return status
 
     def cancel(self, conversation_id: str) -> JobStatus | None:
@@ -461,11 +426,7 @@ class JobQueue:
                 return status
             status = transitions.cancel(status, now_iso())
             self._end(status, status.queue_key or "")
-        logger.info(
-            "Job cancelled: %s",
-            conversation_id,
-            extra={"conversationId": conversation_id, "jobId": status.job_id},
-        )
+        events.cancelled(status)
         return status
 
     # -- recovery ------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from pplx_nb._fs import CONVERSATION_ID_RE
 from pplx_nb._models import now_iso
 from pplx_nb.jobs import _transitions as transitions
 from pplx_nb.jobs._backend import JobStatusBackend
-from pplx_nb.jobs._events import log_failure, logger
+from pplx_nb.jobs._events import failed, logger
 from pplx_nb.jobs._index import JobIndex, conversation_of
 from pplx_nb.jobs._lease import LeaseClock
 
@@ -95,7 +95,7 @@ class Recovery:
                 statuses.remove_job(conversation_id)
                 index.drop(marker)
         info = status.error_history[-1]
-        log_failure(conversation_id, status.job_id, status.attempts, info, retry)
+        failed(conversation_id, status.job_id, status.attempts, info, retry)
         return 1
 
     def _rebuild(self, claimed: set[str]) -> int:
