@@ -216,10 +216,14 @@ class JobStatus(_Stored):
 
 
 class JobRecord(_Stored):
-    """The contents of ``job.json``: what a queued job asks for, kept while the job is active."""
+    """The contents of ``job.json``: what a queued job asks for, kept while the job is active.
 
-    job_id: str
-    conversation_id: str
+    A record without ids loads (as ``""``): it belongs to no job, and the job that finds it
+    fails saying its request is lost rather than stalling on a damaged file.
+    """
+
+    job_id: str = ""
+    conversation_id: str = ""
     tool_name: str = ""
     request: dict[str, Any] = Field(default_factory=dict)
     priority: int = 0

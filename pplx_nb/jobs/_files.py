@@ -25,6 +25,7 @@ from pplx_nb._fs import (
     locked,
     read_bytes,
     real_directory,
+    strip_bom,
     validate_conversation_id,
 )
 from pplx_nb._layout import Layout
@@ -156,7 +157,8 @@ class FileStatusBackend:
         if not real_directory(os.path.dirname(path)):
             return None
         try:
-            return read_bytes(path, self.max_file_bytes)
+            # An editor may have saved it with a byte order mark; JSON parsers differ on it.
+            return strip_bom(read_bytes(path, self.max_file_bytes))
         except FileNotFoundError:
             return None
 
