@@ -59,7 +59,12 @@ class _Doc:
 
     def job_state(self) -> str | None:
         """The conversation's job state, asked of its store (``None`` outside one)."""
-        return None if self.store is None else self.store.job_state(self.conversation_id)
+        if self.store is None:
+            return None
+        try:
+            return self.store.job_state(self.conversation_id)
+        except PplxValidationError:
+            return None  # a Conversation built by hand, with an id no store could hold
 
 
 def to_dataframe(source: Exportable, level: Level = "messages") -> pd.DataFrame:
