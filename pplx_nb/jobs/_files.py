@@ -69,10 +69,14 @@ class FileStatusBackend:
     # -- status.json ----------------------------------------------------------------------------
 
     def state(self, conversation_id: str) -> JobState | None:
-        """The ``status`` of status.json, checked with ``attempts``; ``None`` without one."""
+        """The ``status`` of status.json, checked with ``attempts``; ``None`` without one.
+
+        The folder is not checked for a planted link here (listings and locked writers check
+        it before they ask), which keeps a listing of thousands at one open per status.
+        """
         path = self.layout.status_file(conversation_id)
-        data = self._json(path)
-        return None if data is None else _checked_state(data, path)
+        raw = self._bytes(path, in_real_folder=False)
+        return None if raw is None else _checked_state(_decoded(raw, path), path)
 
     def read(self, conversation_id: str) -> JobStatus | None:
         """status.json as a :class:`JobStatus`; ``None`` if no job ever ran for it."""
@@ -152,19 +156,15 @@ class FileStatusBackend:
 
     # -- helpers --------------------------------------------------------------------------------
 
-    def _bytes(self, path: str) -> bytes | None:
+    def _bytes(self, path: str, *, in_real_folder: bool = True) -> bytes | None:
         # A folder swapped for a symbolic link is reported, never read through.
-        if not real_directory(os.path.dirname(path)):
+        if in_real_folder and not real_directory(os.path.dirname(path)):
             return None
         try:
             # An editor may have saved it with a byte order mark; JSON parsers differ on it.
             return strip_bom(read_bytes(path, self.max_file_bytes))
         except FileNotFoundError:
             return None
-
-    def _json(self, path: str) -> dict[str, object] | None:
-        raw = self._bytes(path)
-        return None if raw is None else _decoded(raw, path)
 
 
 def _encode(model: pydantic.BaseModel) -> bytes:
