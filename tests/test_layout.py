@@ -73,3 +73,20 @@ def test_the_layout_names_every_place_of_a_conversation(tmp_path: Path) -> None:
     temp = _layout.temp_name("status.json", "7.1")
     assert _layout.is_temp_of(temp, ("status.json",))
     assert not _layout.is_temp_of(temp, ("conversation.json",))
+
+
+def _mentions(package: str, names: tuple[str, ...]) -> list[str]:
+    found = []
+    for path in sorted((PACKAGE / package).rglob("*.py")) if package else [PACKAGE / "export.py"]:
+        text = path.read_text(encoding="utf-8")
+        found += [f"{path.relative_to(PACKAGE)}: {name}" for name in names if name in text]
+    return found
+
+
+def test_each_layer_reads_only_its_own_files() -> None:
+    # The store asks the job side (JobStates) and the job side asks the store (AnswerLookup).
+    job_files = ("STATUS_FILE", "JOB_FILE", "status_file", "job_file")
+    assert _mentions("store", job_files) == []
+    conversation_files = ("CONVERSATION_FILE", "conversation_file")
+    assert _mentions("", (*job_files, *conversation_files, "store._file")) == []
+    assert _mentions("jobs", (*conversation_files, "pplx_nb.store._")) == []
