@@ -9,6 +9,7 @@ says what to do next. Each class also derives from the builtin a user would natu
     ├── ConversationCorrupted (ValueError)     CONVERSATION_CORRUPTED
     ├── FilesystemError (OSError)              FILESYSTEM_ERROR
     ├── JobInProgress (RuntimeError)           JOB_IN_PROGRESS
+    ├── LeaseLost                              JOB_LEASE_EXPIRED    a job's worker lost its lease
     ├── CacheError                             CACHE_ERROR
     └── APIError                               (status_code, request_id)
         ├── APIKeyInvalid (PermissionError)    API_KEY_INVALID      401 / 403
@@ -42,6 +43,7 @@ __all__ = [
     "FilesystemError",
     "InvalidInput",
     "JobInProgress",
+    "LeaseLost",
     "NetworkError",
     "PplxError",
     "RemoteRunFailed",
@@ -148,6 +150,17 @@ class JobInProgress(PplxError, RuntimeError):
     code = "JOB_IN_PROGRESS"
 
 
+class LeaseLost(PplxError):
+    """A job's attempt lost its worker: the lease expired (the worker stopped heartbeating).
+
+    The worker that lost it gets this error instead of writing (its job was requeued, cancelled or
+    already answered), so a worker that stalled and came back cannot complete, fail or report on
+    a job another worker now runs; a job whose last attempt ended this way fails with this code.
+    """
+
+    code = "JOB_LEASE_EXPIRED"
+
+
 class CacheError(PplxError):
     """The response cache could not store or return an entry."""
 
@@ -235,6 +248,7 @@ _BY_CODE: dict[str, type[PplxError]] = {
         ConversationCorrupted,
         FilesystemError,
         JobInProgress,
+        LeaseLost,
         CacheError,
         APIError,
         APIKeyInvalid,

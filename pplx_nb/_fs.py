@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from pplx_nb._errors import ConversationCorrupted, FilesystemError, ValidationError
+from pplx_nb._layout import LOCK_FILE, temp_name
 
 __all__ = [
     "CONVERSATION_ID_RE",
@@ -54,7 +55,7 @@ __all__ = [
 # [0-9], not \d: \d also matches full-width and Arabic-Indic digits, which must not become
 # directory names.
 CONVERSATION_ID_RE = re.compile(r"^[0-9]{8}-[0-9]{13}\Z")
-LOCK_NAME = ".lock"
+LOCK_NAME = LOCK_FILE
 _DIR_MODE = 0o700
 _FILE_MODE = 0o600
 _tmp_counter = itertools.count()
@@ -138,7 +139,7 @@ def atomic_write_bytes(path: Path | str, data: bytes, *, durable: bool = False) 
     # Plain strings: on the job cycle, building Path objects cost about as much as the syscalls.
     target = os.fspath(path)
     directory, name = os.path.split(target)
-    tmp = os.path.join(directory, f".{name}.{os.getpid()}.{next(_tmp_counter)}.tmp")
+    tmp = os.path.join(directory, temp_name(name, f"{os.getpid()}.{next(_tmp_counter)}"))
     try:
         fd = os.open(tmp, _CREATE_FLAGS, _FILE_MODE)
         try:

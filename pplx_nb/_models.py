@@ -11,18 +11,22 @@ from __future__ import annotations
 import html
 import re
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 __all__ = [
+    "ACTIVE_JOB_STATES",
+    "DONE_JOB_STATES",
+    "JOB_STATES",
     "Answer",
     "Conversation",
     "ConversationSummary",
     "Cost",
     "ErrorInfo",
+    "JobRecord",
     "JobState",
     "JobStatus",
     "Message",
@@ -35,6 +39,12 @@ __all__ = [
 
 Role = Literal["system", "user", "assistant"]
 JobState = Literal["pending", "in_progress", "completed", "failed", "cancelled"]
+JOB_STATES: tuple[JobState, ...] = get_args(JobState)
+"""Every job state, in lifecycle order."""
+ACTIVE_JOB_STATES: frozenset[JobState] = frozenset(("pending", "in_progress"))
+"""A job in these states holds its conversation: no follow-up until it ends."""
+DONE_JOB_STATES: frozenset[JobState] = frozenset(("completed", "failed", "cancelled"))
+"""A job in these states has ended and never changes again."""
 
 
 def now_iso(moment: datetime | None = None) -> str:
@@ -190,11 +200,35 @@ class JobStatus(_Stored):
     heartbeat_at: str | None = None
     priority: int = 0
     remote_id: str | None = None
+    job_id: str | None = None
+    """Fixed at enqueue; tags the answer the job stores (``jobId``)."""
+    queue_key: str | None = None
+    """The job's marker in the claim index (``queueKey``)."""
+    submitting_at: str | None = None
+    """Set while a paid submission is being sent and its outcome is not known yet."""
+    submitted_at: str | None = None
+    """When the background run ``remote_id`` was submitted: its deadline counts from then."""
 
     @property
     def done(self) -> bool:
         """True once the job has ended (completed, failed or cancelled)."""
-        return self.status in ("completed", "failed", "cancelled")
+        return self.status in DONE_JOB_STATES
+
+
+class JobRecord(_Stored):
+    """The contents of ``job.json``: what a queued job asks for, kept while the job is active.
+
+    A record without ids loads (as ``""``): it belongs to no job, and the job that finds it
+    fails saying its request is lost rather than stalling on a damaged file.
+    """
+
+    job_id: str = ""
+    conversation_id: str = ""
+    tool_name: str = ""
+    request: dict[str, Any] = Field(default_factory=dict)
+    priority: int = 0
+    enqueued_at: str = ""
+    queue_key: str | None = None
 
 
 _CITATION = re.compile(r"\[(\d{1,3})\]")

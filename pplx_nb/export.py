@@ -29,9 +29,8 @@ from urllib.parse import urlsplit
 from pplx_nb._errors import ConversationCorrupted, ConversationNotFound, FilesystemError
 from pplx_nb._errors import ValidationError as PplxValidationError
 from pplx_nb._logging import get_logger
-from pplx_nb._models import Answer, Conversation, Message
+from pplx_nb._models import JOB_STATES, Answer, Conversation, Message
 from pplx_nb.store import ConversationStore
-from pplx_nb.store._file import read_job_state
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -44,18 +43,28 @@ Level = Literal["messages", "conversations", "sources"]
 Exportable = ConversationStore | Conversation | Iterable[str | Conversation]
 
 _ROLES = ["system", "user", "assistant"]
-_JOB_STATES = ["pending", "in_progress", "completed", "failed", "cancelled"]
 
 
 class _Doc:
-    """One conversation as its raw camelCase document and the directory it is stored in."""
+    """One conversation as its raw camelCase document and the store it is kept in, if any."""
 
-    __slots__ = ("conversation_id", "directory", "document")
+    __slots__ = ("conversation_id", "document", "store")
 
-    def __init__(self, conversation_id: str, document: dict[str, Any], directory: str | None):
+    def __init__(
+        self, conversation_id: str, document: dict[str, Any], store: ConversationStore | None
+    ):
         self.conversation_id = conversation_id
         self.document = document
-        self.directory = directory
+        self.store = store
+
+    def job_state(self) -> str | None:
+        """The conversation's job state, asked of its store (``None`` outside one)."""
+        if self.store is None:
+            return None
+        try:
+            return self.store.job_state(self.conversation_id)
+        except PplxValidationError:
+            return None  # a Conversation built by hand, with an id no store could hold
 
 
 def to_dataframe(source: Exportable, level: Level = "messages") -> pd.DataFrame:
@@ -88,12 +97,17 @@ def _documents(source: Exportable) -> Iterator[_Doc]:
             f"Conversations, not {type(source).__name__}.",
         )
     default: ConversationStore | None = None
+    stores: dict[Path, ConversationStore] = {}
     for item in source:
         if isinstance(item, Conversation):
-            yield _Doc(item.conversation_id, item.to_json_dict(), item.path)
+            store = None
+            if item.path:
+                root = Path(item.path).parent
+                store = stores.get(root) or stores.setdefault(root, ConversationStore(root))
+            yield _Doc(item.conversation_id, item.to_json_dict(), store)
         elif isinstance(item, str):
             default = default or ConversationStore()
-            yield _Doc(item, default.read_raw(item), str(default.path(item)))
+            yield _Doc(item, default.read_raw(item), default)
         else:
             raise PplxValidationError(
                 f"Cannot export a {type(item).__name__}: pass conversation ids or Conversations.",
@@ -109,7 +123,7 @@ def _store_documents(store: ConversationStore) -> Iterator[_Doc]:
         except (ConversationCorrupted, FilesystemError) as exc:
             logger.warning("Skipping conversation %s: %s", conversation_id, exc)
             continue
-        yield _Doc(conversation_id, document, str(store.root / conversation_id))
+        yield _Doc(conversation_id, document, store)
 
 
 def _int(value: Any) -> int | None:
@@ -231,7 +245,7 @@ def _conversations(docs: Iterable[_Doc]) -> pd.DataFrame:
         tools.append(used)
         tokens.append(token_sum)
         costs.append(cost_sum)
-        states.append(read_job_state(Path(doc.directory)) if doc.directory else None)
+        states.append(doc.job_state())
     return pd.DataFrame(
         {
             "conversation_id": pd.Series(ids, dtype="str"),
@@ -242,7 +256,7 @@ def _conversations(docs: Iterable[_Doc]) -> pd.DataFrame:
             "tools": pd.Series(tools, dtype="object"),
             "total_tokens": pd.Series(tokens, dtype="Int64"),
             "total_cost_usd": pd.Series(costs, dtype="float64"),
-            "job_status": pd.Categorical(states, categories=_JOB_STATES),
+            "job_status": pd.Categorical(states, categories=list(JOB_STATES)),
         }
     )
 

@@ -14,6 +14,7 @@ CODES = {
     errors.ConversationCorrupted: ("CONVERSATION_CORRUPTED", ValueError),
     errors.FilesystemError: ("FILESYSTEM_ERROR", OSError),
     errors.JobInProgress: ("JOB_IN_PROGRESS", RuntimeError),
+    errors.LeaseLost: ("JOB_LEASE_EXPIRED", errors.PplxError),
     errors.CacheError: ("CACHE_ERROR", errors.PplxError),
     errors.APIKeyInvalid: ("API_KEY_INVALID", PermissionError),
     errors.APIQuotaExceeded: ("API_QUOTA_EXCEEDED", errors.APIError),

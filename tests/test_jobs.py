@@ -118,7 +118,7 @@ def test_claim_flips_status_to_in_progress_with_worker_attempt_and_start_progres
         2,
     )
     assert job.attempt == 1 and job.worker_id == "worker-1"
-    assert job.job_id == (queued.model_extra or {}).get("jobId")
+    assert job.job_id == queued.job_id is not None
     status = queue.status(cid)
     assert status is not None and status.status == "in_progress"
     assert status.worker_id == "worker-1" and status.attempts == 1 and status.heartbeat_at
@@ -463,3 +463,27 @@ def test_a_request_with_numbers_that_are_not_json_is_refused(
     with pytest.raises(ValidationError, match="JSON"):
         queue.enqueue(cid, "t", {"opts": {"temperature": float("nan")}})
     assert queue.status(cid) is None and _files(logs_dir, cid) == set()
+
+
+def test_waiting_on_a_job_whose_last_lease_expired_raises_that_code(
+    settings: Settings, logs_dir: Path
+) -> None:
+    from pplx_nb import Researcher
+    from pplx_nb._errors import error_from_code
+
+    queue = JobQueue(logs_dir, max_job_retries=0, lease_seconds=0.2)
+    job = _claimed(queue, logs_dir, "dead-worker")
+    assert queue.recover_stale() == 0
+    time.sleep(0.3)
+    assert queue.recover_stale() == 1
+    status = queue.status(job.conversation_id)
+    assert status is not None and status.status == "failed" and status.error is not None
+    assert status.error.code == "JOB_LEASE_EXPIRED"
+    assert isinstance(error_from_code(status.error.code, status.error.message), LeaseLost)
+    with (
+        Researcher(settings, async_deep_research=False) as researcher,
+        pytest.raises(LeaseLost) as caught,
+    ):
+        researcher.wait(job.conversation_id, timeout=30)
+    assert caught.value.code == "JOB_LEASE_EXPIRED"
+    assert "sent no heartbeat" in caught.value.message

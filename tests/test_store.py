@@ -31,7 +31,8 @@ from pplx_nb import (
     Usage,
     ValidationError,
 )
-from pplx_nb.jobs import JobQueue
+from pplx_nb._models import JobState
+from pplx_nb.jobs import JobContext, JobQueue
 
 DATA = Path(__file__).parent / "data"
 TS_FIXTURE = DATA / "ts_server_conversation.json"
@@ -855,3 +856,58 @@ def test_numbers_that_are_not_json_are_refused_and_nothing_is_stored(
 
     json.loads(conversation_file(store, cid).read_bytes(), parse_constant=strict)
     assert os.listdir(store.root) == [cid]
+
+
+# -- the seams between the store and the job side ------------------------------------------------
+
+
+class _JobStates:
+    """A job side kept in memory: what ConversationStore asks, and what it was asked."""
+
+    def __init__(self, states: dict[str, JobState]) -> None:
+        self.states = states
+        self.forgotten: list[tuple[str, bool]] = []
+        self.root: Path | None = None
+
+    def job_state(self, conversation_id: str) -> JobState | None:
+        return self.states.get(conversation_id)
+
+    def forget(self, conversation_id: str) -> None:
+        assert self.root is not None
+        # Called under the conversation's lock, before the folder goes.
+        self.forgotten.append((conversation_id, (self.root / conversation_id).is_dir()))
+
+
+def test_the_store_asks_its_job_side_for_job_states_and_never_reads_them(
+    logs_dir: Path,
+) -> None:
+    jobs = _JobStates({})
+    store = ConversationStore(logs_dir, jobs=jobs)
+    jobs.root = store.root
+    running, idle = (store.create([user(q)]).conversation_id for q in ("deep", "plain"))
+    jobs.states[running] = "in_progress"
+    # A status.json the job side does not report is not the store's business.
+    (store.path(idle) / "status.json").write_text(json.dumps({"status": "pending"}))
+    assert {s.conversation_id: s.job_status for s in store.list()} == {
+        running: "in_progress",
+        idle: None,
+    }
+    assert store.job_state(running) == "in_progress" and store.job_state(idle) is None
+    store.delete(idle)
+    assert jobs.forgotten == [(idle, True)]
+
+
+def test_the_job_side_asks_the_store_for_a_jobs_answer(logs_dir: Path) -> None:
+    store = ConversationStore(logs_dir)
+    queue = JobQueue(logs_dir, answers=store)
+    cid = store.create([user("Describe the json module")]).conversation_id
+    queue.enqueue(cid, "perplexity_deep_research", {})
+    job = queue.claim("w")
+    assert job is not None
+    answer = assistant("the report", usage=Usage(total_tokens=42), jobId=job.job_id)
+    store.append(cid, answer, check=JobContext(queue, job).check_owner)
+    stored = store.job_answer(cid, job.job_id)
+    assert stored is not None and stored.content == "the report"
+    assert store.job_answer(cid, "another-job") is None
+    status = queue.complete(job)
+    assert (status.model_extra or {}).get("result") == {"tokens": 42}

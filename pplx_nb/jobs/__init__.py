@@ -9,24 +9,35 @@
     queue.status(conversation_id).progress
 
 Lifecycle: pending → in_progress → completed | failed | cancelled, in ``status.json`` (see
-DESIGN.md). Claims are atomic renames of marker files, so a job runs on one worker at a time; a
-worker that stops heartbeating loses its lease, its job is requeued, and anything it writes
-afterwards is refused (:class:`LeaseLost`).
+DESIGN.md), as pure transitions over :class:`~pplx_nb.JobStatus` (:mod:`._transitions`). Claims
+are atomic renames of marker files, so a job runs on one worker at a time; a worker that stops
+heartbeating loses its lease, its job is requeued, and anything it writes afterwards is refused
+(:class:`LeaseLost`, ``JOB_LEASE_EXPIRED``).
+
+Seams: statuses live behind :class:`JobStatusBackend` (:class:`FileStatusBackend` keeps them in
+each conversation's folder), and the queue asks the conversation store only through
+:class:`AnswerLookup` (``ConversationStore`` implements it).
 """
 
 from __future__ import annotations
 
+from pplx_nb._errors import LeaseLost
+from pplx_nb.jobs._backend import AnswerLookup, JobStatusBackend
 from pplx_nb.jobs._display import format_status_message
-from pplx_nb.jobs._job import Job, JobContext, JobRunner, LeaseLost
+from pplx_nb.jobs._files import FileStatusBackend
+from pplx_nb.jobs._job import Job, JobContext, JobRunner
 from pplx_nb.jobs._queue import NON_RETRYABLE, JobQueue
 from pplx_nb.jobs._worker import Worker
 
 __all__ = [
     "NON_RETRYABLE",
+    "AnswerLookup",
+    "FileStatusBackend",
     "Job",
     "JobContext",
     "JobQueue",
     "JobRunner",
+    "JobStatusBackend",
     "LeaseLost",
     "Worker",
     "format_status_message",

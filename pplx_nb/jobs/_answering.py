@@ -28,11 +28,10 @@ from typing import Any
 
 from pplx_nb._errors import PplxError
 from pplx_nb._fs import atomic_write_json, read_bytes
+from pplx_nb._layout import ANSWERING_FILE
 from pplx_nb._models import now_iso
 
 __all__ = ["ANSWERING_FILE", "clear", "live", "mark", "renew"]
-
-ANSWERING_FILE = ".answering"
 
 
 def mark(directory: Path, seconds: float) -> str:

@@ -26,11 +26,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from pplx_nb._fs import ensure_dir, fs_errors, real_directory
+from pplx_nb._layout import Layout
 
 __all__ = ["PRIORITY_MAX", "JobIndex", "marker_name"]
 
 PRIORITY_MAX = 9999
-INDEX_DIR = ".jobs"
 _LEVELS = 3
 _FILE_MODE = 0o600
 # A symbolic link planted where a marker goes is refused (ELOOP), never followed to create a file.
@@ -62,9 +62,10 @@ class JobIndex:
     """The pending and claimed marker directories of one conversation-logs root."""
 
     def __init__(self, root: Path) -> None:
-        self.base = root / INDEX_DIR
-        self.pending_dir = self.base / "pending"
-        self.claimed_dir = self.base / "claimed"
+        layout = Layout(root)
+        self.base = layout.index
+        self.pending_dir = layout.pending
+        self.claimed_dir = layout.claimed
         # Plain strings on the claim path: building Path objects costs more than the syscalls.
         self._pending = str(self.pending_dir)
         self._claimed = str(self.claimed_dir)
@@ -92,7 +93,7 @@ class JobIndex:
     def _claimed_str(self, marker: str) -> str:
         return os.path.join(self._claimed, marker)
 
-    def add_pending(self, marker: str, job_file: Path | None = None) -> None:
+    def add_pending(self, marker: str, job_file: str | None = None) -> None:
         """Create the pending marker (idempotent).
 
         With ``job_file`` the marker is a hard link to it: creating an inode costs ≈0.5–1 ms on
@@ -166,7 +167,7 @@ class JobIndex:
         return sorted(_listdir(self._claimed))
 
 
-def _make_marker(path: str, job_file: Path | None) -> None:
+def _make_marker(path: str, job_file: str | None) -> None:
     if job_file is not None:
         try:
             os.link(job_file, path)

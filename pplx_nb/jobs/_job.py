@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from pplx_nb._errors import PplxError
+from pplx_nb._errors import LeaseLost
 
 if TYPE_CHECKING:
     from pplx_nb.jobs._queue import JobQueue
@@ -17,16 +17,6 @@ __all__ = ["START_PROGRESS", "Job", "JobContext", "JobRunner", "LeaseLost"]
 
 START_PROGRESS = (25, "Querying Perplexity API...")
 """The progress a claim records: a runner's first identical report only heartbeats."""
-
-
-class LeaseLost(PplxError):
-    """This worker no longer owns the job: its lease expired and it was requeued, or cancelled.
-
-    Raised by :class:`JobQueue` instead of writing, so a worker that stalled and came back cannot
-    complete, fail or report on a job another worker now runs.
-    """
-
-    code = "JOB_LEASE_LOST"
 
 
 @dataclass(frozen=True)

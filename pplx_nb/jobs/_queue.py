@@ -1,10 +1,11 @@
 """JobQueue: deep-research jobs kept next to their conversations, claimed by atomic rename.
 
-Each conversation directory may hold ``job.json`` (the queued request, removed when the job ends)
-and ``status.json`` (its lifecycle, kept). A sortable marker index (:mod:`pplx_nb.jobs._index`)
-makes claiming independent of how many conversations exist. Every read-modify-write of a status
-happens under the conversation's lock; markers are only hints, so the index heals itself:
-:meth:`JobQueue.recover_stale` re-creates missing markers and drops stale ones.
+Each conversation may hold a queued request and a status (job.json and status.json, through a
+:class:`~pplx_nb.jobs._backend.JobStatusBackend`). A sortable marker index
+(:mod:`pplx_nb.jobs._index`) makes claiming independent of how many conversations exist. Every
+read-modify-write of a status happens under the conversation's lock and applies one pure
+transition (:mod:`pplx_nb.jobs._transitions`); markers are only hints, so the index heals itself
+(:mod:`pplx_nb.jobs._recovery`).
 
 Attempts count started runs: claiming increments ``attempts``. A failed attempt goes back to
 ``pending`` while ``attempts <= max_job_retries``, else the job is ``failed`` (default 2 retries, 3
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import time
 import uuid
 from collections.abc import Callable
@@ -29,51 +29,29 @@ from pplx_nb._errors import (
     FilesystemError,
     JobInProgress,
     PplxError,
-    RemoteRunFailed,
-    RunTimedOut,
     ValidationError,
-    redact,
 )
-from pplx_nb._fs import (
-    CONVERSATION_ID_RE,
-    atomic_write_bytes,
-    fs_errors,
-    locked,
-    read_bytes,
-    real_directory,
-    validate_conversation_id,
-)
-from pplx_nb._logging import get_logger
-from pplx_nb._models import JobState, JobStatus, now_iso
+from pplx_nb._fs import CONVERSATION_ID_RE, fs_errors, validate_conversation_id
+from pplx_nb._layout import Layout
+from pplx_nb._models import ACTIVE_JOB_STATES, JobRecord, JobState, JobStatus, now_iso
 from pplx_nb.jobs import _answering as answering
+from pplx_nb.jobs import _events as events
+from pplx_nb.jobs import _transitions as transitions
+from pplx_nb.jobs._backend import AnswerLookup, JobStatusBackend
+from pplx_nb.jobs._events import logger, result_meta_of
+from pplx_nb.jobs._files import FileStatusBackend
 from pplx_nb.jobs._index import PRIORITY_MAX, JobIndex, conversation_of, marker_name
-from pplx_nb.jobs._job import START_PROGRESS, Job, LeaseLost
+from pplx_nb.jobs._job import Job
 from pplx_nb.jobs._lease import LeaseClock
+from pplx_nb.jobs._recovery import Recovery
+from pplx_nb.jobs._transitions import NON_RETRYABLE
 
 if TYPE_CHECKING:
     from pplx_nb._config import Settings
 
 __all__ = ["NON_RETRYABLE", "JobQueue"]
 
-logger = get_logger("pplx_nb.jobs")
-
-STATUS_FILE = "status.json"
-JOB_FILE = "job.json"
-NON_RETRYABLE = frozenset(
-    {
-        "VALIDATION_ERROR",
-        "API_KEY_INVALID",
-        "INVALID_INPUT",
-        "CONVERSATION_NOT_FOUND",
-        "CONVERSATION_CORRUPTED",
-        "SUBMISSION_UNKNOWN",
-    }
-)
-"""Error codes that fail a job at once: running it again would fail the same way, or (a
-submission whose outcome is unknown) might pay for a second run."""
-
-_ACTIVE = ("pending", "in_progress")
-_DONE = ("completed", "failed", "cancelled")
+_Change = Callable[[JobStatus, str], JobStatus]
 
 
 class JobQueue:
@@ -85,10 +63,20 @@ class JobQueue:
         lease_seconds: an in_progress job whose heartbeat this queue has seen unchanged for this
             long is requeued (PPLX_NB_JOB_LEASE_SECONDS; judged by this process's own clock,
             see :mod:`pplx_nb.jobs._lease`).
+        statuses: where statuses and queued requests live (default: files under ``root``).
+        answers: how to find the answer a job stored (default: the conversation store over
+            ``root``); used to log a completed job's tokens and cost and to refuse a second
+            answer.
     """
 
     def __init__(
-        self, root: Path, *, max_job_retries: int = 2, lease_seconds: float = 60.0
+        self,
+        root: Path,
+        *,
+        max_job_retries: int = 2,
+        lease_seconds: float = 60.0,
+        statuses: JobStatusBackend | None = None,
+        answers: AnswerLookup | None = None,
     ) -> None:
         if max_job_retries < 0 or lease_seconds <= 0:
             raise ValidationError(
@@ -98,8 +86,18 @@ class JobQueue:
         self.root = Path(root)
         self.max_job_retries = max_job_retries
         self.lease_seconds = lease_seconds
+        self._layout = Layout(self.root)
+        self._statuses: JobStatusBackend = statuses or FileStatusBackend(self.root)
+        self._answers = answers
         self._index = JobIndex(self.root)
         self._leases = LeaseClock()
+        self._recovery = Recovery(
+            self._statuses,
+            self._index,
+            self._leases,
+            lease_seconds=lease_seconds,
+            max_job_retries=max_job_retries,
+        )
 
     @classmethod
     def from_settings(cls, settings: Settings) -> JobQueue:
@@ -138,7 +136,7 @@ class JobQueue:
             JobInProgress: the conversation already has a pending or in_progress job.
             ConversationCorrupted: its status.json is damaged (deleting it resets the job state).
         """
-        directory = self._dir(conversation_id)
+        validate_conversation_id(conversation_id)
         if not isinstance(priority, int) or not -PRIORITY_MAX <= priority <= PRIORITY_MAX:
             raise ValidationError(
                 f"Job priority must be an integer between {-PRIORITY_MAX} and {PRIORITY_MAX}, "
@@ -151,71 +149,38 @@ class JobQueue:
                 f"The job request must be JSON-serialisable: {exc}. Pass plain dicts, lists, "
                 "strings and numbers."
             ) from exc
-        _must_exist(directory)
-        with contextlib.nullcontext() if lock_held else locked(directory):
+        self._must_exist(conversation_id)
+        statuses = self._statuses
+        with contextlib.nullcontext() if lock_held else statuses.locked(conversation_id):
             self.check_idle(conversation_id)
-            enqueued_us = time.time_ns() // 1000
-            marker = marker_name(priority, enqueued_us, conversation_id)
-            job_id = uuid.uuid4().hex
+            marker = marker_name(priority, time.time_ns() // 1000, conversation_id)
             now = now_iso()
-            job = {
-                "jobId": job_id,
-                "conversationId": conversation_id,
-                "toolName": tool,
-                "request": request,
-                "priority": priority,
-                "enqueuedAt": now,
-                "queueKey": marker,
-            }
-            status: dict[str, Any] = {
-                "conversationId": conversation_id,
-                "status": "pending",
-                "toolName": tool,
-                "startedAt": now,
-                "updatedAt": now,
-                "attempts": 0,
-                "errorHistory": [],
-                "priority": priority,
-                "jobId": job_id,
-                "queueKey": marker,
-            }
-            status["request"] = request
-            previous = _read_bytes_or_none(directory / STATUS_FILE)
+            record = JobRecord(
+                job_id=uuid.uuid4().hex,
+                conversation_id=conversation_id,
+                tool_name=tool,
+                request=request,
+                priority=priority,
+                enqueued_at=now,
+                queue_key=marker,
+            )
+            status = transitions.new_status(record, now)
+            previous = statuses.snapshot(conversation_id)
             try:
-                _write(directory / JOB_FILE, job)
-                _write(directory / STATUS_FILE, status)
+                statuses.write_job(record)
+                statuses.write(status)
                 with fs_errors(self._index.pending_path(marker), "create the job marker"):
-                    self._index.add_pending(marker, directory / JOB_FILE)
+                    self._index.add_pending(marker, statuses.job_link(conversation_id))
             except BaseException:
                 # A job half-queued (a full disk, no inodes left) must not run later and bill.
-                self._undo_enqueue(directory, marker, previous)
+                with contextlib.suppress(OSError):
+                    self._index.drop(marker)
+                with contextlib.suppress(OSError, PplxError):
+                    statuses.remove_job(conversation_id)
+                statuses.restore(conversation_id, previous)
                 raise
-        logger.info(
-            "Job enqueued: %s (tool %s, priority %d)",
-            conversation_id,
-            tool,
-            priority,
-            extra={"conversationId": conversation_id, "jobId": job_id, "tool": tool},
-        )
-        return JobStatus.model_validate(status)
-
-    def _undo_enqueue(self, directory: Path, marker: str, previous: bytes | None) -> None:
-        """Take back a failed enqueue: no marker, no job.json, the status as it was."""
-        with contextlib.suppress(OSError):
-            self._index.drop(marker)
-        with contextlib.suppress(OSError):
-            (directory / JOB_FILE).unlink(missing_ok=True)
-        status_path = directory / STATUS_FILE
-        try:
-            if previous is None:
-                status_path.unlink(missing_ok=True)
-            else:
-                atomic_write_bytes(status_path, previous)
-        except (OSError, PplxError):
-            # Restoring needs a new inode; without one, no status beats a pending one that
-            # would refuse every follow-up.
-            with contextlib.suppress(OSError):
-                status_path.unlink(missing_ok=True)
+        events.enqueued(status)
+        return status
 
     def forget(self, conversation_id: str) -> None:
         """Drop the index marker of the conversation's job (its conversation is being deleted).
@@ -223,12 +188,22 @@ class JobQueue:
         Call it under the conversation lock. The pending marker is a hard link to job.json, so
         without this the question would outlive the conversation in ``.jobs/``.
         """
-        directory = self._dir(conversation_id)
         with contextlib.suppress(PplxError):
-            status = _read(directory / STATUS_FILE)
-            marker = status.get("queueKey") if status else None
-            if isinstance(marker, str) and conversation_of(marker) == conversation_id:
+            status = self._statuses.read(validate_conversation_id(conversation_id))
+            marker = status.queue_key if status else None
+            if marker is not None and conversation_of(marker) == conversation_id:
                 self._index.drop(marker)
+
+    def job_state(self, conversation_id: str) -> JobState | None:
+        """The state of the conversation's job, or ``None`` without one (or if unreadable).
+
+        For listings: a damaged status counts as no job here; :meth:`status` and :meth:`jobs`
+        report it.
+        """
+        try:
+            return self._statuses.state(validate_conversation_id(conversation_id))
+        except (ConversationCorrupted, FilesystemError):
+            return None
 
     def check_idle(self, conversation_id: str) -> None:
         """Raise JobInProgress if the conversation has a pending or in_progress job, or a
@@ -237,16 +212,15 @@ class JobQueue:
         Takes no lock: call it under the conversation lock (a store append's ``check``) to make
         the answer hold until the lock is released.
         """
-        directory = self._dir(conversation_id)
-        status = _read_status(directory / STATUS_FILE)
-        if status is not None and status.get("status") in _ACTIVE:
+        state = self._statuses.state(validate_conversation_id(conversation_id))
+        if state in ACTIVE_JOB_STATES:
             raise JobInProgress(
-                f"Conversation {conversation_id} has a research job that is {status['status']}. "
+                f"Conversation {conversation_id} has a research job that is {state}. "
                 "Wait for it to complete (`get_conversation_history` or `%pplx_wait` shows "
                 "when), then follow up.",
                 conversation_id=conversation_id,
             )
-        marker = answering.live(directory)
+        marker = answering.live(self._layout.folder(conversation_id))
         if marker is not None:
             raise JobInProgress(
                 f"Conversation {conversation_id} is still answering the follow-up asked at "
@@ -266,43 +240,45 @@ class JobQueue:
         question. ``lock_held=False`` takes the lock and checks the conversation is idle first
         (a question already stored, asked again).
         """
-        directory = self._dir(conversation_id)
+        folder = self._layout.folder(validate_conversation_id(conversation_id))
         if lock_held:
-            return answering.mark(directory, seconds)
-        _must_exist(directory)
-        with locked(directory):
+            return answering.mark(folder, seconds)
+        self._must_exist(conversation_id)
+        with self._statuses.locked(conversation_id):
             self.check_idle(conversation_id)
-            return answering.mark(directory, seconds)
+            return answering.mark(folder, seconds)
 
     def renew_answering(self, conversation_id: str, token: str, seconds: float) -> None:
         """Keep :meth:`mark_answering`'s marker live ``seconds`` more (a long answer streaming)."""
-        directory = self._dir(conversation_id)
-        with locked(directory):
-            answering.renew(directory, token, seconds)
+        folder = self._layout.folder(validate_conversation_id(conversation_id))
+        with self._statuses.locked(conversation_id):
+            answering.renew(folder, token, seconds)
 
     def clear_answering(self, conversation_id: str, token: str, *, lock_held: bool = False) -> None:
         """End what :meth:`mark_answering` began (the answer is stored, or the question failed)."""
-        directory = self._dir(conversation_id)
-        with contextlib.nullcontext() if lock_held else locked(directory):
-            answering.clear(directory, token)
+        folder = self._layout.folder(validate_conversation_id(conversation_id))
+        with contextlib.nullcontext() if lock_held else self._statuses.locked(conversation_id):
+            answering.clear(folder, token)
 
     def check_owner(self, job: Job, document: bytes | None = None) -> None:
         """Raise LeaseLost unless status.json says ``job``'s attempt still runs on its worker.
 
-        With ``document`` (conversation.json bytes), also when it already holds an answer tagged
-        with the job's ``jobId``. Takes no lock: call it under the conversation lock (a store
-        append's ``check``) to fence a write by a worker whose lease may have expired.
+        With ``document`` (the stored conversation), also when it already holds an answer
+        tagged with the job's ``jobId``. Takes no lock: call it under the conversation lock (a
+        store append's ``check``) to fence a write by a worker whose lease may have expired.
         """
-        _check_owner(_read_status(self.root / job.conversation_id / STATUS_FILE), job)
-        if document is not None and _tagged(_messages(document), job.job_id) is not None:
-            raise _lease_lost(job, "already answered")
+        transitions.check_owner(self._statuses.read(job.conversation_id), job)
+        if document is not None:
+            answer = self._answer_lookup().job_answer(job.conversation_id, job.job_id, document)
+            if answer is not None:
+                raise transitions.lease_lost(job, "already answered")
 
     # -- claiming ------------------------------------------------------------------------------
 
     def claim(self, worker_id: str) -> Job | None:
         """Claim the highest-priority, oldest pending job for ``worker_id``; None if there is none.
 
-        The marker rename decides between racing claimants; the winner then re-reads status.json
+        The marker rename decides between racing claimants; the winner then re-reads the status
         under the conversation lock and flips it from ``pending`` to ``in_progress``.
         """
         for marker in self._index.candidates():
@@ -315,65 +291,46 @@ class JobQueue:
                 logger.error("Job %s cannot be claimed: %s", conversation_of(marker), exc)
                 continue
             if job is not None:
-                logger.info(
-                    "Job dequeued: %s (priority %d, attempt %d)",
-                    job.conversation_id,
-                    job.priority,
-                    job.attempt,
-                    extra={
-                        "conversationId": job.conversation_id,
-                        "jobId": job.job_id,
-                        "priority": job.priority,
-                        "workerId": worker_id,
-                    },
-                )
+                events.claimed(job)
                 return job
         return None
 
     def _take(self, marker: str, worker_id: str) -> Job | None:
         conversation_id = conversation_of(marker)
-        directory = self.root / conversation_id
-        if not CONVERSATION_ID_RE.match(conversation_id) or not _present(directory):
+        statuses = self._statuses
+        if not CONVERSATION_ID_RE.match(conversation_id) or not statuses.present(conversation_id):
             self._index.drop(marker)
             return None
-        with locked(directory):
-            status = _read_status(directory / STATUS_FILE)
-            if status is None or status.get("queueKey") != marker:
+        with statuses.locked(conversation_id):
+            status = statuses.read(conversation_id)
+            if status is None or status.queue_key != marker:
                 self._index.drop(marker)
                 return None
-            if status.get("status") != "pending":
-                if status.get("status") != "in_progress":
+            if status.status != "pending":
+                if status.status != "in_progress":
                     self._index.drop(marker)
                 return None
-            job = _read(directory / JOB_FILE)
-            if job is None or job.get("jobId") != status.get("jobId"):
-                self._finish(directory, status, marker, "failed", _lost_job_error(status))
-                return None
-            attempt = int(status.get("attempts", 0)) + 1
+            record = statuses.read_job(conversation_id)
             now = now_iso()
-            status.update(
-                status="in_progress",
-                attempts=attempt,
-                workerId=worker_id,
-                heartbeatAt=now,
-                updatedAt=now,
-                progress=_progress(*START_PROGRESS, 0, attempt),
-            )
-            _write(directory / STATUS_FILE, status)
+            if record is None or record.job_id != status.job_id:
+                self._end(transitions.lost_request(status, now), marker)
+                return None
+            status = transitions.start_attempt(status, worker_id, now)
+            statuses.write(status)
             self._leases.saw(marker, now)
         return Job(
-            job_id=str(job["jobId"]),
+            job_id=record.job_id,
             conversation_id=conversation_id,
-            tool=str(job.get("toolName", "")),
-            request=dict(job.get("request") or {}),
-            priority=int(job.get("priority", 0)),
-            attempt=attempt,
-            enqueued_at=str(job.get("enqueuedAt", "")),
+            tool=record.tool_name,
+            request=dict(record.request),
+            priority=record.priority,
+            attempt=status.attempts,
+            enqueued_at=record.enqueued_at,
             worker_id=worker_id,
             marker=marker,
-            remote_id=status.get("remoteId"),
-            submitted_at=status.get("submittedAt"),
-            submitting=bool(status.get("submittingAt")),
+            remote_id=status.remote_id,
+            submitted_at=status.submitted_at,
+            submitting=bool(status.submitting_at),
         )
 
     # -- while a job runs ----------------------------------------------------------------------
@@ -384,16 +341,15 @@ class JobQueue:
         Raises:
             LeaseLost: the job is no longer this worker's.
         """
-        with self._owned(job) as owned:
-            if owned.status.get("progress"):
-                owned.status["progress"]["elapsedMs"] = job.elapsed_ms
+        elapsed = job.elapsed_ms
+        self._owned(job, lambda status, now: transitions.heartbeat(status, now, elapsed))
 
     def progress(self, job: Job, percentage: int, message: str) -> None:
         """Record progress (percentage, message, elapsedMs, attempt); counts as a heartbeat."""
-        percentage = max(0, min(100, int(percentage)))
-        with self._owned(job) as owned:
-            owned.status["progress"] = _progress(percentage, message, job.elapsed_ms, job.attempt)
-            owned.status["updatedAt"] = owned.status["heartbeatAt"]
+        elapsed = job.elapsed_ms
+        self._owned(
+            job, lambda status, now: transitions.report(status, percentage, message, elapsed, now)
+        )
 
     def set_remote_id(self, job: Job, remote_id: str) -> None:
         """Persist the API's id for a background run of ``job`` (``remoteId`` in status.json).
@@ -401,10 +357,7 @@ class JobQueue:
         Also records when the run was submitted (``submittedAt``, where its deadline counts
         from) and ends the submission :meth:`begin_submission` began.
         """
-        with self._owned(job) as owned:
-            began = owned.status.pop("submittingAt", None)
-            owned.status["remoteId"] = remote_id
-            owned.status["submittedAt"] = began or owned.status["heartbeatAt"]
+        self._owned(job, lambda status, now: transitions.record_remote_id(status, remote_id, now))
 
     def begin_submission(self, job: Job) -> None:
         """Record that a paid submission of ``job`` is being sent (``submittingAt``).
@@ -412,18 +365,15 @@ class JobQueue:
         A worker that dies before :meth:`set_remote_id` leaves it, so the next attempt knows a
         run may exist and does not pay for a second one blindly.
         """
-        with self._owned(job) as owned:
-            owned.status["submittingAt"] = owned.status["heartbeatAt"]
+        self._owned(job, transitions.begin_submission)
 
     def end_submission(self, job: Job) -> None:
         """Forget :meth:`begin_submission`: the submission provably started no run."""
-        with self._owned(job) as owned:
-            owned.status.pop("submittingAt", None)
+        self._owned(job, transitions.end_submission)
 
     def note_error(self, job: Job, error: BaseException) -> None:
         """Add an error the runner recovered from to ``errorHistory`` without ending the attempt."""
-        with self._owned(job) as owned:
-            owned.status.setdefault("errorHistory", []).append(_error_info(error, job.attempt))
+        self._owned(job, lambda status, now: transitions.note_error(status, error, now))
 
     # -- ending --------------------------------------------------------------------------------
 
@@ -434,36 +384,12 @@ class JobQueue:
         it, tokens and cost are read from the answer the runner stored (tagged with ``jobId``).
         """
         duration_ms = job.elapsed_ms
-        if not result_meta:
-            result_meta = _answer_meta(self.root / job.conversation_id, job.job_id)
-        with self._owned(job) as owned:
-            directory, status = owned.directory, owned.status
-            now = status["heartbeatAt"]
-            status.update(
-                status="completed",
-                completedAt=now,
-                updatedAt=now,
-                progress=_progress(100, "Research complete", duration_ms, job.attempt),
-            )
-            if result_meta:
-                status["result"] = result_meta
-            owned.then(lambda: self._cleanup(directory, job.marker))
-        logger.info(
-            "Job completed: %s in %.1f s (attempt %d, tokens %s, cost %s)",
-            job.conversation_id,
-            duration_ms / 1000,
-            job.attempt,
-            result_meta.get("tokens", "n/a"),
-            result_meta.get("cost", "n/a"),
-            extra={
-                "conversationId": job.conversation_id,
-                "jobId": job.job_id,
-                "durationMs": duration_ms,
-                "retries": job.attempt - 1,
-                **{k: v for k, v in result_meta.items() if k in ("tokens", "cost")},
-            },
+        meta = result_meta or self._answer_meta(job)
+        status = self._owned(
+            job, lambda status, now: transitions.complete(status, duration_ms, meta, now)
         )
-        return JobStatus.model_validate(status)
+        events.completed(job, duration_ms, meta)
+        return status
 
     def fail(self, job: Job, error: PplxError) -> JobStatus:
         """Record a failed attempt: back to ``pending`` while retries remain, else ``failed``.
@@ -472,43 +398,19 @@ class JobQueue:
         :class:`RemoteRunFailed` also forgets ``remoteId``: the ended run cannot answer, so the
         next attempt submits a new one.
         """
-        with self._owned(job) as owned:
-            directory, status = owned.directory, owned.status
-            info = _error_info(error, job.attempt)
-            retry = (
-                error.code not in NON_RETRYABLE
-                and not isinstance(error, RunTimedOut)
-                and job.attempt <= self.max_job_retries
-            )
-            if isinstance(error, RemoteRunFailed | RunTimedOut):
-                status.pop("submittedAt", None)
-                if status.pop("remoteId", None) and retry:
-                    info["message"] += " The next attempt submits a new background run."
-            status.setdefault("errorHistory", []).append(info)
-            if retry:
-                _requeue_status(status)
-                owned.then(lambda: self._index.requeue(job.marker))
-            else:
-                status.update(status="failed", error=info, completedAt=status["heartbeatAt"])
-                status.pop("progress", None)
-                owned.then(lambda: self._cleanup(directory, job.marker))
-        _log_failure(job.conversation_id, job.job_id, job.attempt, info, retry)
-        return JobStatus.model_validate(status)
+        retries = self.max_job_retries
+        status = self._owned(
+            job, lambda status, now: transitions.fail_or_retry(status, error, retries, now)[0]
+        )
+        retry = status.status == "pending"
+        events.failed(job.conversation_id, job.job_id, job.attempt, status.error_history[-1], retry)
+        return status
 
     def release(self, job: Job) -> JobStatus:
         """Give ``job`` back unfinished (worker shutting down): ``pending``, attempt not counted."""
-        with self._owned(job) as owned:
-            status = owned.status
-            _requeue_status(status)
-            status["attempts"] = max(0, job.attempt - 1)
-            owned.then(lambda: self._index.requeue(job.marker))
-        logger.info(
-            "Job released: %s (worker %s stopping)",
-            job.conversation_id,
-            job.worker_id,
-            extra={"conversationId": job.conversation_id, "jobId": job.job_id},
-        )
-        return JobStatus.model_validate(status)
+        status = self._owned(job, transitions.release)
+        events.released(job)
+        return status
 
     def cancel(self, conversation_id: str) -> JobStatus | None:
         """Cancel the conversation's pending or in_progress job; None if it never had one.
@@ -517,20 +419,15 @@ class JobQueue:
 
         A running worker notices at its next heartbeat and stops; an ended job is left as it is.
         """
-        directory = self._dir(conversation_id)
-        _must_exist(directory)
-        with locked(directory):
-            status = _read_status(directory / STATUS_FILE)
-            if status is None:
-                return None
-            if status.get("status") in _ACTIVE:
-                self._finish(directory, status, str(status.get("queueKey", "")), "cancelled")
-                logger.info(
-                    "Job cancelled: %s",
-                    conversation_id,
-                    extra={"conversationId": conversation_id, "jobId": status.get("jobId")},
-                )
-        return JobStatus.model_validate(status)
+        self._must_exist(validate_conversation_id(conversation_id))
+        with self._statuses.locked(conversation_id):
+            status = self._statuses.read(conversation_id)
+            if status is None or status.done:
+                return status
+            status = transitions.cancel(status, now_iso())
+            self._end(status, status.queue_key or "")
+        events.cancelled(status)
+        return status
 
     # -- recovery ------------------------------------------------------------------------------
 
@@ -547,104 +444,17 @@ class JobQueue:
         for pending or in_progress jobs (a crash between writes) are re-created. Returns the
         number of jobs recovered.
         """
-        claimed = self._index.claimed()
-        self._leases.keep_only(claimed)
-        recovered = 0
-        for marker in claimed:
-            try:
-                recovered += self._recover(marker)
-            except PplxError as exc:
-                logger.error("Job %s cannot be recovered: %s", conversation_of(marker), exc)
-        return recovered + self._rebuild_index(set(claimed))
-
-    def _recover(self, marker: str) -> int:
-        conversation_id = conversation_of(marker)
-        directory = self.root / conversation_id
-        if not CONVERSATION_ID_RE.match(conversation_id) or not _present(directory):
-            self._index.drop(marker)
-            return 0
-        with locked(directory):
-            status = _read_status(directory / STATUS_FILE)
-            if status is None or status.get("queueKey") != marker or status["status"] in _DONE:
-                self._index.drop(marker)
-                return 0
-            if status["status"] == "pending":
-                # A claimant died between renaming the marker and taking the job.
-                if self._leases.saw(marker, status.get("updatedAt")) <= self.lease_seconds:
-                    return 0
-                self._index.requeue(marker)
-                return 1
-            age = self._leases.saw(marker, status.get("heartbeatAt") or status.get("updatedAt"))
-            if age <= self.lease_seconds:
-                return 0
-            attempt = int(status.get("attempts", 1))
-            info = {
-                "code": "JOB_LEASE_EXPIRED",
-                "message": (
-                    f"Worker {status.get('workerId')} sent no heartbeat for {age:.0f} s "
-                    f"(lease {self.lease_seconds:g} s): it crashed or stalled, so the attempt "
-                    "was abandoned."
-                ),
-                "at": now_iso(),
-                "attempt": attempt,
-            }
-            status.setdefault("errorHistory", []).append(info)
-            retry = attempt <= self.max_job_retries
-            if retry:
-                _requeue_status(status)
-                _write(directory / STATUS_FILE, status)
-                self._index.requeue(marker)
-            else:
-                self._finish(directory, status, marker, "failed", info)
-        _log_failure(conversation_id, str(status.get("jobId")), attempt, info, retry)
-        return 1
-
-    def _rebuild_index(self, claimed: set[str]) -> int:
-        known = set(self._index.pending()) | claimed
-        rebuilt = 0
-        for directory in self._conversation_dirs():
-            if not (directory / JOB_FILE).exists():
-                continue
-            try:
-                rebuilt += self._rebuild_marker(directory, known)
-            except PplxError as exc:
-                logger.error("Job %s cannot be indexed: %s", directory.name, exc)
-        if rebuilt:
-            logger.warning("Job index: re-created %d missing marker(s)", rebuilt)
-        return rebuilt
-
-    def _rebuild_marker(self, directory: Path, known: set[str]) -> int:
-        status = _read_status(directory / STATUS_FILE)
-        marker = status.get("queueKey") if status else None
-        if not status or not isinstance(marker, str) or marker in known:
-            return 0
-        with locked(directory):
-            status = _read_status(directory / STATUS_FILE)
-            if status is None or status.get("queueKey") != marker:
-                return 0
-            if self._index.pending_path(marker).exists():
-                return 0
-            if self._index.claimed_path(marker).exists():
-                return 0
-            if status["status"] == "pending":
-                self._index.add_pending(marker, directory / JOB_FILE)
-            elif status["status"] == "in_progress":
-                self._index.add_claimed(marker)
-            else:
-                return 0
-        return 1
+        return self._recovery.run()
 
     # -- reading -------------------------------------------------------------------------------
 
     def status(self, conversation_id: str) -> JobStatus | None:
         """The conversation's status.json, or None if no job ever ran for it."""
-        directory = self._dir(conversation_id)
-        data = _read_status(directory / STATUS_FILE)
-        return None if data is None else _status_model(data, directory)
+        return self._statuses.read(validate_conversation_id(conversation_id))
 
     def answering_since(self, conversation_id: str) -> str | None:
         """When the follow-up still being answered was asked (ISO 8601), or None if none is."""
-        marker = answering.live(self._dir(conversation_id))
+        marker = answering.live(self._layout.folder(validate_conversation_id(conversation_id)))
         return None if marker is None else str(marker.get("startedAt") or "") or None
 
     def pending_count(self) -> int:
@@ -658,295 +468,69 @@ class JobQueue:
         others.
         """
         found = []
-        for directory in self._conversation_dirs():
+        for conversation_id in self._statuses.conversation_ids():
             try:
-                real_directory(directory)  # a planted link is reported, never read through
-                data = _read_status(directory / STATUS_FILE)
-                if data is None or (states is not None and data.get("status") not in states):
-                    continue
-                found.append(_status_model(data, directory))
+                status = self._statuses.read(conversation_id)
             except (ConversationCorrupted, FilesystemError) as exc:
-                logger.warning("Skipping the job status of %s: %s", directory.name, exc)
+                logger.warning("Skipping the job status of %s: %s", conversation_id, exc)
+                continue
+            if status is not None and (states is None or status.status in states):
+                found.append(status)
         found.sort(key=lambda s: s.started_at, reverse=True)
         return found
 
     # -- helpers -------------------------------------------------------------------------------
 
-    def _dir(self, conversation_id: str) -> Path:
-        return self.root / validate_conversation_id(conversation_id)
+    def _must_exist(self, conversation_id: str) -> None:
+        if not self._statuses.present(conversation_id):
+            raise ConversationNotFound(
+                f"Conversation {conversation_id} does not exist. Start a new conversation with "
+                "`perplexity_deep_research` first.",
+                conversation_id=conversation_id,
+            )
 
-    def _conversation_dirs(self) -> list[Path]:
-        try:
-            names = os.listdir(self.root)
-        except FileNotFoundError:
-            return []
-        return [self.root / name for name in names if CONVERSATION_ID_RE.match(name)]
+    def _owned(self, job: Job, change: _Change) -> JobStatus:
+        """Apply ``change`` to ``job``'s status if this worker still owns it; LeaseLost if not.
 
-    def _owned(self, job: Job) -> _Owned:
-        return _Owned(self.root / job.conversation_id, job, self._leases)
+        Under the conversation lock: read, check the owner, write; then the index follows the
+        new state: an ended job loses its request and marker, a requeued one goes back to
+        pending. Only after the write: removing job.json before the status says completed
+        would lose the job on a crash.
+        """
+        statuses = self._statuses
+        if not statuses.present(job.conversation_id):
+            raise transitions.lease_lost(job, "gone (its conversation was deleted)")
+        with statuses.locked(job.conversation_id):
+            status = transitions.check_owner(statuses.read(job.conversation_id), job)
+            status = change(status, now_iso())
+            statuses.write(status)
+            self._leases.saw(job.marker, status.heartbeat_at)
+            if status.done:
+                self._clean_up(job.conversation_id, job.marker)
+            elif status.status == "pending":
+                self._index.requeue(job.marker)
+        return status
 
-    def _finish(
-        self,
-        directory: Path,
-        status: dict[str, Any],
-        marker: str,
-        state: JobState,
-        error: dict[str, Any] | None = None,
-    ) -> None:
-        now = now_iso()
-        status.update(status=state, updatedAt=now, completedAt=now)
-        status.pop("progress", None)
-        if error is not None:
-            status["error"] = error
-        _write(directory / STATUS_FILE, status)
-        self._cleanup(directory, marker)
+    def _end(self, status: JobStatus, marker: str) -> None:
+        """Write an ended status, then remove its request and marker (lock held)."""
+        self._statuses.write(status)
+        self._clean_up(status.conversation_id, marker)
 
-    def _cleanup(self, directory: Path, marker: str) -> None:
-        _unlink(directory / JOB_FILE)
+    def _clean_up(self, conversation_id: str, marker: str) -> None:
+        self._statuses.remove_job(conversation_id)
         if marker:
             self._index.drop(marker)
 
+    def _answer_lookup(self) -> AnswerLookup:
+        if self._answers is None:
+            from pplx_nb.store import ConversationStore
 
-class _Owned:
-    """``with`` block: lock, read status.json, check the worker still owns the job, write it back.
+            self._answers = ConversationStore(self.root, jobs=self)
+        return self._answers
 
-    Actions registered with :meth:`then` run after the status is written, still under the lock
-    (removing job.json before the status says completed would lose the job on a crash).
-    """
-
-    def __init__(self, directory: Path, job: Job, leases: LeaseClock) -> None:
-        self.directory = directory
-        self.status: dict[str, Any] = {}
-        self._job = job
-        self._leases = leases
-        self._lock = locked(directory)
-        self._after: list[Callable[[], None]] = []
-
-    def then(self, action: Callable[[], None]) -> None:
-        """Run ``action`` once the status is written."""
-        self._after.append(action)
-
-    def __enter__(self) -> _Owned:
-        job = self._job
-        if not _present(self.directory):
-            raise _lease_lost(job, "gone (its conversation was deleted)")
-        self._lock.__enter__()
+    def _answer_meta(self, job: Job) -> dict[str, Any]:
         try:
-            status = _check_owner(_read_status(self.directory / STATUS_FILE), job)
-        except BaseException:
-            self._lock.__exit__(None, None, None)
-            raise
-        status["heartbeatAt"] = now_iso()
-        self.status = status
-        return self
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        try:
-            if exc_type is None:
-                _write(self.directory / STATUS_FILE, self.status)
-                self._leases.saw(self._job.marker, self.status["heartbeatAt"])
-                for action in self._after:
-                    action()
-        finally:
-            self._lock.__exit__(None, None, None)
-
-
-def _check_owner(status: dict[str, Any] | None, job: Job) -> dict[str, Any]:
-    """``status`` if it says ``job``'s attempt runs on its worker; else LeaseLost."""
-    if status is None or not (
-        status.get("status") == "in_progress"
-        and status.get("jobId") == job.job_id
-        and status.get("workerId") == job.worker_id
-        and status.get("attempts") == job.attempt
-    ):
-        state = "gone" if status is None else status.get("status")
-        owner = " under another worker" if state == "in_progress" else ""
-        raise _lease_lost(job, f"{state}{owner}")
-    return status
-
-
-def _lease_lost(job: Job, state: str) -> LeaseLost:
-    return LeaseLost(
-        f"Job {job.job_id} of conversation {job.conversation_id} (attempt {job.attempt}) is no "
-        f"longer owned by worker {job.worker_id}: it is {state}. This worker's result was "
-        "discarded.",
-        conversation_id=job.conversation_id,
-        job_id=job.job_id,
-    )
-
-
-def _present(directory: Path) -> bool:
-    """Whether ``directory`` is a real folder (a symbolic link planted there is not)."""
-    return os.path.isdir(directory) and not os.path.islink(directory)
-
-
-def _must_exist(directory: Path) -> None:
-    if not _present(directory):
-        raise ConversationNotFound(
-            f"Conversation {directory.name} does not exist. Start a new conversation with "
-            "`perplexity_deep_research` first.",
-            conversation_id=directory.name,
-        )
-
-
-def _read(path: Path) -> dict[str, Any] | None:
-    try:
-        raw = read_bytes(path)
-    except FileNotFoundError:
-        return None
-    try:
-        data = json.loads(raw)
-    except (ValueError, RecursionError) as exc:
-        raise ConversationCorrupted(
-            f"{path} is not valid JSON ({exc}). Restore it from a backup or delete it to reset "
-            "the job state.",
-            path=str(path),
-        ) from exc
-    if not isinstance(data, dict):
-        raise ConversationCorrupted(
-            f"{path} does not hold a JSON object. Delete it to reset the job state.",
-            path=str(path),
-        )
-    return data
-
-
-def _read_bytes_or_none(path: Path) -> bytes | None:
-    try:
-        return read_bytes(path)
-    except FileNotFoundError:
-        return None
-
-
-def _read_status(path: Path) -> dict[str, Any] | None:
-    """status.json, checked for the fields the queue acts on; ``None`` if no job ever ran."""
-    status = _read(path)
-    if status is None:
-        return None
-    state, attempts = status.get("status"), status.get("attempts", 0)
-    if state not in _ACTIVE + _DONE or not isinstance(attempts, int):
-        raise ConversationCorrupted(
-            f"{path} holds no valid job state (status {state!r}, attempts {attempts!r}). "
-            "Delete it to reset the job state.",
-            path=str(path),
-        )
-    return status
-
-
-def _status_model(data: dict[str, Any], directory: Path) -> JobStatus:
-    try:
-        return JobStatus.model_validate(data)
-    except ValueError as exc:
-        raise ConversationCorrupted(
-            f"{directory / STATUS_FILE} does not match the status schema: {exc}. Delete it to "
-            "reset the job state.",
-            path=str(directory / STATUS_FILE),
-        ) from exc
-
-
-def _write(path: Path, data: dict[str, Any]) -> None:
-    # Compact JSON: json.dumps with indent falls back to the pure-Python encoder (≈3× slower).
-    atomic_write_bytes(path, json.dumps(data, ensure_ascii=False).encode("utf-8"))
-
-
-def _unlink(path: Path) -> None:
-    with fs_errors(path, "remove"):
-        path.unlink(missing_ok=True)
-
-
-def _answer_meta(directory: Path, job_id: str) -> dict[str, Any]:
-    try:
-        conversation = _read(directory / "conversation.json")
-    except PplxError:
-        return {}
-    message = _tagged((conversation or {}).get("messages") or [], job_id)
-    if message is None:
-        return {}
-    meta: dict[str, Any] = {}
-    tokens = (message.get("usage") or {}).get("totalTokens")
-    cost = (message.get("cost") or {}).get("totalCost")
-    if tokens is not None:
-        meta["tokens"] = tokens
-    if cost is not None:
-        meta["cost"] = cost
-    return meta
-
-
-def _messages(document: bytes) -> list[Any]:
-    try:
-        messages = json.loads(document).get("messages")
-    except (ValueError, RecursionError, AttributeError):
-        return []
-    return messages if isinstance(messages, list) else []
-
-
-def _tagged(messages: list[Any], job_id: str) -> dict[str, Any] | None:
-    """The last message carrying ``jobId = job_id`` (the job's stored answer), if any."""
-    for message in reversed(messages):
-        if isinstance(message, dict) and message.get("jobId") == job_id:
-            return message
-    return None
-
-
-def _progress(percentage: int, message: str, elapsed_ms: int, attempt: int) -> dict[str, Any]:
-    return {
-        "percentage": percentage,
-        "message": message,
-        "elapsedMs": elapsed_ms,
-        "attempt": attempt,
-    }
-
-
-def _requeue_status(status: dict[str, Any]) -> None:
-    status.update(status="pending", updatedAt=now_iso())
-    for key in ("workerId", "progress"):
-        status.pop(key, None)
-
-
-def _error_info(error: BaseException, attempt: int) -> dict[str, Any]:
-    if isinstance(error, PplxError):
-        code, message = error.code, error.message
-    else:
-        code, message = PplxError.code, f"{type(error).__name__}: {error}"
-    return {"code": code, "message": redact(message), "at": now_iso(), "attempt": attempt}
-
-
-def _lost_job_error(status: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "code": "FILESYSTEM_ERROR",
-        "message": (
-            f"job.json of conversation {status.get('conversationId')} is missing or belongs to "
-            "another job, so the request is lost. Ask again with a follow-up."
-        ),
-        "at": now_iso(),
-        "attempt": status.get("attempts", 0),
-    }
-
-
-def _log_failure(
-    conversation_id: str, job_id: str, attempt: int, info: dict[str, Any], retry: bool
-) -> None:
-    extra = {
-        "conversationId": conversation_id,
-        "jobId": job_id,
-        "attempt": attempt,
-        "error": info,
-        "willRetry": retry,
-    }
-    if retry:
-        logger.warning(
-            "Job failed: %s attempt %d: %s: %s (will retry)",
-            conversation_id,
-            attempt,
-            info["code"],
-            info["message"],
-            extra=extra,
-        )
-    else:
-        logger.error(
-            "Job failed: %s permanently after %d attempt(s): %s: %s",
-            conversation_id,
-            attempt,
-            info["code"],
-            info["message"],
-            extra=extra,
-        )
+            answer = self._answer_lookup().job_answer(job.conversation_id, job.job_id)
+        except PplxError:
+            return {}
+        return result_meta_of(answer)

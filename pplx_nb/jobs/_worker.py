@@ -19,9 +19,10 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from pplx_nb._errors import PplxError, ValidationError
+from pplx_nb._errors import LeaseLost, PplxError, ValidationError
 from pplx_nb._logging import get_logger
-from pplx_nb.jobs._job import Job, JobContext, JobRunner, LeaseLost
+from pplx_nb.jobs._events import result_meta_of
+from pplx_nb.jobs._job import Job, JobContext, JobRunner
 from pplx_nb.jobs._queue import JobQueue
 
 __all__ = ["Worker"]
@@ -197,7 +198,7 @@ class Worker:
         elif error is not None:
             raise error
         else:
-            self._settle(self.queue.complete, job, **_result_meta(work.result()))
+            self._settle(self.queue.complete, job, **result_meta_of(work.result()))
 
     async def _heartbeat(self, job: Job, work: asyncio.Task[Any], lost: list[LeaseLost]) -> None:
         interval = self.queue.lease_seconds / 3
@@ -241,15 +242,3 @@ def _as_pplx_error(exc: Exception) -> PplxError:
         f"The job stopped on an unexpected error: {type(exc).__name__}: {exc}. It will be "
         "retried; if it keeps failing, report it with the conversation id."
     )
-
-
-def _result_meta(result: object) -> dict[str, Any]:
-    """Tokens and cost from what a runner returned (an Answer, a Message, or nothing)."""
-    usage = getattr(result, "usage", None)
-    cost = getattr(result, "cost", None)
-    meta: dict[str, Any] = {}
-    if usage is not None and getattr(usage, "total_tokens", None) is not None:
-        meta["tokens"] = usage.total_tokens
-    if cost is not None and getattr(cost, "total_cost", None) is not None:
-        meta["cost"] = round(float(cost.total_cost), 6)
-    return meta

@@ -2,12 +2,14 @@
 
 ``conversation-logs/<id>/conversation.json`` is the single source of truth, shared by notebooks,
 background workers and the MCP server; writes are atomic and appends serialised by a lock.
+Where conversations live is a :class:`StoreBackend`; what the store needs to know about jobs it
+asks through :class:`JobStates`, and never reads the job side's files.
 """
 
 from __future__ import annotations
 
-from pplx_nb.store._base import StoreBackend
+from pplx_nb.store._base import JobStates, StoreBackend
 from pplx_nb.store._file import FileBackend
 from pplx_nb.store._store import ConversationStore
 
-__all__ = ["ConversationStore", "FileBackend", "StoreBackend"]
+__all__ = ["ConversationStore", "FileBackend", "JobStates", "StoreBackend"]

@@ -1,9 +1,11 @@
-"""The seam between :class:`ConversationStore` and where conversations live.
+"""The seams of :class:`ConversationStore`: where conversations live, and what it asks the job side.
 
-A backend stores JSON documents (the camelCase ``conversation.json`` shape) under conversation ids
-and knows nothing about pydantic models; the façade validates what goes in and builds models from
-what comes out. The file backend is the one in use; a Redis backend would implement the same
-methods (a hash per conversation, a sorted set of ids, ``WATCH``/``MULTI`` for appends).
+A :class:`StoreBackend` stores JSON documents (the camelCase ``conversation.json`` shape) under
+conversation ids and knows nothing about pydantic models; the façade validates what goes in and
+builds models from what comes out. The file backend is the one in use; a Redis backend would
+implement the same methods (a hash per conversation, a sorted set of ids, ``WATCH``/``MULTI`` for
+appends). :class:`JobStates` is all the store needs from the job side (``JobQueue`` implements
+it): it never reads a job's files itself.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-__all__ = ["StoreBackend"]
+from pplx_nb._models import JobState
+
+__all__ = ["JobStates", "StoreBackend"]
 
 
 class StoreBackend(Protocol):
@@ -44,12 +48,17 @@ class StoreBackend(Protocol):
         """Whether a conversation with this id is stored."""
         ...
 
-    def check_writable(self, conversation_id: str) -> None:
-        """Raise FILESYSTEM_ERROR unless the conversation can be written now."""
+    def check_writable(self, conversation_id: str | None = None) -> None:
+        """Raise FILESYSTEM_ERROR unless the conversation (without one: a new one) can be
+        written now."""
         ...
 
-    def delete(self, conversation_id: str) -> None:
-        """Remove the conversation and everything stored with it."""
+    def delete(self, conversation_id: str, *, before: Callable[[], None] | None = None) -> None:
+        """Remove the conversation and everything stored with it.
+
+        ``before()`` runs in the same serialised section, right before the removal (what is
+        kept elsewhere about the conversation goes with it).
+        """
         ...
 
     def ids(self) -> list[str]:
@@ -66,4 +75,17 @@ class StoreBackend(Protocol):
 
     def document_location(self, conversation_id: str) -> str:
         """Where the document itself is (for error messages: the file, the key ...)."""
+        ...
+
+
+class JobStates(Protocol):
+    """What the store asks the job side about a conversation's job."""
+
+    def job_state(self, conversation_id: str) -> JobState | None:
+        """The state of the conversation's job, or ``None`` without one (or if unreadable)."""
+        ...
+
+    def forget(self, conversation_id: str) -> None:
+        """Drop what the job side keeps about the conversation outside its storage (it is being
+        deleted, under its lock)."""
         ...

@@ -1,11 +1,12 @@
 """The file backend: one directory per conversation under ``conversation-logs/``.
 
-::
+The store's part of the folder (see :mod:`pplx_nb._layout` for all of it)::
 
     <root>/<conversationId>/conversation.json   the conversation (the single source of truth);
                                                  its first line holds the summary list() reads
-    <root>/<conversationId>/status.json         job status, written by the job queue
     <root>/<conversationId>/.lock               serialises writers (flock)
+
+The job side keeps its own files in the same folder; this module never reads them.
 
 Ids are claimed by creating the directory exclusively, so two processes never get the same one.
 Symbolic links are never followed: a conversation folder that is a link is listed as corrupted,
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import json
 import os
 import shutil
 import time
@@ -42,6 +42,13 @@ from pplx_nb._fs import (
     strip_bom,
     validate_conversation_id,
 )
+from pplx_nb._layout import (
+    CONVERSATION_FILE,
+    OLD_SUMMARY_FILE,
+    PROBE_PREFIX,
+    Layout,
+    is_temp_of,
+)
 from pplx_nb._models import now_iso
 from pplx_nb.store._document import (
     TAIL,
@@ -54,15 +61,11 @@ from pplx_nb.store._document import (
     summary_of_header,
 )
 
-__all__ = ["CONVERSATION_FILE", "STATUS_FILE", "FileBackend", "read_job_state"]
+__all__ = ["FileBackend", "not_found"]
 
-CONVERSATION_FILE = "conversation.json"
-STATUS_FILE = "status.json"
-_OLD_SUMMARY_FILE = "summary.json"  # earlier versions kept the listing summary here
 _DIR_MODE = 0o700
-_JOB_STATES = frozenset(("pending", "in_progress", "completed", "failed", "cancelled"))
 _trash_counter = itertools.count()
-_TEMP_PREFIXES = (f".{CONVERSATION_FILE}.", f".{_OLD_SUMMARY_FILE}.")
+_TEMP_OF = (CONVERSATION_FILE, OLD_SUMMARY_FILE)
 
 
 def not_found(conversation_id: str, root: Path) -> ConversationNotFound:
@@ -84,33 +87,9 @@ def _sweep_leftovers(directory: Path) -> None:
     """
     with contextlib.suppress(OSError):
         for name in os.listdir(directory):
-            if name == _OLD_SUMMARY_FILE or (
-                name.endswith(".tmp") and name.startswith(_TEMP_PREFIXES)
-            ):
+            if name == OLD_SUMMARY_FILE or is_temp_of(name, _TEMP_OF):
                 with contextlib.suppress(OSError):
                     os.unlink(os.path.join(directory, name))
-
-
-def read_job_state(directory: Path | str, max_bytes: int = DEFAULT_MAX_FILE_BYTES) -> str | None:
-    """The ``status`` in a conversation directory's status.json, or ``None`` without a job.
-
-    A status.json that cannot be read (damaged, a FIFO, a link ...) counts as no job here; the
-    job queue's own listing reports it.
-    """
-    try:
-        state = json.loads(read_bytes(os.path.join(directory, STATUS_FILE), max_bytes)).get(
-            "status"
-        )
-    except (OSError, ValueError, AttributeError, RecursionError):
-        return None
-    return state if state in _JOB_STATES else None
-
-
-def _forget_job(root: Path, conversation_id: str) -> None:
-    """Drop the conversation's job marker from the job index (it links to job.json)."""
-    from pplx_nb.jobs import JobQueue
-
-    JobQueue(root).forget(conversation_id)
 
 
 class FileBackend:
@@ -129,7 +108,7 @@ class FileBackend:
         self.root = root
         self.durable = durable
         self.max_file_bytes = max_file_bytes
-        self._root_str = str(root)
+        self._layout = Layout(root)
         # Where this backend's next id search starts: a burst of creates (faster than one per
         # millisecond) would otherwise retry every id the burst already took, each time.
         self._next_ms = 0
@@ -240,10 +219,16 @@ class FileBackend:
                 raise
             yield
 
-    def check_writable(self, conversation_id: str) -> None:
-        """FILESYSTEM_ERROR unless a file can be written in the conversation's directory."""
-        directory = self.directory(conversation_id)
-        probe = directory / f".probe-{os.getpid()}-{next(_trash_counter)}.tmp"
+    def check_writable(self, conversation_id: str | None = None) -> None:
+        """FILESYSTEM_ERROR unless a file can be written in the conversation's directory.
+
+        Without an id, in the root (created if missing): can new conversations be stored?
+        """
+        if conversation_id is None:
+            directory = ensure_dir(self.root)
+        else:
+            directory = self.directory(conversation_id)
+        probe = directory / f"{PROBE_PREFIX}{os.getpid()}-{next(_trash_counter)}.tmp"
         with fs_errors(directory, "write in"):
             fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             try:
@@ -256,17 +241,21 @@ class FileBackend:
     def _write(self, directory: Path, data: bytes) -> None:
         atomic_write_bytes(directory / CONVERSATION_FILE, data, durable=self.durable)
 
-    def delete(self, conversation_id: str) -> None:
-        """Move the directory aside under the lock (readers see all or nothing), then remove it."""
+    def delete(self, conversation_id: str, *, before: Callable[[], None] | None = None) -> None:
+        """Move the directory aside under the lock (readers see all or nothing), then remove it.
+
+        ``before`` runs under the lock, right before the directory is moved.
+        """
         directory = self.directory(conversation_id)
         if os.path.islink(directory):
             # A planted link: remove the link itself, never what it points to.
             with fs_errors(directory, "delete"):
                 os.unlink(directory)
             return
-        trash = self.root / f".deleted-{conversation_id}-{os.getpid()}-{next(_trash_counter)}"
+        trash = self._layout.trash(conversation_id, f"{os.getpid()}-{next(_trash_counter)}")
         with self._locked(conversation_id, directory), fs_errors(directory, "delete"):
-            _forget_job(self.root, conversation_id)
+            if before is not None:
+                before()
             try:
                 os.rename(directory, trash)
             except FileNotFoundError:
@@ -333,7 +322,7 @@ class FileBackend:
     def summary(self, conversation_id: str) -> dict[str, Any]:
         """The light summary: from the header line when its summary is current, else computed."""
         # Plain strings, not Path objects: list() calls this for every conversation.
-        directory = os.path.join(self._root_str, validate_conversation_id(conversation_id))
+        directory = self._layout.folder_str(validate_conversation_id(conversation_id))
         if not real_directory(directory):
             raise not_found(conversation_id, self.root)
         path = os.path.join(directory, CONVERSATION_FILE)
@@ -343,11 +332,5 @@ class FileBackend:
         if summary is None:
             data = self._read(conversation_id, path)
             summary = summarize(parse(data, conversation_id, path))
-        summary["jobStatus"] = read_job_state(directory, self.max_file_bytes)
         summary["path"] = directory
         return summary
-
-    def job_state(self, conversation_id: str) -> str | None:
-        """The conversation's job status (pending, in_progress, ...), or ``None`` without a job."""
-        directory = self.directory(conversation_id)
-        return read_job_state(directory, self.max_file_bytes) if real_directory(directory) else None

@@ -2,7 +2,9 @@
 
 The façade validates what goes in (messages through :class:`Message`, ids before any file access)
 and builds models from what comes out; the backend (:mod:`pplx_nb.store._file`) keeps the bytes.
-Nothing is cached: every call reads the store, which is the single source of truth.
+Nothing is cached: every call reads the store, which is the single source of truth. What it needs
+to know about jobs (a conversation's job state; dropping a deleted conversation's job) it asks
+the job side through :class:`~pplx_nb.store._base.JobStates`.
 """
 
 from __future__ import annotations
@@ -27,8 +29,14 @@ from pplx_nb._errors import (
 )
 from pplx_nb._fs import DEFAULT_MAX_FILE_BYTES, validate_conversation_id
 from pplx_nb._logging import get_logger
-from pplx_nb._models import Conversation, ConversationSummary, Message
-from pplx_nb.store._base import StoreBackend
+from pplx_nb._models import (
+    ACTIVE_JOB_STATES,
+    Conversation,
+    ConversationSummary,
+    JobState,
+    Message,
+)
+from pplx_nb.store._base import JobStates, StoreBackend
 from pplx_nb.store._document import SUMMARY_KEY, corrupted, header, parse
 from pplx_nb.store._file import FileBackend
 from pplx_nb.store._lazy import LazyConversation
@@ -43,7 +51,6 @@ logger = get_logger("pplx_nb.store")
 _RESERVED = frozenset(
     ("conversationId", "createdAt", "updatedAt", "messageCount", "messages", SUMMARY_KEY)
 )
-_ACTIVE_JOB = frozenset(("pending", "in_progress"))
 
 
 class ConversationStore:
@@ -55,6 +62,8 @@ class ConversationStore:
         settings: where the default root and the file size limit come from (default: read
             from the environment when ``root`` is not given).
         durable: fsync every conversation write and its directory, so it survives a power loss.
+        jobs: the job side to ask about a conversation's job (default: the job queue over the
+            same folder).
 
     Attributes:
         last_skipped: the errors of the conversations the last :meth:`list` skipped (corrupted or
@@ -67,6 +76,7 @@ class ConversationStore:
         *,
         settings: Settings | None = None,
         durable: bool = False,
+        jobs: JobStates | None = None,
     ) -> None:
         if root is None:
             from pplx_nb._config import Settings
@@ -78,6 +88,8 @@ class ConversationStore:
         self._root = path
         limit = settings.max_file_bytes if settings is not None else DEFAULT_MAX_FILE_BYTES
         self._backend: StoreBackend = FileBackend(path, durable=durable, max_file_bytes=limit)
+        self._max_file_bytes = limit
+        self._jobs = jobs
         self.last_skipped: builtins.list[PplxError] = []
 
     def __repr__(self) -> str:
@@ -87,6 +99,17 @@ class ConversationStore:
     def root(self) -> Path:
         """The conversation-logs directory."""
         return self._root
+
+    @property
+    def _job_side(self) -> JobStates:
+        """The job side this store asks about jobs (built on first use unless one was given)."""
+        if self._jobs is None:
+            # The one place the store reaches for the job side: its public queue.
+            from pplx_nb.jobs import FileStatusBackend, JobQueue
+
+            statuses = FileStatusBackend(self._root, max_file_bytes=self._max_file_bytes)
+            self._jobs = JobQueue(self._root, statuses=statuses, answers=self)
+        return self._jobs
 
     # -- writing --------------------------------------------------------------------------------
 
@@ -152,12 +175,14 @@ class ConversationStore:
         except pydantic.ValidationError:
             return self._conversation(data, conversation_id)
 
-    def check_writable(self, conversation_id: str) -> None:
+    def check_writable(self, conversation_id: str | None = None) -> None:
         """FILESYSTEM_ERROR unless the conversation can be written now (read-only, disk full).
 
-        For callers about to pay for something they will store there.
+        For callers about to pay for something they will store there. Without an id: whether
+        new conversations can be stored (the logs folder is created if missing).
         """
-        validate_conversation_id(conversation_id)
+        if conversation_id is not None:
+            validate_conversation_id(conversation_id)
         self._backend.check_writable(conversation_id)
 
     def fork(self, conversation_id: str) -> Conversation:
@@ -168,7 +193,8 @@ class ConversationStore:
 
     def delete(self, conversation_id: str) -> None:
         """Remove the conversation and everything stored with it (job status included)."""
-        self._backend.delete(conversation_id)
+        jobs = self._job_side
+        self._backend.delete(conversation_id, before=lambda: jobs.forget(conversation_id))
 
     def prune(self, older_than: timedelta) -> int:
         """Delete conversations not updated for ``older_than``; return how many were deleted.
@@ -191,11 +217,11 @@ class ConversationStore:
                 continue
             try:
                 summary = self._backend.summary(conversation_id)
-                if summary.get("jobStatus") in _ACTIVE_JOB:
+                if self._job_side.job_state(conversation_id) in ACTIVE_JOB_STATES:
                     continue
                 if _parse_instant(summary.get("updatedAt"), "updatedAt") >= cutoff:
                     continue
-                self._backend.delete(conversation_id)
+                self.delete(conversation_id)
             except (
                 ConversationNotFound,
                 ConversationCorrupted,
@@ -223,6 +249,27 @@ class ConversationStore:
         document = parse(data, conversation_id, self._backend.document_location(conversation_id))
         document.pop(SUMMARY_KEY, None)
         return document
+
+    def job_state(self, conversation_id: str) -> JobState | None:
+        """The state of the conversation's job (``pending`` ... ``cancelled``), ``None`` without
+        one; asked of the job side, as :meth:`list` does."""
+        return self._job_side.job_state(validate_conversation_id(conversation_id))
+
+    def job_answer(
+        self, conversation_id: str, job_id: str, document: bytes | None = None
+    ) -> Message | None:
+        """The answer a job stored: the last message tagged ``jobId = job_id``, or ``None``.
+
+        ``document`` is the stored document when the caller already holds it (an append's
+        ``check``); otherwise it is read. What the job side asks the store (``AnswerLookup``).
+        """
+        if document is None:
+            document = self._backend.read(conversation_id)
+        where = self._backend.document_location(conversation_id)
+        for message in reversed(parse(document, conversation_id, where)["messages"]):
+            if message.get("jobId") == job_id:
+                return Message.model_validate(message)
+        return None
 
     def exists(self, conversation_id: str) -> bool:
         """Whether a conversation with this id is stored (VALIDATION_ERROR for a malformed id)."""
@@ -278,6 +325,7 @@ class ConversationStore:
                 break
             try:
                 summary = self._backend.summary(conversation_id)
+                summary["jobStatus"] = self._job_side.job_state(conversation_id)
                 if (tool and tool not in summary.get("tools", ())) or (
                     model and model not in summary.get("models", ())
                 ):

@@ -1,0 +1,91 @@
+"""The seams of the job side: where job statuses live, and what it asks the conversation store.
+
+:class:`JobStatusBackend` owns a conversation's job status and queued request (status.json and
+job.json for files; a Redis backend would keep them in a hash per conversation). The queue reads
+a status under the conversation's lock, applies a pure transition
+(:mod:`pplx_nb.jobs._transitions`) and writes the result back, so a backend stores typed values
+and decides nothing. :class:`AnswerLookup` is the one question the job side asks the store.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from typing import Protocol
+
+from pplx_nb._models import JobRecord, JobState, JobStatus, Message
+
+__all__ = ["AnswerLookup", "JobStatusBackend"]
+
+
+class JobStatusBackend(Protocol):
+    """Job statuses and queued requests, one of each per conversation. Ids are validated first."""
+
+    def locked(self, conversation_id: str) -> AbstractContextManager[object]:
+        """Hold the conversation's lock: the one its store's appends take, not re-entrant."""
+        ...
+
+    def present(self, conversation_id: str) -> bool:
+        """Whether the conversation exists for the job side (a job can be stored with it)."""
+        ...
+
+    def conversation_ids(self) -> list[str]:
+        """Every conversation that may hold a job status (in no particular order)."""
+        ...
+
+    def state(self, conversation_id: str) -> JobState | None:
+        """The job's state, ``None`` if no job ever ran; CONVERSATION_CORRUPTED if unreadable.
+
+        Checks only the state and attempt count, so a status written by another tool with
+        fewer fields still answers.
+        """
+        ...
+
+    def read(self, conversation_id: str) -> JobStatus | None:
+        """The whole status, ``None`` if no job ever ran; CONVERSATION_CORRUPTED if damaged."""
+        ...
+
+    def write(self, status: JobStatus) -> None:
+        """Replace the status of ``status.conversation_id`` atomically."""
+        ...
+
+    def snapshot(self, conversation_id: str) -> bytes | None:
+        """The stored status as it is, to put back with :meth:`restore` (``None``: none)."""
+        ...
+
+    def restore(self, conversation_id: str, snapshot: bytes | None) -> None:
+        """Put back what :meth:`snapshot` returned; without room for it, remove the status."""
+        ...
+
+    def read_job(self, conversation_id: str) -> JobRecord | None:
+        """The queued request, ``None`` if there is none; CONVERSATION_CORRUPTED if damaged."""
+        ...
+
+    def write_job(self, record: JobRecord) -> None:
+        """Store the queued request of ``record.conversation_id``."""
+        ...
+
+    def remove_job(self, conversation_id: str) -> None:
+        """Remove the queued request (the job ended, or was never queued in full)."""
+        ...
+
+    def has_job(self, conversation_id: str) -> bool:
+        """Whether a queued request is stored (cheap: no parsing)."""
+        ...
+
+    def job_link(self, conversation_id: str) -> str | None:
+        """A file the claim index may hard-link its marker to (files only; else ``None``)."""
+        ...
+
+
+class AnswerLookup(Protocol):
+    """What the job side asks the conversation store (implemented by ``ConversationStore``)."""
+
+    def job_answer(
+        self, conversation_id: str, job_id: str, document: bytes | None = None
+    ) -> Message | None:
+        """The answer a job stored (the last message tagged ``jobId = job_id``), or ``None``.
+
+        ``document`` is the stored document when the caller already holds it (an append's
+        ``check``); otherwise the store reads it.
+        """
+        ...

@@ -1,0 +1,132 @@
+"""Healing the queue: requeue jobs whose worker died, and rebuild markers a crash left out.
+
+Markers are only hints, so recovery trusts the statuses: a claimed marker whose job is running
+without heartbeats for a lease loses its attempt (:func:`~pplx_nb.jobs._transitions.expire_lease`),
+one whose claimant died before taking the job goes back to pending, one of an ended or replaced
+job is dropped; a pending or running job without a marker gets one back.
+
+Leases are judged by this process's own clock (:mod:`pplx_nb.jobs._lease`): a heartbeat counts
+as stale once this process has seen it unchanged for a lease.
+"""
+
+from __future__ import annotations
+
+from pplx_nb._errors import PplxError
+from pplx_nb._fs import CONVERSATION_ID_RE
+from pplx_nb._models import now_iso
+from pplx_nb.jobs import _transitions as transitions
+from pplx_nb.jobs._backend import JobStatusBackend
+from pplx_nb.jobs._events import failed, logger
+from pplx_nb.jobs._index import JobIndex, conversation_of
+from pplx_nb.jobs._lease import LeaseClock
+
+__all__ = ["Recovery"]
+
+
+class Recovery:
+    """Recovers one queue's stale jobs and heals its index.
+
+    Args:
+        statuses: where the statuses live.
+        index: the claim index.
+        leases: this process's view of every job's heartbeat.
+        lease_seconds: how long a heartbeat may stay unchanged.
+        max_job_retries: retries after the first attempt (a lost attempt counts as failed).
+    """
+
+    def __init__(
+        self,
+        statuses: JobStatusBackend,
+        index: JobIndex,
+        leases: LeaseClock,
+        *,
+        lease_seconds: float,
+        max_job_retries: int,
+    ) -> None:
+        self._statuses = statuses
+        self._index = index
+        self._leases = leases
+        self.lease_seconds = lease_seconds
+        self.max_job_retries = max_job_retries
+
+    def run(self) -> int:
+        """Recover every claimed job whose lease expired, then rebuild missing markers.
+
+        Returns how many jobs were recovered or re-indexed. A damaged status is logged and
+        skipped, never a reason to stop.
+        """
+        claimed = self._index.claimed()
+        self._leases.keep_only(claimed)
+        recovered = 0
+        for marker in claimed:
+            try:
+                recovered += self._recover(marker)
+            except PplxError as exc:
+                logger.error("Job %s cannot be recovered: %s", conversation_of(marker), exc)
+        return recovered + self._rebuild(set(claimed))
+
+    def _recover(self, marker: str) -> int:
+        conversation_id = conversation_of(marker)
+        statuses, index = self._statuses, self._index
+        if not CONVERSATION_ID_RE.match(conversation_id) or not statuses.present(conversation_id):
+            index.drop(marker)
+            return 0
+        with statuses.locked(conversation_id):
+            status = statuses.read(conversation_id)
+            if status is None or status.queue_key != marker or status.done:
+                index.drop(marker)
+                return 0
+            if status.status == "pending":
+                # A claimant died between renaming the marker and taking the job.
+                if self._leases.saw(marker, status.updated_at) <= self.lease_seconds:
+                    return 0
+                index.requeue(marker)
+                return 1
+            age = self._leases.saw(marker, status.heartbeat_at or status.updated_at)
+            if age <= self.lease_seconds:
+                return 0
+            status, retry = transitions.expire_lease(
+                status, age, self.lease_seconds, self.max_job_retries, now_iso()
+            )
+            statuses.write(status)
+            if retry:
+                index.requeue(marker)
+            else:
+                statuses.remove_job(conversation_id)
+                index.drop(marker)
+        info = status.error_history[-1]
+        failed(conversation_id, status.job_id, status.attempts, info, retry)
+        return 1
+
+    def _rebuild(self, claimed: set[str]) -> int:
+        known = set(self._index.pending()) | claimed
+        rebuilt = 0
+        for conversation_id in self._statuses.conversation_ids():
+            try:
+                if self._statuses.has_job(conversation_id):
+                    rebuilt += self._rebuild_marker(conversation_id, known)
+            except PplxError as exc:
+                logger.error("Job %s cannot be indexed: %s", conversation_id, exc)
+        if rebuilt:
+            logger.warning("Job index: re-created %d missing marker(s)", rebuilt)
+        return rebuilt
+
+    def _rebuild_marker(self, conversation_id: str, known: set[str]) -> int:
+        statuses, index = self._statuses, self._index
+        status = statuses.read(conversation_id)
+        marker = status.queue_key if status else None
+        if marker is None or marker in known:
+            return 0
+        with statuses.locked(conversation_id):
+            status = statuses.read(conversation_id)
+            if status is None or status.queue_key != marker:
+                return 0
+            if index.pending_path(marker).exists() or index.claimed_path(marker).exists():
+                return 0
+            if status.status == "pending":
+                index.add_pending(marker, statuses.job_link(conversation_id))
+            elif status.status == "in_progress":
+                index.add_claimed(marker)
+            else:
+                return 0
+        return 1
