@@ -33,7 +33,7 @@ from pplx_nb.research._progress import (
     expected_research_seconds,
     research_progress,
 )
-from pplx_nb.research._runner import TurnRunner, unknown_for
+from pplx_nb.research._runner import TurnRunner, submission_unknown, unknown_for
 from pplx_nb.research._turns import DEEP_RESEARCH_MODEL, build_request, fitted_messages
 
 if TYPE_CHECKING:
@@ -123,8 +123,6 @@ class DeepResearchRunner:
 
         conversation_id = ctx.job.conversation_id
         if ctx.submission_unfinished:
-            from pplx_nb.api._failures import submission_unknown
-
             raise submission_unknown(
                 "The background run request",
                 "an earlier attempt stopped while its reply was arriving",

@@ -23,7 +23,7 @@ from pplx_nb.research._turns import Turn
 if TYPE_CHECKING:
     from pplx_nb.store import ConversationStore
 
-__all__ = ["TurnRunner", "last", "unknown_for"]
+__all__ = ["TurnRunner", "last", "submission_unknown", "unknown_for"]
 
 
 class TurnRunner:
@@ -182,13 +182,18 @@ async def last(items: AsyncIterator[str | Answer]) -> Answer:
 
 def unknown_for(error: SubmissionUnknown, conversation_id: str) -> SubmissionUnknown:
     """``error`` again, its advice naming the conversation to resubmit."""
-    from pplx_nb.api._failures import submission_unknown
-
     if error.details.get("conversation_id") == conversation_id:
         return error
     what = str(error.details.get("what") or "The request")
     cause = str(error.details.get("cause") or "reply lost")
     return submission_unknown(what, cause, conversation_id)
+
+
+def submission_unknown(what: str, cause: str, conversation_id: str) -> SubmissionUnknown:
+    """SUBMISSION_UNKNOWN for ``what``, sent for ``conversation_id`` and its reply lost."""
+    from pplx_nb.api._failures import submission_unknown as unknown
+
+    return unknown(what, cause, conversation_id)
 
 
 def _may_be_billed(turn: Turn, error: BaseException) -> bool:
