@@ -77,15 +77,15 @@ class AnswerGuard:
         Raises JobInProgress, leaving nothing stored, while the conversation is busy.
         """
         seconds = self.deadline(model)
+        queue = self._queue()
         if conversation_id is None:
             conversation_id = self._store.create([*seed, question]).conversation_id
             try:
-                token = self._queue().mark_answering(conversation_id, seconds, lock_held=False)
+                token = queue.mark_answering(conversation_id, seconds, lock_held=False)
             except BaseException:
-                self._discard(conversation_id)
+                _discard(self._store, conversation_id)
                 raise
-            return Ticket(self, conversation_id, token, seconds, created=True)
-        queue = self._queue()
+            return Ticket(self._store, queue, conversation_id, token, seconds, created=True)
         tokens: list[str] = []
         self._store.append(
             conversation_id,
@@ -93,13 +93,14 @@ class AnswerGuard:
             check=lambda _: queue.check_idle(conversation_id),
             then=lambda: tokens.append(queue.mark_answering(conversation_id, seconds)),
         )
-        return Ticket(self, conversation_id, tokens[0], seconds)
+        return Ticket(self._store, queue, conversation_id, tokens[0], seconds)
 
     def ask_again(self, conversation_id: str, model: str) -> Ticket:
         """Mark the stored unanswered question of ``conversation_id`` as being answered anew."""
         seconds = self.deadline(model)
-        token = self._queue().mark_answering(conversation_id, seconds, lock_held=False)
-        return Ticket(self, conversation_id, token, seconds)
+        queue = self._queue()
+        token = queue.mark_answering(conversation_id, seconds, lock_held=False)
+        return Ticket(self._store, queue, conversation_id, token, seconds)
 
     def enqueue(
         self,
@@ -123,7 +124,7 @@ class AnswerGuard:
                 return queue.enqueue(conversation_id, tool, request)
             except BaseException:
                 # A question without its job would wait for an answer forever.
-                self._discard(conversation_id)
+                _discard(self._store, conversation_id)
                 raise
         if question is None:
             return queue.enqueue(conversation_id, tool, request)
@@ -152,27 +153,28 @@ class AnswerGuard:
         per_attempt = max(timeout_ms, settings.timeout_ms) / 1000 + 60
         return per_attempt * (settings.max_retries + 1)
 
-    def _discard(self, conversation_id: str) -> None:
-        with contextlib.suppress(PplxError):
-            self._store.delete(conversation_id)
-
 
 class Ticket:
-    """A stored question being answered: :meth:`answer` or :meth:`abandon` ends it."""
+    """A stored question being answered: :meth:`answer` or :meth:`abandon` ends it.
+
+    Made by :meth:`AnswerGuard.ask`; ``created`` says whether the question opened a new
+    conversation.
+    """
 
     def __init__(
         self,
-        guard: AnswerGuard,
+        store: ConversationStore,
+        queue: JobQueue,
         conversation_id: str,
         token: str,
         seconds: float,
         *,
         created: bool = False,
     ) -> None:
-        self._guard = guard
+        self._store = store
+        self._queue = queue
         self.conversation_id = conversation_id
         self.created = created
-        """Whether the question opened a new conversation."""
         self._token: str | None = token
         self._seconds = seconds
         self._renewed = time.monotonic()
@@ -188,12 +190,12 @@ class Ticket:
             return
         self._renewed = time.monotonic()
         with contextlib.suppress(PplxError):
-            self._guard._queue().renew_answering(self.conversation_id, self._token, self._seconds)
+            self._queue.renew_answering(self.conversation_id, self._token, self._seconds)
 
     def answer(self, message: Message) -> Conversation:
         """Store the answer; the mark ends in the same locked step."""
-        token, queue, conversation_id = self._token, self._guard._queue(), self.conversation_id
-        conversation = self._guard._store.append(
+        token, queue, conversation_id = self._token, self._queue, self.conversation_id
+        conversation = self._store.append(
             conversation_id,
             message,
             then=None
@@ -209,6 +211,12 @@ class Ticket:
         token, self._token = self._token, None
         if token is not None:
             with contextlib.suppress(PplxError):
-                self._guard._queue().clear_answering(self.conversation_id, token)
+                self._queue.clear_answering(self.conversation_id, token)
         if discard and self.created:
-            self._guard._discard(self.conversation_id)
+            _discard(self._store, self.conversation_id)
+
+
+def _discard(store: ConversationStore, conversation_id: str) -> None:
+    """Remove a conversation whose question will get no answer (best effort)."""
+    with contextlib.suppress(PplxError):
+        store.delete(conversation_id)
