@@ -13,9 +13,10 @@ running Jupyter kernel.
 
 The package, by job: ``_researcher`` (the façade), ``_turns`` (building, checking and fitting a
 question), ``_answers`` (Answer <-> stored message), ``_guard`` (an answer lands right after its
-question), ``_runner`` (asking or streaming a turn, progress, metrics), ``_progress`` (the progress
-steps), ``_deep`` (the deep-research job runner), ``_jobs`` (the queue, the in-process worker,
-waiting for a job), ``_clients`` (one API client per event loop), ``_health``.
+question), ``_runner`` (asking or streaming a turn, progress, metrics), ``_progress`` (how far an
+answer has come: live steps, a background run's estimate), ``_deep`` (the deep-research job
+runner), ``_jobs`` (the queue, the in-process worker, waiting for a job), ``_clients`` (one API
+client per event loop), ``_health``.
 """
 
 from __future__ import annotations
