@@ -5,6 +5,13 @@ every sync wrapper in pplx_nb hands its coroutine to ONE dedicated daemon thread
 event loop for the life of the process; the caller's thread blocks on the result (or, for
 :func:`iterate_sync`, consumes items handed over through a queue).
 
+:func:`sync_twin` makes a sync function from an async one in one line, as nbclient's
+``execute = run_sync(async_execute)`` does::
+
+    class Researcher:
+        async def asearch(self, query: str) -> Answer: ...
+        search = sync_twin(asearch)
+
 :data:`TICK` is what :func:`iterate_sync` yields, when asked to, after ``tick`` seconds without an
 item: a consumer that paints (a streaming notebook cell) gets a turn to repaint during a pause.
 """
@@ -13,15 +20,18 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
+import inspect
 import os
 import queue
 import threading
-from collections.abc import AsyncIterator, Coroutine, Generator
-from typing import Any, Final, TypeVar, overload
+from collections.abc import AsyncIterator, Callable, Coroutine, Generator
+from typing import Any, Final, ParamSpec, TypeVar, overload
 
-__all__ = ["TICK", "Tick", "background_loop", "iterate_sync", "run_sync"]
+__all__ = ["TICK", "Tick", "background_loop", "iterate_sync", "run_sync", "sync_twin"]
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 _lock = threading.Lock()
 _loop: asyncio.AbstractEventLoop | None = None
@@ -105,26 +115,10 @@ def iterate_sync(
     With ``tick`` (seconds), :data:`TICK` is yielded whenever no item has come for that long, so
     the consumer can do timed work (repaint a clock) while it waits; without it, only items come.
     """
-    handoff: queue.SimpleQueue[Any] = queue.SimpleQueue()
-
-    async def pump() -> None:
-        try:
-            async for item in items:
-                handoff.put(("item", item))
-        except BaseException as exc:
-            handoff.put(("error", exc))
-            if not isinstance(exc, Exception):
-                raise
-        else:
-            handoff.put(("done", None))
-        finally:
-            closer = getattr(items, "aclose", None)
-            if closer is not None:
-                await closer()
-
+    handoff: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
     loop = background_loop()
     _check_thread()
-    future = asyncio.run_coroutine_threadsafe(pump(), loop)
+    future = asyncio.run_coroutine_threadsafe(_pump(items, handoff), loop)
     finished = False
     try:
         while True:
@@ -135,12 +129,62 @@ def iterate_sync(
                 continue
             if kind == "item":
                 yield value
-            elif kind == "error":
-                finished = True
+                continue
+            finished = True
+            if kind == "error":
                 raise value
-            else:
-                finished = True
-                return
+            return
     finally:
         if not finished:
             future.cancel()
+
+
+async def _pump(items: AsyncIterator[T], handoff: queue.SimpleQueue[tuple[str, Any]]) -> None:
+    """Hand ``items`` over one by one, then ``done`` or the ``error`` that ended them."""
+    try:
+        async for item in items:
+            handoff.put(("item", item))
+    except BaseException as exc:
+        handoff.put(("error", exc))
+        if not isinstance(exc, Exception):
+            raise
+    else:
+        handoff.put(("done", None))
+    finally:
+        closer = getattr(items, "aclose", None)
+        if closer is not None:
+            await closer()
+
+
+@overload
+def sync_twin(
+    func: Callable[P, Coroutine[Any, Any, T]], /, name: str | None = None
+) -> Callable[P, T]: ...
+
+
+@overload
+def sync_twin(
+    func: Callable[P, AsyncIterator[T]], /, name: str | None = None
+) -> Callable[P, Generator[T, None, None]]: ...
+
+
+def sync_twin(func: Callable[P, Any], /, name: str | None = None) -> Callable[P, Any]:
+    """The blocking twin of ``func``, with its parameters and docstring.
+
+    A coroutine function's twin returns its result (:func:`run_sync`); an async generator
+    function's twin returns a generator whose items are produced on the background loop and
+    consumed in the calling thread (:func:`iterate_sync`). The twin is called ``name``, by
+    default ``func``'s name without its leading ``a`` (``asearch`` -> ``search``).
+    """
+    streams = inspect.isasyncgenfunction(func)
+
+    @functools.wraps(func)
+    def twin(*args: P.args, **kwargs: P.kwargs) -> Any:
+        if streams:
+            return iterate_sync(func(*args, **kwargs))
+        return run_sync(func(*args, **kwargs))
+
+    twin.__name__ = name or func.__name__.removeprefix("a")
+    twin.__qualname__ = f"{func.__qualname__.rpartition('.')[0]}.{twin.__name__}".lstrip(".")
+    twin.__doc__ = f"Sync :meth:`{func.__name__}`. {func.__doc__ or ''}".rstrip()
+    return twin

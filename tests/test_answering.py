@@ -123,7 +123,9 @@ def test_a_followup_whose_request_cannot_be_built_leaves_no_marker(
     def broken(*args: object, **kwargs: object) -> None:
         raise InvalidInput("The request could not be built.")
 
-    monkeypatch.setattr(r, "_build_request", broken)
+    from pplx_nb.research._turns import Turn
+
+    monkeypatch.setattr(Turn, "request", broken)
     with pytest.raises(InvalidInput):
         r.followup(cid, "Describe the json module")
     assert not (r.store.path(cid) / MARKER).exists()
@@ -222,11 +224,11 @@ def test_a_progress_callback_failing_at_the_end_costs_neither_the_answer_nor_the
 def test_a_long_streaming_answer_keeps_its_marker_live(
     slow: Researcher, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import pplx_nb.research
+    from pplx_nb.research import _guard
 
     cid = slow.search("How do I create an asyncio task?").conversation_id or ""
     path = slow.store.path(cid) / MARKER
-    monkeypatch.setattr(pplx_nb.research, "_RENEW_SECONDS", 0.0)  # renew at every delta
+    monkeypatch.setattr(_guard, "_RENEW_SECONDS", 0.0)  # renew at every delta
     seen: list[dict[str, object]] = []
     for item in slow.stream_followup(cid, "Describe the json module"):
         if isinstance(item, str) and path.exists():

@@ -137,15 +137,17 @@ def test_async_deep_research_queues_then_completes_and_blocks_followups_meanwhil
 def _resume_after_a_crash(r: Researcher, remote_id: str) -> tuple[str, Answer]:
     """Queue a job, let a worker that then crashes claim it with ``remote_id`` recorded, and
     run it on a fresh worker; the conversation id and the report."""
-    from pplx_nb.jobs import Worker
+    from pplx_nb.jobs import JobQueue, Worker
+    from pplx_nb.research import job_runner
 
+    queue = JobQueue.from_settings(r.settings)
     queued = r.deep_research("Describe the json module", wait=False)
     assert isinstance(queued, JobStatus)
-    job = r.queue.claim("crashed-worker")
+    job = queue.claim("crashed-worker")
     assert job is not None
-    r.queue.set_remote_id(job, remote_id)
-    r.queue.release(job)
-    worker = Worker(r.queue, r.execute_job, concurrency=1)
+    queue.set_remote_id(job, remote_id)
+    queue.release(job)
+    worker = Worker(queue, job_runner(r), concurrency=1)
     worker.start()
     try:
         return queued.conversation_id, r.wait(queued.conversation_id, timeout=30)
@@ -407,8 +409,8 @@ def test_attached_files_are_embedded_once_per_conversation(
 def test_the_worker_starts_before_anything_else_touched_the_queue(settings: Settings) -> None:
     r = Researcher(settings, async_deep_research=True)
     try:
-        worker = r.start_worker(concurrency=1)
-        assert worker is r.start_worker()
+        worker = r.ensure_worker(concurrency=1)
+        assert worker is r.ensure_worker()
     finally:
         r.close()
 
@@ -480,3 +482,64 @@ def test_a_job_whose_remote_run_is_unknown_is_resubmitted_and_says_so(
         assert stats(sim_url)["background_runs"] == 1
     finally:
         r.close()
+
+
+PUBLIC_NAMES = {
+    "aclose",
+    "adeep_research",
+    "afollowup",
+    "ahealth",
+    "answering_since",
+    "aretry",
+    "asearch",
+    "astream_followup",
+    "astream_search",
+    "async_deep_research",
+    "attach_from_working_directory",
+    "await_job",
+    "close",
+    "conversations",
+    "deep_research",
+    "ensure_worker",
+    "followup",
+    "health",
+    "history",
+    "jobs",
+    "metrics",
+    "retry",
+    "search",
+    "settings",
+    "status",
+    "store",
+    "stream_followup",
+    "stream_search",
+    "wait",
+}
+COMPATIBILITY_NAMES = {"execute_job", "queue", "start_worker"}
+"""Kept until the notebook and MCP adapters use ensure_worker() and answering_since()."""
+
+
+def test_the_researcher_shows_its_public_names_and_no_more() -> None:
+    shown = {name for name in dir(Researcher) if not name.startswith("_")}
+    assert shown == PUBLIC_NAMES | COMPATIBILITY_NAMES
+
+
+def test_every_sync_method_takes_what_its_async_twin_takes() -> None:
+    import inspect
+
+    twins = {
+        "search": "asearch",
+        "stream_search": "astream_search",
+        "deep_research": "adeep_research",
+        "followup": "afollowup",
+        "stream_followup": "astream_followup",
+        "retry": "aretry",
+        "wait": "await_job",
+        "health": "ahealth",
+    }
+    for sync, async_ in twins.items():
+        method, core = getattr(Researcher, sync), getattr(Researcher, async_)
+        assert method.__name__ == sync
+        assert inspect.signature(method) == inspect.signature(core)
+        assert not inspect.iscoroutinefunction(method)
+        assert inspect.getdoc(core) in (inspect.getdoc(method) or "")

@@ -31,7 +31,8 @@ from pplx_nb._errors import (
     SubmissionUnknown,
 )
 from pplx_nb._models import Answer, JobStatus
-from pplx_nb.jobs import Worker
+from pplx_nb.jobs import JobQueue, Worker
+from pplx_nb.research import job_runner
 from pplx_nb.sim import stats
 
 REPO = Path(__file__).resolve().parent.parent
@@ -49,6 +50,11 @@ def _researcher(settings: Settings, bad: Misbehaving, **update: Any) -> Research
     return Researcher(
         settings.model_copy(update={"base_url": bad.url, **update}), async_deep_research=True
     )
+
+
+def _queue(r: Researcher) -> JobQueue:
+    """The job queue of ``r``'s conversation folder, as another process would open it."""
+    return JobQueue.from_settings(r.settings)
 
 
 def _billed(sim_url: str) -> tuple[int, int]:
@@ -146,10 +152,10 @@ def test_a_job_whose_worker_died_mid_submission_is_not_submitted_again(
 ) -> None:
     with Researcher(settings, async_deep_research=False) as r:
         cid = _queued(r)
-        job = r.queue.claim("dying-worker")
+        job = _queue(r).claim("dying-worker")
         assert job is not None
-        r.queue.begin_submission(job)  # then it died before the reply arrived
-        r.queue.release(job)
+        _queue(r).begin_submission(job)  # then it died before the reply arrived
+        _queue(r).release(job)
         with pytest.raises(SubmissionUnknown, match="stopped while its reply was arriving"):
             r.wait(cid, timeout=30)
     assert _billed(sim_url)[1] == 0
@@ -236,7 +242,7 @@ def test_wait_on_a_job_whose_worker_died_recovers_it_in_process(
 ) -> None:
     with Researcher(settings, async_deep_research=False) as r:
         cid = _queued(r)
-        assert r.queue.claim("dead-worker") is not None  # then it died, heartbeating no more
+        assert _queue(r).claim("dead-worker") is not None  # then it died, heartbeating no more
         started = time.monotonic()
         report = r.wait(cid, timeout=60)
         status = r.status(cid)
@@ -388,8 +394,8 @@ def test_deleting_a_conversation_with_a_queued_job_leaves_no_trace(
         r.store.delete(cid)
         assert _files_mentioning(logs_dir, question) == []
         assert not [p for p in logs_dir.rglob("*") if cid in p.name]
-        assert r.queue.pending_count() == 0
-        assert r.queue.claim("w") is None
+        assert _queue(r).pending_count() == 0
+        assert _queue(r).claim("w") is None
 
 
 def test_a_folder_whose_inner_id_differs_is_corrupted_before_anything_is_billed(
@@ -452,8 +458,8 @@ def test_a_failed_enqueue_rolls_back_completely(
             ".lock",
             "conversation.json",
         ]
-        assert r.queue.recover_stale() == 0 and r.queue.pending_count() == 0
-        worker = Worker(r.queue, r.execute_job, concurrency=1, poll_interval=0.05)
+        assert _queue(r).recover_stale() == 0 and _queue(r).pending_count() == 0
+        worker = Worker(_queue(r), job_runner(r), concurrency=1, poll_interval=0.05)
         worker.start()
         time.sleep(0.5)
         worker.stop()

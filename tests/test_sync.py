@@ -1,13 +1,16 @@
-"""The sync bridge: iterating an async producer from a plain thread, with and without ticks."""
+"""The sync bridge: iterating an async producer from a plain thread, with and without ticks, and
+sync twins of async methods made in one line."""
 
 from __future__ import annotations
 
 import asyncio
+import inspect
+import threading
 from collections.abc import AsyncIterator
 
 import pytest
 
-from pplx_nb._sync import TICK, iterate_sync
+from pplx_nb._sync import TICK, iterate_sync, sync_twin
 
 
 async def _paused(pause: float) -> AsyncIterator[str]:
@@ -39,3 +42,55 @@ def test_ticks_stop_with_the_stream_and_errors_still_surface() -> None:
         for item in iterate_sync(failing(), tick=0.05):
             seen.append(item)
     assert seen and all(item is TICK for item in seen)
+
+
+class _Counter:
+    """A class with async methods and their twins, as Researcher has them."""
+
+    def __init__(self) -> None:
+        self.threads: list[str] = []
+
+    async def aadd(self, a: int, *, b: int = 1) -> int:
+        """Add ``b`` to ``a``."""
+        self.threads.append(threading.current_thread().name)
+        await asyncio.sleep(0)
+        return a + b
+
+    async def acount(self, n: int) -> AsyncIterator[int]:
+        """Count up to ``n``."""
+        for i in range(n):
+            self.threads.append(threading.current_thread().name)
+            yield i
+
+    async def await_failure(self) -> None:
+        """Fail."""
+        raise LookupError("gone")
+
+    add = sync_twin(aadd)
+    count = sync_twin(acount)
+    wait_failure = sync_twin(await_failure, name="wait_failure")
+
+
+def test_a_sync_twin_runs_its_coroutine_on_the_background_loop_and_returns_its_value() -> None:
+    counter = _Counter()
+    assert counter.add(2, b=3) == 5
+    assert counter.threads == ["pplx_nb-loop"]
+    assert _Counter.add.__name__ == "add" and _Counter.add.__qualname__ == "_Counter.add"
+    assert inspect.signature(_Counter.add) == inspect.signature(_Counter.aadd)
+    assert "Add ``b`` to ``a``." in (_Counter.add.__doc__ or "")
+
+
+def test_a_sync_twin_of_an_async_generator_yields_in_the_calling_thread() -> None:
+    counter = _Counter()
+    consumed: list[tuple[int, str]] = []
+    for item in counter.count(3):
+        consumed.append((item, threading.current_thread().name))
+    assert [item for item, _ in consumed] == [0, 1, 2]
+    assert {thread for _, thread in consumed} == {threading.current_thread().name}
+    assert set(counter.threads) == {"pplx_nb-loop"}
+
+
+def test_a_sync_twin_raises_its_coroutines_error_and_takes_the_name_it_is_given() -> None:
+    with pytest.raises(LookupError, match="gone"):
+        _Counter().wait_failure()
+    assert _Counter.wait_failure.__name__ == "wait_failure"

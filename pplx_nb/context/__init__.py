@@ -5,7 +5,8 @@ The pure pieces the :class:`~pplx_nb.Researcher` calls before each request:
 - follow-ups: :func:`is_follow_up`, :func:`reformulate` (deterministic heuristic) and
   :func:`areformulate` (a cheap model when a real API is used, the heuristic otherwise), so the
   search sees "how do I cancel asyncio task?" instead of "how do I cancel it?";
-- the history budget: :data:`CONTEXT_WINDOWS`, :func:`estimate_tokens`, :func:`fit_history`;
+- the history budget: :data:`CONTEXT_WINDOWS`, :func:`estimate_tokens`, :func:`fit_history`, and
+  :func:`budget_tokens` / :func:`message_tokens` to check a request against the same rule;
 - attached files: :func:`prepare_files`, embedded once per conversation, confined to allowed roots;
 - branches: :func:`chain_messages`, the history of a forked conversation.
 """
@@ -15,9 +16,11 @@ from __future__ import annotations
 from pplx_nb.context._budget import (
     CONTEXT_WINDOWS,
     FittedHistory,
+    budget_tokens,
     context_window,
     estimate_tokens,
     fit_history,
+    message_tokens,
 )
 from pplx_nb.context._chain import MAX_CHAIN_DEPTH, chain_messages
 from pplx_nb.context._files import (
@@ -36,11 +39,13 @@ __all__ = [
     "FittedHistory",
     "PreparedFiles",
     "areformulate",
+    "budget_tokens",
     "chain_messages",
     "context_window",
     "estimate_tokens",
     "fit_history",
     "is_follow_up",
+    "message_tokens",
     "prepare_files",
     "reformulate",
     "resolve_attachments",

@@ -13,6 +13,7 @@ __all__ = [
     "CONTEXT_WINDOWS",
     "MESSAGE_OVERHEAD_TOKENS",
     "FittedHistory",
+    "budget_tokens",
     "context_window",
     "estimate_tokens",
     "fit_history",
@@ -87,6 +88,25 @@ def _note(dropped: int) -> str:
     return f"{dropped} earlier {noun} left out to fit the context window."
 
 
+def budget_tokens(
+    model: str, *, reserve_tokens: int | None = None, window: int | None = None
+) -> int:
+    """The tokens a request to ``model`` may use: its window minus a reserve for the answer.
+
+    ``window`` overrides the table; ``reserve_tokens`` defaults to a fifth of the window.
+    """
+    size = window if window is not None else context_window(model)
+    reserve = reserve_tokens if reserve_tokens is not None else size // 5
+    if size <= 0 or reserve < 0 or reserve >= size:
+        raise ValidationError(
+            f"The context budget is empty (window {size}, reserve {reserve} tokens). "
+            "Use a window larger than the reserve for the answer.",
+            window=size,
+            reserve_tokens=reserve,
+        )
+    return size - reserve
+
+
 def fit_history(
     messages: Sequence[Message],
     model: str,
@@ -99,19 +119,11 @@ def fit_history(
     Leading system messages and the newest turn (the question being asked) are always kept;
     older turns — a user message with its answers — are dropped whole, oldest first, until the
     estimate (:func:`message_tokens` summed) is at most the budget. ``window`` overrides the
-    table; ``reserve_tokens`` defaults to a fifth of the window. When turns were dropped, ``note``
-    says how many; the caller puts it where the model sees it (e.g. the system prompt).
+    table; ``reserve_tokens`` defaults to a fifth of the window (:func:`budget_tokens`). When
+    turns were dropped, ``note`` says how many; the caller puts it where the model sees it (e.g.
+    the system prompt).
     """
-    size = window if window is not None else context_window(model)
-    reserve = reserve_tokens if reserve_tokens is not None else size // 5
-    if size <= 0 or reserve < 0 or reserve >= size:
-        raise ValidationError(
-            f"The context budget is empty (window {size}, reserve {reserve} tokens). "
-            "Use a window larger than the reserve for the answer.",
-            window=size,
-            reserve_tokens=reserve,
-        )
-    budget = size - reserve
+    budget = budget_tokens(model, reserve_tokens=reserve_tokens, window=window)
     head = 0
     while head < len(messages) and messages[head].role == "system":
         head += 1

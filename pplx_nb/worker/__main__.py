@@ -96,10 +96,10 @@ def _run(args: argparse.Namespace, settings: Settings) -> None:
         if args.runner:
             runner = load_runner(args.runner)
         else:
-            from pplx_nb.research import Researcher
+            from pplx_nb.research import Researcher, job_runner
 
             researcher = Researcher(settings)
-            runner = researcher.execute_job
+            runner = job_runner(researcher)
         worker = Worker(
             JobQueue.from_settings(settings),
             runner,

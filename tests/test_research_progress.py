@@ -1,9 +1,10 @@
-"""A background deep research's estimated progress: phases, time left, never 100% before the end."""
+"""How far an answer has come: a background deep research's estimated progress (phases, time
+left, never 100% before the end)."""
 
 from __future__ import annotations
 
 from pplx_nb import Settings
-from pplx_nb.jobs._estimate import (
+from pplx_nb.research._progress import (
     EXPECTED_RESEARCH_SECONDS,
     expected_research_seconds,
     research_progress,

@@ -1,0 +1,89 @@
+"""Answer <-> Message: an API answer as the assistant turn stored for it, and back again."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from pydantic.alias_generators import to_camel, to_snake
+
+from pplx_nb._errors import PplxError
+from pplx_nb._models import Answer, Conversation, Message, now_iso
+from pplx_nb._pricing import estimate_cost
+
+__all__ = ["assistant_message", "priced", "stored_answer"]
+
+
+def priced(answer: Answer, model: str) -> Answer:
+    """``answer`` with its cost estimated from its usage when the API did not report one."""
+    if answer.cost is None:
+        answer.cost = estimate_cost(answer.model or model, answer.usage)
+    return answer
+
+
+def assistant_message(
+    answer: Answer,
+    *,
+    tool: str,
+    model: str,
+    notes: Sequence[str] = (),
+    show_thinking: bool = False,
+    **extra: Any,
+) -> Message:
+    """The assistant turn that stores ``answer`` (``extra``: more fields, e.g. ``jobId``).
+
+    ``model`` is the one asked, kept when the API does not say which answered; the reasoning is
+    kept only when ``show_thinking`` asked for it.
+    """
+    return Message(
+        role="assistant",
+        content=answer.text,
+        timestamp=now_iso(),
+        tool=tool,
+        model=answer.model or model,
+        sources=answer.sources or None,
+        usage=answer.usage,
+        cost=answer.cost,
+        related_questions=answer.related_questions or None,
+        thinking=answer.thinking if show_thinking else None,
+        images=[_rekeyed(image, to_camel) for image in answer.images] or None,
+        notes=list(notes) or None,
+        **extra,
+    )
+
+
+def stored_answer(conversation: Conversation, path: str) -> Answer:
+    """The conversation's last answer as an :class:`Answer` (``path``: where it is stored)."""
+    message = conversation.last_answer()
+    if message is None:
+        raise PplxError(
+            f"Conversation {conversation.conversation_id} has no answer yet. "
+            "Follow up to ask again."
+        )
+    return Answer(
+        text=message.content,
+        sources=message.sources or [],
+        related_questions=message.related_questions or [],
+        images=[_rekeyed(image, to_snake) for image in message.images or ()],
+        thinking=message.thinking,
+        model=message.model,
+        usage=message.usage,
+        cost=message.cost,
+        conversation_id=conversation.conversation_id,
+        conversation_path=path,
+        reformulated_query=_previous_user(conversation, message),
+        notes=list(message.notes or ()),
+    )
+
+
+def _previous_user(conversation: Conversation, answer: Message) -> str | None:
+    index = conversation.messages.index(answer)
+    for message in reversed(conversation.messages[:index]):
+        if message.role == "user":
+            return message.reformulated_query
+    return None
+
+
+def _rekeyed(image: dict[str, Any], convert: Callable[[str], str]) -> dict[str, Any]:
+    """An image record with its keys converted: camelCase on disk, snake_case in Answer."""
+    return {convert(key): value for key, value in image.items()}

@@ -1,0 +1,264 @@
+"""The deep-research job runner: what a Worker runs for each queued research job.
+
+The API's background mode is used, with the remote id recorded first, so a job recovered after a
+crash resumes polling instead of paying for the research twice; a paid submission whose reply was
+lost is never sent again by itself (SUBMISSION_UNKNOWN). Polls wait out outages until the run's
+deadline (PERPLEXITY_DEEP_RESEARCH_TIMEOUT after submission), then cancel the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, NoReturn
+
+from pplx_nb._config import Settings
+from pplx_nb._errors import (
+    APIError,
+    APITimeoutError,
+    InvalidInput,
+    NetworkError,
+    PplxError,
+    RunTimedOut,
+    SubmissionUnknown,
+)
+from pplx_nb._logging import get_logger
+from pplx_nb._models import Answer
+from pplx_nb.research._answers import assistant_message, priced
+from pplx_nb.research._clients import ClientPool
+from pplx_nb.research._guard import AnswerGuard
+from pplx_nb.research._progress import (
+    FINALIZING,
+    QUERYING,
+    expected_research_seconds,
+    research_progress,
+)
+from pplx_nb.research._runner import TurnRunner, submission_unknown, unknown_for
+from pplx_nb.research._turns import DEEP_RESEARCH_MODEL, build_request, fitted_messages
+
+if TYPE_CHECKING:
+    from pplx_nb.api import AsyncClient, Request
+    from pplx_nb.jobs import Job, JobContext
+    from pplx_nb.store import ConversationStore
+
+__all__ = ["DeepResearchRunner"]
+
+logger = get_logger("pplx_nb.research")
+
+_NOT_FOUND = 404
+
+
+class DeepResearchRunner:
+    """Runs one queued research job: submit, poll, store the report once (a ``JobRunner``).
+
+    Args:
+        settings: the deep-research deadline.
+        store: where the job's conversation is.
+        guard: stores the report only while the job's attempt still owns it.
+        clients: makes one client per job.
+        runner: counts the job's request.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: ConversationStore,
+        guard: AnswerGuard,
+        clients: ClientPool,
+        runner: TurnRunner,
+    ) -> None:
+        self._settings = settings
+        self._store = store
+        self._guard = guard
+        self._clients = clients
+        self._runner = runner
+
+    async def __call__(self, job: Job, ctx: JobContext) -> None:
+        """Run ``job``; a job whose answer is already stored (a crash between storing and
+        completing) is not run again."""
+        from pplx_nb import context
+
+        conversation = self._store.load(job.conversation_id)
+        if any(
+            m.model_extra and m.model_extra.get("jobId") == job.job_id
+            for m in conversation.messages
+        ):
+            return
+        opts = dict(job.request.get("opts") or {})
+        model = str(job.request.get("model") or DEEP_RESEARCH_MODEL)
+        notes = [str(note) for note in job.request.get("notes") or []]
+        history = context.chain_messages(self._store, job.conversation_id)
+        messages = fitted_messages(history, model, job.request.get("notes") or [])
+        if messages and messages[-1]["role"] == "user" and job.request.get("searchQuery"):
+            messages[-1] = {"role": "user", "content": str(job.request["searchQuery"])}
+        request = build_request(messages, model, opts)
+        started = time.perf_counter()
+        # One client per job: nothing stays bound to the worker's loop after it stops.
+        async with self._clients.for_job() as client:
+            remote_id = ctx.remote_id
+            if remote_id is None:
+                await ctx.report(*QUERYING)
+                remote_id = await self._submit(client, request, ctx)
+            answer = await self._poll(client, request, remote_id, ctx)
+        priced(answer, model)
+        message = assistant_message(
+            answer,
+            tool=job.tool,
+            model=model,
+            notes=notes,
+            show_thinking=bool(opts.get("show_thinking")),
+            jobId=job.job_id,
+        )
+        self._guard.answer_job(job.conversation_id, message, ctx.check_owner)
+        self._runner.record(started, answer, ok=True)
+
+    async def _submit(self, client: AsyncClient, request: Request, ctx: JobContext) -> str:
+        """Start the job's background run once, recording its id before anything else.
+
+        Never sent blindly a second time: an earlier attempt that began a submission and never
+        learnt its outcome (its worker died while the reply was arriving), or a reply lost now,
+        ends the job with SUBMISSION_UNKNOWN.
+        """
+        from pplx_nb.jobs import LeaseLost
+
+        conversation_id = ctx.job.conversation_id
+        if ctx.submission_unfinished:
+            raise submission_unknown(
+                "The background run request",
+                "an earlier attempt stopped while its reply was arriving",
+                conversation_id,
+            )
+        await ctx.begin_submission()
+        try:
+            remote_id = await client.submit_background(request)
+        except SubmissionUnknown as exc:
+            raise unknown_for(exc, conversation_id) from exc
+        except PplxError:
+            await ctx.end_submission()
+            raise
+        try:
+            await ctx.record_remote_id(remote_id)
+        except LeaseLost:
+            raise
+        except PplxError as exc:
+            # The run is paid for: poll it from memory rather than give it up. Should this
+            # worker die too, the recorded start makes the next attempt SUBMISSION_UNKNOWN.
+            logger.warning(
+                "Could not record run %s of %s (%s); polling it anyway",
+                remote_id,
+                conversation_id,
+                exc,
+            )
+        return remote_id
+
+    async def _poll(
+        self, client: AsyncClient, request: Request, remote_id: str, ctx: JobContext
+    ) -> Answer:
+        """Poll a background run until it ends, through outages, until its deadline.
+
+        Transient failures (5xx, 429, 408/409, timeouts, broken connections) are waited out
+        with backoff; only the run's end, a permanent error or PERPLEXITY_DEEP_RESEARCH_TIMEOUT
+        after submission ends the attempt. At the deadline the run is cancelled (best effort).
+        """
+        loop = asyncio.get_running_loop()
+        budget = self._settings.deep_research_timeout_ms / 1000
+        submitted = ctx.submitted_at or time.time()
+        deadline = loop.time() + (submitted + budget - time.time())
+        started = time.monotonic()
+        expected = expected_research_seconds(self._settings)
+        reported = QUERYING[0]
+        delay = 0.1
+        outage = 0
+        while True:
+            if loop.time() >= deadline:
+                await self._time_out(client, remote_id, ctx, budget)
+            try:
+                async with asyncio.timeout_at(deadline):
+                    answer = await client.poll_background(
+                        remote_id, related=request.return_related_questions
+                    )
+            except InvalidInput as exc:
+                if exc.status_code != _NOT_FOUND:
+                    raise
+                remote_id = await self._resubmit(client, request, remote_id, exc, ctx)
+                deadline = loop.time() + budget
+                continue
+            except APIError as exc:
+                await self._wait_out(client, exc, remote_id, outage, deadline - loop.time())
+                outage += 1
+                continue
+            except TimeoutError:
+                continue  # the deadline passed mid-poll: cancelled at the top of the loop
+            outage = 0
+            if answer is not None:
+                await ctx.report(*FINALIZING)
+                return answer
+            percentage, message = research_progress(time.monotonic() - started, expected)
+            if percentage != reported:
+                reported = percentage
+                await ctx.report(percentage, message)
+            await asyncio.sleep(min(delay, max(deadline - loop.time(), 0)))
+            delay = min(delay * 1.5, 3.0)
+
+    async def _resubmit(
+        self,
+        client: AsyncClient,
+        request: Request,
+        unknown: str,
+        error: InvalidInput,
+        ctx: JobContext,
+    ) -> str:
+        """Submit again a run the API no longer knows (it expired or was never stored)."""
+        logger.warning("Remote run %s is unknown to the API; starting over", unknown)
+        remote_id = await self._submit(client, request, ctx)
+        await ctx.note_error(
+            InvalidInput(
+                f"The background run {unknown} is unknown to the API (it expired or was "
+                f"never stored: {error.message}); it was resubmitted as {remote_id}.",
+                status_code=_NOT_FOUND,
+            )
+        )
+        return remote_id
+
+    @staticmethod
+    async def _wait_out(
+        client: AsyncClient, error: APIError, remote_id: str, outage: int, left: float
+    ) -> None:
+        """Back off after a failed poll worth waiting out; raise ``error`` if it is not one."""
+        if not _transient(error):
+            raise error
+        pause = max(min(client.retry.delay(error, min(outage, 6)), left), 0)
+        logger.warning(
+            "Polling run %s failed (%s); trying again in %.1f s (until its deadline)",
+            remote_id,
+            error.code if error.status_code is None else f"HTTP {error.status_code}",
+            pause,
+        )
+        await asyncio.sleep(pause)
+
+    async def _time_out(
+        self, client: AsyncClient, remote_id: str, ctx: JobContext, budget: float
+    ) -> NoReturn:
+        """Cancel a run past its deadline and end the job with TIMEOUT_ERROR (not retried)."""
+        cancelled = await client.cancel_background(remote_id)
+        conversation_id = ctx.job.conversation_id
+        what = "cancelled" if cancelled else "left running (the API did not confirm a cancel)"
+        raise RunTimedOut(
+            f"The deep research of conversation {conversation_id} was still running "
+            f"{budget:g} s after it was submitted (PERPLEXITY_DEEP_RESEARCH_TIMEOUT); its run "
+            f"{remote_id} was {what}. The conversation stays open: follow up to ask again, or "
+            "allow more time with PERPLEXITY_DEEP_RESEARCH_TIMEOUT (milliseconds).",
+            conversation_id=conversation_id,
+            remote_id=remote_id,
+            cancelled=cancelled,
+        )
+
+
+def _transient(error: APIError) -> bool:
+    """Whether a failed poll is worth waiting out: 5xx, 429, 408/409, timeouts, broken links."""
+    status = error.status_code
+    if status is None:
+        return isinstance(error, NetworkError) or (
+            isinstance(error, APITimeoutError) and not isinstance(error, RunTimedOut)
+        )
+    return status in (408, 409, 429) or status >= 500

@@ -1,0 +1,222 @@
+"""The answer guard: an answer always lands right after its question.
+
+After the system message a conversation's turns alternate user / assistant (DESIGN.md). A question
+answered on the spot is stored, asked, and its answer stored; a second follow-up stored in between
+would split the pair. So asking goes through here::
+
+    ticket = guard.ask(question, model, conversation_id)   # stored + marked as being answered
+    ticket.renew()                                         # a long stream keeps the mark live
+    ticket.answer(message)                                 # stored, mark gone, in one locked step
+    ticket.abandon()                                       # the call failed: mark gone
+
+Queued research stores its question and its job in one step the same way (:meth:`AnswerGuard.
+enqueue`), and the idle check refuses a question while a job or an answer of the conversation is
+under way. This module is the only one of the research package that takes the conversation lock,
+runs the idle check or touches the ``.answering`` mark; it does so through the store's
+``append(check=, then=)`` and the job queue.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from pplx_nb._config import Settings
+from pplx_nb._errors import PplxError
+from pplx_nb._models import Conversation, JobStatus, Message
+
+if TYPE_CHECKING:
+    from pplx_nb.jobs import JobQueue
+    from pplx_nb.store import ConversationStore
+
+__all__ = ["AnswerGuard", "Ticket"]
+
+_RENEW_SECONDS = 60.0
+"""How often a streaming answer pushes its mark's deadline ahead."""
+
+
+class AnswerGuard:
+    """Stores questions so that their answers follow them, for one store and its job queue.
+
+    Args:
+        settings: the timeouts and retries an answer's deadline is made of.
+        store: the conversations.
+        queue: the job queue of the same folder (called when first needed).
+    """
+
+    def __init__(
+        self, settings: Settings, store: ConversationStore, queue: Callable[[], JobQueue]
+    ) -> None:
+        self._settings = settings
+        self._store = store
+        self._queue = queue
+
+    def refuse_if_busy(self, conversation_id: str) -> None:
+        """JobInProgress while the conversation's job or an answer of it is under way.
+
+        A fast check before any work; :meth:`ask` and :meth:`enqueue` check again when they store.
+        """
+        self._queue().check_idle(conversation_id)
+
+    def answering_since(self, conversation_id: str) -> str | None:
+        """When the question still being answered was asked (ISO 8601), or None if none is."""
+        return self._queue().answering_since(conversation_id)
+
+    def ask(
+        self,
+        question: Message,
+        model: str,
+        conversation_id: str | None = None,
+        *,
+        seed: Sequence[Message] = (),
+    ) -> Ticket:
+        """Store ``question`` (in a new conversation after ``seed`` when no id) and mark it.
+
+        Raises JobInProgress, leaving nothing stored, while the conversation is busy.
+        """
+        seconds = self.deadline(model)
+        queue = self._queue()
+        if conversation_id is None:
+            conversation_id = self._store.create([*seed, question]).conversation_id
+            try:
+                token = queue.mark_answering(conversation_id, seconds, lock_held=False)
+            except BaseException:
+                _discard(self._store, conversation_id)
+                raise
+            return Ticket(self._store, queue, conversation_id, token, seconds, created=True)
+        tokens: list[str] = []
+        self._store.append(
+            conversation_id,
+            question,
+            check=lambda _: queue.check_idle(conversation_id),
+            then=lambda: tokens.append(queue.mark_answering(conversation_id, seconds)),
+        )
+        return Ticket(self._store, queue, conversation_id, tokens[0], seconds)
+
+    def ask_again(self, conversation_id: str, model: str) -> Ticket:
+        """Mark the stored unanswered question of ``conversation_id`` as being answered anew."""
+        seconds = self.deadline(model)
+        queue = self._queue()
+        token = queue.mark_answering(conversation_id, seconds, lock_held=False)
+        return Ticket(self._store, queue, conversation_id, token, seconds)
+
+    def enqueue(
+        self,
+        question: Message | None,
+        tool: str,
+        request: dict[str, Any],
+        conversation_id: str | None = None,
+        *,
+        seed: Sequence[Message] = (),
+    ) -> JobStatus:
+        """Store ``question`` and queue its job in one step (all or nothing).
+
+        No ``conversation_id``: a new conversation of ``seed`` and the question. No ``question``:
+        the conversation's stored unanswered question is queued again.
+        """
+        queue = self._queue()
+        if conversation_id is None:
+            assert question is not None
+            conversation_id = self._store.create([*seed, question]).conversation_id
+            try:
+                return queue.enqueue(conversation_id, tool, request)
+            except BaseException:
+                # A question without its job would wait for an answer forever.
+                _discard(self._store, conversation_id)
+                raise
+        if question is None:
+            return queue.enqueue(conversation_id, tool, request)
+        queued: list[JobStatus] = []
+        target = conversation_id
+        self._store.append(
+            target,
+            question,
+            check=lambda _: queue.check_idle(target),
+            then=lambda: queued.append(queue.enqueue(target, tool, request, lock_held=True)),
+        )
+        return queued[0]
+
+    def answer_job(
+        self, conversation_id: str, message: Message, check_owner: Callable[[bytes], None]
+    ) -> Conversation:
+        """Store a job's answer if ``check_owner`` (run under the lock) lets its attempt write."""
+        return self._store.append(conversation_id, message, check=check_owner)
+
+    def deadline(self, model: str) -> float:
+        """The longest an answer can take: every attempt's timeout plus a minute of back-off."""
+        from pplx_nb.api.request import is_deep_research
+
+        settings = self._settings
+        timeout_ms = settings.deep_research_timeout_ms if is_deep_research(model) else 0
+        per_attempt = max(timeout_ms, settings.timeout_ms) / 1000 + 60
+        return per_attempt * (settings.max_retries + 1)
+
+
+class Ticket:
+    """A stored question being answered: :meth:`answer` or :meth:`abandon` ends it.
+
+    Made by :meth:`AnswerGuard.ask`; ``created`` says whether the question opened a new
+    conversation.
+    """
+
+    def __init__(
+        self,
+        store: ConversationStore,
+        queue: JobQueue,
+        conversation_id: str,
+        token: str,
+        seconds: float,
+        *,
+        created: bool = False,
+    ) -> None:
+        self._store = store
+        self._queue = queue
+        self.conversation_id = conversation_id
+        self.created = created
+        self._token: str | None = token
+        self._seconds = seconds
+        self._renewed = time.monotonic()
+
+    def __repr__(self) -> str:
+        state = "open" if self._token is not None else "closed"
+        return f"Ticket({self.conversation_id!r}, {state})"
+
+    def renew(self) -> None:
+        """Keep the mark live another deadline; call it as the answer arrives (cheap: at most
+        one write a minute)."""
+        if self._token is None or time.monotonic() - self._renewed <= _RENEW_SECONDS:
+            return
+        self._renewed = time.monotonic()
+        with contextlib.suppress(PplxError):
+            self._queue.renew_answering(self.conversation_id, self._token, self._seconds)
+
+    def answer(self, message: Message) -> Conversation:
+        """Store the answer; the mark ends in the same locked step."""
+        token, queue, conversation_id = self._token, self._queue, self.conversation_id
+        conversation = self._store.append(
+            conversation_id,
+            message,
+            then=None
+            if token is None
+            else lambda: queue.clear_answering(conversation_id, token, lock_held=True),
+        )
+        self._token = None
+        return conversation
+
+    def abandon(self, *, discard: bool = False) -> None:
+        """End the mark without an answer; ``discard`` also removes a conversation this ticket
+        created (its first question failed at no cost: there is nothing to retry)."""
+        token, self._token = self._token, None
+        if token is not None:
+            with contextlib.suppress(PplxError):
+                self._queue.clear_answering(self.conversation_id, token)
+        if discard and self.created:
+            _discard(self._store, self.conversation_id)
+
+
+def _discard(store: ConversationStore, conversation_id: str) -> None:
+    """Remove a conversation whose question will get no answer (best effort)."""
+    with contextlib.suppress(PplxError):
+        store.delete(conversation_id)

@@ -1,0 +1,374 @@
+"""Researcher: the one façade over the API client, the store, the job queue and context."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+from collections.abc import AsyncGenerator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pplx_nb._config import Settings
+from pplx_nb._errors import ValidationError
+from pplx_nb._fs import validate_conversation_id
+from pplx_nb._logging import get_logger
+from pplx_nb._metrics import Metrics
+from pplx_nb._models import Answer, Conversation, ConversationSummary, JobState, JobStatus
+from pplx_nb._sync import sync_twin
+from pplx_nb.research import _health
+from pplx_nb.research._clients import ClientPool
+from pplx_nb.research._deep import DeepResearchRunner
+from pplx_nb.research._guard import AnswerGuard, Ticket
+from pplx_nb.research._jobs import JobDesk
+from pplx_nb.research._progress import ProgressCallback
+from pplx_nb.research._runner import TurnRunner, last
+from pplx_nb.research._turns import Mode, Turn, TurnBuilder
+
+if TYPE_CHECKING:
+    from pplx_nb.api import AsyncClient
+    from pplx_nb.jobs import Job, JobContext, JobQueue, JobRunner, Worker
+    from pplx_nb.store import ConversationStore
+
+__all__ = ["Researcher"]
+
+logger = get_logger("pplx_nb.research")
+
+
+class Researcher:
+    """Ask, research, follow up and look back: the façade shared by notebooks and the MCP server.
+
+    Async methods are the core; each has a sync twin (``search`` for ``asearch``, ``wait`` for
+    ``await_job``) that runs on one background event-loop thread, so it also works inside a
+    running Jupyter kernel.
+
+    Args:
+        settings: configuration (default: read from the environment).
+        store: the conversation store (default: one over ``settings.conversation_logs_dir``).
+        client: an API client to use for every call (default: one per event loop, sharing a cache).
+        async_deep_research: queue deep research as background jobs (default: the
+            PERPLEXITY_ENABLE_ASYNC_DEEP_RESEARCH setting, else False).
+    """
+
+    attach_from_working_directory: bool = True
+    """Whether files may come from the working directory as well as PPLX_NB_FILE_ROOTS.
+
+    Turn it off where the process may run from ``/`` (an MCP server): then only the configured
+    roots count.
+    """
+
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        store: ConversationStore | None = None,
+        client: AsyncClient | None = None,
+        async_deep_research: bool | None = None,
+    ) -> None:
+        from pplx_nb.store import ConversationStore
+
+        self._settings = settings or Settings.from_env()
+        self._store = store or ConversationStore(settings=self._settings)
+        if async_deep_research is None:
+            async_deep_research = bool(self._settings.enable_async_deep_research)
+        self._async = async_deep_research
+        self._metrics = Metrics()
+        self._clients = ClientPool(self._settings, client)
+        self._jobs = JobDesk(self._settings, self._store, lambda: self._deep, run_here=self._async)
+        self._guard = AnswerGuard(self._settings, self._store, lambda: self._jobs.queue)
+        self._runner = TurnRunner(self._store, self._guard, self._clients, self._metrics)
+        self._turns = TurnBuilder(
+            self._settings,
+            self._store,
+            self._guard.refuse_if_busy,
+            self._clients.current,
+            lambda: self.attach_from_working_directory,
+            self._runner.counted,
+        )
+        self._deep = DeepResearchRunner(
+            self._settings, self._store, self._guard, self._clients, self._runner
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"Researcher(store={str(self._store.root)!r}, async_deep_research={self._async}, "
+            f"offline={self._settings.is_offline})"
+        )
+
+    @property
+    def settings(self) -> Settings:
+        """The settings in use."""
+        return self._settings
+
+    @property
+    def store(self) -> ConversationStore:
+        """The conversation store every exchange lands in."""
+        return self._store
+
+    @property
+    def async_deep_research(self) -> bool:
+        """Whether deep research is queued as a background job by default."""
+        return self._async
+
+    # -- asking ---------------------------------------------------------------------------------
+
+    async def asearch(
+        self, query: str, *, files: Sequence[str | Path] | None = None, **opts: Any
+    ) -> Answer:
+        """Ask a question with web search; starts and stores a NEW conversation."""
+        turn = self._turns.new(query, "search", files, opts)
+        return await last(self._runner.run(turn, stream=False))
+
+    async def astream_search(
+        self, query: str, *, files: Sequence[str | Path] | None = None, **opts: Any
+    ) -> AsyncGenerator[str | Answer, None]:
+        """Like :meth:`asearch`, yielding text deltas as they arrive, then the stored Answer."""
+        turn = self._turns.new(query, "search", files, opts)
+        async with contextlib.aclosing(self._runner.run(turn, stream=True)) as items:
+            async for item in items:
+                yield item
+
+    async def adeep_research(
+        self,
+        query: str,
+        *,
+        wait: bool | None = None,
+        files: Sequence[str | Path] | None = None,
+        on_progress: ProgressCallback | None = None,
+        **opts: Any,
+    ) -> Answer | JobStatus:
+        """Exhaustive research on a NEW conversation.
+
+        Queued as a background job (returns its :class:`JobStatus` at once) when ``wait`` is False,
+        or when it is None and async deep research is on; otherwise blocks, reporting progress.
+        """
+        turn = self._turns.new(query, "research", files, opts)
+        if self._queued(wait):
+            return self._enqueue(turn)
+        return await last(self._runner.run(turn, stream=True, on_progress=on_progress))
+
+    async def afollowup(
+        self,
+        conversation_id: str,
+        query: str,
+        *,
+        mode: Mode = "search",
+        fork: bool = False,
+        wait: bool | None = None,
+        files: Sequence[str | Path] | None = None,
+        on_progress: ProgressCallback | None = None,
+        **opts: Any,
+    ) -> Answer | JobStatus:
+        """Continue a conversation in either mode, with its whole history as context.
+
+        Raises JobInProgress while the conversation's job is pending or running. ``fork`` continues
+        in a new child conversation and leaves the original as it was.
+        """
+        if mode not in ("search", "research"):
+            raise ValidationError(f"Unknown mode {mode!r}: use 'search' or 'research'.")
+        turn = await self._turns.followup(conversation_id, query, mode, fork, files, opts)
+        if mode == "research" and self._queued(wait):
+            return self._enqueue(turn)
+        ticket = self._ask(turn)
+        stream = mode == "research"
+        return await last(self._runner.run(turn, ticket, stream=stream, on_progress=on_progress))
+
+    async def astream_followup(
+        self,
+        conversation_id: str,
+        query: str,
+        *,
+        fork: bool = False,
+        files: Sequence[str | Path] | None = None,
+        **opts: Any,
+    ) -> AsyncGenerator[str | Answer, None]:
+        """Like :meth:`afollowup` in search mode, yielding text deltas, then the stored Answer."""
+        turn = await self._turns.followup(conversation_id, query, "search", fork, files, opts)
+        ticket = self._ask(turn)
+        # A consumer that stops early closes this generator, not the run: aclosing closes the run
+        # too, so the question's ticket ends at once rather than at garbage collection.
+        async with contextlib.aclosing(self._runner.run(turn, ticket, stream=True)) as items:
+            async for item in items:
+                yield item
+
+    async def aretry(
+        self,
+        conversation_id: str,
+        *,
+        wait: bool | None = None,
+        on_progress: ProgressCallback | None = None,
+        **opts: Any,
+    ) -> Answer | JobStatus:
+        """Ask a conversation's unanswered last question again as deep research, deliberately.
+
+        For a deep research that ended with SUBMISSION_UNKNOWN (its run may have been billed:
+        check your Perplexity usage first), TIMEOUT_ERROR or another failure. This pays for a
+        new run. The earlier job's model and options are reused unless ``opts`` override them;
+        queued or waited for as ``wait`` and the async setting say, like :meth:`adeep_research`.
+
+        Raises JobInProgress while a job or answer of the conversation is under way, and
+        ValidationError when its last question already has an answer.
+        """
+        with self._runner.counted():
+            conversation_id = validate_conversation_id(conversation_id)
+            status = self._jobs.queue.status(conversation_id)
+            turn = self._turns.retry(conversation_id, status, opts)
+        logger.info("Resubmitting the question of %s deliberately", conversation_id)
+        if self._queued(wait):
+            with self._runner.counted():
+                queued = self._guard.enqueue(None, turn.tool, turn.job_request(), conversation_id)
+            self._jobs.queued(queued)
+            self._runner.record(turn.started, None, ok=True)
+            return queued
+        with self._runner.counted():
+            ticket = self._guard.ask_again(conversation_id, turn.model)
+        return await last(self._runner.run(turn, ticket, stream=True, on_progress=on_progress))
+
+    async def await_job(
+        self,
+        conversation_id: str,
+        timeout: float | None = None,
+        on_progress: ProgressCallback | None = None,
+    ) -> Answer:
+        """Wait until the conversation's job ends; return its answer or raise its error.
+
+        A job still pending after a second with no worker of this Researcher running (a plain
+        script: ``deep_research(wait=False)`` then ``wait()``), or running on a worker that
+        stopped heartbeating, starts the in-process worker, so the wait never depends on a
+        worker that may not exist.
+        """
+        return await self._jobs.wait(conversation_id, timeout, on_progress)
+
+    search = sync_twin(asearch)
+    stream_search = sync_twin(astream_search)
+    deep_research = sync_twin(adeep_research)
+    followup = sync_twin(afollowup)
+    stream_followup = sync_twin(astream_followup)
+    retry = sync_twin(aretry)
+    wait = sync_twin(await_job, name="wait")
+
+    # -- jobs -----------------------------------------------------------------------------------
+
+    def ensure_worker(self, concurrency: int = 4) -> Worker:
+        """Start (once) the in-process background worker that runs queued research jobs."""
+        return self._jobs.ensure_worker(concurrency)
+
+    def answering_since(self, conversation_id: str) -> str | None:
+        """When the follow-up still being answered was asked (ISO 8601), or None if none is."""
+        return self._guard.answering_since(conversation_id)
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def history(self, conversation_id: str, include_system: bool = False) -> Conversation:
+        """The stored conversation; the system prompt is left out unless ``include_system``."""
+        conversation = self._store.load(conversation_id)
+        if not include_system:
+            kept = [m for m in conversation.messages if m.role != "system"]
+            conversation = conversation.model_copy(update={"messages": kept})
+        return conversation
+
+    def status(self, conversation_id: str) -> JobStatus | None:
+        """The job status of a conversation, or None if no job ever ran for it."""
+        return self._jobs.queue.status(validate_conversation_id(conversation_id))
+
+    def jobs(self, states: tuple[JobState, ...] | None = None) -> list[JobStatus]:
+        """Every research job on disk, newest first, optionally only those in ``states``.
+
+        A damaged status.json is skipped with a warning instead of hiding the other jobs.
+        """
+        return self._jobs.queue.jobs(states)
+
+    def conversations(self, **filters: Any) -> list[ConversationSummary]:
+        """Stored conversations, newest first (filters: since, until, tool, model, text, limit)."""
+        return self._store.list(**filters)
+
+    def metrics(self) -> dict[str, Any]:
+        """Request counts, latency p50/p95/p99 in ms, API calls, tokens, cost."""
+        snapshot = self._metrics.snapshot()
+        cache = self._clients.cache
+        if cache is not None:
+            snapshot["cache"] = dataclasses.asdict(cache.stats())
+        return snapshot
+
+    async def ahealth(self) -> dict[str, Any]:
+        """healthy | degraded | unhealthy, with version, uptime and the checks behind it."""
+        return await _health.health(
+            self._settings,
+            self._clients.current,
+            self._clients.cache,
+            self._store,
+            self._metrics.started,
+        )
+
+    health = sync_twin(ahealth)
+
+    # -- closing --------------------------------------------------------------------------------
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Stop the background worker and close the API clients of every event loop used.
+
+        The worker's running jobs get up to half of ``timeout`` to finish before they are
+        released for another worker.
+        """
+        self._jobs.stop(timeout)
+        self._clients.close()
+
+    async def aclose(self) -> None:
+        """Like :meth:`close`, awaiting the client of the running loop."""
+        await self._clients.aclose_current()
+        await asyncio.to_thread(self.close)
+
+    def __enter__(self) -> Researcher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- compatibility: callers from before the research package ------------------------------
+    # Adapters switch to ensure_worker(), answering_since() and research.job_runner(); then these
+    # three go (tests/test_research.py lists them).
+
+    @property
+    def queue(self) -> JobQueue:
+        """The job queue over the store's directory (use :meth:`jobs` and :meth:`status`)."""
+        return self._jobs.queue
+
+    def start_worker(self, concurrency: int = 4) -> Worker:
+        """Same as :meth:`ensure_worker`."""
+        return self.ensure_worker(concurrency)
+
+    async def execute_job(self, job: Job, ctx: JobContext) -> None:
+        """Run one queued research job (use ``pplx_nb.research.job_runner(researcher)``)."""
+        await self._deep(job, ctx)
+
+    # -- helpers --------------------------------------------------------------------------------
+
+    def _ask(self, turn: Turn) -> Ticket:
+        """Store a follow-up's question, refused while a job runs or another answer is due."""
+        assert turn.conversation_id is not None
+        with self._runner.counted():
+            return self._guard.ask(turn.user, turn.model, turn.conversation_id)
+
+    def _queued(self, wait: bool | None) -> bool:
+        return not wait if wait is not None else self._async
+
+    def _enqueue(self, turn: Turn) -> JobStatus:
+        """Store the turn's question and queue its job (a follow-up refused while busy)."""
+        counted = self._runner.counted() if turn.conversation_id else contextlib.nullcontext()
+        with counted:
+            status = self._guard.enqueue(
+                turn.user, turn.tool, turn.job_request(), turn.conversation_id, seed=turn.seed
+            )
+        turn.conversation_id = status.conversation_id
+        self._jobs.queued(status)
+        self._runner.record(turn.started, None, ok=True)
+        return status
+
+
+def job_runner(researcher: Researcher) -> JobRunner:
+    """The runner a :class:`~pplx_nb.jobs.Worker` calls for each queued research job.
+
+    ``python -m pplx_nb.worker`` drains the queue with it; the in-process worker of
+    :meth:`Researcher.ensure_worker` uses the same one.
+    """
+    return researcher._deep

@@ -1,0 +1,355 @@
+"""A question on its way to the API: checked, given a model, its files and history fitted to the
+model's context window (the budget rule of :mod:`pplx_nb.context`), and what to store with it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pplx_nb._config import Settings
+from pplx_nb._errors import ValidationError, not_unicode
+from pplx_nb._models import Message, now_iso
+from pplx_nb._options import SEARCH_OPTIONS, check_options
+
+if TYPE_CHECKING:
+    from pplx_nb._models import JobStatus
+    from pplx_nb.api import AsyncClient, Request
+    from pplx_nb.store import ConversationStore
+
+__all__ = [
+    "DEEP_RESEARCH_MODEL",
+    "MAX_QUERY_CHARS",
+    "SYSTEM_PROMPT",
+    "Mode",
+    "Turn",
+    "TurnBuilder",
+    "build_request",
+    "fitted_messages",
+    "tool_for",
+]
+
+Mode = Literal["search", "research"]
+
+SYSTEM_PROMPT = (
+    "You are an advanced research assistant. Answer accurately and concisely, ground every claim "
+    "in your search results and cite them with [n] markers. When the conversation continues, use "
+    "its earlier turns as context."
+)
+DEEP_RESEARCH_MODEL = "sonar-deep-research"
+MAX_QUERY_CHARS = 32_000
+_REQUEST_FIELDS = SEARCH_OPTIONS - {"model", "show_thinking"}
+_TOOLS = {
+    ("search", False): "perplexity_search",
+    ("research", False): "perplexity_deep_research",
+    ("search", True): "perplexity_search_followup",
+    ("research", True): "perplexity_deep_research_followup",
+}
+
+
+def tool_for(mode: Mode, follow_up: bool) -> str:
+    """The tool name a turn is stored under (the MCP tool that would have asked it)."""
+    return _TOOLS[mode, follow_up]
+
+
+@dataclass
+class Turn:
+    """One question on its way to the API, and what to store once it is answered."""
+
+    conversation_id: str | None
+    messages: list[dict[str, str]]
+    user: Message
+    tool: str
+    model: str
+    opts: dict[str, Any]
+    seed: list[Message] = field(default_factory=list)
+    """Messages stored before the question in a new conversation (the system prompt)."""
+    notes: list[str] = field(default_factory=list)
+    started: float = field(default_factory=time.perf_counter)
+
+    @property
+    def show_thinking(self) -> bool:
+        """Whether the model's reasoning is kept with the answer."""
+        return bool(self.opts.get("show_thinking"))
+
+    def request(self) -> Request:
+        """The API request that asks this turn."""
+        return build_request(self.messages, self.model, self.opts)
+
+    def job_request(self) -> dict[str, Any]:
+        """What a queued research job needs to run this turn later (job.json ``request``)."""
+        return {
+            "model": self.model,
+            "opts": self.opts,
+            "searchQuery": self.messages[-1]["content"],
+            **({"notes": self.notes} if self.notes else {}),
+        }
+
+
+class TurnBuilder:
+    """Builds turns: new questions, follow-ups (reformulated when context-dependent), retries.
+
+    Args:
+        settings: the model default, file roots and whether a real API is used.
+        store: where earlier turns are read and forks are made.
+        refuse_if_busy: raises JobInProgress while the conversation's job or answer is under way.
+        client: the API client of the running loop (for reformulating follow-ups).
+        working_directory: whether files may come from the working directory (asked each time).
+        counted: counts a turn refused while it is built.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: ConversationStore,
+        refuse_if_busy: Callable[[str], None],
+        client: Callable[[], AsyncClient],
+        working_directory: Callable[[], bool],
+        counted: Callable[[], AbstractContextManager[None]],
+    ) -> None:
+        self._settings = settings
+        self._store = store
+        self._refuse_if_busy = refuse_if_busy
+        self._client = client
+        self._working_directory = working_directory
+        self._counted = counted
+
+    def new(
+        self, query: str, mode: Mode, files: Sequence[str | Path] | None, opts: dict[str, Any]
+    ) -> Turn:
+        """The first question of a new conversation (stored with the system prompt)."""
+        with self._counted():
+            query, told = check_query(query)
+            opts = check_options(opts)
+            model = self._model(mode, opts)
+            content, records, notes = self._attach(query, files, [])
+            notes = [*told, *notes]
+            system = Message(role="system", content=SYSTEM_PROMPT, timestamp=now_iso())
+            user = Message(role="user", content=content, timestamp=now_iso(), files=records)
+            messages = fitted_messages([system, user], model, notes)
+            tool = tool_for(mode, False)
+            return Turn(None, messages, user, tool, model, opts, seed=[system], notes=notes)
+
+    async def followup(
+        self,
+        conversation_id: str,
+        query: str,
+        mode: Mode,
+        fork: bool,
+        files: Sequence[str | Path] | None,
+        opts: dict[str, Any],
+    ) -> Turn:
+        """A question continuing ``conversation_id`` (or a fork of it), with its history."""
+        from pplx_nb import context
+
+        with self._counted():
+            query, told = check_query(query)
+            opts = check_options(opts)
+            self._refuse_if_busy(conversation_id)
+            # A fork starts as a copy of this history; it is made last, so a refused turn
+            # leaves none.
+            history = context.chain_messages(self._store, conversation_id)
+            model = self._model(mode, opts)
+            # A file counts as already embedded only if its turn survives the context budget.
+            question = Message(role="user", content=query)
+            visible = context.fit_history([*history, question], model).messages[:-1]
+            content, records, notes = self._attach(query, files, visible)
+            notes = [*told, *notes]
+            reformulated = await self._reformulated(conversation_id, query, history)
+            user = Message(
+                role="user",
+                content=content,
+                timestamp=now_iso(),
+                files=records,
+                reformulated_query=reformulated,
+            )
+            sent = content.replace(query, reformulated, 1) if reformulated else content
+            messages = fitted_messages([*history, user], model, notes)
+            messages[-1] = {"role": "user", "content": sent}
+            if fork:
+                conversation_id = self._store.fork(conversation_id).conversation_id
+            tool = tool_for(mode, True)
+            return Turn(conversation_id, messages, user, tool, model, opts, notes=notes)
+
+    def retry(self, conversation_id: str, status: JobStatus | None, opts: dict[str, Any]) -> Turn:
+        """The unanswered last question of ``conversation_id``, asked again as deep research.
+
+        The earlier job's model, options, notes and search text (from ``status``) are reused
+        unless ``opts`` override them.
+        """
+        from pplx_nb import context
+
+        self._refuse_if_busy(conversation_id)
+        conversation = self._store.load(conversation_id)
+        question = conversation.messages[-1] if conversation.messages else None
+        if question is None or question.role != "user":
+            raise ValidationError(
+                f"Conversation {conversation_id} has no unanswered question to retry: its "
+                "last question has an answer. Ask again with a follow-up."
+            )
+        earlier = dict((status.model_extra or {}).get("request") or {}) if status else {}
+        opts = check_options({**dict(earlier.get("opts") or {}), **opts})
+        model = str(opts.get("model") or earlier.get("model") or DEEP_RESEARCH_MODEL)
+        notes = [str(note) for note in earlier.get("notes") or []]
+        messages = fitted_messages(
+            context.chain_messages(self._store, conversation_id), model, notes
+        )
+        if earlier.get("searchQuery"):
+            messages[-1] = {"role": "user", "content": str(earlier["searchQuery"])}
+        asked = sum(1 for m in conversation.messages if m.role == "user")
+        tool = status.tool_name if status else tool_for("research", asked > 1)
+        return Turn(conversation_id, messages, question, tool, model, opts, notes=notes)
+
+    def _model(self, mode: Mode, opts: dict[str, Any]) -> str:
+        model = opts.get("model")
+        if model:
+            return str(model)
+        return DEEP_RESEARCH_MODEL if mode == "research" else self._settings.model
+
+    def _attach(
+        self,
+        query: str,
+        files: Sequence[str | Path] | None,
+        history: Sequence[Message],
+    ) -> tuple[str, list[dict[str, Any]] | None, list[str]]:
+        """The question with new files embedded, the file records to store, and notes."""
+        if not files:
+            return query, None, []
+        from pplx_nb import context
+
+        prepared = context.prepare_files(
+            files,
+            history,
+            roots=self._settings.file_roots,
+            working_directory=self._working_directory(),
+        )
+        content = f"{query}\n\n{prepared.text}" if prepared.text else query
+        return content, list(prepared.records) or None, list(prepared.notes)
+
+    async def _reformulated(
+        self, conversation_id: str, query: str, history: Sequence[Message]
+    ) -> str | None:
+        """The follow-up as a self-contained search, when it depends on the history."""
+        from pplx_nb import context
+
+        if not context.is_follow_up(query, history):
+            return None
+        use_model = not self._settings.is_offline
+        if use_model:
+            # Rewriting the question is a paid call: fail first if its turn cannot be stored.
+            self._store.check_writable(conversation_id)
+        client = self._client() if use_model else None
+        candidate = await context.areformulate(query, history, client, use_model=use_model)
+        if candidate and candidate.strip() != query:
+            return candidate.strip()
+        return None
+
+
+def check_query(query: object) -> tuple[str, list[str]]:
+    """The question to send and store, stripped, key-shaped text replaced by ``***``, and notes
+    saying so; VALIDATION_ERROR when empty, over :data:`MAX_QUERY_CHARS` or not Unicode."""
+    if not isinstance(query, str) or not query.strip():
+        raise ValidationError("The query is empty: ask a question in words.")
+    if len(query) > MAX_QUERY_CHARS:
+        raise ValidationError(
+            f"The query is {len(query):,} characters; the limit is {MAX_QUERY_CHARS:,}. "
+            "Shorten it, or attach long material as a file."
+        )
+    try:
+        query.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise not_unicode("The query", exc.start) from None
+    from pplx_nb import context
+
+    return context.scrub_secrets(query.strip(), "Your question")
+
+
+def build_request(messages: list[dict[str, str]], model: str, opts: dict[str, Any]) -> Request:
+    """The API request for ``messages``, with the options that are request fields."""
+    from pplx_nb.api import Request
+
+    fields = {key: value for key, value in opts.items() if key in _REQUEST_FIELDS}
+    return Request(messages=messages, model=model, **fields)
+
+
+def fitted_messages(
+    messages: Sequence[Message], model: str, notes: Sequence[str] = ()
+) -> list[dict[str, str]]:
+    """``messages`` fitted to ``model``'s context window, as the API wants them.
+
+    ``notes`` (e.g. a file already in the history) and, when older turns had to be left out, a
+    note saying so go into the system prompt: the model reads them there, and the question —
+    the search text — stays the question.
+    """
+    from pplx_nb import context
+
+    fitted = context.fit_history(messages, model)
+    _refuse_oversized(fitted.messages, model)
+    told = [*([fitted.note] if fitted.note else []), *notes]
+    return _with_system_notes(_wire_messages(fitted.messages), told)
+
+
+def _refuse_oversized(messages: Sequence[Message], model: str) -> None:
+    """Refuse what is over ``model``'s budget with every earlier turn left out.
+
+    The API would answer such a request with a 400 after the upload; the estimate is cheap, and
+    the files attached to the newest question are what can be made smaller.
+    """
+    from pplx_nb import context
+
+    budget = context.budget_tokens(model)
+    used = sum(context.message_tokens(m) for m in messages)
+    if used <= budget:
+        return
+    window = context.context_window(model)
+    files = next((m.files or [] for m in reversed(messages) if m.role == "user"), [])
+    sizes = ", ".join(
+        f"{record.get('path')} ({record.get('bytes', 0):,} bytes)" for record in files
+    )
+    advice = (
+        f"Attached files: {sizes}. Attach fewer or smaller files (an excerpt of each)."
+        if sizes
+        else "Shorten the question."
+    )
+    raise ValidationError(
+        f"The question is about {used:,} tokens (estimated, with the system prompt), over the "
+        f"{budget:,} tokens that fit in the {window:,}-token context window of {model} with room "
+        f"left for the answer, even with every earlier turn left out. {advice}",
+        estimated_tokens=used,
+        window=window,
+        files=[{"path": r.get("path"), "bytes": r.get("bytes")} for r in files],
+    )
+
+
+def _with_system_notes(
+    messages: list[dict[str, str]], notes: Sequence[str]
+) -> list[dict[str, str]]:
+    """``messages`` with ``notes`` added to the system prompt (put first if there is none)."""
+    if not notes:
+        return messages
+    text = "\n".join(notes)
+    if messages and messages[0]["role"] == "system":
+        return [{"role": "system", "content": f"{messages[0]['content']}\n\n{text}"}, *messages[1:]]
+    return [{"role": "system", "content": text}, *messages]
+
+
+def _wire_messages(messages: Sequence[Message]) -> list[dict[str, str]]:
+    """Messages as the API wants them: roles alternate after the system prompt.
+
+    A user turn left without an answer (its call failed) is dropped when another user turn follows.
+    """
+    out: list[dict[str, str]] = []
+    for message in messages:
+        if out and out[-1]["role"] == message.role == "user":
+            out[-1] = {"role": "user", "content": message.content}
+        elif out and out[-1]["role"] == message.role == "assistant":
+            out[-1] = {
+                "role": "assistant",
+                "content": out[-1]["content"] + "\n\n" + message.content,
+            }
+        else:
+            out.append({"role": message.role, "content": message.content})
+    return out
