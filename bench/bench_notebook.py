@@ -182,7 +182,7 @@ def _raw_stream(client: Any, url: str, stamps: _Stamps) -> tuple[float, float]:
         "POST", f"{url}{stamps.path}", content=stamps.body, headers=headers
     ) as reply:
         for line in reply.iter_lines():
-            if not first and "output_text.delta" in line:
+            if not first and line.startswith("data:") and "output_text.delta" in line:
                 json.loads(line.removeprefix("data:"))
                 first = time.perf_counter() - start
     return first, time.perf_counter() - start
