@@ -912,7 +912,7 @@ class Researcher:
 
         conversation_id = ctx.job.conversation_id
         if ctx.submission_unfinished:
-            from pplx_nb.api._failures import submission_unknown
+            from pplx_nb.api import submission_unknown
 
             raise submission_unknown(
                 "The background run request",
@@ -1097,8 +1097,10 @@ class Researcher:
     def _api_reachable(self) -> bool:
         import httpx2
 
+        from pplx_nb.api import resolve_endpoint
+
         try:
-            base_url, _, _ = self._settings.endpoint()
+            base_url = resolve_endpoint(self._settings).base_url
             response = httpx2.get(f"{base_url}/v1/models", timeout=2.0)
         except Exception:
             return False
@@ -1285,7 +1287,7 @@ def _transient(error: APIError) -> bool:
 
 def _unknown_for(error: SubmissionUnknown, conversation_id: str) -> SubmissionUnknown:
     """``error`` again, its advice naming the conversation to resubmit."""
-    from pplx_nb.api._failures import submission_unknown
+    from pplx_nb.api import submission_unknown
 
     if error.details.get("conversation_id") == conversation_id:
         return error
