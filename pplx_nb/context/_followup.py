@@ -19,6 +19,7 @@ from difflib import SequenceMatcher
 from typing import Any, Protocol, overload
 
 from pplx_nb._logging import get_logger
+from pplx_nb._markdown import CITATION
 from pplx_nb._models import Answer, Message
 
 __all__ = [
@@ -97,7 +98,6 @@ _RECENT_TURNS = 3
 _MAX_SUBJECT_WORDS = 6
 
 _MAX_MODEL_OUTPUT_CHARS = 300
-_CITATION = re.compile(r"\[\d{1,3}\]")
 _SOURCE_TITLES = 5
 _PREFIX_SHARE = 0.5
 
@@ -656,7 +656,7 @@ def _model_messages(query: str, history: Sequence[Message]) -> list[dict[str, st
 def _clean_model_output(text: str, query: str) -> str | None:
     """The model's one-line query, or ``None`` when it answered instead (lines, citations)."""
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    if len(lines) != 1 or _CITATION.search(lines[0]):
+    if len(lines) != 1 or CITATION.search(lines[0]):
         return None
     line = lines[0].strip("\"'`*").strip()
     line = re.sub(r"^(?:standalone\s+)?(?:search\s+)?query:\s*", "", line, flags=re.IGNORECASE)
