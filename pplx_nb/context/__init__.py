@@ -23,6 +23,7 @@ from pplx_nb.context._chain import MAX_CHAIN_DEPTH, chain_messages
 from pplx_nb.context._files import (
     DEFAULT_MAX_BYTES,
     PreparedFiles,
+    allowed_roots,
     prepare_files,
     resolve_attachments,
     scrub_secrets,
@@ -35,6 +36,7 @@ __all__ = [
     "MAX_CHAIN_DEPTH",
     "FittedHistory",
     "PreparedFiles",
+    "allowed_roots",
     "areformulate",
     "chain_messages",
     "context_window",
