@@ -1,7 +1,8 @@
 """Talking to Perplexity over httpx2: both protocols, retries, a response cache.
 
 Knows nothing about conversations or the store; the Researcher builds :class:`Request` objects and
-hands the :class:`~pplx_nb._models.Answer` on.
+hands the :class:`~pplx_nb._models.Answer` on. This layer alone decides where requests go
+(:func:`resolve_endpoint`): offline, it starts the built-in simulator in-process.
 """
 
 from __future__ import annotations
