@@ -28,7 +28,8 @@ from pplx_nb.context._files import (
     resolve_attachments,
     scrub_secrets,
 )
-from pplx_nb.context._followup import areformulate, is_follow_up, reformulate, subject_of
+from pplx_nb.context._followup import is_follow_up, reformulate, subject_of
+from pplx_nb.context._rewrite import areformulate
 
 __all__ = [
     "CONTEXT_WINDOWS",
