@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Any, Literal, NamedTuple
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
@@ -19,21 +19,13 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from pplx_nb._errors import redact, url_without_credentials
 
-__all__ = ["DEFAULT_BASE_URL", "Endpoint", "Settings"]
+__all__ = ["DEFAULT_BASE_URL", "Settings"]
 
 DEFAULT_BASE_URL = "https://api.perplexity.ai"
 
 
 def _env(name: str, field: str) -> Any:
     return AliasChoices(field, name)
-
-
-class Endpoint(NamedTuple):
-    """Where the client sends requests: a base URL and the key (``None`` for keyless servers)."""
-
-    base_url: str
-    api_key: SecretStr | None
-    offline: bool
 
 
 class Settings(BaseSettings):
@@ -190,20 +182,6 @@ class Settings(BaseSettings):
         if self.offline is not None:
             return self.offline
         return self.api_key is None and self.base_url == DEFAULT_BASE_URL
-
-    def endpoint(self) -> Endpoint:
-        """The URL and key to use, starting the in-process simulator first when offline."""
-        if self.is_offline:
-            from pplx_nb.sim import shared_server_url
-
-            url = shared_server_url(
-                latency_ms=self.sim_latency_ms,
-                deep_research_seconds=self.sim_deep_research_seconds,
-                cache_dir=self.cache_dir(),
-                sonar=self.sim_sonar,
-            )
-            return Endpoint(url, None, True)
-        return Endpoint(self.base_url, self.api_key, False)
 
     def cache_dir(self) -> Path:
         """pplx_nb's folder in the user cache (built simulator corpora live there)."""

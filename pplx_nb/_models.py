@@ -8,14 +8,14 @@ written by other tools (the TypeScript perplexity-mcp-server) load and round-tri
 
 from __future__ import annotations
 
-import html
-import re
 from datetime import UTC, datetime
 from typing import Any, Literal, get_args
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
+
+from pplx_nb._markdown import link_citations, notes_markdown, related_markdown, sources_markdown
 
 __all__ = [
     "ACTIVE_JOB_STATES",
@@ -231,9 +231,6 @@ class JobRecord(_Stored):
     queue_key: str | None = None
 
 
-_CITATION = re.compile(r"\[(\d{1,3})\]")
-
-
 class Answer(BaseModel):
     """A cited answer: text, sources, related questions, usage and cost, and where it is stored."""
 
@@ -258,45 +255,21 @@ class Answer(BaseModel):
 
     def linked_text(self) -> str:
         """The text with ``[n]`` markers turned into Markdown links to their sources."""
-
-        def link(match: re.Match[str]) -> str:
-            index = int(match.group(1)) - 1
-            if 0 <= index < len(self.sources):
-                return f"[[{index + 1}]]({self.sources[index].url})"
-            return match.group(0)
-
-        return _CITATION.sub(link, self.text)
+        return link_citations(self.text, self.sources)
 
     def to_markdown(self) -> str:
         """A readable Markdown rendering: linked answer, numbered sources, related questions."""
-        parts = [self.linked_text()]
-        if self.sources:
-            lines = ["**Sources**", ""]
-            for number, source in enumerate(self.sources, 1):
-                extra = " · ".join(x for x in (source.domain, source.date) if x)
-                title = source.title or source.url
-                lines.append(
-                    f"{number}. [{title}]({source.url})" + (f" — {extra}" if extra else "")
-                )
-            parts.append("\n".join(lines))
-        if self.related_questions:
-            parts.append("**Related**\n\n" + "\n".join(f"- {q}" for q in self.related_questions))
-        if self.notes:
-            parts.append(notes_markdown(self.notes))
+        extra = [
+            sources_markdown(self.sources),
+            related_markdown(self.related_questions),
+            notes_markdown(self.notes),
+        ]
         if self.conversation_id:
-            parts.append(f"<sub>Conversation `{self.conversation_id}`</sub>")
-        return "\n\n".join(parts)
+            extra.append(f"<sub>Conversation `{self.conversation_id}`</sub>")
+        return "\n\n".join([self.linked_text(), *(part for part in extra if part)])
 
     def _repr_markdown_(self) -> str:
         return self.to_markdown()
 
     def __str__(self) -> str:
         return self.text
-
-
-def notes_markdown(notes: list[str]) -> str:
-    """Notes about a question (a file already in the history, ...) as one muted line.
-
-    Notes carry user file names, so they are escaped.
-    """
-    return f"<sub>{html.escape(' · '.join(notes))}</sub>" if notes else ""

@@ -29,7 +29,8 @@ from urllib.parse import urlsplit
 from pplx_nb._errors import ConversationCorrupted, ConversationNotFound, FilesystemError
 from pplx_nb._errors import ValidationError as PplxValidationError
 from pplx_nb._logging import get_logger
-from pplx_nb._models import JOB_STATES, Answer, Conversation, Message
+from pplx_nb._markdown import link_citations, sources_markdown
+from pplx_nb._models import JOB_STATES, Conversation, Message
 from pplx_nb.store import ConversationStore
 
 if TYPE_CHECKING:
@@ -322,15 +323,8 @@ def _turn_markdown(message: Message) -> str:
     heading = f"## {label}" + (f" · {' · '.join(about)}" if about else "")
     if message.role != "assistant" or not message.sources:
         return f"{heading}\n\n{message.content}"
-    answer = Answer(text=message.content, sources=message.sources)
-    lines = ["**Sources**", ""]
-    for number, source in enumerate(message.sources, 1):
-        extra = " · ".join(x for x in (source.domain, source.date) if x)
-        lines.append(
-            f"{number}. [{source.title or source.url}]({source.url})"
-            + (f" — {extra}" if extra else "")
-        )
-    return f"{heading}\n\n{answer.linked_text()}\n\n" + "\n".join(lines)
+    text = link_citations(message.content, message.sources)
+    return f"{heading}\n\n{text}\n\n{sources_markdown(message.sources)}"
 
 
 def to_json(conversation: Conversation, *, indent: int | None = 2) -> str:

@@ -536,3 +536,17 @@ def test_sync_bridge_uses_one_loop_thread_and_cancels_abandoned_producers() -> N
     with pytest.raises(InvalidInput):
         run_sync(fail())
     assert [t.name for t in threading.enumerate()].count("pplx_nb-loop") == 1
+
+
+async def test_reachable_says_whether_the_api_answers_without_retrying(
+    settings: Settings, sim_url: str
+) -> None:
+    async with client_for(settings, "agent") as client:
+        assert await client.reachable()
+    inject_faults(sim_url, {"status": 503, "times": 1})
+    async with client_for(settings, "agent") as client:
+        assert not await client.reachable()
+        assert await client.reachable()
+    closed = Settings(api_key="pplx-k-123456789", base_url="http://127.0.0.1:9", offline=False)
+    with Client(closed) as sync:
+        assert not sync.reachable(timeout=5)

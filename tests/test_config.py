@@ -110,3 +110,61 @@ def test_the_key_appears_in_no_repr_or_display() -> None:
     assert KEY not in str(s)
     assert KEY not in str(s.redacted())
     assert s.redacted()["api_key"] == "set (hidden)"
+
+
+_PURE = """
+import socket, sys, threading
+
+opened = []
+real_socket = socket.socket
+
+
+class Recorded(real_socket):
+    def __init__(self, *args, **kwargs):
+        opened.append(args)
+        super().__init__(*args, **kwargs)
+
+
+socket.socket = Recorded
+from pplx_nb._config import Settings
+
+for settings in (Settings(), Settings(offline=True), Settings(offline=True, sim_sonar=True)):
+    assert settings.is_offline
+    settings.cache_dir(), settings.logs_dir(), settings.redacted(), repr(settings)
+loaded = sorted(m for m in sys.modules if m.startswith(("pplx_nb.sim", "pplx_nb.api")))
+print(threading.active_count(), len(opened), loaded)
+"""
+
+
+def test_building_offline_settings_starts_no_server(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PPLX_NB_OFFLINE": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", _PURE], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1", "0", "[]"]
+
+
+def test_the_api_layer_starts_the_simulator_when_offline() -> None:
+    from pplx_nb.api import resolve_endpoint
+    from pplx_nb.sim import stats
+
+    endpoint = resolve_endpoint(Settings(offline=True, sim_latency_ms=0))
+    assert endpoint.offline and endpoint.api_key is None
+    assert endpoint.base_url.startswith("http://127.0.0.1:")
+    assert "generations" in stats(endpoint.base_url)
+    assert resolve_endpoint(Settings(offline=True)).base_url == endpoint.base_url
+
+
+def test_online_the_configured_url_and_key_are_used_as_they_are() -> None:
+    from pplx_nb._errors import APIKeyInvalid
+    from pplx_nb.api import resolve_endpoint
+
+    endpoint = resolve_endpoint(Settings(api_key=KEY, base_url="http://127.0.0.1:9", offline=False))
+    assert endpoint.base_url == "http://127.0.0.1:9" and not endpoint.offline
+    assert endpoint.api_key is not None and endpoint.api_key.get_secret_value() == KEY
+    with pytest.raises(APIKeyInvalid, match="PERPLEXITY_API_KEY"):
+        resolve_endpoint(Settings(api_key=None, offline=False))

@@ -21,10 +21,9 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 import httpx2
 
 from pplx_nb import __version__
-from pplx_nb._config import DEFAULT_BASE_URL, Settings
+from pplx_nb._config import Settings
 from pplx_nb._errors import (
     APIError,
-    APIKeyInvalid,
     APIServerError,
     APITimeoutError,
     RemoteRunFailed,
@@ -34,7 +33,6 @@ from pplx_nb._models import Answer
 from pplx_nb._sync import iterate_sync, run_sync
 from pplx_nb.api._adapter import Adapter, Call
 from pplx_nb.api._failures import (
-    KEY_HELP,
     from_status,
     submission_unknown,
     too_large,
@@ -43,6 +41,7 @@ from pplx_nb.api._failures import (
 from pplx_nb.api._sse import events, is_progress
 from pplx_nb.api.agent import AgentAdapter
 from pplx_nb.api.cache import ResponseCache, cache_key
+from pplx_nb.api.endpoint import resolve_endpoint
 from pplx_nb.api.request import Request, is_deep_research
 from pplx_nb.api.retry import RetryPolicy, outcome_unknown
 from pplx_nb.api.sonar import SonarAdapter
@@ -78,13 +77,7 @@ class AsyncClient:
         retry: RetryPolicy | None = None,
     ) -> None:
         self.settings = settings if settings is not None else Settings.from_env()
-        if (
-            self.settings.api_key is None
-            and self.settings.offline is False
-            and self.settings.base_url == DEFAULT_BASE_URL
-        ):
-            raise APIKeyInvalid(f"No Perplexity API key is set. {KEY_HELP}")
-        endpoint = self.settings.endpoint()
+        endpoint = resolve_endpoint(self.settings)
         # A proxy's user:password travels as Basic auth, never in a URL that errors or logs
         # (httpx2's own request log too) could show.
         self.base_url, auth = _split_credentials(endpoint.base_url)
@@ -229,6 +222,16 @@ class AsyncClient:
             return False
         logger.info("Background run %s cancelled", remote_id)
         return True
+
+    async def reachable(self, timeout: float = 2.0) -> bool:
+        """Whether the API answers at all: ``GET /v1/models`` within ``timeout`` seconds, below
+        HTTP 500 (one attempt, no retry; any failure gives False). For health checks."""
+        try:
+            async with asyncio.timeout(timeout):
+                response = await self._http.get("/v1/models", timeout=timeout)
+        except Exception:
+            return False
+        return response.status_code < 500
 
     async def poll_background(self, remote_id: str, *, related: bool = False) -> Answer | None:
         """The answer of a background run once done; ``None`` while it is queued or running.
@@ -499,3 +502,7 @@ class Client:
     def cancel_background(self, remote_id: str) -> bool:
         """See :meth:`AsyncClient.cancel_background`."""
         return run_sync(self._async.cancel_background(remote_id))
+
+    def reachable(self, timeout: float = 2.0) -> bool:
+        """See :meth:`AsyncClient.reachable`."""
+        return run_sync(self._async.reachable(timeout))

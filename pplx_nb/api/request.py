@@ -6,7 +6,7 @@ wire format (see ``sonar.py`` and ``agent.py``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["DEEP_RESEARCH_NAMES", "Request", "is_deep_research"]
@@ -50,10 +50,6 @@ class Request:
     disable_search: bool = False
     use_cache: bool = True
     timeout_ms: int | None = None
-
-    def with_model(self, model: str) -> Request:
-        """A copy of this request for ``model``."""
-        return replace(self, model=model)
 
     def filters(self) -> dict[str, Any]:
         """The search filters that are set, by their API names."""

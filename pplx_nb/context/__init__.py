@@ -26,11 +26,13 @@ from pplx_nb.context._chain import MAX_CHAIN_DEPTH, chain_messages
 from pplx_nb.context._files import (
     DEFAULT_MAX_BYTES,
     PreparedFiles,
+    allowed_roots,
     prepare_files,
     resolve_attachments,
     scrub_secrets,
 )
-from pplx_nb.context._followup import areformulate, is_follow_up, reformulate, subject_of
+from pplx_nb.context._followup import is_follow_up, reformulate, subject_of
+from pplx_nb.context._rewrite import areformulate
 
 __all__ = [
     "CONTEXT_WINDOWS",
@@ -38,6 +40,7 @@ __all__ = [
     "MAX_CHAIN_DEPTH",
     "FittedHistory",
     "PreparedFiles",
+    "allowed_roots",
     "areformulate",
     "budget_tokens",
     "chain_messages",

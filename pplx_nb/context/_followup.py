@@ -6,37 +6,27 @@ takes what the user was talking about from the previous question (its identifier
 noun phrase: "an asyncio task", "a text file") and where that lives from the last answer's top
 source titles (the dotted prefix most of them share: ``pathlib.Path`` for ``pathlib.Path.read_text``
 and ``pathlib.Path.read_bytes``), then puts that subject where the pronoun was, or appends the
-module when the follow-up names its own object ("what about the median?"). With a real API
-:func:`areformulate` asks a cheap model first and falls back to the heuristic.
+module when the follow-up names its own object ("what about the median?"). With a real API,
+:func:`~pplx_nb.context._rewrite.areformulate` asks a cheap model first and falls back to this
+heuristic.
 """
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import Iterator, Sequence
 from difflib import SequenceMatcher
-from typing import Any, Protocol, overload
+from typing import overload
 
-from pplx_nb._logging import get_logger
-from pplx_nb._models import Answer, Message
+from pplx_nb._models import Message
 
 __all__ = [
     "CONTEXTUAL_REFERENCES",
     "FOLLOW_UP_PHRASES",
-    "REFORMULATION_MODEL",
-    "areformulate",
     "is_follow_up",
     "reformulate",
     "subject_of",
 ]
-
-logger = get_logger("pplx_nb.context")
-
-REFORMULATION_MODEL = "sonar"
-"""The cheap model asked to rewrite follow-ups when a real API is in use."""
-
-_MODEL_DEADLINE_MS = 5_000
 
 _STRONG_REFERENCES = (
     "the same",
@@ -96,8 +86,6 @@ _CONTINUATIONS = ("what about", "how about", "and what", "and how")
 _RECENT_TURNS = 3
 _MAX_SUBJECT_WORDS = 6
 
-_MAX_MODEL_OUTPUT_CHARS = 300
-_CITATION = re.compile(r"\[\d{1,3}\]")
 _SOURCE_TITLES = 5
 _PREFIX_SHARE = 0.5
 
@@ -147,12 +135,6 @@ _NOT_CONTENT = (
     | _DETERMINERS
     | frozenset(" ".join((*FOLLOW_UP_PHRASES, *CONTEXTUAL_REFERENCES)).split())
 )
-
-
-class _Asker(Protocol):
-    """What :func:`areformulate` needs from a client: ``AsyncClient.ask``."""
-
-    async def ask(self, request: Any) -> Answer: ...
 
 
 def _words(text: str) -> list[str]:
@@ -627,76 +609,3 @@ def _stands_alone(query: str, match: re.Match[str]) -> bool:
             return False  # "one of them": what follows "of" is the reference, if anything
         return following is None or following in _PREPOSITIONS or following in _ADVERBS
     return following is None or following in _QUESTION_WORDS
-
-
-_PROMPT = (
-    "Rewrite the user's last question as one standalone search query. Replace pronouns and "
-    "vague references with the explicit names they refer to in the conversation. Keep the "
-    "user's intent and wording; do not answer it. Reply with the query only, on one line."
-)
-
-
-def _model_messages(query: str, history: Sequence[Message]) -> list[dict[str, str]]:
-    lines = []
-    for message in history[-6:]:
-        if message.role == "system":
-            continue
-        content = " ".join(message.content.split())[:500]
-        lines.append(f"{message.role}: {content}")
-        if message.role == "assistant" and message.sources:
-            titles = ", ".join(s.title or s.url for s in message.sources[:3])
-            lines.append(f"(sources: {titles})")
-    transcript = "\n".join(lines)
-    return [
-        {"role": "system", "content": _PROMPT},
-        {"role": "user", "content": f"Conversation:\n{transcript}\n\nLast question: {query}"},
-    ]
-
-
-def _clean_model_output(text: str, query: str) -> str | None:
-    """The model's one-line query, or ``None`` when it answered instead (lines, citations)."""
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    if len(lines) != 1 or _CITATION.search(lines[0]):
-        return None
-    line = lines[0].strip("\"'`*").strip()
-    line = re.sub(r"^(?:standalone\s+)?(?:search\s+)?query:\s*", "", line, flags=re.IGNORECASE)
-    if not line or len(line) > max(_MAX_MODEL_OUTPUT_CHARS, 3 * len(query)):
-        return None
-    return line
-
-
-async def areformulate(
-    query: str, history: Sequence[Message], client: _Asker | None, *, use_model: bool
-) -> str:
-    """Reformulate ``query``, asking a cheap model when ``use_model`` (a real API) is set.
-
-    The model (``sonar``, at most 60 output tokens, temperature 0) gets a strict one-line prompt
-    with the recent transcript, and at most 5 s in all, retries included: the heuristic is a
-    better answer than a search held up by a struggling API. Any error or timeout, an empty or
-    overlong answer, or one that answers the question (several lines, citations) instead of
-    rewriting it falls back to :func:`reformulate`, as does ``use_model=False`` (offline /
-    simulator) or a missing client.
-    """
-    if not use_model or client is None:
-        return reformulate(query, history)
-    try:
-        from pplx_nb.api import Request
-
-        request = Request(
-            messages=_model_messages(query, history),
-            model=REFORMULATION_MODEL,
-            max_tokens=60,
-            temperature=0.0,
-            disable_search=True,
-            timeout_ms=_MODEL_DEADLINE_MS,
-        )
-        answer = await asyncio.wait_for(client.ask(request), _MODEL_DEADLINE_MS / 1000)
-    except Exception as exc:  # any failure means: use the heuristic
-        reason = str(exc) or f"no answer within {_MODEL_DEADLINE_MS / 1000:g} s"
-        logger.warning("query reformulation by model failed (%s); using the heuristic", reason)
-        return reformulate(query, history)
-    cleaned = _clean_model_output(answer.text, query)
-    if cleaned is None:
-        logger.info("query reformulation by model gave no usable query; using the heuristic")
-        return reformulate(query, history)
-    return cleaned

@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         configure_logging(settings)
         if settings.file_roots:
             from pplx_nb._errors import ValidationError
-            from pplx_nb.context._files import allowed_roots
+            from pplx_nb.context import allowed_roots
 
             try:
                 allowed_roots(settings.file_roots)

@@ -69,11 +69,7 @@ class Backend:
 
     def start_worker(self) -> None:
         """Start the Researcher's background worker (it runs queued deep research)."""
-        researcher = self.get()
-        # Create the queue first: Researcher.start_worker builds it under its own (non-reentrant)
-        # lock, and would wait on itself if the queue did not exist yet.
-        _ = researcher.queue
-        researcher.start_worker()
+        self.get().start_worker()
 
     def close(self) -> None:
         """Stop the worker, close the API clients (on their loops), then stop the loops."""

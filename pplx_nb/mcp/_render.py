@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from mcp_types import CallToolResult, TextContent
 
+from pplx_nb._markdown import job_status_markdown, source_references
 from pplx_nb.mcp._schemas import (
     AskResult,
     ConversationList,
@@ -57,15 +58,6 @@ def _header(title: str, conversation_id: str, path: str) -> str:
     return f"{title}\nConversation ID: `{conversation_id}`\nLocation: `{path}`\n\n{_FOLLOW_UP}"
 
 
-def _sources_text(answer: Answer) -> str:
-    lines = []
-    for number, source in enumerate(answer.sources, 1):
-        title = source.title or source.url
-        date = f" ({source.date})" if source.date else ""
-        lines.append(f"[{number}] {title}{date}: {source.url}")
-    return "**Sources**\n" + "\n".join(lines)
-
-
 def answer_result(answer: Answer, *, followup: bool, show_thinking: bool) -> CallToolResult:
     """A finished search or research answer: the header, the answer, its sources."""
     conversation_id = answer.conversation_id or ""
@@ -79,7 +71,7 @@ def answer_result(answer: Answer, *, followup: bool, show_thinking: bool) -> Cal
         parts.append("**Reasoning**\n\n" + answer.thinking.strip())
     parts.append(answer.text)
     if answer.sources:
-        parts.append(_sources_text(answer))
+        parts.append("**Sources**\n" + source_references(answer.sources))
     if answer.related_questions:
         parts.append(
             "**Related questions**\n" + "\n".join(f"• {q}" for q in answer.related_questions)
@@ -144,7 +136,6 @@ def history_result(
     conversation: Conversation,
     path: str,
     status: JobStatus | None,
-    status_text: str | None,
     answering_since: str | None = None,
 ) -> CallToolResult:
     """A conversation's turns in order, preceded by its job status when a job ever ran, and by
@@ -157,8 +148,8 @@ def history_result(
     ]
     if conversation.parent_conversation_id:
         parts.append(f"Continued from conversation `{conversation.parent_conversation_id}`.")
-    if status_text:
-        parts.append(status_text)
+    if status is not None:
+        parts.append(job_status_markdown(status))
     if answering_since:
         parts.append(
             f"⏳ The follow-up asked at {answering_since} is still being answered; its answer "

@@ -290,14 +290,11 @@ class Tools:
         """A conversation's turns, preceded by its job status if one ran."""
 
         def read(researcher: Researcher) -> CallToolResult:
-            from pplx_nb.jobs import format_status_message
-
             conversation = researcher.history(conversationId, include_system=includeSystemPrompt)
             status = researcher.status(conversationId)
-            status_text = format_status_message(status) if status is not None else None
             answering = researcher.queue.answering_since(conversationId)
             path = str(researcher.store.path(conversationId))
-            return history_result(conversation, path, status, status_text, answering)
+            return history_result(conversation, path, status, answering)
 
         return await self._backend.read(read)
 

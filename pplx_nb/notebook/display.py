@@ -14,11 +14,18 @@ import re
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
-from urllib.parse import quote, urlsplit
+from typing import TYPE_CHECKING
 
 from pplx_nb._errors import PplxError, redact
-from pplx_nb._models import notes_markdown
+from pplx_nb._markdown import (
+    link_citations,
+    notes_markdown,
+    quote_block,
+    related_markdown,
+    source_references,
+)
+from pplx_nb._markdown import sources_markdown as sources_markdown
+from pplx_nb.notebook._images import images_html, images_markdown
 
 if TYPE_CHECKING:
     from pplx_nb._models import Answer, Conversation, JobStatus, Progress, Source
@@ -49,7 +56,6 @@ __all__ = [
 
 Bundle = dict[str, str]
 
-_CITATION = re.compile(r"\[(\d{1,3})\]")
 _CODE = re.compile(r"(```.*?(?:```|\Z)|~~~.*?(?:~~~|\Z)|`[^`\n]*`)", re.S)
 _HEADING = re.compile(r"^(#{1,6})(\s)", re.M)
 # A dunder name, perhaps dotted (object.__getattr__), not inside a URL or a word.
@@ -61,9 +67,6 @@ _ERROR_STYLE = (
 )
 _BAR_STYLE = "width:260px;height:14px;vertical-align:middle"
 _DIM = "color:var(--jp-ui-font-color2,#666);font-size:12px"
-_THUMB_STYLE = "max-height:120px;max-width:200px;margin:0 6px 6px 0;vertical-align:top"
-# Characters a URL may hold that would end a Markdown link destination or an HTML attribute.
-_URL_SAFE = ":/?#@!$&'*+,;=%~"
 
 
 # -- answers ----------------------------------------------------------------------------------
@@ -71,16 +74,7 @@ _URL_SAFE = ":/?#@!$&'*+,;=%~"
 
 def linked_text(text: str, sources: Sequence[Source]) -> str:
     """``text`` with every ``[n]`` that names a source turned into a Markdown link with a title."""
-
-    def link(match: re.Match[str]) -> str:
-        index = int(match.group(1)) - 1
-        if not 0 <= index < len(sources):
-            return match.group(0)
-        source = sources[index]
-        title = (source.title or source.domain).replace('"', "'")
-        return f'[[{index + 1}]]({source.url} "{title}")'
-
-    return _CITATION.sub(link, text)
+    return link_citations(text, sources, titles=True)
 
 
 def answer_text(text: str, *, demote: int = 2) -> str:
@@ -120,65 +114,6 @@ def header_markdown(
     return f'{named} · continue with <code style="white-space:nowrap">{command}</code>'
 
 
-def sources_markdown(sources: Sequence[Source]) -> str:
-    """A numbered Sources list: linked title, then domain and date."""
-    if not sources:
-        return ""
-    lines = ["**Sources**", ""]
-    for number, source in enumerate(sources, 1):
-        title = _md_escape(source.title or source.url)
-        extra = " · ".join(x for x in (source.domain, source.date) if x)
-        lines.append(f"{number}. [{title}]({source.url})" + (f" — {extra}" if extra else ""))
-    return "\n".join(lines)
-
-
-def images_markdown(images: Sequence[Mapping[str, Any]]) -> str:
-    """Image thumbnails, each linking to the page it comes from: ``[![title](image)](page)``."""
-    thumbs = [
-        f"[![{_md_escape(title)}]({image})]({page})" for title, image, page in _image_links(images)
-    ]
-    return "**Images**\n\n" + " ".join(thumbs) if thumbs else ""
-
-
-def images_html(images: Sequence[Mapping[str, Any]]) -> str:
-    """Image thumbnails as HTML (widget values do not render Markdown images)."""
-    thumbs = [
-        f'<a href="{html.escape(page)}" target="_blank" rel="noopener">'
-        f'<img src="{html.escape(image)}" alt="{html.escape(title)}" '
-        f'title="{html.escape(title)}" style="{_THUMB_STYLE}"></a>'
-        for title, image, page in _image_links(images)
-    ]
-    return "<p><strong>Images</strong></p><div>" + "".join(thumbs) + "</div>" if thumbs else ""
-
-
-def _image_links(images: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, str]]:
-    """``(title, image URL, page URL)`` for each image with a web address; others are left out.
-
-    Takes the API's snake_case keys (``image_url``, ``origin_url``) and the stored camelCase ones.
-    """
-    links: list[tuple[str, str, str]] = []
-    for image in images:
-        url = _web_url(image.get("image_url") or image.get("imageUrl"))
-        if url is None:
-            continue
-        page = _web_url(image.get("origin_url") or image.get("originUrl")) or url
-        title = " ".join(str(image.get("title") or "").split())
-        links.append((title or urlsplit(page).hostname or "image", url, page))
-    return links
-
-
-def _web_url(value: object) -> str | None:
-    """``value`` as an http(s) URL safe inside a Markdown link or an HTML attribute, or ``None``."""
-    if not isinstance(value, str):
-        return None
-    url = value.strip()
-    try:
-        scheme = urlsplit(url).scheme.lower()
-    except ValueError:
-        return None
-    return quote(url, safe=_URL_SAFE) if scheme in ("http", "https") else None
-
-
 def footer_markdown(answer: Answer, elapsed: float | None = None) -> str:
     """Model, tokens, cost and timing in small print."""
     bits: list[str] = []
@@ -215,7 +150,7 @@ def answer_markdown(
         parts.append(f"<sub>Searched for: {html.escape(answer.reformulated_query)}</sub>")
     if answer.thinking:
         parts.append(
-            f"<details><summary>Thinking</summary>\n\n{_quote_block(answer.thinking)}\n\n</details>"
+            f"<details><summary>Thinking</summary>\n\n{quote_block(answer.thinking)}\n\n</details>"
         )
     parts.append(linked_text(answer_text(answer.text), answer.sources))
     parts.append(notes_markdown(answer.notes))
@@ -223,8 +158,7 @@ def answer_markdown(
         parts.append(sources_markdown(answer.sources))
     parts.append(images_markdown(answer.images))
     if related and answer.related_questions:
-        questions = "\n".join(f"- {_md_escape(q)}" for q in answer.related_questions)
-        parts.append(f"**Related**\n\n{questions}")
+        parts.append(related_markdown(answer.related_questions))
     footer = footer_markdown(answer, elapsed)
     if footer:
         parts.append(footer)
@@ -233,7 +167,7 @@ def answer_markdown(
 
 def answer_html(answer: Answer, *, header: bool = True, research: bool = False) -> str:
     """The answer as self-contained HTML, for widget values (which do not render Markdown)."""
-    from pplx_nb.notebook._markdown import markdown_to_html
+    from pplx_nb.notebook._html import markdown_to_html
 
     parts: list[str] = []
     if header and answer.conversation_id:
@@ -280,7 +214,7 @@ def answer_bundle(
     """An answer as a MIME bundle (Markdown for Jupyter, plain text for terminals and logs)."""
     plain = [answer.text]
     if answer.sources:
-        plain.append("\n".join(f"[{n}] {s.url}" for n, s in enumerate(answer.sources, 1)))
+        plain.append(source_references(answer.sources, titles=False))
     if related and answer.related_questions:
         plain.append("Related:\n" + "\n".join(f"- {q}" for q in answer.related_questions))
     if answer.conversation_id:
@@ -359,7 +293,7 @@ def conversation_bundle(conversation: Conversation) -> Bundle:
             else ""
         )
         if message.role == "user":
-            parts.append(f"**🧑 Question**{stamp}\n\n{_quote_block(message.content)}")
+            parts.append(f"**🧑 Question**{stamp}\n\n{quote_block(message.content)}")
         elif message.role == "assistant":
             sources = list(message.sources or [])
             model = f" <sub>{html.escape(message.model)}</sub>" if message.model else ""
@@ -674,11 +608,3 @@ class ProgressView(_View):
             self._painted = key
             self.paints += 1
             self.show(progress_bundle(self.progress, self.elapsed, self.label))
-
-
-def _quote_block(text: str) -> str:
-    return "\n".join(f"> {line}" if line.strip() else ">" for line in text.strip().splitlines())
-
-
-def _md_escape(text: str) -> str:
-    return re.sub(r"([\[\]*_`<>])", r"\\\1", text)

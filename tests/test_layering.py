@@ -1,0 +1,180 @@
+"""The layers import one another one way only, and never another package's private modules.
+
+Read statically (``ast``) from every module of pplx_nb, imports inside functions and under
+``TYPE_CHECKING`` included: a lazy import is still a dependency. The table below is the data flow of
+the README's architecture section: adapters (``notebook``, ``mcp``, ``worker``) -> ``research`` ->
+``context`` / ``api`` / ``store`` / ``jobs``. The top-level ``pplx_nb/_*.py`` modules (settings,
+errors, models, rendering, ...) are shared by every layer and import only one another.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+from typing import NamedTuple
+
+import pplx_nb
+
+ROOT = Path(pplx_nb.__file__).parent
+
+SHARED = "shared"
+"""The top-level private modules: ``_config``, ``_errors``, ``_models``, ``_markdown``, ..."""
+
+MAY_IMPORT: dict[str, frozenset[str]] = {
+    SHARED: frozenset(),
+    "sim": frozenset(),
+    # The API layer starts the offline simulator; it never sees conversations or jobs.
+    "api": frozenset({"sim"}),
+    "context": frozenset({"api"}),
+    # The store and the job side ask each other through their public interfaces only.
+    "store": frozenset({"jobs"}),
+    "jobs": frozenset({"store"}),
+    "research": frozenset({"api", "context", "store", "jobs"}),
+    "export": frozenset({"store"}),
+    "notebook": frozenset({"research", "export"}),
+    # The MCP server confines attachments to PPLX_NB_FILE_ROOTS before the Researcher sees them.
+    "mcp": frozenset({"research", "context"}),
+    "worker": frozenset({"research", "jobs"}),
+}
+"""Which other layers each layer may import (its own modules, the shared ones and the root
+package's ``__version__`` are always allowed)."""
+
+
+class Edge(NamedTuple):
+    """``importer`` imports ``target`` (a module), naming ``name`` from it (None: the module)."""
+
+    importer: str
+    target: str
+    name: str | None
+    line: int
+
+    def __str__(self) -> str:
+        what = f"{self.target}.{self.name}" if self.name else self.target
+        return f"{self.importer}:{self.line} imports {what}"
+
+
+@cache
+def modules() -> dict[str, Path]:
+    """Every module of pplx_nb by dotted name."""
+    found = {}
+    for path in sorted(ROOT.rglob("*.py")):
+        parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+def unit(module: str) -> str:
+    """The layer a module belongs to: its package, a public top-level module, SHARED, or root."""
+    parts = module.split(".")
+    if len(parts) == 1:
+        return "root"
+    if (ROOT / parts[1]).is_dir():
+        return parts[1]
+    return SHARED if parts[1].startswith("_") else parts[1]
+
+
+def edges() -> Iterator[Edge]:
+    """Every import of a pplx_nb module, anywhere in any module of pplx_nb."""
+    known = modules()
+    for importer, path in known.items():
+        package = importer if path.name == "__init__.py" else importer.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name.startswith("pplx_nb"):
+                        yield Edge(importer, alias.name, None, node.lineno)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*anchor, *([base] if base else [])])
+                if not base.startswith("pplx_nb"):
+                    continue
+                for alias in node.names:
+                    submodule = f"{base}.{alias.name}"
+                    if submodule in known:
+                        yield Edge(importer, submodule, None, node.lineno)
+                    else:
+                        yield Edge(importer, base, alias.name, node.lineno)
+
+
+def _private(part: str) -> bool:
+    return part.startswith("_") and not (part.startswith("__") and part.endswith("__"))
+
+
+def test_every_module_belongs_to_a_layer_of_the_table() -> None:
+    layers = {unit(module) for module in modules()} - {"root"}
+    assert layers <= set(MAY_IMPORT), f"place these in MAY_IMPORT: {layers - set(MAY_IMPORT)}"
+
+
+def test_layers_import_only_what_the_data_flow_allows() -> None:
+    wrong = []
+    for edge in edges():
+        source, target = unit(edge.importer), unit(edge.target)
+        if source in ("root", target) or target in (SHARED, "root"):
+            continue
+        if target not in MAY_IMPORT[source]:
+            wrong.append(f"{edge} ({source} may not import {target})")
+    assert not wrong, "\n".join(wrong)
+
+
+PENDING: frozenset[tuple[str, str]] = frozenset(
+    {
+        # research.py becomes the research/ package, which imports public names only.
+        ("pplx_nb.research", "pplx_nb.context._budget"),
+        ("pplx_nb.research", "pplx_nb.jobs._estimate"),
+        # Until it switches to the public pplx_nb.api.submission_unknown.
+        ("pplx_nb.research._deep", "pplx_nb.api._failures"),
+        ("pplx_nb.research._runner", "pplx_nb.api._failures"),
+        # The store's job_state interface replaces the private read.
+        ("pplx_nb.export", "pplx_nb.store._file"),
+    }
+)
+"""Private imports being removed by the research split; an entry that no longer occurs is moot."""
+
+
+def test_no_module_imports_another_layers_private_module_or_name() -> None:
+    wrong = []
+    for edge in edges():
+        source, target = unit(edge.importer), unit(edge.target)
+        if source == target or (edge.importer, edge.target) in PENDING:
+            continue
+        inside = edge.target.split(".")[2:] if target != SHARED else []
+        if any(map(_private, inside)) or (edge.name is not None and _private(edge.name)):
+            wrong.append(str(edge))
+    assert not wrong, "\n".join(wrong)
+
+
+def test_shared_modules_import_only_shared_modules() -> None:
+    wrong = [
+        str(edge)
+        for edge in edges()
+        if unit(edge.importer) == SHARED and unit(edge.target) not in (SHARED, "root")
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_settings_reach_nothing_that_starts_a_server() -> None:
+    graph: dict[str, set[str]] = {}
+    for edge in edges():
+        graph.setdefault(edge.importer, set()).add(edge.target)
+    reached, todo = set(), ["pplx_nb._config"]
+    while todo:
+        module = todo.pop()
+        if module not in reached:
+            reached.add(module)
+            todo.extend(graph.get(module, ()))
+    assert reached and not {m for m in reached if unit(m) in ("sim", "api")}
+
+
+def test_the_checker_sees_lazy_relative_and_private_imports() -> None:
+    found = {(edge.importer, edge.target, edge.name) for edge in edges()}
+    # A lazy import inside a function, and a name imported from a package's __init__.
+    assert ("pplx_nb.api.endpoint", "pplx_nb.sim", "shared_server_url") in found
+    assert ("pplx_nb.jobs._display", "pplx_nb._markdown", "job_status_markdown") in found
+    assert unit("pplx_nb._config") == SHARED and unit("pplx_nb.export") == "export"
+    assert unit("pplx_nb.notebook.magics") == "notebook" and unit("pplx_nb") == "root"
