@@ -122,26 +122,11 @@ def test_layers_import_only_what_the_data_flow_allows() -> None:
     assert not wrong, "\n".join(wrong)
 
 
-PENDING: frozenset[tuple[str, str]] = frozenset(
-    {
-        # research.py becomes the research/ package, which imports public names only.
-        ("pplx_nb.research", "pplx_nb.context._budget"),
-        ("pplx_nb.research", "pplx_nb.jobs._estimate"),
-        # Until it switches to the public pplx_nb.api.submission_unknown.
-        ("pplx_nb.research._deep", "pplx_nb.api._failures"),
-        ("pplx_nb.research._runner", "pplx_nb.api._failures"),
-        # The store's job_state interface replaces the private read.
-        ("pplx_nb.export", "pplx_nb.store._file"),
-    }
-)
-"""Private imports being removed by the research split; an entry that no longer occurs is moot."""
-
-
 def test_no_module_imports_another_layers_private_module_or_name() -> None:
     wrong = []
     for edge in edges():
         source, target = unit(edge.importer), unit(edge.target)
-        if source == target or (edge.importer, edge.target) in PENDING:
+        if source == target:
             continue
         inside = edge.target.split(".")[2:] if target != SHARED else []
         if any(map(_private, inside)) or (edge.name is not None and _private(edge.name)):

@@ -664,7 +664,7 @@ def test_wait_says_within_seconds_when_no_worker_serves_the_folder(
 ) -> None:
     import time
 
-    researcher.start_worker().stop()  # a worker that died: nobody will take the job
+    researcher.ensure_worker().stop()  # a worker that died: nobody will take the job
     job = Run(shell, "%%pplx_research\nHow does asyncio schedule callbacks?").result
     assert isinstance(job, JobStatus)
     started = time.monotonic()

@@ -515,13 +515,11 @@ PUBLIC_NAMES = {
     "stream_search",
     "wait",
 }
-COMPATIBILITY_NAMES = {"execute_job", "queue", "start_worker"}
-"""Kept until the notebook and MCP adapters use ensure_worker() and answering_since()."""
 
 
 def test_the_researcher_shows_its_public_names_and_no_more() -> None:
     shown = {name for name in dir(Researcher) if not name.startswith("_")}
-    assert shown == PUBLIC_NAMES | COMPATIBILITY_NAMES
+    assert shown == PUBLIC_NAMES
 
 
 def test_every_sync_method_takes_what_its_async_twin_takes() -> None:

@@ -4,7 +4,7 @@
 
     queue = JobQueue.from_settings(settings)
     queue.enqueue(conversation_id, "perplexity_deep_research", {"searchQuery": "..."})
-    worker = Worker(queue, researcher.execute_job, concurrency=4)
+    worker = Worker(queue, job_runner(researcher), concurrency=4)  # pplx_nb.research
     worker.start()            # a background thread; worker.stop() drains and releases
     queue.status(conversation_id).progress
 

@@ -69,7 +69,7 @@ class Backend:
 
     def start_worker(self) -> None:
         """Start the Researcher's background worker (it runs queued deep research)."""
-        self.get().start_worker()
+        self.get().ensure_worker()
 
     def close(self) -> None:
         """Stop the worker, close the API clients (on their loops), then stop the loops."""

@@ -292,7 +292,7 @@ class Tools:
         def read(researcher: Researcher) -> CallToolResult:
             conversation = researcher.history(conversationId, include_system=includeSystemPrompt)
             status = researcher.status(conversationId)
-            answering = researcher.queue.answering_since(conversationId)
+            answering = researcher.answering_since(conversationId)
             path = str(researcher.store.path(conversationId))
             return history_result(conversation, path, status, answering)
 

@@ -74,7 +74,7 @@ def wait_served(
     from pplx_nb._errors import APITimeoutError
 
     status = researcher.status(conversation_id)
-    worker = researcher.start_worker() if status is not None and not status.done else None
+    worker = researcher.ensure_worker() if status is not None and not status.done else None
     started = time.monotonic()
     while True:
         step = _SERVED_CHECK_SECONDS

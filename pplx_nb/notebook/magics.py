@@ -465,7 +465,7 @@ class PplxMagics(CellMagics):
 
             statuses = self.researcher.jobs()
             if any(not s.done for s in statuses) and self.researcher.async_deep_research:
-                self.researcher.start_worker()
+                self.researcher.ensure_worker()
             if args.watch:
                 for status in statuses:
                     if not status.done:

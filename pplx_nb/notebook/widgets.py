@@ -144,7 +144,7 @@ class JobMonitor(widgets.VBox):  # type: ignore[misc]
             self._finish()
             return True
         if not status.done and self.researcher.async_deep_research:
-            self.researcher.start_worker()
+            self.researcher.ensure_worker()
         self._show_status(status)
         if status.done:
             self._finish()

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
-import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pplx_nb import __version__
 from pplx_nb._config import Settings
+from pplx_nb._errors import PplxError
 
 if TYPE_CHECKING:
     from pplx_nb.api import AsyncClient, ResponseCache
@@ -19,7 +19,6 @@ __all__ = ["health"]
 
 _MEMORY_MB = 1024
 """Resident memory above which the process counts as degraded."""
-_SERVER_ERROR = 500
 
 
 async def health(
@@ -55,16 +54,11 @@ async def health(
 
 
 async def _api_reachable(client: Callable[[], AsyncClient]) -> bool:
-    """Whether the client's API answers its model list without a server error."""
-    import httpx2
-
+    """Whether the client's API answers (a client that cannot be made, e.g. no key: no)."""
     try:
-        base_url = client().base_url
-        async with httpx2.AsyncClient(timeout=2.0) as http:
-            response = await http.get(f"{base_url}/v1/models")
+        return await client().reachable()
     except Exception:
         return False
-    return response.status_code < _SERVER_ERROR
 
 
 def _cache_consistent(cache: ResponseCache | None) -> bool:
@@ -82,12 +76,9 @@ def _cache_consistent(cache: ResponseCache | None) -> bool:
 
 
 def _store_writable(store: ConversationStore) -> bool:
-    probe = store.root / f".health-{os.getpid()}-{threading.get_ident()}"
     try:
-        store.root.mkdir(parents=True, exist_ok=True)
-        probe.write_bytes(b"ok")
-        probe.unlink()
-    except OSError:
+        store.check_writable()
+    except PplxError:
         return False
     return True
 

@@ -27,7 +27,7 @@ from pplx_nb.research._turns import Mode, Turn, TurnBuilder
 
 if TYPE_CHECKING:
     from pplx_nb.api import AsyncClient
-    from pplx_nb.jobs import Job, JobContext, JobQueue, JobRunner, Worker
+    from pplx_nb.jobs import JobRunner, Worker
     from pplx_nb.store import ConversationStore
 
 __all__ = ["Researcher"]
@@ -323,23 +323,6 @@ class Researcher:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    # -- compatibility: callers from before the research package ------------------------------
-    # Adapters switch to ensure_worker(), answering_since() and research.job_runner(); then these
-    # three go (tests/test_research.py lists them).
-
-    @property
-    def queue(self) -> JobQueue:
-        """The job queue over the store's directory (use :meth:`jobs` and :meth:`status`)."""
-        return self._jobs.queue
-
-    def start_worker(self, concurrency: int = 4) -> Worker:
-        """Same as :meth:`ensure_worker`."""
-        return self.ensure_worker(concurrency)
-
-    async def execute_job(self, job: Job, ctx: JobContext) -> None:
-        """Run one queued research job (use ``pplx_nb.research.job_runner(researcher)``)."""
-        await self._deep(job, ctx)
 
     # -- helpers --------------------------------------------------------------------------------
 

@@ -191,7 +191,7 @@ def unknown_for(error: SubmissionUnknown, conversation_id: str) -> SubmissionUnk
 
 def submission_unknown(what: str, cause: str, conversation_id: str) -> SubmissionUnknown:
     """SUBMISSION_UNKNOWN for ``what``, sent for ``conversation_id`` and its reply lost."""
-    from pplx_nb.api._failures import submission_unknown as unknown
+    from pplx_nb.api import submission_unknown as unknown
 
     return unknown(what, cause, conversation_id)
 
