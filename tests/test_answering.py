@@ -19,11 +19,9 @@ from pathlib import Path
 import pytest
 
 from pplx_nb import Answer, InvalidInput, JobInProgress, JobStatus, Researcher, Settings
+from pplx_nb._layout import ANSWERING_FILE as MARKER
 from pplx_nb._models import Progress
-from pplx_nb.jobs import _answering as answering
 from pplx_nb.sim import inject_faults, serve
-
-MARKER = answering.ANSWERING_FILE
 
 
 @pytest.fixture
@@ -164,10 +162,11 @@ def test_a_sync_stream_closed_early_as_an_interrupted_cell_does_removes_its_mark
 def test_a_marker_left_by_a_dead_process_or_past_its_deadline_blocks_nothing(
     researcher: Researcher,
 ) -> None:
-    r = researcher
+    r, store = researcher, researcher.store
     cid = r.search("How do I create an asyncio task?").conversation_id or ""
-    directory = r.store.path(cid)
-    token = answering.mark(directory, 600)
+    directory = store.path(cid)
+    with store.locked(cid):
+        token = store.mark_answering(cid, 600)
     with pytest.raises(JobInProgress):
         r.followup(cid, "Describe the json module")  # our own live marker
 
@@ -175,15 +174,17 @@ def test_a_marker_left_by_a_dead_process_or_past_its_deadline_blocks_nothing(
     dead.wait()
     stored = json.loads((directory / MARKER).read_text())
     (directory / MARKER).write_text(json.dumps({**stored, "pid": dead.pid}))
-    assert answering.live(directory) is None
+    assert store.answering(cid) is None
     assert isinstance(r.followup(cid, "Describe the json module"), Answer)
 
-    answering.mark(directory, -1)  # a process that hung past every timeout
-    assert answering.live(directory) is None
-    answering.clear(directory, token)  # a newer marker is not the old token's to remove
+    with store.locked(cid):
+        store.mark_answering(cid, -1)  # a process that hung past every timeout
+    assert store.answering(cid) is None
+    with store.locked(cid):
+        store.clear_answering(cid, token)  # a newer marker is not the old token's to remove
     assert (directory / MARKER).exists()
     (directory / MARKER).write_text("{not json")
-    assert answering.live(directory) is None
+    assert store.answering(cid) is None
 
 
 def test_a_blocking_research_followup_holds_the_conversation_until_its_report_lands(

@@ -715,13 +715,16 @@ def test_a_researcher_handed_to_the_server_is_not_changed_and_files_need_its_roo
 def test_history_says_when_a_followup_is_still_being_answered_and_followups_wait(
     client: McpClient,
 ) -> None:
-    from pplx_nb.jobs import _answering as answering
+    from pplx_nb._layout import ANSWERING_FILE
+    from pplx_nb.store import ConversationStore
 
     first = client.call("perplexity_search", {"query": "How do I cancel an asyncio task?"})
     cid, path = _data(first)["conversationId"], Path(_data(first)["conversationPath"])
+    store = ConversationStore(path.parent)
     # What a search follow-up in flight leaves (this process is alive, so the marker is live).
-    token = answering.mark(path, 600)
-    since = json.loads((path / answering.ANSWERING_FILE).read_text())["startedAt"]
+    with store.locked(cid):
+        token = store.mark_answering(cid, 600)
+    since = json.loads((path / ANSWERING_FILE).read_text())["startedAt"]
     try:
         history = client.call("get_conversation_history", {"conversationId": cid})
         assert _data(history)["answeringSince"] == since
@@ -732,7 +735,8 @@ def test_history_says_when_a_followup_is_still_being_answered_and_followups_wait
         assert blocked.is_error and _text(blocked).startswith("JOB_IN_PROGRESS: ")
         assert "still answering" in _text(blocked)
     finally:
-        answering.clear(path, token)
+        with store.locked(cid):
+            store.clear_answering(cid, token)
     history = client.call("get_conversation_history", {"conversationId": cid})
     assert _data(history)["answeringSince"] is None
     assert "still being answered" not in _text(history)

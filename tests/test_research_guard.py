@@ -88,6 +88,26 @@ def test_a_queued_question_and_its_job_land_together(
     assert _roles(store, cid) == ["user"]
 
 
+def test_a_stored_question_is_queued_again_only_once_its_answer_on_the_way_has_landed(
+    guard: AnswerGuard, store: ConversationStore, settings: Settings
+) -> None:
+    ticket = guard.ask(_user("What is asyncio?"), MODEL)
+    cid = ticket.conversation_id
+    with pytest.raises(JobInProgress) as info:
+        guard.enqueue(None, "perplexity_deep_research", {"model": "m"}, cid)
+    assert "still answering" in info.value.message
+    queue = JobQueue.from_settings(settings)
+    assert queue.status(cid) is None and queue.pending_count() == 0
+
+    ticket.abandon()
+    status = guard.enqueue(None, "perplexity_deep_research", {"model": "m"}, cid)
+    assert status.status == "pending" and queue.pending_count() == 1
+    with pytest.raises(JobInProgress) as info:
+        guard.ask_again(cid, MODEL)
+    assert "research job that is pending" in info.value.message
+    assert guard.answering_since(cid) is None and _roles(store, cid) == ["user"]
+
+
 def test_the_deadline_covers_every_attempt(guard: AnswerGuard, settings: Settings) -> None:
     attempts = settings.max_retries + 1
     assert guard.deadline(MODEL) == (settings.timeout_ms / 1000 + 60) * attempts

@@ -32,9 +32,7 @@ from pplx_nb._errors import (
     ValidationError,
 )
 from pplx_nb._fs import CONVERSATION_ID_RE, fs_errors, validate_conversation_id
-from pplx_nb._layout import Layout
 from pplx_nb._models import ACTIVE_JOB_STATES, JobRecord, JobState, JobStatus, now_iso
-from pplx_nb.jobs import _answering as answering
 from pplx_nb.jobs import _events as events
 from pplx_nb.jobs import _transitions as transitions
 from pplx_nb.jobs._backend import AnswerLookup, JobStatusBackend
@@ -86,7 +84,6 @@ class JobQueue:
         self.root = Path(root)
         self.max_job_retries = max_job_retries
         self.lease_seconds = lease_seconds
-        self._layout = Layout(self.root)
         self._statuses: JobStatusBackend = statuses or FileStatusBackend(self.root)
         self._answers = answers
         self._index = JobIndex(self.root)
@@ -117,18 +114,12 @@ class JobQueue:
     # -- submitting ----------------------------------------------------------------------------
 
     def enqueue(
-        self,
-        conversation_id: str,
-        tool: str,
-        request: dict[str, Any],
-        priority: int = 0,
-        *,
-        lock_held: bool = False,
+        self, conversation_id: str, tool: str, request: dict[str, Any], priority: int = 0
     ) -> JobStatus:
         """Queue a job for an existing conversation: writes job.json and a ``pending`` status.json.
 
-        ``lock_held`` says the caller already holds the conversation lock (a store append's
-        ``then``), so the question and its job land in one locked step.
+        Takes the conversation lock; :meth:`enqueue_locked` is the same step for a caller that
+        holds it already.
 
         Raises:
             ValidationError: bad id, priority outside ±9999, or a request that is not JSON.
@@ -136,6 +127,27 @@ class JobQueue:
             JobInProgress: the conversation already has a pending or in_progress job.
             ConversationCorrupted: its status.json is damaged (deleting it resets the job state).
         """
+        self._check_request(conversation_id, request, priority)
+        with self._statuses.locked(conversation_id):
+            status = self._add(conversation_id, tool, request, priority)
+        events.enqueued(status)
+        return status
+
+    def enqueue_locked(
+        self, conversation_id: str, tool: str, request: dict[str, Any], priority: int = 0
+    ) -> JobStatus:
+        """:meth:`enqueue` for a caller that holds the conversation lock.
+
+        For a step that spans the store and the queue (a store append's ``then``, or inside
+        ``ConversationStore.locked``), so that a question and its job land together. Raises as
+        :meth:`enqueue` does.
+        """
+        self._check_request(conversation_id, request, priority)
+        status = self._add(conversation_id, tool, request, priority)
+        events.enqueued(status)
+        return status
+
+    def _check_request(self, conversation_id: str, request: dict[str, Any], priority: int) -> None:
         validate_conversation_id(conversation_id)
         if not isinstance(priority, int) or not -PRIORITY_MAX <= priority <= PRIORITY_MAX:
             raise ValidationError(
@@ -150,36 +162,39 @@ class JobQueue:
                 "strings and numbers."
             ) from exc
         self._must_exist(conversation_id)
+
+    def _add(
+        self, conversation_id: str, tool: str, request: dict[str, Any], priority: int
+    ) -> JobStatus:
+        """Write the job of a checked request (lock held): job.json, status.json, its marker."""
         statuses = self._statuses
-        with contextlib.nullcontext() if lock_held else statuses.locked(conversation_id):
-            self.check_idle(conversation_id)
-            marker = marker_name(priority, time.time_ns() // 1000, conversation_id)
-            now = now_iso()
-            record = JobRecord(
-                job_id=uuid.uuid4().hex,
-                conversation_id=conversation_id,
-                tool_name=tool,
-                request=request,
-                priority=priority,
-                enqueued_at=now,
-                queue_key=marker,
-            )
-            status = transitions.new_status(record, now)
-            previous = statuses.snapshot(conversation_id)
-            try:
-                statuses.write_job(record)
-                statuses.write(status)
-                with fs_errors(self._index.pending_path(marker), "create the job marker"):
-                    self._index.add_pending(marker, statuses.job_link(conversation_id))
-            except BaseException:
-                # A job half-queued (a full disk, no inodes left) must not run later and bill.
-                with contextlib.suppress(OSError):
-                    self._index.drop(marker)
-                with contextlib.suppress(OSError, PplxError):
-                    statuses.remove_job(conversation_id)
-                statuses.restore(conversation_id, previous)
-                raise
-        events.enqueued(status)
+        self.check_idle(conversation_id)
+        marker = marker_name(priority, time.time_ns() // 1000, conversation_id)
+        now = now_iso()
+        record = JobRecord(
+            job_id=uuid.uuid4().hex,
+            conversation_id=conversation_id,
+            tool_name=tool,
+            request=request,
+            priority=priority,
+            enqueued_at=now,
+            queue_key=marker,
+        )
+        status = transitions.new_status(record, now)
+        previous = statuses.snapshot(conversation_id)
+        try:
+            statuses.write_job(record)
+            statuses.write(status)
+            with fs_errors(self._index.pending_path(marker), "create the job marker"):
+                self._index.add_pending(marker, statuses.job_link(conversation_id))
+        except BaseException:
+            # A job half-queued (a full disk, no inodes left) must not run later and bill.
+            with contextlib.suppress(OSError):
+                self._index.drop(marker)
+            with contextlib.suppress(OSError, PplxError):
+                statuses.remove_job(conversation_id)
+            statuses.restore(conversation_id, previous)
+            raise
         return status
 
     def forget(self, conversation_id: str) -> None:
@@ -206,8 +221,7 @@ class JobQueue:
             return None
 
     def check_idle(self, conversation_id: str) -> None:
-        """Raise JobInProgress if the conversation has a pending or in_progress job, or a
-        follow-up whose answer is still on its way (see :meth:`mark_answering`).
+        """Raise JobInProgress if the conversation has a pending or in_progress job.
 
         Takes no lock: call it under the conversation lock (a store append's ``check``) to make
         the answer hold until the lock is released.
@@ -220,45 +234,6 @@ class JobQueue:
                 "when), then follow up.",
                 conversation_id=conversation_id,
             )
-        marker = answering.live(self._layout.folder(conversation_id))
-        if marker is not None:
-            raise JobInProgress(
-                f"Conversation {conversation_id} is still answering the follow-up asked at "
-                f"{marker.get('startedAt', 'an earlier moment')}. Wait for that answer, then "
-                "follow up: asked now, the two questions and answers would interleave.",
-                conversation_id=conversation_id,
-            )
-
-    def mark_answering(
-        self, conversation_id: str, seconds: float, *, lock_held: bool = True
-    ) -> str:
-        """Say a follow-up of this conversation is being answered now, for at most ``seconds``.
-
-        Call it under the conversation lock, in the step that stores the question (a store
-        append's ``then``); :meth:`clear_answering` with the returned token ends it. Until then
-        :meth:`check_idle` refuses other follow-ups, so each answer lands right after its
-        question. ``lock_held=False`` takes the lock and checks the conversation is idle first
-        (a question already stored, asked again).
-        """
-        folder = self._layout.folder(validate_conversation_id(conversation_id))
-        if lock_held:
-            return answering.mark(folder, seconds)
-        self._must_exist(conversation_id)
-        with self._statuses.locked(conversation_id):
-            self.check_idle(conversation_id)
-            return answering.mark(folder, seconds)
-
-    def renew_answering(self, conversation_id: str, token: str, seconds: float) -> None:
-        """Keep :meth:`mark_answering`'s marker live ``seconds`` more (a long answer streaming)."""
-        folder = self._layout.folder(validate_conversation_id(conversation_id))
-        with self._statuses.locked(conversation_id):
-            answering.renew(folder, token, seconds)
-
-    def clear_answering(self, conversation_id: str, token: str, *, lock_held: bool = False) -> None:
-        """End what :meth:`mark_answering` began (the answer is stored, or the question failed)."""
-        folder = self._layout.folder(validate_conversation_id(conversation_id))
-        with contextlib.nullcontext() if lock_held else self._statuses.locked(conversation_id):
-            answering.clear(folder, token)
 
     def check_owner(self, job: Job, document: bytes | None = None) -> None:
         """Raise LeaseLost unless status.json says ``job``'s attempt still runs on its worker.
@@ -451,11 +426,6 @@ class JobQueue:
     def status(self, conversation_id: str) -> JobStatus | None:
         """The conversation's status.json, or None if no job ever ran for it."""
         return self._statuses.read(validate_conversation_id(conversation_id))
-
-    def answering_since(self, conversation_id: str) -> str | None:
-        """When the follow-up still being answered was asked (ISO 8601), or None if none is."""
-        marker = answering.live(self._layout.folder(validate_conversation_id(conversation_id)))
-        return None if marker is None else str(marker.get("startedAt") or "") or None
 
     def pending_count(self) -> int:
         """How many jobs wait to be claimed (from the marker index)."""

@@ -11,9 +11,10 @@ would split the pair. So asking goes through here::
 
 Queued research stores its question and its job in one step the same way (:meth:`AnswerGuard.
 enqueue`), and the idle check refuses a question while a job or an answer of the conversation is
-under way. This module is the only one of the research package that takes the conversation lock,
-runs the idle check or touches the ``.answering`` mark; it does so through the store's
-``append(check=, then=)`` and the job queue.
+under way. This module owns that rule: it alone takes the conversation lock (the store's
+``locked`` and ``append(check=, then=)``), runs the idle check (the job side's
+``check_idle``, the store's ``answering``) and sets or ends the mark (the store's
+``mark_answering`` / ``renew_answering`` / ``clear_answering``, which expect the lock held).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pplx_nb._config import Settings
-from pplx_nb._errors import PplxError
+from pplx_nb._errors import JobInProgress, PplxError
 from pplx_nb._models import Conversation, JobStatus, Message
 
 if TYPE_CHECKING:
@@ -56,13 +57,23 @@ class AnswerGuard:
     def refuse_if_busy(self, conversation_id: str) -> None:
         """JobInProgress while the conversation's job or an answer of it is under way.
 
-        A fast check before any work; :meth:`ask` and :meth:`enqueue` check again when they store.
+        Takes no lock: a fast check before any work, and the check :meth:`ask` and
+        :meth:`enqueue` run again under the lock when they store.
         """
         self._queue().check_idle(conversation_id)
+        marker = self._store.answering(conversation_id)
+        if marker is not None:
+            raise JobInProgress(
+                f"Conversation {conversation_id} is still answering the follow-up asked at "
+                f"{marker.started_at or 'an earlier moment'}. Wait for that answer, then "
+                "follow up: asked now, the two questions and answers would interleave.",
+                conversation_id=conversation_id,
+            )
 
     def answering_since(self, conversation_id: str) -> str | None:
         """When the question still being answered was asked (ISO 8601), or None if none is."""
-        return self._queue().answering_since(conversation_id)
+        marker = self._store.answering(conversation_id)
+        return None if marker is None else marker.started_at
 
     def ask(
         self,
@@ -77,30 +88,34 @@ class AnswerGuard:
         Raises JobInProgress, leaving nothing stored, while the conversation is busy.
         """
         seconds = self.deadline(model)
-        queue = self._queue()
+        store = self._store
         if conversation_id is None:
-            conversation_id = self._store.create([*seed, question]).conversation_id
+            conversation_id = store.create([*seed, question]).conversation_id
             try:
-                token = queue.mark_answering(conversation_id, seconds, lock_held=False)
+                token = self._mark(conversation_id, seconds)
             except BaseException:
-                _discard(self._store, conversation_id)
+                _discard(store, conversation_id)
                 raise
-            return Ticket(self._store, queue, conversation_id, token, seconds, created=True)
+            return Ticket(store, conversation_id, token, seconds, created=True)
         tokens: list[str] = []
-        self._store.append(
+        store.append(
             conversation_id,
             question,
-            check=lambda _: queue.check_idle(conversation_id),
-            then=lambda: tokens.append(queue.mark_answering(conversation_id, seconds)),
+            check=lambda _: self.refuse_if_busy(conversation_id),
+            then=lambda: tokens.append(store.mark_answering(conversation_id, seconds)),
         )
-        return Ticket(self._store, queue, conversation_id, tokens[0], seconds)
+        return Ticket(store, conversation_id, tokens[0], seconds)
 
     def ask_again(self, conversation_id: str, model: str) -> Ticket:
         """Mark the stored unanswered question of ``conversation_id`` as being answered anew."""
         seconds = self.deadline(model)
-        queue = self._queue()
-        token = queue.mark_answering(conversation_id, seconds, lock_held=False)
-        return Ticket(self._store, queue, conversation_id, token, seconds)
+        return Ticket(self._store, conversation_id, self._mark(conversation_id, seconds), seconds)
+
+    def _mark(self, conversation_id: str, seconds: float) -> str:
+        """Mark a stored question as being answered if nothing else is (one locked step)."""
+        with self._store.locked(conversation_id):
+            self.refuse_if_busy(conversation_id)
+            return self._store.mark_answering(conversation_id, seconds)
 
     def enqueue(
         self,
@@ -121,22 +136,30 @@ class AnswerGuard:
             assert question is not None
             conversation_id = self._store.create([*seed, question]).conversation_id
             try:
-                return queue.enqueue(conversation_id, tool, request)
+                return self._enqueue_stored(conversation_id, tool, request)
             except BaseException:
                 # A question without its job would wait for an answer forever.
                 _discard(self._store, conversation_id)
                 raise
         if question is None:
-            return queue.enqueue(conversation_id, tool, request)
+            return self._enqueue_stored(conversation_id, tool, request)
         queued: list[JobStatus] = []
         target = conversation_id
         self._store.append(
             target,
             question,
-            check=lambda _: queue.check_idle(target),
-            then=lambda: queued.append(queue.enqueue(target, tool, request, lock_held=True)),
+            check=lambda _: self.refuse_if_busy(target),
+            then=lambda: queued.append(queue.enqueue_locked(target, tool, request)),
         )
         return queued[0]
+
+    def _enqueue_stored(
+        self, conversation_id: str, tool: str, request: dict[str, Any]
+    ) -> JobStatus:
+        """Queue the job of a stored question if nothing else is under way (one locked step)."""
+        with self._store.locked(conversation_id):
+            self.refuse_if_busy(conversation_id)
+            return self._queue().enqueue_locked(conversation_id, tool, request)
 
     def answer_job(
         self, conversation_id: str, message: Message, check_owner: Callable[[bytes], None]
@@ -164,7 +187,6 @@ class Ticket:
     def __init__(
         self,
         store: ConversationStore,
-        queue: JobQueue,
         conversation_id: str,
         token: str,
         seconds: float,
@@ -172,7 +194,6 @@ class Ticket:
         created: bool = False,
     ) -> None:
         self._store = store
-        self._queue = queue
         self.conversation_id = conversation_id
         self.created = created
         self._token: str | None = token
@@ -189,18 +210,16 @@ class Ticket:
         if self._token is None or time.monotonic() - self._renewed <= _RENEW_SECONDS:
             return
         self._renewed = time.monotonic()
-        with contextlib.suppress(PplxError):
-            self._queue.renew_answering(self.conversation_id, self._token, self._seconds)
+        with contextlib.suppress(PplxError), self._store.locked(self.conversation_id):
+            self._store.renew_answering(self.conversation_id, self._token, self._seconds)
 
     def answer(self, message: Message) -> Conversation:
         """Store the answer; the mark ends in the same locked step."""
-        token, queue, conversation_id = self._token, self._queue, self.conversation_id
-        conversation = self._store.append(
+        token, store, conversation_id = self._token, self._store, self.conversation_id
+        conversation = store.append(
             conversation_id,
             message,
-            then=None
-            if token is None
-            else lambda: queue.clear_answering(conversation_id, token, lock_held=True),
+            then=None if token is None else lambda: store.clear_answering(conversation_id, token),
         )
         self._token = None
         return conversation
@@ -210,8 +229,8 @@ class Ticket:
         created (its first question failed at no cost: there is nothing to retry)."""
         token, self._token = self._token, None
         if token is not None:
-            with contextlib.suppress(PplxError):
-                self._queue.clear_answering(self.conversation_id, token)
+            with contextlib.suppress(PplxError), self._store.locked(self.conversation_id):
+                self._store.clear_answering(self.conversation_id, token)
         if discard and self.created:
             _discard(self._store, self.conversation_id)
 

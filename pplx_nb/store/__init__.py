@@ -3,13 +3,16 @@
 ``conversation-logs/<id>/conversation.json`` is the single source of truth, shared by notebooks,
 background workers and the MCP server; writes are atomic and appends serialised by a lock.
 Where conversations live is a :class:`StoreBackend`; what the store needs to know about jobs it
-asks through :class:`JobStates`, and never reads the job side's files.
+asks through :class:`JobStates`, and never reads the job side's files. A question being answered
+right now is marked in its conversation (:meth:`ConversationStore.mark_answering`,
+:class:`AnsweringMarker`) under the conversation's lock (:meth:`ConversationStore.locked`).
 """
 
 from __future__ import annotations
 
+from pplx_nb.store._answering import AnsweringMarker
 from pplx_nb.store._base import JobStates, StoreBackend
 from pplx_nb.store._file import FileBackend
 from pplx_nb.store._store import ConversationStore
 
-__all__ = ["ConversationStore", "FileBackend", "JobStates", "StoreBackend"]
+__all__ = ["AnsweringMarker", "ConversationStore", "FileBackend", "JobStates", "StoreBackend"]

@@ -4,16 +4,19 @@ A :class:`StoreBackend` stores JSON documents (the camelCase ``conversation.json
 conversation ids and knows nothing about pydantic models; the façade validates what goes in and
 builds models from what comes out. The file backend is the one in use; a Redis backend would
 implement the same methods (a hash per conversation, a sorted set of ids, ``WATCH``/``MULTI`` for
-appends). :class:`JobStates` is all the store needs from the job side (``JobQueue`` implements
-it): it never reads a job's files itself.
+appends) and the mark of a question being answered (see :mod:`pplx_nb.store._answering`).
+:class:`JobStates` is all the store needs from the job side (``JobQueue`` implements it): it never
+reads a job's files itself.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from pplx_nb._models import JobState
+from pplx_nb.store._answering import AnsweringMarker
 
 __all__ = ["JobStates", "StoreBackend"]
 
@@ -75,6 +78,31 @@ class StoreBackend(Protocol):
 
     def document_location(self, conversation_id: str) -> str:
         """Where the document itself is (for error messages: the file, the key ...)."""
+        ...
+
+    def locked(self, conversation_id: str) -> AbstractContextManager[None]:
+        """Hold the conversation's lock: the one :meth:`append` and :meth:`delete` take (not
+        re-entrant; CONVERSATION_NOT_FOUND without the conversation)."""
+        ...
+
+    def mark_answering(self, conversation_id: str, seconds: float) -> str:
+        """Record that a question of the conversation is being answered, for at most
+        ``seconds``; returns the token that ends it. The caller holds the lock."""
+        ...
+
+    def renew_answering(self, conversation_id: str, token: str, seconds: float) -> None:
+        """Push the deadline of the mark ``token`` names ``seconds`` ahead, if it is still the
+        conversation's. The caller holds the lock."""
+        ...
+
+    def clear_answering(self, conversation_id: str, token: str) -> None:
+        """End the mark ``token`` names (a newer one stays); never raises. The caller holds the
+        lock."""
+        ...
+
+    def answering(self, conversation_id: str) -> AnsweringMarker | None:
+        """The live mark of a question being answered, or ``None`` (none, past its deadline, or
+        left by a process that is gone)."""
         ...
 
 

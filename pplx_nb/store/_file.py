@@ -5,6 +5,7 @@ The store's part of the folder (see :mod:`pplx_nb._layout` for all of it)::
     <root>/<conversationId>/conversation.json   the conversation (the single source of truth);
                                                  its first line holds the summary list() reads
     <root>/<conversationId>/.lock               serialises writers (flock)
+    <root>/<conversationId>/.answering          a question's answer is on its way (_answering.py)
 
 The job side keeps its own files in the same folder; this module never reads them.
 
@@ -50,6 +51,8 @@ from pplx_nb._layout import (
     is_temp_of,
 )
 from pplx_nb._models import now_iso
+from pplx_nb.store import _answering as answering
+from pplx_nb.store._answering import AnsweringMarker
 from pplx_nb.store._document import (
     TAIL,
     append_messages,
@@ -261,6 +264,28 @@ class FileBackend:
             except FileNotFoundError:
                 raise not_found(conversation_id, self.root) from None
         shutil.rmtree(trash, ignore_errors=True)
+
+    # -- the question being answered --------------------------------------------------------
+
+    def locked(self, conversation_id: str) -> contextlib.AbstractContextManager[None]:
+        """The conversation's lock, the one :meth:`append` takes (not re-entrant)."""
+        return self._locked(conversation_id, self.directory(conversation_id))
+
+    def mark_answering(self, conversation_id: str, seconds: float) -> str:
+        """Write the ``.answering`` marker for ``seconds`` (lock held); returns its token."""
+        return answering.mark(self.directory(conversation_id), seconds)
+
+    def renew_answering(self, conversation_id: str, token: str, seconds: float) -> None:
+        """Push the marker ``token`` names ``seconds`` ahead (lock held)."""
+        answering.renew(self.directory(conversation_id), token, seconds)
+
+    def clear_answering(self, conversation_id: str, token: str) -> None:
+        """Remove the marker if ``token`` still names it (lock held; never raises)."""
+        answering.clear(self.directory(conversation_id), token)
+
+    def answering(self, conversation_id: str) -> AnsweringMarker | None:
+        """The conversation's live marker, or ``None``."""
+        return answering.live(self.directory(conversation_id))
 
     # -- reading --------------------------------------------------------------------------------
 

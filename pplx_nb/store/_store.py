@@ -13,6 +13,7 @@ import builtins
 import json
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,6 +37,7 @@ from pplx_nb._models import (
     JobState,
     Message,
 )
+from pplx_nb.store._answering import AnsweringMarker
 from pplx_nb.store._base import JobStates, StoreBackend
 from pplx_nb.store._document import SUMMARY_KEY, corrupted, header, parse
 from pplx_nb.store._file import FileBackend
@@ -184,6 +186,52 @@ class ConversationStore:
         if conversation_id is not None:
             validate_conversation_id(conversation_id)
         self._backend.check_writable(conversation_id)
+
+    # -- the question being answered ------------------------------------------------------------
+
+    def locked(self, conversation_id: str) -> AbstractContextManager[None]:
+        """Hold the conversation's lock: the one :meth:`append` and :meth:`delete` take.
+
+        For steps that span the store and the job side (store a question and mark it, queue a
+        job only if nothing else is under way). Not re-entrant: inside it, call only the methods
+        that say the caller holds the lock, never :meth:`append`. CONVERSATION_NOT_FOUND without
+        the conversation.
+        """
+        validate_conversation_id(conversation_id)
+        return self._backend.locked(conversation_id)
+
+    def mark_answering(self, conversation_id: str, seconds: float) -> str:
+        """Record that a question of the conversation is being answered now, for at most
+        ``seconds`` (the ``.answering`` marker); returns the token that ends it.
+
+        The caller holds the conversation lock (:meth:`locked`, or an append's ``then``, so the
+        question and its mark are stored in one step). Until :meth:`clear_answering`,
+        :meth:`answering` reports it and the answer guard refuses other questions.
+        """
+        validate_conversation_id(conversation_id)
+        return self._backend.mark_answering(conversation_id, seconds)
+
+    def renew_answering(self, conversation_id: str, token: str, seconds: float) -> None:
+        """Keep the mark ``token`` names live ``seconds`` more (a long answer streaming), if it
+        is still the conversation's. The caller holds the conversation lock."""
+        validate_conversation_id(conversation_id)
+        self._backend.renew_answering(conversation_id, token, seconds)
+
+    def clear_answering(self, conversation_id: str, token: str) -> None:
+        """End the mark ``token`` names (its answer is stored, or the question failed); a newer
+        mark stays. Never raises. The caller holds the conversation lock (an append's ``then``
+        stores the answer and ends its mark in one step)."""
+        validate_conversation_id(conversation_id)
+        self._backend.clear_answering(conversation_id, token)
+
+    def answering(self, conversation_id: str) -> AnsweringMarker | None:
+        """The live mark of a question of the conversation being answered now, or ``None``.
+
+        A mark past its deadline, or left on this machine by a process that is gone, is not
+        live (on Windows only the deadline counts). Takes no lock.
+        """
+        validate_conversation_id(conversation_id)
+        return self._backend.answering(conversation_id)
 
     def fork(self, conversation_id: str) -> Conversation:
         """A new conversation with a copy of this one's messages and ``parentConversationId``."""

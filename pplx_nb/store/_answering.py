@@ -1,17 +1,20 @@
-"""Follow-ups being answered right now: a marker file while a stored question waits for its answer.
+"""A question being answered right now: the ``.answering`` marker of a conversation folder.
 
-A follow-up that is answered on the spot (a search, or deep research in blocking mode) stores its
-question, asks the API, then stores the answer. Another follow-up stored in between would split
-the pair: question 1, question 2, answer 1, answer 2. So the question is stored together with an
-``.answering`` marker in the conversation directory, the answer removes it in the same locked
-step, and :meth:`JobQueue.check_idle` refuses other follow-ups while a live marker exists, as it
-does while a job is pending or running.
+A question answered on the spot (a search, or deep research in blocking mode) is stored, asked,
+and its answer stored; another question stored in between would split the pair. So the question
+is stored together with an ``.answering`` marker in the conversation's folder, the answer removes
+it in the same locked step, and meanwhile the answer guard (``pplx_nb.research``) refuses other
+questions of the conversation, as it does while a job of it is pending or running.
+
+The marker is JSON: ``token`` (whose marker it is), ``pid`` and ``host`` (who writes the answer),
+``startedAt`` (ISO 8601, when the question was asked) and ``deadline`` (Unix seconds). Processes of
+earlier versions read and write the same file in the same folders, so its format stays as it is.
 
 A marker is live until its deadline (the longest the request can take, retries included; a long
 stream renews it as text arrives) and, on the machine that wrote it, only while the process that
 wrote it exists: a kernel killed mid-call blocks its conversation no longer than that. Windows
 offers no cheap liveness check, so there only the deadline counts. Every function here expects
-the caller to hold the conversation lock.
+the caller to hold the conversation lock, except :func:`live`, which only reads.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import socket
 import sys
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +35,19 @@ from pplx_nb._fs import atomic_write_json, read_bytes
 from pplx_nb._layout import ANSWERING_FILE
 from pplx_nb._models import now_iso
 
-__all__ = ["ANSWERING_FILE", "clear", "live", "mark", "renew"]
+__all__ = ["AnsweringMarker", "clear", "live", "mark", "renew"]
+
+
+@dataclass(frozen=True)
+class AnsweringMarker:
+    """A live ``.answering`` marker: a question of the conversation is being answered now.
+
+    Attributes:
+        started_at: when the question was asked (ISO 8601), or ``None`` if the marker does not
+            say.
+    """
+
+    started_at: str | None
 
 
 def mark(directory: Path, seconds: float) -> str:
@@ -73,7 +89,7 @@ def clear(directory: Path, token: str) -> None:
             (directory / ANSWERING_FILE).unlink(missing_ok=True)
 
 
-def live(directory: Path) -> dict[str, Any] | None:
+def live(directory: Path) -> AnsweringMarker | None:
     """The marker of a question still being answered, or ``None`` (none, expired, or orphaned)."""
     marker = _read(directory)
     if marker is None:
@@ -83,7 +99,7 @@ def live(directory: Path) -> dict[str, Any] | None:
         return None
     if marker.get("host") == socket.gethostname() and not _alive(marker.get("pid")):
         return None
-    return marker
+    return AnsweringMarker(started_at=str(marker.get("startedAt") or "") or None)
 
 
 def _read(directory: Path) -> dict[str, Any] | None:
