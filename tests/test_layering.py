@@ -163,3 +163,39 @@ def test_the_checker_sees_lazy_relative_and_private_imports() -> None:
     assert ("pplx_nb.jobs._display", "pplx_nb._markdown", "job_status_markdown") in found
     assert unit("pplx_nb._config") == SHARED and unit("pplx_nb.export") == "export"
     assert unit("pplx_nb.notebook.magics") == "notebook" and unit("pplx_nb") == "root"
+
+
+def _attributes(module: str, names: frozenset[str]) -> list[str]:
+    """Where ``module`` reads one of the attributes ``names`` (``x.locked``, ``x.check_idle``)."""
+    tree = ast.parse(modules()[module].read_text(encoding="utf-8"))
+    return [
+        f"{module}:{node.lineno} .{node.attr}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute) and node.attr in names
+    ]
+
+
+def test_the_answer_guard_alone_takes_the_conversation_lock_and_sets_the_mark() -> None:
+    # "An answer lands right after its question" is one module's rule: the lock, the idle check
+    # and the .answering mark, whose methods on the store and the queue expect the lock held.
+    rule = frozenset(
+        {
+            "locked",
+            "mark_answering",
+            "renew_answering",
+            "clear_answering",
+            "answering",
+            "enqueue_locked",
+            "check_idle",
+        }
+    )
+    outside = [
+        place
+        for module in modules()
+        if unit(module) not in ("store", "jobs") and module != "pplx_nb.research._guard"
+        for place in _attributes(module, rule)
+    ]
+    assert outside == []
+    assert _attributes("pplx_nb.research._guard", rule)  # the checker sees the guard's own
+    marker = frozenset({"mark_answering", "renew_answering", "clear_answering", "answering"})
+    assert [p for m in modules() if unit(m) == "jobs" for p in _attributes(m, marker)] == []

@@ -90,3 +90,6 @@ def test_each_layer_reads_only_its_own_files() -> None:
     conversation_files = ("CONVERSATION_FILE", "conversation_file")
     assert _mentions("", (*job_files, *conversation_files, "store._file")) == []
     assert _mentions("jobs", (*conversation_files, "pplx_nb.store._")) == []
+    # The .answering marker is the store's (the answer guard sets it through the store).
+    marker = ("ANSWERING_FILE", "answering_file", "._answering", "import _answering")
+    assert _mentions("jobs", marker) == [] and _mentions("research", marker) == []
