@@ -103,7 +103,7 @@ def test_a_stored_question_is_queued_again_only_once_its_answer_on_the_way_has_l
     status = guard.enqueue(None, "perplexity_deep_research", {"model": "m"}, cid)
     assert status.status == "pending" and queue.pending_count() == 1
     with pytest.raises(JobInProgress) as info:
-        guard.ask_again(cid, MODEL)
+        guard.ask(_user("And trio?"), MODEL, cid)
     assert "research job that is pending" in info.value.message
     assert guard.answering_since(cid) is None and _roles(store, cid) == ["user"]
 
