@@ -159,6 +159,7 @@ class TSServer:
         self._writing = threading.Lock()
         self._stderr: IO[bytes] | None = None
         self.process: subprocess.Popen[bytes] | None = None
+        self._reader: threading.Thread | None = None
 
     def __enter__(self) -> TSServer:
         self.start()
@@ -178,7 +179,8 @@ class TSServer:
             stdout=subprocess.PIPE,
             stderr=self._stderr,
         )
-        threading.Thread(target=self._read, daemon=True, name="ts-server stdout").start()
+        self._reader = threading.Thread(target=self._read, daemon=True, name="ts-server stdout")
+        self._reader.start()
         self._request(
             "initialize",
             {
@@ -208,6 +210,7 @@ class TSServer:
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGKILL)
             self.process.wait(timeout=30)
+        self._close_pipes()
 
     def stop(self) -> None:
         """Close its input, then terminate it if it does not exit by itself."""
@@ -223,6 +226,18 @@ class TSServer:
                 process.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 self.kill()
+        self._close_pipes()
+
+    def _close_pipes(self) -> None:
+        process = self.process
+        if process is None:
+            return
+        if self._reader is not None:
+            self._reader.join(timeout=10)  # the process is gone: its stdout ends
+        for pipe in (process.stdin, process.stdout):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
         if self._stderr is not None:
             self._stderr.close()
 
