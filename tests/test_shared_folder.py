@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import shutil
 import threading
 import time
@@ -19,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support.folder import alternates, document, turns
+from support.folder import alternates, document, rewrite_in_place, turns
 
 from pplx_nb import ConversationStore, Researcher, Settings
 from pplx_nb._errors import ConversationCorrupted, PplxError
@@ -275,28 +274,13 @@ def test_ts_answers_with_think_blocks_read_as_thinking_and_answer(
 # -- files another program writes non-atomically ----------------------------------------------
 
 
-def _rewrite_non_atomically(path: Path, data: bytes, stop: threading.Event) -> None:
-    """Rewrite ``path`` as the TypeScript server does: unlink, then write it in place."""
-    half = len(data) // 2
-    while not stop.is_set():
-        path.unlink(missing_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.write(fd, data[:half])
-            time.sleep(0.002)
-            os.write(fd, data[half:])
-        finally:
-            os.close(fd)
-        time.sleep(0.001)
-
-
 def test_files_rewritten_non_atomically_are_read_whole(logs_dir: Path) -> None:
     install_ts_fixture(logs_dir)
     store = ConversationStore(logs_dir)
     path = logs_dir / TS_ID / "conversation.json"
     stop = threading.Event()
     writer = threading.Thread(
-        target=_rewrite_non_atomically, args=(path, path.read_bytes(), stop), daemon=True
+        target=rewrite_in_place, args=(path, path.read_bytes(), stop), daemon=True
     )
     writer.start()
     try:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["alternates", "document", "job_status", "turns", "wait_until"]
+__all__ = ["alternates", "document", "job_status", "rewrite_in_place", "turns", "wait_until"]
 
 
 def document(logs_dir: Path, conversation_id: str) -> dict[str, Any]:
@@ -44,3 +46,19 @@ def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None
     while not condition():
         assert time.monotonic() < deadline, f"{what} did not happen within {timeout:g} s"
         time.sleep(0.1)
+
+
+def rewrite_in_place(path: Path, data: bytes, stop: threading.Event) -> None:
+    """Rewrite ``path`` until ``stop`` as the TypeScript server does: remove it, then write it (in
+    two pieces here, so readers can catch it half-written); whole for a moment in between."""
+    half = len(data) // 2
+    while not stop.is_set():
+        path.unlink(missing_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, data[:half])
+            time.sleep(0.002)
+            os.write(fd, data[half:])
+        finally:
+            os.close(fd)
+        time.sleep(0.005)
