@@ -11,7 +11,8 @@ job's lifecycle lives here and is testable without a disk::
     pending | in_progress ──cancel──▶ cancelled
 
 While a job is ``in_progress``, only the worker holding the attempt may write
-(:func:`check_owner`); heartbeats, progress, submissions and noted errors keep it there.
+(:func:`check_owner`); heartbeats, progress, submissions and noted errors keep it there, and each
+of them moves ``updatedAt`` with ``heartbeatAt``.
 """
 
 from __future__ import annotations
@@ -188,8 +189,8 @@ def lease_lost(job: Job, state: str) -> LeaseLost:
 
 
 def heartbeat(status: JobStatus, now: str, elapsed_ms: int) -> JobStatus:
-    """The worker is alive: ``heartbeatAt`` moves, and the progress's elapsed time."""
-    update: dict[str, Any] = {"heartbeat_at": now}
+    """The worker is alive: ``heartbeatAt`` and ``updatedAt`` move, and the elapsed time."""
+    update: dict[str, Any] = _beat(now)
     if status.progress is not None:
         update["progress"] = status.progress.model_copy(update={"elapsed_ms": elapsed_ms})
     return status.model_copy(update=update)
@@ -205,17 +206,17 @@ def report(
         elapsed_ms=elapsed_ms,
         attempt=status.attempts,
     )
-    return status.model_copy(update={"progress": progress, "heartbeat_at": now, "updated_at": now})
+    return status.model_copy(update={"progress": progress, **_beat(now)})
 
 
 def begin_submission(status: JobStatus, now: str) -> JobStatus:
     """A paid submission is being sent; until its outcome is known a run may exist."""
-    return status.model_copy(update={"submitting_at": now, "heartbeat_at": now})
+    return status.model_copy(update={"submitting_at": now, **_beat(now)})
 
 
 def end_submission(status: JobStatus, now: str) -> JobStatus:
     """The submission provably started no run."""
-    return status.model_copy(update={"submitting_at": None, "heartbeat_at": now})
+    return status.model_copy(update={"submitting_at": None, **_beat(now)})
 
 
 def record_remote_id(status: JobStatus, remote_id: str, now: str) -> JobStatus:
@@ -225,7 +226,7 @@ def record_remote_id(status: JobStatus, remote_id: str, now: str) -> JobStatus:
             "remote_id": remote_id,
             "submitted_at": status.submitting_at or now,
             "submitting_at": None,
-            "heartbeat_at": now,
+            **_beat(now),
         }
     )
 
@@ -233,7 +234,7 @@ def record_remote_id(status: JobStatus, remote_id: str, now: str) -> JobStatus:
 def note_error(status: JobStatus, error: BaseException, now: str) -> JobStatus:
     """An error the runner recovered from, added to ``errorHistory``; the attempt goes on."""
     history = [*status.error_history, error_info(error, status.attempts, now)]
-    return status.model_copy(update={"error_history": history, "heartbeat_at": now})
+    return status.model_copy(update={"error_history": history, **_beat(now)})
 
 
 def complete(
@@ -281,7 +282,7 @@ def fail_or_retry(
     """
     retry = retryable(error, status.attempts, max_retries)
     info = error_info(error, status.attempts, now)
-    update: dict[str, Any] = {"heartbeat_at": now}
+    update: dict[str, Any] = _beat(now)
     if isinstance(error, RemoteRunFailed | RunTimedOut):
         update["submitted_at"] = None
         update["remote_id"] = None
@@ -314,6 +315,13 @@ def error_info(error: BaseException, attempt: int, now: str) -> ErrorInfo:
     else:
         code, message = PplxError.code, f"{type(error).__name__}: {error}"
     return ErrorInfo(code=code, message=redact(message), at=now, attempt=attempt)
+
+
+def _beat(now: str) -> dict[str, Any]:
+    """A heartbeat's fields: ``updatedAt`` moves with ``heartbeatAt``, so a job that runs long
+    without new progress never looks stalled to a reader that only knows ``updatedAt`` (the
+    TypeScript server resets ``in_progress`` jobs not updated for ten minutes)."""
+    return {"heartbeat_at": now, "updated_at": now}
 
 
 def _requeued(status: JobStatus, now: str) -> JobStatus:
