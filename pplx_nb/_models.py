@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from pplx_nb._markdown import link_citations, notes_markdown, related_markdown, sources_markdown
+from pplx_nb._think import split_think
 
 __all__ = [
     "ACTIVE_JOB_STATES",
@@ -128,6 +129,18 @@ class Message(_Stored):
     thinking: str | None = None
     notes: list[str] | None = None
     """What the answer's caller should know, e.g. an attached file that was cut to fit."""
+
+    @property
+    def answer_text(self) -> str:
+        """The content without a leading ``<think>`` block (other programs store answers of
+        reasoning models with it inside)."""
+        return split_think(self.content)[0]
+
+    @property
+    def reasoning(self) -> str | None:
+        """The model's reasoning: the ``thinking`` kept with the answer, else its ``<think>``
+        block."""
+        return self.thinking or split_think(self.content)[1]
 
 
 class Conversation(_Stored):

@@ -61,11 +61,11 @@ def stored_answer(conversation: Conversation, path: str) -> Answer:
             "Follow up to ask again."
         )
     return Answer(
-        text=message.content,
+        text=message.answer_text,
         sources=message.sources or [],
         related_questions=message.related_questions or [],
         images=[_rekeyed(image, to_snake) for image in message.images or ()],
-        thinking=message.thinking,
+        thinking=message.reasoning,
         model=message.model,
         usage=message.usage,
         cost=message.cost,

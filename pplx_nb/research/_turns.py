@@ -340,16 +340,15 @@ def _wire_messages(messages: Sequence[Message]) -> list[dict[str, str]]:
     """Messages as the API wants them: roles alternate after the system prompt.
 
     A user turn left without an answer (its call failed) is dropped when another user turn follows.
+    Answers go without the ``<think>`` reasoning another program may have stored inside them.
     """
     out: list[dict[str, str]] = []
     for message in messages:
+        content = message.answer_text
         if out and out[-1]["role"] == message.role == "user":
-            out[-1] = {"role": "user", "content": message.content}
+            out[-1] = {"role": "user", "content": content}
         elif out and out[-1]["role"] == message.role == "assistant":
-            out[-1] = {
-                "role": "assistant",
-                "content": out[-1]["content"] + "\n\n" + message.content,
-            }
+            out[-1] = {"role": "assistant", "content": out[-1]["content"] + "\n\n" + content}
         else:
-            out.append({"role": message.role, "content": message.content})
+            out.append({"role": message.role, "content": content})
     return out
