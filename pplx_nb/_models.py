@@ -242,6 +242,18 @@ class JobRecord(_Stored):
     priority: int = 0
     enqueued_at: str = ""
     queue_key: str | None = None
+    params: dict[str, Any] | None = None
+    """The TypeScript perplexity-mcp-server's view of the request (``query``,
+    ``reasoning_effort``): with ``created_at``, ``attempts`` and ``max_attempts`` it makes the
+    record a job that server's worker runs too, and a record it queued has only those."""
+    created_at: str | None = None
+    attempts: int = 0
+    max_attempts: int = 3
+
+    @property
+    def foreign(self) -> bool:
+        """Queued by the TypeScript server: its fields, no job id of ours."""
+        return not self.job_id and bool(self.params)
 
 
 class Answer(BaseModel):

@@ -124,11 +124,14 @@ class JobQueue:
         priority: int = 0,
         *,
         lock_held: bool = False,
+        params: dict[str, Any] | None = None,
     ) -> JobStatus:
         """Queue a job for an existing conversation: writes job.json and a ``pending`` status.json.
 
         ``lock_held`` says the caller already holds the conversation lock (a store append's
-        ``then``), so the question and its job land in one locked step.
+        ``then``), so the question and its job land in one locked step. ``params`` (``query``,
+        ``reasoning_effort``) lets the TypeScript perplexity-mcp-server's worker run the job too:
+        job.json then carries that server's fields beside ours.
 
         Raises:
             ValidationError: bad id, priority outside ±9999, or a request that is not JSON.
@@ -163,6 +166,9 @@ class JobQueue:
                 priority=priority,
                 enqueued_at=now,
                 queue_key=marker,
+                params=params,
+                created_at=now if params else None,
+                max_attempts=self.max_job_retries + 1,
             )
             status = transitions.new_status(record, now)
             previous = statuses.snapshot(conversation_id)
@@ -331,6 +337,7 @@ class JobQueue:
             remote_id=status.remote_id,
             submitted_at=status.submitted_at,
             submitting=bool(status.submitting_at),
+            params=dict(record.params or {}),
         )
 
     # -- while a job runs ----------------------------------------------------------------------

@@ -5,6 +5,7 @@ stamp) and returns a new status, leaving its argument untouched. The queue reads
 the conversation's lock, applies one transition and writes the result, so every rule about a
 job's lifecycle lives here and is testable without a disk::
 
+    (queued by the TypeScript server) ──adopt──▶ pending
     pending ──start_attempt──▶ in_progress ──complete──▶ completed
        ▲                          │  │  └──fail_or_retry (no retry left)──▶ failed
        └──fail_or_retry / release / expire_lease (retry left)
@@ -39,6 +40,7 @@ from pplx_nb.jobs._job import START_PROGRESS, Job
 __all__ = [
     "LEASE_EXPIRED",
     "NON_RETRYABLE",
+    "adopt",
     "begin_submission",
     "cancel",
     "check_owner",
@@ -93,6 +95,29 @@ def new_status(record: JobRecord, now: str) -> JobStatus:
         queue_key=record.queue_key,
         request=record.request,
     )
+
+
+def adopt(
+    status: JobStatus, record: JobRecord, job_id: str, marker: str, now: str
+) -> tuple[JobStatus, JobRecord]:
+    """A pending job the TypeScript server queued, made ours: our ids beside its fields.
+
+    The record keeps its ``params`` and ``createdAt`` (so that server can still read it) and the
+    status its history; the job then runs as any other.
+    """
+    record = record.model_copy(
+        update={
+            "job_id": job_id,
+            "conversation_id": status.conversation_id,
+            "tool_name": record.tool_name or status.tool_name,
+            "enqueued_at": record.created_at or now,
+            "queue_key": marker,
+        }
+    )
+    status = status.model_copy(
+        update={"job_id": job_id, "queue_key": marker, "priority": record.priority}
+    )
+    return status, record
 
 
 def start_attempt(status: JobStatus, worker_id: str, now: str) -> JobStatus:

@@ -110,31 +110,35 @@ class AnswerGuard:
         conversation_id: str | None = None,
         *,
         seed: Sequence[Message] = (),
+        params: dict[str, Any] | None = None,
     ) -> JobStatus:
         """Store ``question`` and queue its job in one step (all or nothing).
 
         No ``conversation_id``: a new conversation of ``seed`` and the question. No ``question``:
-        the conversation's stored unanswered question is queued again.
+        the conversation's stored unanswered question is queued again. ``params`` is the job as
+        the TypeScript server's worker reads it (see :meth:`Turn.job_params`).
         """
         queue = self._queue()
         if conversation_id is None:
             assert question is not None
             conversation_id = self._store.create([*seed, question]).conversation_id
             try:
-                return queue.enqueue(conversation_id, tool, request)
+                return queue.enqueue(conversation_id, tool, request, params=params)
             except BaseException:
                 # A question without its job would wait for an answer forever.
                 _discard(self._store, conversation_id)
                 raise
         if question is None:
-            return queue.enqueue(conversation_id, tool, request)
+            return queue.enqueue(conversation_id, tool, request, params=params)
         queued: list[JobStatus] = []
         target = conversation_id
         self._store.append(
             target,
             question,
             check=lambda _: queue.check_idle(target),
-            then=lambda: queued.append(queue.enqueue(target, tool, request, lock_held=True)),
+            then=lambda: queued.append(
+                queue.enqueue(target, tool, request, lock_held=True, params=params)
+            ),
         )
         return queued[0]
 

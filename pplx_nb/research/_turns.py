@@ -30,6 +30,8 @@ __all__ = [
     "build_request",
     "fitted_messages",
     "tool_for",
+    "ts_options",
+    "ts_params",
 ]
 
 Mode = Literal["search", "research"]
@@ -48,6 +50,8 @@ _TOOLS = {
     ("search", True): "perplexity_search_followup",
     ("research", True): "perplexity_deep_research_followup",
 }
+_TS_EFFORTS = ("low", "medium", "high")
+"""The reasoning efforts the TypeScript server's deep research accepts."""
 
 
 def tool_for(mode: Mode, follow_up: bool) -> str:
@@ -87,6 +91,22 @@ class Turn:
             "searchQuery": self.messages[-1]["content"],
             **({"notes": self.notes} if self.notes else {}),
         }
+
+    def job_params(self) -> dict[str, Any]:
+        """The same job as the TypeScript perplexity-mcp-server's worker reads it (job.json
+        ``params``): the question as asked, and the effort when it is one that server knows."""
+        return ts_params(self.user.content, self.opts.get("reasoning_effort"))
+
+
+def ts_params(query: str, effort: object) -> dict[str, Any]:
+    """``{"query", "reasoning_effort"}`` as the TypeScript server's jobs hold them."""
+    return {"query": query, **({"reasoning_effort": effort} if effort in _TS_EFFORTS else {})}
+
+
+def ts_options(params: dict[str, Any]) -> dict[str, Any]:
+    """The options of a job the TypeScript server queued (its ``params``)."""
+    effort = params.get("reasoning_effort")
+    return {"reasoning_effort": effort} if effort in _TS_EFFORTS else {}
 
 
 class TurnBuilder:
