@@ -24,7 +24,7 @@ from pplx_nb import ConversationStore, Researcher, Settings
 from pplx_nb._errors import ConversationCorrupted, PplxError
 from pplx_nb.export import to_dataframe, to_markdown
 from pplx_nb.jobs import Job, JobContext, JobQueue, Worker
-from pplx_nb.sim import inject_faults, stats
+from pplx_nb.sim import inject_faults, reset, stats
 
 DATA = Path(__file__).parent / "data"
 TS_FIXTURE = DATA / "ts_server_conversation.json"
@@ -66,6 +66,7 @@ def test_a_failed_follow_up_is_closed_by_a_marked_assistant_turn(
     assert "not answered" in to_markdown(history).lower()
 
     # pplx_nb goes on from there; the closed turn is context for nobody.
+    reset(sim_url)  # the faults the failed follow-up left unused
     answer = researcher.followup(conversation_id, "What does asyncio.shield do?")
     assert answer.text
     assert alternates(document(logs_dir, conversation_id))

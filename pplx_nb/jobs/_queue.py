@@ -33,7 +33,14 @@ from pplx_nb._errors import (
 )
 from pplx_nb._fs import CONVERSATION_ID_RE, fs_errors, validate_conversation_id
 from pplx_nb._layout import Layout
-from pplx_nb._models import ACTIVE_JOB_STATES, JobRecord, JobState, JobStatus, now_iso
+from pplx_nb._models import (
+    ACTIVE_JOB_STATES,
+    JobRecord,
+    JobState,
+    JobStatus,
+    closing_turn,
+    now_iso,
+)
 from pplx_nb.jobs import _answering as answering
 from pplx_nb.jobs import _events as events
 from pplx_nb.jobs import _transitions as transitions
@@ -97,6 +104,7 @@ class JobQueue:
             self._leases,
             lease_seconds=lease_seconds,
             max_job_retries=max_job_retries,
+            ended=self._close_question,
         )
 
     @classmethod
@@ -513,6 +521,7 @@ class JobQueue:
             statuses.write(status)
             self._leases.saw(job.marker, status.heartbeat_at)
             if status.done:
+                self._close_question(status)
                 self._clean_up(job.conversation_id, job.marker)
             elif status.status == "pending":
                 self._index.requeue(job.marker)
@@ -521,7 +530,28 @@ class JobQueue:
     def _end(self, status: JobStatus, marker: str) -> None:
         """Write an ended status, then remove its request and marker (lock held)."""
         self._statuses.write(status)
+        self._close_question(status)
         self._clean_up(status.conversation_id, marker)
+
+    def _close_question(self, status: JobStatus) -> None:
+        """After a job ended without an answer, close its question with an assistant turn that
+        says why (lock held), so the conversation's turns keep alternating for every program
+        that replays them. A store that cannot be written is logged, never a reason to keep the
+        job open."""
+        if status.status not in ("failed", "cancelled"):
+            return
+        error = status.error
+        closing = closing_turn(
+            "failed" if status.status == "failed" else "cancelled",
+            error.code if error else None,
+            error.message if error else None,
+        )
+        try:
+            self._answer_lookup().close_question(status.conversation_id, closing, lock_held=True)
+        except PplxError as exc:
+            logger.warning(
+                "Could not close the unanswered question of %s: %s", status.conversation_id, exc
+            )
 
     def _clean_up(self, conversation_id: str, marker: str) -> None:
         self._statuses.remove_job(conversation_id)

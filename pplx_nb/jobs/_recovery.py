@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from datetime import datetime
 
 from pplx_nb._errors import PplxError
@@ -38,6 +39,7 @@ class Recovery:
         leases: this process's view of every job's heartbeat.
         lease_seconds: how long a heartbeat may stay unchanged.
         max_job_retries: retries after the first attempt (a lost attempt counts as failed).
+        ended: called with the status of a job that failed for good (the lock held).
     """
 
     def __init__(
@@ -48,12 +50,14 @@ class Recovery:
         *,
         lease_seconds: float,
         max_job_retries: int,
+        ended: Callable[[JobStatus], None],
     ) -> None:
         self._statuses = statuses
         self._index = index
         self._leases = leases
         self.lease_seconds = lease_seconds
         self.max_job_retries = max_job_retries
+        self._ended = ended
         self._waiting = LeaseClock()
         """When this process first saw each TypeScript job pending as it is now."""
 
@@ -100,6 +104,7 @@ class Recovery:
             if retry:
                 index.requeue(marker)
             else:
+                self._ended(status)
                 statuses.remove_job(conversation_id)
                 index.drop(marker)
         info = status.error_history[-1]

@@ -217,13 +217,17 @@ class Researcher:
         if self._queued(wait):
             with self._runner.counted():
                 queued = self._guard.enqueue(
-                    None, turn.tool, turn.job_request(), conversation_id, params=turn.job_params()
+                    turn.user,
+                    turn.tool,
+                    turn.job_request(),
+                    conversation_id,
+                    params=turn.job_params(),
                 )
             self._jobs.queued(queued)
             self._runner.record(turn.started, None, ok=True)
             return queued
         with self._runner.counted():
-            ticket = self._guard.ask_again(conversation_id, turn.model)
+            ticket = self._guard.ask(turn.user, turn.model, conversation_id)
         return await last(self._runner.run(turn, ticket, stream=True, on_progress=on_progress))
 
     async def await_job(

@@ -173,17 +173,20 @@ class FileBackend:
         *,
         check: Callable[[bytes], None] | None = None,
         then: Callable[[], None] | None = None,
+        lock_held: bool = False,
     ) -> bytes:
         """Append under the conversation's lock: read, splice new lines in, replace atomically.
 
         ``check`` sees the stored document before anything is written and may raise to refuse;
         ``then`` runs after the write, and if it raises the previous document is put back, so
         the append and its action happen together or not at all. Both run under the lock, so
-        they must not take it.
+        they must not take it. ``lock_held``: the caller holds the lock already (the job side
+        closing a question in the step that ends its job).
         """
         directory = self.directory(conversation_id)
         path = directory / CONVERSATION_FILE
-        with self._locked(conversation_id, directory):
+        held = contextlib.nullcontext() if lock_held else self._locked(conversation_id, directory)
+        with held:
             _sweep_leftovers(directory)
             data = self._read(conversation_id, path)
             if check is not None:
