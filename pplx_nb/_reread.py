@@ -43,10 +43,15 @@ def read_settled(
     (a writer between two writes), and for as long as it keeps changing, up to a second; then
     the last error is raised.
     """
+    try:
+        return load()  # the usual case costs nothing more
+    except retry_on:
+        pass
     deadline = time.monotonic() + _PATIENCE
     before = _stamp(path)
     quiet = 0
     while True:
+        time.sleep(_PAUSES[quiet])
         try:
             return load()
         except retry_on:
@@ -55,4 +60,3 @@ def read_settled(
             before = after
             if quiet >= len(_PAUSES) or time.monotonic() >= deadline:
                 raise
-            time.sleep(_PAUSES[quiet])

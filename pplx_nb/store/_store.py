@@ -36,6 +36,7 @@ from pplx_nb._models import (
     JobState,
     Message,
 )
+from pplx_nb._reread import read_settled
 from pplx_nb.store._base import JobStates, StoreBackend
 from pplx_nb.store._document import SUMMARY_KEY, corrupted, header, last_role, parse
 from pplx_nb.store._file import FileBackend
@@ -271,15 +272,23 @@ class ConversationStore:
     def load(self, conversation_id: str) -> Conversation:
         """The stored conversation, with ``path`` set to its directory."""
         validate_conversation_id(conversation_id)
-        return self._conversation(self._backend.read(conversation_id), conversation_id)
+        return read_settled(
+            self._backend.document_location(conversation_id),
+            lambda: self._conversation(self._backend.read(conversation_id), conversation_id),
+            (ConversationCorrupted,),
+        )
 
     def read_raw(self, conversation_id: str) -> dict[str, Any]:
         """The stored document as a plain camelCase dict (checked for shape, not validated).
 
         For bulk readers such as :mod:`pplx_nb.export`, which need no pydantic models.
         """
-        data = self._backend.read(conversation_id)
-        document = parse(data, conversation_id, self._backend.document_location(conversation_id))
+        where = self._backend.document_location(conversation_id)
+        document = read_settled(
+            where,
+            lambda: parse(self._backend.read(conversation_id), conversation_id, where),
+            (ConversationCorrupted,),
+        )
         document.pop(SUMMARY_KEY, None)
         return document
 
