@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support.folder import alternates, document, rewrite_in_place, turns
+from support.folder import alternates, document, failed_follow_up, rewrite_in_place, turns
 
 from pplx_nb import ConversationStore, Researcher, Settings
 from pplx_nb._errors import ConversationCorrupted, PplxError
@@ -50,17 +50,13 @@ def install_ts_fixture(logs_dir: Path) -> None:
 def test_a_failed_follow_up_is_closed_by_a_marked_assistant_turn(
     researcher: Researcher, sim_url: str, logs_dir: Path
 ) -> None:
-    conversation_id = researcher.search(QUESTION).conversation_id
-    assert conversation_id is not None
-    inject_faults(sim_url, {"status": 400, "path": "/v1/", "times": 5})
-    with pytest.raises(PplxError) as failed:
-        researcher.followup(conversation_id, "And how does asyncio.timeout work?")
+    conversation_id, error = failed_follow_up(researcher, sim_url, QUESTION)
 
     doc = document(logs_dir, conversation_id)
     assert turns(doc) == ["user", "assistant", "user", "assistant"]
     closing = doc["messages"][-1]
     assert closing["unanswered"]["state"] == "failed"
-    assert closing["unanswered"]["code"] == failed.value.code == "INVALID_INPUT"
+    assert closing["unanswered"]["code"] == error.code == "INVALID_INPUT"
     assert closing["content"].strip()
     history = researcher.history(conversation_id)
     assert "not answered" in to_markdown(history).lower()

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.folder import alternates, document, job_status, turns, wait_until
+from support.folder import alternates, document, failed_follow_up, job_status, turns, wait_until
 from support.ts_server import TEN_MINUTES, TSServer, build
 
 from pplx_nb import Researcher, Settings
@@ -77,12 +77,7 @@ def ts_follow_up_succeeds(logs_dir: Path, url: str, conversation_id: str) -> Non
 def test_after_a_failed_follow_up_the_ts_server_can_follow_up(
     researcher: Researcher, sim_url: str, logs_dir: Path
 ) -> None:
-    conversation_id = researcher.search(QUESTION).conversation_id
-    assert conversation_id is not None
-    inject_faults(sim_url, {"status": 400, "path": "/v1/", "times": 5})
-
-    with pytest.raises(PplxError):
-        researcher.followup(conversation_id, "And how does asyncio.timeout work?")
+    conversation_id, _ = failed_follow_up(researcher, sim_url, QUESTION)
 
     marker = assert_closed(document(logs_dir, conversation_id), "failed")
     assert marker["code"] == "INVALID_INPUT"

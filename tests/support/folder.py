@@ -1,4 +1,5 @@
-"""Reading a conversation-logs folder as another program would: the raw files, no pplx_nb code."""
+"""A conversation-logs folder as another program meets it: the raw files read without pplx_nb's
+code, and a follow-up left without an answer in it."""
 
 from __future__ import annotations
 
@@ -10,7 +11,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["alternates", "document", "job_status", "rewrite_in_place", "turns", "wait_until"]
+import pytest
+
+from pplx_nb import Researcher
+from pplx_nb._errors import PplxError
+from pplx_nb.sim import inject_faults
+
+__all__ = [
+    "alternates",
+    "document",
+    "failed_follow_up",
+    "job_status",
+    "rewrite_in_place",
+    "turns",
+    "wait_until",
+]
 
 
 def document(logs_dir: Path, conversation_id: str) -> dict[str, Any]:
@@ -62,3 +77,14 @@ def rewrite_in_place(path: Path, data: bytes, stop: threading.Event) -> None:
         finally:
             os.close(fd)
         time.sleep(0.005)
+
+
+def failed_follow_up(researcher: Researcher, sim_url: str, question: str) -> tuple[str, PplxError]:
+    """A conversation whose follow-up the API refused (HTTP 400): its id and the error raised."""
+    conversation_id = researcher.search(question).conversation_id
+    assert conversation_id is not None
+    # 400 is not retried; the follow-up's reformulation may take one of them first.
+    inject_faults(sim_url, {"status": 400, "path": "/v1/", "times": 5})
+    with pytest.raises(PplxError) as failed:
+        researcher.followup(conversation_id, "And how does asyncio.timeout work?")
+    return conversation_id, failed.value
