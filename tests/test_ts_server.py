@@ -120,10 +120,10 @@ def test_after_a_cancelled_job_the_ts_server_can_follow_up(
 def test_a_ts_server_started_during_a_long_job_leaves_it_alone(logs_dir: Path) -> None:
     # The TypeScript server resets, when it starts, every in_progress job whose updatedAt is
     # ten minutes old. Its clock runs ten minutes minus `margin` ahead, so that means `margin`
-    # seconds here; the job's first poll hangs for 12 s, so its progress stays where it is
+    # seconds here; the job's first poll hangs for 20 s, so its progress stays where it is
     # for longer than that, while its worker heartbeats every second.
-    margin = 3.0
-    with serve(latency_ms=0, deep_research_seconds=14, sonar=True) as url:
+    margin = 5.0
+    with serve(latency_ms=0, deep_research_seconds=22, sonar=True) as url:
         settings = Settings(
             api_key="pplx-test-key",
             base_url=url,
@@ -132,7 +132,7 @@ def test_a_ts_server_started_during_a_long_job_leaves_it_alone(logs_dir: Path) -
             timeout_ms=60_000,
             job_lease_seconds=3,
         )
-        inject_faults(url, {"hang": 12, "path": "/v1/responses/"})
+        inject_faults(url, {"hang": 20, "path": "/v1/responses/"})
         with Researcher(settings, async_deep_research=True) as researcher:
             conversation_id = researcher.deep_research(QUESTION).conversation_id
             wait_until(
