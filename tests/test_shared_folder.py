@@ -239,7 +239,7 @@ def test_an_adopted_ts_job_is_answered_by_the_researchers_worker(
 ) -> None:
     with Researcher(settings, async_deep_research=True) as researcher:
         conversation_id = _ts_job(logs_dir, researcher.store)
-        researcher.start_worker()
+        researcher.ensure_worker()
         answer = researcher.wait(conversation_id, timeout=30)
 
     doc = document(logs_dir, conversation_id)

@@ -204,7 +204,7 @@ def test_a_job_queued_by_the_ts_server_is_completed_by_the_pplx_nb_worker(
     ts_runs = stats(sim_url)["requests"].get("POST /chat/completions", 0)
 
     with Researcher(settings, async_deep_research=True) as researcher:
-        researcher.start_worker()
+        researcher.ensure_worker()
         answer = researcher.wait(conversation_id, timeout=60)
 
     counted = stats(sim_url)
