@@ -534,24 +534,8 @@ class JobQueue:
         self._clean_up(status.conversation_id, marker)
 
     def _close_question(self, status: JobStatus) -> None:
-        """After a job ended without an answer, close its question with an assistant turn that
-        says why (lock held), so the conversation's turns keep alternating for every program
-        that replays them. A store that cannot be written is logged, never a reason to keep the
-        job open."""
-        if status.status not in ("failed", "cancelled"):
-            return
-        error = status.error
-        closing = closing_turn(
-            "failed" if status.status == "failed" else "cancelled",
-            error.code if error else None,
-            error.message if error else None,
-        )
-        try:
-            self._answer_lookup().close_question(status.conversation_id, closing, lock_held=True)
-        except PplxError as exc:
-            logger.warning(
-                "Could not close the unanswered question of %s: %s", status.conversation_id, exc
-            )
+        """Close the question of a job that ended without an answer (lock held)."""
+        _close_unanswered(self._answer_lookup(), status)
 
     def _clean_up(self, conversation_id: str, marker: str) -> None:
         self._statuses.remove_job(conversation_id)
@@ -571,3 +555,23 @@ class JobQueue:
         except PplxError:
             return {}
         return result_meta_of(answer)
+
+
+def _close_unanswered(answers: AnswerLookup, status: JobStatus) -> None:
+    """After a job ended without an answer, close its question with an assistant turn saying why
+    (the conversation's lock held), so the turns keep alternating for every program that replays
+    them. A store that cannot be written is logged, never a reason to keep the job open."""
+    if status.status not in ("failed", "cancelled"):
+        return
+    error = status.error
+    closing = closing_turn(
+        "failed" if status.status == "failed" else "cancelled",
+        error.code if error else None,
+        error.message if error else None,
+    )
+    try:
+        answers.close_question(status.conversation_id, closing, lock_held=True)
+    except PplxError as exc:
+        logger.warning(
+            "Could not close the unanswered question of %s: %s", status.conversation_id, exc
+        )
