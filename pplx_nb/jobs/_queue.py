@@ -33,7 +33,14 @@ from pplx_nb._errors import (
 )
 from pplx_nb._fs import CONVERSATION_ID_RE, fs_errors, validate_conversation_id
 from pplx_nb._layout import Layout
-from pplx_nb._models import ACTIVE_JOB_STATES, JobRecord, JobState, JobStatus, now_iso
+from pplx_nb._models import (
+    ACTIVE_JOB_STATES,
+    JobRecord,
+    JobState,
+    JobStatus,
+    closing_turn,
+    now_iso,
+)
 from pplx_nb.jobs import _answering as answering
 from pplx_nb.jobs import _events as events
 from pplx_nb.jobs import _transitions as transitions
@@ -97,6 +104,7 @@ class JobQueue:
             self._leases,
             lease_seconds=lease_seconds,
             max_job_retries=max_job_retries,
+            ended=self._close_question,
         )
 
     @classmethod
@@ -124,11 +132,14 @@ class JobQueue:
         priority: int = 0,
         *,
         lock_held: bool = False,
+        params: dict[str, Any] | None = None,
     ) -> JobStatus:
         """Queue a job for an existing conversation: writes job.json and a ``pending`` status.json.
 
         ``lock_held`` says the caller already holds the conversation lock (a store append's
-        ``then``), so the question and its job land in one locked step.
+        ``then``), so the question and its job land in one locked step. ``params`` (``query``,
+        ``reasoning_effort``) lets the TypeScript perplexity-mcp-server's worker run the job too:
+        job.json then carries that server's fields beside ours.
 
         Raises:
             ValidationError: bad id, priority outside ±9999, or a request that is not JSON.
@@ -163,6 +174,9 @@ class JobQueue:
                 priority=priority,
                 enqueued_at=now,
                 queue_key=marker,
+                params=params,
+                created_at=now if params else None,
+                max_attempts=self.max_job_retries + 1,
             )
             status = transitions.new_status(record, now)
             previous = statuses.snapshot(conversation_id)
@@ -331,6 +345,7 @@ class JobQueue:
             remote_id=status.remote_id,
             submitted_at=status.submitted_at,
             submitting=bool(status.submitting_at),
+            params=dict(record.params or {}),
         )
 
     # -- while a job runs ----------------------------------------------------------------------
@@ -506,6 +521,7 @@ class JobQueue:
             statuses.write(status)
             self._leases.saw(job.marker, status.heartbeat_at)
             if status.done:
+                self._close_question(status)
                 self._clean_up(job.conversation_id, job.marker)
             elif status.status == "pending":
                 self._index.requeue(job.marker)
@@ -514,7 +530,12 @@ class JobQueue:
     def _end(self, status: JobStatus, marker: str) -> None:
         """Write an ended status, then remove its request and marker (lock held)."""
         self._statuses.write(status)
+        self._close_question(status)
         self._clean_up(status.conversation_id, marker)
+
+    def _close_question(self, status: JobStatus) -> None:
+        """Close the question of a job that ended without an answer (lock held)."""
+        _close_unanswered(self._answer_lookup(), status)
 
     def _clean_up(self, conversation_id: str, marker: str) -> None:
         self._statuses.remove_job(conversation_id)
@@ -534,3 +555,23 @@ class JobQueue:
         except PplxError:
             return {}
         return result_meta_of(answer)
+
+
+def _close_unanswered(answers: AnswerLookup, status: JobStatus) -> None:
+    """After a job ended without an answer, close its question with an assistant turn saying why
+    (the conversation's lock held), so the turns keep alternating for every program that replays
+    them. A store that cannot be written is logged, never a reason to keep the job open."""
+    if status.status not in ("failed", "cancelled"):
+        return
+    error = status.error
+    closing = closing_turn(
+        "failed" if status.status == "failed" else "cancelled",
+        error.code if error else None,
+        error.message if error else None,
+    )
+    try:
+        answers.close_question(status.conversation_id, closing, lock_held=True)
+    except PplxError as exc:
+        logger.warning(
+            "Could not close the unanswered question of %s: %s", status.conversation_id, exc
+        )
