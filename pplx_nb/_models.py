@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from pplx_nb._markdown import link_citations, notes_markdown, related_markdown, sources_markdown
+from pplx_nb._think import split_think
 
 __all__ = [
     "ACTIVE_JOB_STATES",
@@ -33,7 +34,10 @@ __all__ = [
     "Progress",
     "Role",
     "Source",
+    "Unanswered",
+    "UnansweredState",
     "Usage",
+    "closing_turn",
     "now_iso",
 ]
 
@@ -110,6 +114,23 @@ class Cost(_Stored):
     estimated: bool = False
 
 
+UnansweredState = Literal["failed", "cancelled", "interrupted"]
+_NOT_ANSWERED = {
+    "failed": "the request for it failed",
+    "cancelled": "its research was cancelled",
+    "interrupted": "no answer arrived (whatever was answering it stopped)",
+}
+
+
+class Unanswered(_Stored):
+    """Why an assistant turn holds no answer: it closes a question that got none, so the turns
+    of a conversation keep alternating for every program that replays them."""
+
+    state: UnansweredState
+    code: str | None = None
+    message: str | None = None
+
+
 class Message(_Stored):
     """One turn of a conversation, with optional metadata on assistant turns."""
 
@@ -128,6 +149,37 @@ class Message(_Stored):
     thinking: str | None = None
     notes: list[str] | None = None
     """What the answer's caller should know, e.g. an attached file that was cut to fit."""
+    unanswered: Unanswered | None = None
+    """Set on the assistant turn that closes a question which got no answer."""
+
+    @property
+    def answer_text(self) -> str:
+        """The content without a leading ``<think>`` block (other programs store answers of
+        reasoning models with it inside)."""
+        return split_think(self.content)[0]
+
+    @property
+    def reasoning(self) -> str | None:
+        """The model's reasoning: the ``thinking`` kept with the answer, else its ``<think>``
+        block."""
+        return self.thinking or split_think(self.content)[1]
+
+
+def closing_turn(
+    state: UnansweredState, code: str | None = None, message: str | None = None
+) -> Message:
+    """The assistant turn that closes a question left without an answer, saying why.
+
+    ``code`` and ``message`` are the error that ended it, if any (``message`` must already be
+    free of secrets: it is stored).
+    """
+    reason = _NOT_ANSWERED[state] + (f" ({code})" if code else "")
+    return Message(
+        role="assistant",
+        content=f"This question was not answered: {reason}. Ask it again to get an answer.",
+        timestamp=now_iso(),
+        unanswered=Unanswered(state=state, code=code, message=message),
+    )
 
 
 class Conversation(_Stored):
@@ -229,6 +281,18 @@ class JobRecord(_Stored):
     priority: int = 0
     enqueued_at: str = ""
     queue_key: str | None = None
+    params: dict[str, Any] | None = None
+    """The TypeScript perplexity-mcp-server's view of the request (``query``,
+    ``reasoning_effort``): with ``created_at``, ``attempts`` and ``max_attempts`` it makes the
+    record a job that server's worker runs too, and a record it queued has only those."""
+    created_at: str | None = None
+    attempts: int = 0
+    max_attempts: int = 3
+
+    @property
+    def foreign(self) -> bool:
+        """Queued by the TypeScript server: its fields, no job id of ours."""
+        return not self.job_id and bool(self.params)
 
 
 class Answer(BaseModel):

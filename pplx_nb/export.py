@@ -31,6 +31,7 @@ from pplx_nb._errors import ValidationError as PplxValidationError
 from pplx_nb._logging import get_logger
 from pplx_nb._markdown import link_citations, sources_markdown
 from pplx_nb._models import JOB_STATES, Conversation, Message
+from pplx_nb._think import split_think
 from pplx_nb.store import ConversationStore
 
 if TYPE_CHECKING:
@@ -178,7 +179,7 @@ def _messages(docs: Iterable[_Doc]) -> pd.DataFrame:
             ids.append(doc.conversation_id)
             turns.append(turn)
             roles.append(message["role"])
-            contents.append(message["content"])
+            contents.append(split_think(message["content"])[0])
             tools.append(_text(message.get("tool")))
             models.append(_text(message.get("model")))
             stamps.append(message.get("timestamp"))
@@ -322,8 +323,8 @@ def _turn_markdown(message: Message) -> str:
     about = [x for x in (message.model, message.tool, message.timestamp) if x]
     heading = f"## {label}" + (f" · {' · '.join(about)}" if about else "")
     if message.role != "assistant" or not message.sources:
-        return f"{heading}\n\n{message.content}"
-    text = link_citations(message.content, message.sources)
+        return f"{heading}\n\n{message.answer_text}"
+    text = link_citations(message.answer_text, message.sources)
     return f"{heading}\n\n{text}\n\n{sources_markdown(message.sources)}"
 
 

@@ -23,7 +23,7 @@ from pplx_nb import (
 from pplx_nb.export import to_dataframe, to_json, to_markdown
 
 DATA = Path(__file__).parent / "data"
-TS_ID = "20250124-1706102400123"
+TS_ID = "20250124-1737724800123"
 
 MESSAGE_COLUMNS = [
     "conversation_id",
@@ -115,7 +115,7 @@ def test_messages_level_has_one_row_per_message_with_exact_dtypes(
     frame = to_dataframe(store, level="messages")
 
     assert list(frame.columns) == MESSAGE_COLUMNS
-    assert len(frame) == 5 + 4
+    assert len(frame) == 5 + 5
     assert isinstance(frame["role"].dtype, pd.CategoricalDtype)
     assert list(frame["role"].cat.categories) == ["system", "user", "assistant"]
     assert frame["timestamp"].dtype == pd.DatetimeTZDtype("ns", "UTC")
@@ -200,7 +200,7 @@ def test_ids_read_from_the_default_store_and_conversations_directly(
     by_object = to_dataframe([store.load(plain), researched])
     single = to_dataframe(researched, level="conversations")
 
-    assert by_id["conversation_id"].tolist() == [plain] * 4 + [researched.conversation_id] * 5
+    assert by_id["conversation_id"].tolist() == [plain] * 5 + [researched.conversation_id] * 5
     pd.testing.assert_frame_equal(by_id, by_object)
     assert single["conversation_id"].tolist() == [researched.conversation_id]
 

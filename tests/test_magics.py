@@ -597,19 +597,35 @@ def test_an_interrupted_pplx_fails_the_cell_and_is_not_continued(
     import _thread
     import threading
 
-    from pplx_nb.sim import serve
+    from support.interrupts import HANG_SECONDS, api_requests, sigint_raises, wait_asked
+
+    from pplx_nb.sim import inject_faults, serve
 
     first = Run(shell, "%%pplx\nHow do I cancel an asyncio task?").result
     assert isinstance(first, Answer)
-    with serve(latency_ms=3000) as url:
-        slow = settings.model_copy(update={"base_url": url})
-        with Researcher(slow, async_deep_research=True) as researcher:
+    with serve(latency_ms=0) as url, sigint_raises():
+        # Every attempt hangs and the client outwaits the test: only the interrupt ends the cell.
+        inject_faults(url, {"hang": HANG_SECONDS, "times": settings.max_retries + 1})
+        patient = settings.model_copy(update={"base_url": url, "timeout_ms": HANG_SECONDS * 1000})
+        with Researcher(patient, async_deep_research=True) as researcher:
             magics.set_researcher(researcher)
-            timer = threading.Timer(0.5, _thread.interrupt_main)
-            timer.start()
+            before = api_requests(url)
+            asked: list[AssertionError] = []
+
+            def interrupt_once_asked() -> None:
+                try:
+                    wait_asked(url, before)
+                except AssertionError as exc:
+                    asked.append(exc)  # no interrupt: it would land in whatever runs next
+                else:
+                    _thread.interrupt_main()
+
+            interrupter = threading.Thread(target=interrupt_once_asked)
+            interrupter.start()
             interrupted = Run(shell, "%%pplx\nWhat does asyncio.shield do?")
-            timer.join()
+            interrupter.join()
             bare = Run(shell, "%%pplx_followup\nAnd how do I cancel it anyway?")
+    assert not asked, asked
     assert isinstance(interrupted.error, KeyboardInterrupt), "the cell fails: Run All stops"
     assert "INTERRUPTED" in interrupted.last["text/html"]
     assert bare.result is None

@@ -63,7 +63,10 @@ def _billed(sim_url: str) -> tuple[int, int]:
 
 
 def _answers(r: Researcher, cid: str) -> list[str]:
-    return [m.content for m in r.history(cid).messages if m.role == "assistant"]
+    """The answers stored (not the turns that close a question as not answered)."""
+    return [
+        m.content for m in r.history(cid).messages if m.role == "assistant" and m.unanswered is None
+    ]
 
 
 def _queued(r: Researcher, query: str = "Describe the json module") -> str:
@@ -126,8 +129,12 @@ def test_a_lost_reply_to_a_blocking_deep_research_is_not_sent_again(
             r.deep_research("Describe the json module", wait=True)
         assert _billed(sim_url)[0] == 1
         cid = str(caught.value.details["conversation_id"])
-        # The question stays, so the deliberate resubmission has something to answer.
-        assert [m.role for m in r.history(cid).messages] == ["user"]
+        # The question stays (closed as not answered), so the deliberate resubmission has
+        # something to answer.
+        messages = r.history(cid).messages
+        assert [m.role for m in messages] == ["user", "assistant"]
+        assert messages[-1].unanswered is not None
+        assert messages[-1].unanswered.code == "SUBMISSION_UNKNOWN"
         report = r.retry(cid, wait=True)
     assert isinstance(report, Answer) and report.conversation_id == cid
     assert _answers(r, cid) == [report.text]

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.interrupts import HANG_SECONDS, api_requests, default_sigint, wait_asked
 
 from pplx_nb.sim import inject_faults, reset, serve, stats
 
@@ -68,6 +69,7 @@ class Terminal:
             encoding="utf-8",
             timeout=90,
             dimensions=(50, 200),
+            preexec_fn=default_sigint,  # Ctrl-C interrupts, however the suite was started
         )
         self.child.expect(PROMPT)
 
@@ -133,14 +135,15 @@ def test_the_terminal_shell_refuses_a_bad_output_name_before_asking(
 def test_an_interrupted_pplx_in_the_terminal_fails_and_is_not_continued(
     terminal: Terminal, sim: str
 ) -> None:
-    import time
-
     terminal.run("%load_ext pplx_nb")
     terminal.run("%pplx How do I cancel an asyncio task?")
-    inject_faults(sim, {"hang": 30, "times": 5})
+    # Each attempt hangs past the client's timeout (PERPLEXITY_TIMEOUT) and pexpect's: without
+    # the interrupt no answer comes while the test waits for the prompt.
+    inject_faults(sim, {"hang": HANG_SECONDS, "times": 5})
+    before = api_requests(sim)
     terminal.child.sendline("%pplx What does asyncio.shield do?")
     terminal.child.expect("Searching…")
-    time.sleep(0.5)
+    wait_asked(sim, before)
     terminal.child.sendintr()
     terminal.child.expect(PROMPT)
     interrupted = terminal.child.before.replace("\r\n", "\n")

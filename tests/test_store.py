@@ -36,7 +36,7 @@ from pplx_nb.jobs import JobContext, JobQueue
 
 DATA = Path(__file__).parent / "data"
 TS_FIXTURE = DATA / "ts_server_conversation.json"
-TS_ID = "20250124-1706102400123"
+TS_ID = "20250124-1737724800123"
 
 
 def user(content: str) -> dict[str, Any]:
@@ -391,8 +391,10 @@ def test_read_only_store_is_a_filesystem_error(store: ConversationStore) -> None
 def test_ts_server_file_loads_and_round_trips(store: ConversationStore) -> None:
     original = install_ts_conversation(store)
     conversation = store.load(TS_ID)
-    assert conversation.message_count == 4
-    assert conversation.first_query() == "What are the latest features in TypeScript 5.8?"
+    assert conversation.message_count == 5
+    assert conversation.first_query() == (
+        "How does asyncio.TaskGroup cancel its tasks when one of them fails?"
+    )
     assert all(m.timestamp is None and m.sources is None for m in conversation.messages)
     assert conversation.to_json_dict() == original
 
@@ -418,8 +420,8 @@ def test_ts_server_file_accepts_appends_and_keeps_unknown_keys(store: Conversati
 
     document = json.loads((store.root / TS_ID / "conversation.json").read_bytes())
     assert document["title"] == "TS notes"
-    assert document["messages"][:4] == original["messages"]
-    assert document["messageCount"] == 6
+    assert document["messages"][:5] == original["messages"]
+    assert document["messageCount"] == 7
     assert document["createdAt"] == original["createdAt"]
     loaded = store.load(TS_ID)
     assert loaded.model_extra == {"title": "TS notes"}

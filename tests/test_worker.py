@@ -187,7 +187,8 @@ def test_a_job_that_always_fails_ends_failed_after_three_attempts(
     directory = settings.logs_dir() / cid
     assert not (directory / "job.json").exists()
     assert (directory / "status.json").exists() and (directory / "conversation.json").exists()
-    assert _replies(store, cid) == []
+    (closing,) = _replies(store, cid)  # the question is closed as not answered, saying why
+    assert closing.unanswered is not None and closing.unanswered.code == "API_SERVER_ERROR"
 
 
 def test_jobs_run_concurrently_up_to_the_limit(

@@ -10,28 +10,19 @@ from __future__ import annotations
 
 import re
 
+from pplx_nb._think import THINK_CLOSE as _CLOSE
+from pplx_nb._think import THINK_OPEN as _OPEN
+from pplx_nb._think import split_think
+
 __all__ = ["RELATED_INSTRUCTION", "DeltaFilter", "split_related", "split_think"]
 
 RELATED_INSTRUCTION = (
     "After the answer, add a line 'Related questions:' followed by three short follow-up "
     "questions the reader might ask next, one per line, each starting with '- '."
 )
-_OPEN, _CLOSE = "<think>", "</think>"
 _RELATED = re.compile(r"(?im)^[ \t#>*_]*related questions[ \t*_]*:[ \t*_]*$")
 _BULLET = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s*")
 _MARKER = "related questions"
-
-
-def split_think(content: str) -> tuple[str, str | None]:
-    """``(text, thinking)``: a leading ``<think>`` block moved out of ``content``."""
-    stripped = content.lstrip()
-    if not stripped.startswith(_OPEN):
-        return content, None
-    end = stripped.find(_CLOSE)
-    if end < 0:
-        return "", stripped[len(_OPEN) :].strip()
-    thinking = stripped[len(_OPEN) : end].strip()
-    return stripped[end + len(_CLOSE) :].lstrip(), thinking
 
 
 def split_related(text: str) -> tuple[str, list[str]]:

@@ -46,7 +46,7 @@ def _model_messages(query: str, history: Sequence[Message]) -> list[dict[str, st
     for message in history[-6:]:
         if message.role == "system":
             continue
-        content = " ".join(message.content.split())[:500]
+        content = " ".join(message.answer_text.split())[:500]
         lines.append(f"{message.role}: {content}")
         if message.role == "assistant" and message.sources:
             titles = ", ".join(s.title or s.url for s in message.sources[:3])

@@ -4,7 +4,8 @@
 job.json for files; a Redis backend would keep them in a hash per conversation). The queue reads
 a status under the conversation's lock, applies a pure transition
 (:mod:`pplx_nb.jobs._transitions`) and writes the result back, so a backend stores typed values
-and decides nothing. :class:`AnswerLookup` is the one question the job side asks the store.
+and decides nothing. :class:`AnswerLookup` is what the job side asks of the store: a job's stored
+answer, and closing the question of a job that ended without one.
 """
 
 from __future__ import annotations
@@ -88,4 +89,9 @@ class AnswerLookup(Protocol):
         ``document`` is the stored document when the caller already holds it (an append's
         ``check``); otherwise the store reads it.
         """
+        ...
+
+    def close_question(self, conversation_id: str, closing: Message, *, lock_held: bool) -> bool:
+        """Append ``closing`` if the conversation ends with a question without an answer (a job
+        that failed or was cancelled), so its turns keep alternating; whether it did."""
         ...

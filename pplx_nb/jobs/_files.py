@@ -30,6 +30,7 @@ from pplx_nb._fs import (
 )
 from pplx_nb._layout import Layout
 from pplx_nb._models import JOB_STATES, JobRecord, JobState, JobStatus
+from pplx_nb._reread import read_settled
 
 __all__ = ["FileStatusBackend"]
 
@@ -81,6 +82,9 @@ class FileStatusBackend:
     def read(self, conversation_id: str) -> JobStatus | None:
         """status.json as a :class:`JobStatus`; ``None`` if no job ever ran for it."""
         path = self.layout.status_file(conversation_id)
+        return read_settled(path, lambda: self._status(path), (ConversationCorrupted,))
+
+    def _status(self, path: str) -> JobStatus | None:
         raw = self._bytes(path)
         if raw is None:
             return None
@@ -122,8 +126,15 @@ class FileStatusBackend:
     # -- job.json -------------------------------------------------------------------------------
 
     def read_job(self, conversation_id: str) -> JobRecord | None:
-        """job.json as a :class:`JobRecord`; ``None`` if there is none."""
+        """job.json as a :class:`JobRecord`; ``None`` if there is none.
+
+        Read again while it does not parse and keeps changing: the TypeScript server writes it
+        in place.
+        """
         path = self.layout.job_file(conversation_id)
+        return read_settled(path, lambda: self._record(path), (ConversationCorrupted,))
+
+    def _record(self, path: str) -> JobRecord | None:
         raw = self._bytes(path)
         if raw is None:
             return None

@@ -42,6 +42,9 @@ class Job:
     """When the run ``remote_id`` was submitted (ISO 8601): its deadline counts from then."""
     submitting: bool = False
     """A submission was begun and never recorded as ended: a run may exist without a known id."""
+    params: dict[str, Any] = field(default_factory=dict)
+    """The TypeScript server's parameters of the job (``query``, ``reasoning_effort``): all a job
+    that server queued has instead of ``request``."""
 
     @property
     def elapsed_ms(self) -> int:

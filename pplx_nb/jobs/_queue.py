@@ -32,7 +32,14 @@ from pplx_nb._errors import (
     ValidationError,
 )
 from pplx_nb._fs import CONVERSATION_ID_RE, fs_errors, validate_conversation_id
-from pplx_nb._models import ACTIVE_JOB_STATES, JobRecord, JobState, JobStatus, now_iso
+from pplx_nb._models import (
+    ACTIVE_JOB_STATES,
+    JobRecord,
+    JobState,
+    JobStatus,
+    closing_turn,
+    now_iso,
+)
 from pplx_nb.jobs import _events as events
 from pplx_nb.jobs import _transitions as transitions
 from pplx_nb.jobs._backend import AnswerLookup, JobStatusBackend
@@ -94,6 +101,7 @@ class JobQueue:
             self._leases,
             lease_seconds=lease_seconds,
             max_job_retries=max_job_retries,
+            ended=self._close_question,
         )
 
     @classmethod
@@ -114,12 +122,20 @@ class JobQueue:
     # -- submitting ----------------------------------------------------------------------------
 
     def enqueue(
-        self, conversation_id: str, tool: str, request: dict[str, Any], priority: int = 0
+        self,
+        conversation_id: str,
+        tool: str,
+        request: dict[str, Any],
+        priority: int = 0,
+        *,
+        params: dict[str, Any] | None = None,
     ) -> JobStatus:
         """Queue a job for an existing conversation: writes job.json and a ``pending`` status.json.
 
         Takes the conversation lock; :meth:`enqueue_locked` is the same step for a caller that
-        holds it already.
+        holds it already. ``params`` (``query``, ``reasoning_effort``) lets the TypeScript
+        perplexity-mcp-server's worker run the job too: job.json then carries that server's
+        fields beside ours.
 
         Raises:
             ValidationError: bad id, priority outside ±9999, or a request that is not JSON.
@@ -129,12 +145,18 @@ class JobQueue:
         """
         self._check_request(conversation_id, request, priority)
         with self._statuses.locked(conversation_id):
-            status = self._add(conversation_id, tool, request, priority)
+            status = self._add(conversation_id, tool, request, priority, params)
         events.enqueued(status)
         return status
 
     def enqueue_locked(
-        self, conversation_id: str, tool: str, request: dict[str, Any], priority: int = 0
+        self,
+        conversation_id: str,
+        tool: str,
+        request: dict[str, Any],
+        priority: int = 0,
+        *,
+        params: dict[str, Any] | None = None,
     ) -> JobStatus:
         """:meth:`enqueue` for a caller that holds the conversation lock.
 
@@ -143,7 +165,7 @@ class JobQueue:
         :meth:`enqueue` does.
         """
         self._check_request(conversation_id, request, priority)
-        status = self._add(conversation_id, tool, request, priority)
+        status = self._add(conversation_id, tool, request, priority, params)
         events.enqueued(status)
         return status
 
@@ -164,7 +186,12 @@ class JobQueue:
         self._must_exist(conversation_id)
 
     def _add(
-        self, conversation_id: str, tool: str, request: dict[str, Any], priority: int
+        self,
+        conversation_id: str,
+        tool: str,
+        request: dict[str, Any],
+        priority: int,
+        params: dict[str, Any] | None,
     ) -> JobStatus:
         """Write the job of a checked request (lock held): job.json, status.json, its marker."""
         statuses = self._statuses
@@ -179,6 +206,9 @@ class JobQueue:
             priority=priority,
             enqueued_at=now,
             queue_key=marker,
+            params=params,
+            created_at=now if params else None,
+            max_attempts=self.max_job_retries + 1,
         )
         status = transitions.new_status(record, now)
         previous = statuses.snapshot(conversation_id)
@@ -306,6 +336,7 @@ class JobQueue:
             remote_id=status.remote_id,
             submitted_at=status.submitted_at,
             submitting=bool(status.submitting_at),
+            params=dict(record.params or {}),
         )
 
     # -- while a job runs ----------------------------------------------------------------------
@@ -476,6 +507,7 @@ class JobQueue:
             statuses.write(status)
             self._leases.saw(job.marker, status.heartbeat_at)
             if status.done:
+                self._close_question(status)
                 self._clean_up(job.conversation_id, job.marker)
             elif status.status == "pending":
                 self._index.requeue(job.marker)
@@ -484,7 +516,12 @@ class JobQueue:
     def _end(self, status: JobStatus, marker: str) -> None:
         """Write an ended status, then remove its request and marker (lock held)."""
         self._statuses.write(status)
+        self._close_question(status)
         self._clean_up(status.conversation_id, marker)
+
+    def _close_question(self, status: JobStatus) -> None:
+        """Close the question of a job that ended without an answer (lock held)."""
+        _close_unanswered(self._answer_lookup(), status)
 
     def _clean_up(self, conversation_id: str, marker: str) -> None:
         self._statuses.remove_job(conversation_id)
@@ -504,3 +541,23 @@ class JobQueue:
         except PplxError:
             return {}
         return result_meta_of(answer)
+
+
+def _close_unanswered(answers: AnswerLookup, status: JobStatus) -> None:
+    """After a job ended without an answer, close its question with an assistant turn saying why
+    (the conversation's lock held), so the turns keep alternating for every program that replays
+    them. A store that cannot be written is logged, never a reason to keep the job open."""
+    if status.status not in ("failed", "cancelled"):
+        return
+    error = status.error
+    closing = closing_turn(
+        "failed" if status.status == "failed" else "cancelled",
+        error.code if error else None,
+        error.message if error else None,
+    )
+    try:
+        answers.close_question(status.conversation_id, closing, lock_held=True)
+    except PplxError as exc:
+        logger.warning(
+            "Could not close the unanswered question of %s: %s", status.conversation_id, exc
+        )

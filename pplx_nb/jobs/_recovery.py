@@ -3,7 +3,9 @@
 Markers are only hints, so recovery trusts the statuses: a claimed marker whose job is running
 without heartbeats for a lease loses its attempt (:func:`~pplx_nb.jobs._transitions.expire_lease`),
 one whose claimant died before taking the job goes back to pending, one of an ended or replaced
-job is dropped; a pending or running job without a marker gets one back.
+job is dropped; a pending or running job without a marker gets one back. A job the TypeScript
+perplexity-mcp-server queued (its fields, none of our ids) is taken over once it has stayed
+pending for a lease.
 
 Leases are judged by this process's own clock (:mod:`pplx_nb.jobs._lease`): a heartbeat counts
 as stale once this process has seen it unchanged for a lease.
@@ -11,13 +13,18 @@ as stale once this process has seen it unchanged for a lease.
 
 from __future__ import annotations
 
+import time
+import uuid
+from collections.abc import Callable
+from datetime import datetime
+
 from pplx_nb._errors import PplxError
 from pplx_nb._fs import CONVERSATION_ID_RE
-from pplx_nb._models import now_iso
+from pplx_nb._models import JobStatus, now_iso
 from pplx_nb.jobs import _transitions as transitions
 from pplx_nb.jobs._backend import JobStatusBackend
 from pplx_nb.jobs._events import failed, logger
-from pplx_nb.jobs._index import JobIndex, conversation_of
+from pplx_nb.jobs._index import PRIORITY_MAX, JobIndex, conversation_of, marker_name
 from pplx_nb.jobs._lease import LeaseClock
 
 __all__ = ["Recovery"]
@@ -32,6 +39,7 @@ class Recovery:
         leases: this process's view of every job's heartbeat.
         lease_seconds: how long a heartbeat may stay unchanged.
         max_job_retries: retries after the first attempt (a lost attempt counts as failed).
+        ended: called with the status of a job that failed for good (the lock held).
     """
 
     def __init__(
@@ -42,12 +50,16 @@ class Recovery:
         *,
         lease_seconds: float,
         max_job_retries: int,
+        ended: Callable[[JobStatus], None],
     ) -> None:
         self._statuses = statuses
         self._index = index
         self._leases = leases
         self.lease_seconds = lease_seconds
         self.max_job_retries = max_job_retries
+        self._ended = ended
+        self._waiting = LeaseClock()
+        """When this process first saw each TypeScript job pending as it is now."""
 
     def run(self) -> int:
         """Recover every claimed job whose lease expired, then rebuild missing markers.
@@ -92,6 +104,7 @@ class Recovery:
             if retry:
                 index.requeue(marker)
             else:
+                self._ended(status)
                 statuses.remove_job(conversation_id)
                 index.drop(marker)
         info = status.error_history[-1]
@@ -100,20 +113,62 @@ class Recovery:
 
     def _rebuild(self, claimed: set[str]) -> int:
         known = set(self._index.pending()) | claimed
-        rebuilt = 0
+        rebuilt = adopted = 0
+        foreign: list[str] = []
         for conversation_id in self._statuses.conversation_ids():
             try:
-                if self._statuses.has_job(conversation_id):
-                    rebuilt += self._rebuild_marker(conversation_id, known)
+                if not self._statuses.has_job(conversation_id):
+                    continue
+                status = self._statuses.read(conversation_id)
+                if status is not None and status.queue_key is None:
+                    foreign.append(conversation_id)
+                    adopted += self._adopt(conversation_id, status)
+                else:
+                    rebuilt += self._rebuild_marker(conversation_id, status, known)
             except PplxError as exc:
                 logger.error("Job %s cannot be indexed: %s", conversation_id, exc)
+        self._waiting.keep_only(foreign)
         if rebuilt:
             logger.warning("Job index: re-created %d missing marker(s)", rebuilt)
-        return rebuilt
+        return rebuilt + adopted
 
-    def _rebuild_marker(self, conversation_id: str, known: set[str]) -> int:
+    def _adopt(self, conversation_id: str, status: JobStatus) -> int:
+        """Take over a job the TypeScript server queued once no worker has taken it for a lease.
+
+        That server's own worker takes its jobs within 2 s, so a job still pending after a lease
+        has none running (the server was closed right after queueing it, or runs without async
+        jobs). Its request stays readable to that server (see :func:`transitions.adopt`).
+        """
+        if status.status != "pending":
+            return 0
+        if self._waiting.saw(conversation_id, status.updated_at) <= self.lease_seconds:
+            return 0
+        statuses = self._statuses
+        with statuses.locked(conversation_id):
+            current = statuses.read(conversation_id)
+            record = statuses.read_job(conversation_id)
+            if (
+                current is None
+                or current.status != "pending"
+                or current.queue_key is not None
+                or record is None
+                or not record.foreign
+            ):
+                return 0
+            priority = max(-PRIORITY_MAX, min(PRIORITY_MAX, record.priority))
+            marker = marker_name(priority, _micros(record.created_at), conversation_id)
+            record = record.model_copy(update={"priority": priority})
+            status, record = transitions.adopt(current, record, uuid.uuid4().hex, marker, now_iso())
+            statuses.write_job(record)
+            statuses.write(status)
+            self._index.add_pending(marker, statuses.job_link(conversation_id))
+        logger.info("Job %s was queued by the TypeScript server: taken over", conversation_id)
+        return 1
+
+    def _rebuild_marker(
+        self, conversation_id: str, status: JobStatus | None, known: set[str]
+    ) -> int:
         statuses, index = self._statuses, self._index
-        status = statuses.read(conversation_id)
         marker = status.queue_key if status else None
         if marker is None or marker in known:
             return 0
@@ -130,3 +185,11 @@ class Recovery:
             else:
                 return 0
         return 1
+
+
+def _micros(stamp: str | None) -> int:
+    """An ISO 8601 instant in microseconds since the epoch (now, when it is not one)."""
+    try:
+        return int(datetime.fromisoformat(stamp or "").timestamp() * 1_000_000)
+    except ValueError:
+        return time.time_ns() // 1000

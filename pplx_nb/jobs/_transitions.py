@@ -5,13 +5,15 @@ stamp) and returns a new status, leaving its argument untouched. The queue reads
 the conversation's lock, applies one transition and writes the result, so every rule about a
 job's lifecycle lives here and is testable without a disk::
 
+    (queued by the TypeScript server) ──adopt──▶ pending
     pending ──start_attempt──▶ in_progress ──complete──▶ completed
        ▲                          │  │  └──fail_or_retry (no retry left)──▶ failed
        └──fail_or_retry / release / expire_lease (retry left)
     pending | in_progress ──cancel──▶ cancelled
 
 While a job is ``in_progress``, only the worker holding the attempt may write
-(:func:`check_owner`); heartbeats, progress, submissions and noted errors keep it there.
+(:func:`check_owner`); heartbeats, progress, submissions and noted errors keep it there, and each
+of them moves ``updatedAt`` with ``heartbeatAt``.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from pplx_nb.jobs._job import START_PROGRESS, Job
 __all__ = [
     "LEASE_EXPIRED",
     "NON_RETRYABLE",
+    "adopt",
     "begin_submission",
     "cancel",
     "check_owner",
@@ -92,6 +95,29 @@ def new_status(record: JobRecord, now: str) -> JobStatus:
         queue_key=record.queue_key,
         request=record.request,
     )
+
+
+def adopt(
+    status: JobStatus, record: JobRecord, job_id: str, marker: str, now: str
+) -> tuple[JobStatus, JobRecord]:
+    """A pending job the TypeScript server queued, made ours: our ids beside its fields.
+
+    The record keeps its ``params`` and ``createdAt`` (so that server can still read it) and the
+    status its history; the job then runs as any other.
+    """
+    record = record.model_copy(
+        update={
+            "job_id": job_id,
+            "conversation_id": status.conversation_id,
+            "tool_name": record.tool_name or status.tool_name,
+            "enqueued_at": record.created_at or now,
+            "queue_key": marker,
+        }
+    )
+    status = status.model_copy(
+        update={"job_id": job_id, "queue_key": marker, "priority": record.priority}
+    )
+    return status, record
 
 
 def start_attempt(status: JobStatus, worker_id: str, now: str) -> JobStatus:
@@ -188,8 +214,8 @@ def lease_lost(job: Job, state: str) -> LeaseLost:
 
 
 def heartbeat(status: JobStatus, now: str, elapsed_ms: int) -> JobStatus:
-    """The worker is alive: ``heartbeatAt`` moves, and the progress's elapsed time."""
-    update: dict[str, Any] = {"heartbeat_at": now}
+    """The worker is alive: ``heartbeatAt`` and ``updatedAt`` move, and the elapsed time."""
+    update: dict[str, Any] = _beat(now)
     if status.progress is not None:
         update["progress"] = status.progress.model_copy(update={"elapsed_ms": elapsed_ms})
     return status.model_copy(update=update)
@@ -205,17 +231,17 @@ def report(
         elapsed_ms=elapsed_ms,
         attempt=status.attempts,
     )
-    return status.model_copy(update={"progress": progress, "heartbeat_at": now, "updated_at": now})
+    return status.model_copy(update={"progress": progress, **_beat(now)})
 
 
 def begin_submission(status: JobStatus, now: str) -> JobStatus:
     """A paid submission is being sent; until its outcome is known a run may exist."""
-    return status.model_copy(update={"submitting_at": now, "heartbeat_at": now})
+    return status.model_copy(update={"submitting_at": now, **_beat(now)})
 
 
 def end_submission(status: JobStatus, now: str) -> JobStatus:
     """The submission provably started no run."""
-    return status.model_copy(update={"submitting_at": None, "heartbeat_at": now})
+    return status.model_copy(update={"submitting_at": None, **_beat(now)})
 
 
 def record_remote_id(status: JobStatus, remote_id: str, now: str) -> JobStatus:
@@ -225,7 +251,7 @@ def record_remote_id(status: JobStatus, remote_id: str, now: str) -> JobStatus:
             "remote_id": remote_id,
             "submitted_at": status.submitting_at or now,
             "submitting_at": None,
-            "heartbeat_at": now,
+            **_beat(now),
         }
     )
 
@@ -233,7 +259,7 @@ def record_remote_id(status: JobStatus, remote_id: str, now: str) -> JobStatus:
 def note_error(status: JobStatus, error: BaseException, now: str) -> JobStatus:
     """An error the runner recovered from, added to ``errorHistory``; the attempt goes on."""
     history = [*status.error_history, error_info(error, status.attempts, now)]
-    return status.model_copy(update={"error_history": history, "heartbeat_at": now})
+    return status.model_copy(update={"error_history": history, **_beat(now)})
 
 
 def complete(
@@ -281,7 +307,7 @@ def fail_or_retry(
     """
     retry = retryable(error, status.attempts, max_retries)
     info = error_info(error, status.attempts, now)
-    update: dict[str, Any] = {"heartbeat_at": now}
+    update: dict[str, Any] = _beat(now)
     if isinstance(error, RemoteRunFailed | RunTimedOut):
         update["submitted_at"] = None
         update["remote_id"] = None
@@ -314,6 +340,13 @@ def error_info(error: BaseException, attempt: int, now: str) -> ErrorInfo:
     else:
         code, message = PplxError.code, f"{type(error).__name__}: {error}"
     return ErrorInfo(code=code, message=redact(message), at=now, attempt=attempt)
+
+
+def _beat(now: str) -> dict[str, Any]:
+    """A heartbeat's fields: ``updatedAt`` moves with ``heartbeatAt``, so a job that runs long
+    without new progress never looks stalled to a reader that only knows ``updatedAt`` (the
+    TypeScript server resets ``in_progress`` jobs not updated for ten minutes)."""
+    return {"heartbeat_at": now, "updated_at": now}
 
 
 def _requeued(status: JobStatus, now: str) -> JobStatus:

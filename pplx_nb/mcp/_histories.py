@@ -36,7 +36,8 @@ def _entry(researcher: Researcher, conversation_id: str, include_system: bool) -
         return HistoryEntry(status="error", error={"code": exc.code, "message": exc.message})
     state = status.status if status is not None else "answered"
     answer = conversation.last_answer()
-    report = answer.content if answer is not None and state in ("completed", "answered") else None
+    done = answer is not None and state in ("completed", "answered")
+    report = answer.answer_text if answer is not None and done else None
     data = conversation.to_json_dict()
     data["messageCount"] = len(conversation.messages)
     return HistoryEntry(

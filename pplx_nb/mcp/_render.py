@@ -157,7 +157,7 @@ def history_result(
         )
     parts.append("---")
     for index, (message, data) in enumerate(zip(conversation.messages, messages, strict=True), 1):
-        parts.append(_message_text(index, message.role, message.content, data))
+        parts.append(_message_text(index, message.role, message.answer_text, data))
     structured = HistoryResult(
         conversationId=conversation.conversation_id,
         conversationPath=path,

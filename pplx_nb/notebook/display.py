@@ -297,7 +297,7 @@ def conversation_bundle(conversation: Conversation) -> Bundle:
         elif message.role == "assistant":
             sources = list(message.sources or [])
             model = f" <sub>{html.escape(message.model)}</sub>" if message.model else ""
-            text = linked_text(answer_text(message.content), sources)
+            text = linked_text(answer_text(message.answer_text), sources)
             parts.append(f"**📎 Answer**{model}{stamp}\n\n{text}")
             if sources:
                 parts.append(sources_markdown(sources))

@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic.alias_generators import to_camel, to_snake
 
-from pplx_nb._errors import PplxError
+from pplx_nb._errors import PplxError, error_from_code
 from pplx_nb._models import Answer, Conversation, Message, now_iso
 from pplx_nb._pricing import estimate_cost
 
@@ -60,12 +60,20 @@ def stored_answer(conversation: Conversation, path: str) -> Answer:
             f"Conversation {conversation.conversation_id} has no answer yet. "
             "Follow up to ask again."
         )
+    closed = message.unanswered
+    if closed is not None:
+        # Its last question got no answer: say why, rather than pass the notice off as one.
+        raise error_from_code(
+            closed.code or PplxError.code,
+            closed.message or message.content,
+            conversation_id=conversation.conversation_id,
+        )
     return Answer(
-        text=message.content,
+        text=message.answer_text,
         sources=message.sources or [],
         related_questions=message.related_questions or [],
         images=[_rekeyed(image, to_snake) for image in message.images or ()],
-        thinking=message.thinking,
+        thinking=message.reasoning,
         model=message.model,
         usage=message.usage,
         cost=message.cost,

@@ -34,7 +34,12 @@ from pplx_nb.research._progress import (
     research_progress,
 )
 from pplx_nb.research._runner import TurnRunner, submission_unknown, unknown_for
-from pplx_nb.research._turns import DEEP_RESEARCH_MODEL, build_request, fitted_messages
+from pplx_nb.research._turns import (
+    DEEP_RESEARCH_MODEL,
+    build_request,
+    fitted_messages,
+    ts_options,
+)
 
 if TYPE_CHECKING:
     from pplx_nb.api import AsyncClient, Request
@@ -84,7 +89,8 @@ class DeepResearchRunner:
             for m in conversation.messages
         ):
             return
-        opts = dict(job.request.get("opts") or {})
+        # A job the TypeScript server queued has only its params; the question is stored.
+        opts = dict(job.request.get("opts") or ts_options(job.params))
         model = str(job.request.get("model") or DEEP_RESEARCH_MODEL)
         notes = [str(note) for note in job.request.get("notes") or []]
         history = context.chain_messages(self._store, job.conversation_id)

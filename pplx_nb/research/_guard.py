@@ -7,7 +7,8 @@ would split the pair. So asking goes through here::
     ticket = guard.ask(question, model, conversation_id)   # stored + marked as being answered
     ticket.renew()                                         # a long stream keeps the mark live
     ticket.answer(message)                                 # stored, mark gone, in one locked step
-    ticket.abandon()                                       # the call failed: mark gone
+    ticket.abandon(error)                                  # the call failed: mark gone and
+                                                           # the question closed, saying why
 
 Queued research stores its question and its job in one step the same way (:meth:`AnswerGuard.
 enqueue`), and the idle check refuses a question while a job or an answer of the conversation is
@@ -25,8 +26,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pplx_nb._config import Settings
-from pplx_nb._errors import JobInProgress, PplxError
-from pplx_nb._models import Conversation, JobStatus, Message
+from pplx_nb._errors import JobInProgress, PplxError, redact
+from pplx_nb._models import Conversation, JobStatus, Message, UnansweredState, closing_turn
 
 if TYPE_CHECKING:
     from pplx_nb.jobs import JobQueue
@@ -97,6 +98,7 @@ class AnswerGuard:
                 _discard(store, conversation_id)
                 raise
             return Ticket(store, conversation_id, token, seconds, created=True)
+        self._close_open_question(conversation_id)
         tokens: list[str] = []
         store.append(
             conversation_id,
@@ -106,16 +108,21 @@ class AnswerGuard:
         )
         return Ticket(store, conversation_id, tokens[0], seconds)
 
-    def ask_again(self, conversation_id: str, model: str) -> Ticket:
-        """Mark the stored unanswered question of ``conversation_id`` as being answered anew."""
-        seconds = self.deadline(model)
-        return Ticket(self._store, conversation_id, self._mark(conversation_id, seconds), seconds)
-
     def _mark(self, conversation_id: str, seconds: float) -> str:
         """Mark a stored question as being answered if nothing else is (one locked step)."""
         with self._store.locked(conversation_id):
             self.refuse_if_busy(conversation_id)
             return self._store.mark_answering(conversation_id, seconds)
+
+    def _close_open_question(self, conversation_id: str) -> None:
+        """Close a question another program (or a process that died) left without an answer,
+        before a new one follows it: two questions in a row would break the conversation for
+        every program that replays it. Not while a job or an answer of it is under way."""
+        self._store.close_question(
+            conversation_id,
+            closing_turn("interrupted"),
+            check=lambda _: self.refuse_if_busy(conversation_id),
+        )
 
     def enqueue(
         self,
@@ -125,41 +132,48 @@ class AnswerGuard:
         conversation_id: str | None = None,
         *,
         seed: Sequence[Message] = (),
+        params: dict[str, Any] | None = None,
     ) -> JobStatus:
         """Store ``question`` and queue its job in one step (all or nothing).
 
         No ``conversation_id``: a new conversation of ``seed`` and the question. No ``question``:
-        the conversation's stored unanswered question is queued again.
+        the conversation's stored unanswered question is queued again. ``params`` is the job as
+        the TypeScript server's worker reads it (see :meth:`Turn.job_params`).
         """
         queue = self._queue()
         if conversation_id is None:
             assert question is not None
             conversation_id = self._store.create([*seed, question]).conversation_id
             try:
-                return self._enqueue_stored(conversation_id, tool, request)
+                return self._enqueue_stored(conversation_id, tool, request, params)
             except BaseException:
                 # A question without its job would wait for an answer forever.
                 _discard(self._store, conversation_id)
                 raise
         if question is None:
-            return self._enqueue_stored(conversation_id, tool, request)
+            return self._enqueue_stored(conversation_id, tool, request, params)
+        self._close_open_question(conversation_id)
         queued: list[JobStatus] = []
         target = conversation_id
         self._store.append(
             target,
             question,
             check=lambda _: self.refuse_if_busy(target),
-            then=lambda: queued.append(queue.enqueue_locked(target, tool, request)),
+            then=lambda: queued.append(queue.enqueue_locked(target, tool, request, params=params)),
         )
         return queued[0]
 
     def _enqueue_stored(
-        self, conversation_id: str, tool: str, request: dict[str, Any]
+        self,
+        conversation_id: str,
+        tool: str,
+        request: dict[str, Any],
+        params: dict[str, Any] | None,
     ) -> JobStatus:
         """Queue the job of a stored question if nothing else is under way (one locked step)."""
         with self._store.locked(conversation_id):
             self.refuse_if_busy(conversation_id)
-            return self._queue().enqueue_locked(conversation_id, tool, request)
+            return self._queue().enqueue_locked(conversation_id, tool, request, params=params)
 
     def answer_job(
         self, conversation_id: str, message: Message, check_owner: Callable[[bytes], None]
@@ -224,18 +238,41 @@ class Ticket:
         self._token = None
         return conversation
 
-    def abandon(self, *, discard: bool = False) -> None:
-        """End the mark without an answer; ``discard`` also removes a conversation this ticket
-        created (its first question failed at no cost: there is nothing to retry)."""
+    def abandon(self, error: BaseException | None = None, *, discard: bool = False) -> None:
+        """End the mark without an answer.
+
+        With ``error`` (why there is none), the question is closed by an assistant turn saying
+        so, in the same locked step (see :func:`~pplx_nb._models.closing_turn`); ``discard``
+        instead removes a conversation this ticket created (its first question failed at no
+        cost: there is nothing to retry).
+        """
         token, self._token = self._token, None
-        if token is not None:
-            with contextlib.suppress(PplxError), self._store.locked(self.conversation_id):
-                self._store.clear_answering(self.conversation_id, token)
+        store, conversation_id = self._store, self.conversation_id
         if discard and self.created:
-            _discard(self._store, self.conversation_id)
+            _discard(store, conversation_id)
+            return
+        if error is not None:
+            then = None if token is None else lambda: store.clear_answering(conversation_id, token)
+            closing = closing_turn(*_unanswered(error))
+            with contextlib.suppress(PplxError):
+                if store.close_question(conversation_id, closing, then=then):
+                    return
+        if token is not None:
+            with contextlib.suppress(PplxError), store.locked(conversation_id):
+                store.clear_answering(conversation_id, token)
 
 
 def _discard(store: ConversationStore, conversation_id: str) -> None:
     """Remove a conversation whose question will get no answer (best effort)."""
     with contextlib.suppress(PplxError):
         store.delete(conversation_id)
+
+
+def _unanswered(error: BaseException) -> tuple[UnansweredState, str | None, str | None]:
+    """Why a question got no answer: a failure (its code, its message without secrets), or an
+    interruption (cancelled, Ctrl-C, a stream closed early)."""
+    if isinstance(error, PplxError):
+        return "failed", error.code, redact(error.message)
+    if isinstance(error, Exception):
+        return "failed", PplxError.code, redact(f"{type(error).__name__}: {error}")
+    return "interrupted", None, None

@@ -216,12 +216,18 @@ class Researcher:
         logger.info("Resubmitting the question of %s deliberately", conversation_id)
         if self._queued(wait):
             with self._runner.counted():
-                queued = self._guard.enqueue(None, turn.tool, turn.job_request(), conversation_id)
+                queued = self._guard.enqueue(
+                    turn.user,
+                    turn.tool,
+                    turn.job_request(),
+                    conversation_id,
+                    params=turn.job_params(),
+                )
             self._jobs.queued(queued)
             self._runner.record(turn.started, None, ok=True)
             return queued
         with self._runner.counted():
-            ticket = self._guard.ask_again(conversation_id, turn.model)
+            ticket = self._guard.ask(turn.user, turn.model, conversation_id)
         return await last(self._runner.run(turn, ticket, stream=True, on_progress=on_progress))
 
     async def await_job(
@@ -340,7 +346,12 @@ class Researcher:
         counted = self._runner.counted() if turn.conversation_id else contextlib.nullcontext()
         with counted:
             status = self._guard.enqueue(
-                turn.user, turn.tool, turn.job_request(), turn.conversation_id, seed=turn.seed
+                turn.user,
+                turn.tool,
+                turn.job_request(),
+                turn.conversation_id,
+                seed=turn.seed,
+                params=turn.job_params(),
             )
         turn.conversation_id = status.conversation_id
         self._jobs.queued(status)

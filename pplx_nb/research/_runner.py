@@ -130,7 +130,7 @@ class TurnRunner:
         """Give the question up after ``error``; what to raise instead of it, if anything."""
         self.record(turn.started, None, ok=False)
         if ticket is not None:
-            ticket.abandon(discard=not _may_be_billed(turn, error))
+            ticket.abandon(error, discard=not _may_be_billed(turn, error))
         if isinstance(error, SubmissionUnknown) and turn.conversation_id is not None:
             return unknown_for(error, turn.conversation_id)
         return None

@@ -30,6 +30,8 @@ __all__ = [
     "build_request",
     "fitted_messages",
     "tool_for",
+    "ts_options",
+    "ts_params",
 ]
 
 Mode = Literal["search", "research"]
@@ -48,6 +50,8 @@ _TOOLS = {
     ("search", True): "perplexity_search_followup",
     ("research", True): "perplexity_deep_research_followup",
 }
+_TS_EFFORTS = ("low", "medium", "high")
+"""The reasoning efforts the TypeScript server's deep research accepts."""
 
 
 def tool_for(mode: Mode, follow_up: bool) -> str:
@@ -87,6 +91,29 @@ class Turn:
             "searchQuery": self.messages[-1]["content"],
             **({"notes": self.notes} if self.notes else {}),
         }
+
+    def job_params(self) -> dict[str, Any]:
+        """The same job as the TypeScript perplexity-mcp-server's worker reads it (job.json
+        ``params``): the question as asked, and the effort when it is one that server knows."""
+        return ts_params(self.user.content, self.opts.get("reasoning_effort"))
+
+
+def _unanswered_question(messages: Sequence[Message]) -> Message | None:
+    """The last question if it has no answer: last of all, or closed by a "not answered" turn."""
+    if messages and messages[-1].role == "assistant" and messages[-1].unanswered is not None:
+        messages = messages[:-1]
+    return messages[-1] if messages and messages[-1].role == "user" else None
+
+
+def ts_params(query: str, effort: object) -> dict[str, Any]:
+    """``{"query", "reasoning_effort"}`` as the TypeScript server's jobs hold them."""
+    return {"query": query, **({"reasoning_effort": effort} if effort in _TS_EFFORTS else {})}
+
+
+def ts_options(params: dict[str, Any]) -> dict[str, Any]:
+    """The options of a job the TypeScript server queued (its ``params``)."""
+    effort = params.get("reasoning_effort")
+    return {"reasoning_effort": effort} if effort in _TS_EFFORTS else {}
 
 
 class TurnBuilder:
@@ -184,18 +211,20 @@ class TurnBuilder:
 
         self._refuse_if_busy(conversation_id)
         conversation = self._store.load(conversation_id)
-        question = conversation.messages[-1] if conversation.messages else None
-        if question is None or question.role != "user":
+        question = _unanswered_question(conversation.messages)
+        if question is None:
             raise ValidationError(
                 f"Conversation {conversation_id} has no unanswered question to retry: its "
                 "last question has an answer. Ask again with a follow-up."
             )
+        # Asked again as a new turn after the one that closed it: the turns keep alternating.
+        question = question.model_copy(update={"timestamp": now_iso()})
         earlier = dict((status.model_extra or {}).get("request") or {}) if status else {}
         opts = check_options({**dict(earlier.get("opts") or {}), **opts})
         model = str(opts.get("model") or earlier.get("model") or DEEP_RESEARCH_MODEL)
         notes = [str(note) for note in earlier.get("notes") or []]
         messages = fitted_messages(
-            context.chain_messages(self._store, conversation_id), model, notes
+            [*context.chain_messages(self._store, conversation_id), question], model, notes
         )
         if earlier.get("searchQuery"):
             messages[-1] = {"role": "user", "content": str(earlier["searchQuery"])}
@@ -339,17 +368,21 @@ def _with_system_notes(
 def _wire_messages(messages: Sequence[Message]) -> list[dict[str, str]]:
     """Messages as the API wants them: roles alternate after the system prompt.
 
-    A user turn left without an answer (its call failed) is dropped when another user turn follows.
+    A question that got no answer is left out with the turn that closed it (or, never closed,
+    when another question follows). Answers go without the ``<think>`` reasoning another program
+    may have stored inside them.
     """
     out: list[dict[str, str]] = []
     for message in messages:
+        if message.unanswered is not None:
+            if out and out[-1]["role"] == "user":
+                out.pop()
+            continue
+        content = message.answer_text
         if out and out[-1]["role"] == message.role == "user":
-            out[-1] = {"role": "user", "content": message.content}
+            out[-1] = {"role": "user", "content": content}
         elif out and out[-1]["role"] == message.role == "assistant":
-            out[-1] = {
-                "role": "assistant",
-                "content": out[-1]["content"] + "\n\n" + message.content,
-            }
+            out[-1] = {"role": "assistant", "content": out[-1]["content"] + "\n\n" + content}
         else:
-            out.append({"role": message.role, "content": message.content})
+            out.append({"role": message.role, "content": content})
     return out

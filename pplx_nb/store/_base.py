@@ -39,11 +39,12 @@ class StoreBackend(Protocol):
         *,
         check: Callable[[bytes], None] | None = None,
         then: Callable[[], None] | None = None,
+        lock_held: bool = False,
     ) -> bytes:
         """Append messages atomically (concurrent appends are serialised); return the document.
 
         ``check(document)`` may refuse before the write, ``then()`` follows it; both inside the
-        same serialised section.
+        same serialised section. ``lock_held``: the caller already holds the conversation's lock.
         """
         ...
 

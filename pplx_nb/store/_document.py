@@ -36,6 +36,7 @@ __all__ = [
     "corrupted",
     "encode",
     "header",
+    "last_role",
     "parse",
     "split",
     "summarize",
@@ -140,6 +141,24 @@ def append_messages(
         return b"".join((head, b"\n", lines, TAIL))
     body = memoryview(canonical.data)[canonical.body_start : canonical.body_end]
     return b"".join((head, b"\n", body, b",\n", lines, TAIL))
+
+
+def last_role(data: bytes, conversation_id: str, where: str) -> str | None:
+    """The role of a document's last message (``None`` without messages), reading one line of
+    a canonical document."""
+    canonical = split(data)
+    if canonical is None:
+        messages = parse(data, conversation_id, where)["messages"]
+        return str(messages[-1]["role"]) if messages else None
+    if canonical.message_count == 0:
+        return None
+    newline = data.rfind(b"\n", canonical.body_start, canonical.body_end)
+    line = data[newline + 1 if newline >= 0 else canonical.body_start : canonical.body_end]
+    try:
+        role = json.loads(line).get("role")
+    except (ValueError, RecursionError, AttributeError) as exc:
+        raise corrupted(conversation_id, where, "its last message is not valid JSON") from exc
+    return str(role)
 
 
 def parse(data: bytes, conversation_id: str, where: str) -> dict[str, Any]:

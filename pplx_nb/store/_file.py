@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from pplx_nb._errors import ConversationNotFound, FilesystemError
+from pplx_nb._errors import ConversationCorrupted, ConversationNotFound, FilesystemError
 from pplx_nb._fs import (
     CONVERSATION_ID_RE,
     DEFAULT_MAX_FILE_BYTES,
@@ -51,6 +51,7 @@ from pplx_nb._layout import (
     is_temp_of,
 )
 from pplx_nb._models import now_iso
+from pplx_nb._reread import read_settled
 from pplx_nb.store import _answering as answering
 from pplx_nb.store._answering import AnsweringMarker
 from pplx_nb.store._document import (
@@ -176,19 +177,27 @@ class FileBackend:
         *,
         check: Callable[[bytes], None] | None = None,
         then: Callable[[], None] | None = None,
+        lock_held: bool = False,
     ) -> bytes:
         """Append under the conversation's lock: read, splice new lines in, replace atomically.
 
         ``check`` sees the stored document before anything is written and may raise to refuse;
         ``then`` runs after the write, and if it raises the previous document is put back, so
         the append and its action happen together or not at all. Both run under the lock, so
-        they must not take it.
+        they must not take it. ``lock_held``: the caller holds the lock already (the job side
+        closing a question in the step that ends its job).
         """
         directory = self.directory(conversation_id)
         path = directory / CONVERSATION_FILE
-        with self._locked(conversation_id, directory):
+        held = contextlib.nullcontext() if lock_held else self._locked(conversation_id, directory)
+        with held:
             _sweep_leftovers(directory)
-            data = self._read(conversation_id, path)
+            # Another program may be rewriting it in place, lock or not: read it whole.
+            data = read_settled(
+                path,
+                lambda: _whole(self._read(conversation_id, path), conversation_id, str(path)),
+                (ConversationCorrupted, ConversationNotFound),
+            )
             if check is not None:
                 check(data)
             updated_at = now_iso()
@@ -294,7 +303,12 @@ class FileBackend:
         directory = self.directory(conversation_id)
         if not real_directory(directory):
             raise not_found(conversation_id, self.root)
-        return self._read(conversation_id, directory / CONVERSATION_FILE)
+        path = directory / CONVERSATION_FILE
+        # In a folder that is there, a missing file is one being rewritten in place (the
+        # TypeScript server removes it first) or being created: read again while that lasts.
+        return read_settled(
+            path, lambda: self._read(conversation_id, path), (ConversationNotFound,)
+        )
 
     def _read(self, conversation_id: str, path: Path | str) -> bytes:
         try:
@@ -359,3 +373,10 @@ class FileBackend:
             summary = summarize(parse(data, conversation_id, path))
         summary["path"] = directory
         return summary
+
+
+def _whole(data: bytes, conversation_id: str, where: str) -> bytes:
+    """``data`` if it is a whole document (CONVERSATION_CORRUPTED if it does not parse)."""
+    if split(data) is None:
+        parse(data, conversation_id, where)
+    return data

@@ -37,9 +37,10 @@ from pplx_nb._models import (
     JobState,
     Message,
 )
+from pplx_nb._reread import read_settled
 from pplx_nb.store._answering import AnsweringMarker
 from pplx_nb.store._base import JobStates, StoreBackend
-from pplx_nb.store._document import SUMMARY_KEY, corrupted, header, parse
+from pplx_nb.store._document import SUMMARY_KEY, corrupted, header, last_role, parse
 from pplx_nb.store._file import FileBackend
 from pplx_nb.store._lazy import LazyConversation
 
@@ -131,6 +132,7 @@ class ConversationStore:
         *messages: Message | Mapping[str, Any],
         check: Callable[[bytes], None] | None = None,
         then: Callable[[], None] | None = None,
+        lock_held: bool = False,
     ) -> Conversation:
         """Append messages to a stored conversation atomically and return the updated conversation.
 
@@ -142,7 +144,7 @@ class ConversationStore:
         raise to refuse the append (nothing is written); ``then`` runs after the write, still
         locked, and if it raises the append is undone. Together they make "look, append, act"
         one step for other writers of the conversation directory (the job queue). Neither may
-        take the conversation lock itself.
+        take the conversation lock itself. ``lock_held`` says the caller holds it already.
         """
         validate_conversation_id(conversation_id)
         if not messages:
@@ -159,9 +161,41 @@ class ConversationStore:
                 check(stored)
 
         data = self._backend.append(
-            conversation_id, _message_dicts(messages), check=checked, then=then
+            conversation_id, _message_dicts(messages), check=checked, then=then, lock_held=lock_held
         )
         return self._appended(data, conversation_id)
+
+    def close_question(
+        self,
+        conversation_id: str,
+        closing: Message,
+        *,
+        check: Callable[[bytes], None] | None = None,
+        then: Callable[[], None] | None = None,
+        lock_held: bool = False,
+    ) -> bool:
+        """Append ``closing`` (see :func:`~pplx_nb._models.closing_turn`) if the conversation
+        ends with a question that has no answer; return whether it did.
+
+        Decided under the conversation's lock, so closing twice closes once and an answer stored
+        meanwhile is never followed by a closing turn. ``check`` and ``then`` are as for
+        :meth:`append` (``then`` runs only when the turn was appended).
+        """
+        where = self._backend.document_location(conversation_id)
+
+        def open_question(stored: bytes) -> None:
+            if check is not None:
+                check(stored)
+            if last_role(stored, conversation_id, where) != "user":
+                raise _Answered
+
+        try:
+            self.append(
+                conversation_id, closing, check=open_question, then=then, lock_held=lock_held
+            )
+        except _Answered:
+            return False
+        return True
 
     def _appended(self, data: bytes, conversation_id: str) -> Conversation:
         """The conversation in ``data``, its messages validated lazily when its header allows."""
@@ -286,15 +320,23 @@ class ConversationStore:
     def load(self, conversation_id: str) -> Conversation:
         """The stored conversation, with ``path`` set to its directory."""
         validate_conversation_id(conversation_id)
-        return self._conversation(self._backend.read(conversation_id), conversation_id)
+        return read_settled(
+            self._backend.document_location(conversation_id),
+            lambda: self._conversation(self._backend.read(conversation_id), conversation_id),
+            (ConversationCorrupted,),
+        )
 
     def read_raw(self, conversation_id: str) -> dict[str, Any]:
         """The stored document as a plain camelCase dict (checked for shape, not validated).
 
         For bulk readers such as :mod:`pplx_nb.export`, which need no pydantic models.
         """
-        data = self._backend.read(conversation_id)
-        document = parse(data, conversation_id, self._backend.document_location(conversation_id))
+        where = self._backend.document_location(conversation_id)
+        document = read_settled(
+            where,
+            lambda: parse(self._backend.read(conversation_id), conversation_id, where),
+            (ConversationCorrupted,),
+        )
         document.pop(SUMMARY_KEY, None)
         return document
 
@@ -503,3 +545,7 @@ def _to_ms(value: datetime | str | None, name: str) -> int | None:
     if value is None:
         return None
     return int(_parse_instant(value, name).timestamp() * 1000)
+
+
+class _Answered(Exception):
+    """The conversation's last question already has an answer (or it has none): nothing to close."""
