@@ -91,7 +91,8 @@ class AnswerLookup(Protocol):
         """
         ...
 
-    def close_question(self, conversation_id: str, closing: Message, *, lock_held: bool) -> bool:
+    def close_question_locked(self, conversation_id: str, closing: Message) -> bool:
         """Append ``closing`` if the conversation ends with a question without an answer (a job
-        that failed or was cancelled), so its turns keep alternating; whether it did."""
+        that failed or was cancelled), so its turns keep alternating; whether it did. The
+        caller holds the conversation lock."""
         ...

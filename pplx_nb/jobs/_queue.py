@@ -556,7 +556,7 @@ def _close_unanswered(answers: AnswerLookup, status: JobStatus) -> None:
         error.message if error else None,
     )
     try:
-        answers.close_question(status.conversation_id, closing, lock_held=True)
+        answers.close_question_locked(status.conversation_id, closing)
     except PplxError as exc:
         logger.warning(
             "Could not close the unanswered question of %s: %s", status.conversation_id, exc

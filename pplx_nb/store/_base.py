@@ -39,13 +39,23 @@ class StoreBackend(Protocol):
         *,
         check: Callable[[bytes], None] | None = None,
         then: Callable[[], None] | None = None,
-        lock_held: bool = False,
     ) -> bytes:
         """Append messages atomically (concurrent appends are serialised); return the document.
 
         ``check(document)`` may refuse before the write, ``then()`` follows it; both inside the
-        same serialised section. ``lock_held``: the caller already holds the conversation's lock.
+        same serialised section.
         """
+        ...
+
+    def append_locked(
+        self,
+        conversation_id: str,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        check: Callable[[bytes], None] | None = None,
+        then: Callable[[], None] | None = None,
+    ) -> bytes:
+        """:meth:`append` for a caller that holds the conversation's lock (:meth:`locked`)."""
         ...
 
     def exists(self, conversation_id: str) -> bool:

@@ -177,46 +177,55 @@ class FileBackend:
         *,
         check: Callable[[bytes], None] | None = None,
         then: Callable[[], None] | None = None,
-        lock_held: bool = False,
     ) -> bytes:
         """Append under the conversation's lock: read, splice new lines in, replace atomically.
 
         ``check`` sees the stored document before anything is written and may raise to refuse;
         ``then`` runs after the write, and if it raises the previous document is put back, so
         the append and its action happen together or not at all. Both run under the lock, so
-        they must not take it. ``lock_held``: the caller holds the lock already (the job side
-        closing a question in the step that ends its job).
+        they must not take it.
         """
+        with self._locked(conversation_id, self.directory(conversation_id)):
+            return self.append_locked(conversation_id, messages, check=check, then=then)
+
+    def append_locked(
+        self,
+        conversation_id: str,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        check: Callable[[bytes], None] | None = None,
+        then: Callable[[], None] | None = None,
+    ) -> bytes:
+        """:meth:`append` for a caller that holds the conversation's lock (the job side closing a
+        question in the step that ends its job)."""
         directory = self.directory(conversation_id)
         path = directory / CONVERSATION_FILE
-        held = contextlib.nullcontext() if lock_held else self._locked(conversation_id, directory)
-        with held:
-            _sweep_leftovers(directory)
-            # Another program may be rewriting it in place, lock or not: read it whole.
-            data = read_settled(
-                path,
-                lambda: _whole(self._read(conversation_id, path), conversation_id, str(path)),
-                (ConversationCorrupted, ConversationNotFound),
-            )
-            if check is not None:
-                check(data)
-            updated_at = now_iso()
-            canonical = split(data)
-            if canonical is None:
-                document = parse(data, conversation_id, str(path))
-                document["messages"].extend(dict(m) for m in messages)
-                document["updatedAt"] = updated_at
-                document["messageCount"] = len(document["messages"])
-                new = encode(document)
-            else:
-                new = append_messages(canonical, messages, updated_at)
-            self._write(directory, new)
-            if then is not None:
-                try:
-                    then()
-                except BaseException:
-                    self._write(directory, data)
-                    raise
+        _sweep_leftovers(directory)
+        # Another program may be rewriting it in place, lock or not: read it whole.
+        data = read_settled(
+            path,
+            lambda: _whole(self._read(conversation_id, path), conversation_id, str(path)),
+            (ConversationCorrupted, ConversationNotFound),
+        )
+        if check is not None:
+            check(data)
+        updated_at = now_iso()
+        canonical = split(data)
+        if canonical is None:
+            document = parse(data, conversation_id, str(path))
+            document["messages"].extend(dict(m) for m in messages)
+            document["updatedAt"] = updated_at
+            document["messageCount"] = len(document["messages"])
+            new = encode(document)
+        else:
+            new = append_messages(canonical, messages, updated_at)
+        self._write(directory, new)
+        if then is not None:
+            try:
+                then()
+            except BaseException:
+                self._write(directory, data)
+                raise
         return new
 
     @contextlib.contextmanager

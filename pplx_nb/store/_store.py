@@ -132,7 +132,6 @@ class ConversationStore:
         *messages: Message | Mapping[str, Any],
         check: Callable[[bytes], None] | None = None,
         then: Callable[[], None] | None = None,
-        lock_held: bool = False,
     ) -> Conversation:
         """Append messages to a stored conversation atomically and return the updated conversation.
 
@@ -144,8 +143,19 @@ class ConversationStore:
         raise to refuse the append (nothing is written); ``then`` runs after the write, still
         locked, and if it raises the append is undone. Together they make "look, append, act"
         one step for other writers of the conversation directory (the job queue). Neither may
-        take the conversation lock itself. ``lock_held`` says the caller holds it already.
+        take the conversation lock itself.
         """
+        return self._append(self._backend.append, conversation_id, messages, check, then)
+
+    def _append(
+        self,
+        append: Callable[..., bytes],
+        conversation_id: str,
+        messages: Sequence[Message | Mapping[str, Any]],
+        check: Callable[[bytes], None] | None,
+        then: Callable[[], None] | None,
+    ) -> Conversation:
+        """:meth:`append` through the backend's ``append`` or ``append_locked``."""
         validate_conversation_id(conversation_id)
         if not messages:
             raise ValidationError(
@@ -160,9 +170,7 @@ class ConversationStore:
             if check is not None:
                 check(stored)
 
-        data = self._backend.append(
-            conversation_id, _message_dicts(messages), check=checked, then=then, lock_held=lock_held
-        )
+        data = append(conversation_id, _message_dicts(messages), check=checked, then=then)
         return self._appended(data, conversation_id)
 
     def close_question(
@@ -172,7 +180,6 @@ class ConversationStore:
         *,
         check: Callable[[bytes], None] | None = None,
         then: Callable[[], None] | None = None,
-        lock_held: bool = False,
     ) -> bool:
         """Append ``closing`` (see :func:`~pplx_nb._models.closing_turn`) if the conversation
         ends with a question that has no answer; return whether it did.
@@ -181,6 +188,21 @@ class ConversationStore:
         meanwhile is never followed by a closing turn. ``check`` and ``then`` are as for
         :meth:`append` (``then`` runs only when the turn was appended).
         """
+        return self._close_question(self._backend.append, conversation_id, closing, check, then)
+
+    def close_question_locked(self, conversation_id: str, closing: Message) -> bool:
+        """:meth:`close_question` for a caller that holds the conversation lock (the job side,
+        in the step that ends a job without an answer)."""
+        return self._close_question(self._backend.append_locked, conversation_id, closing)
+
+    def _close_question(
+        self,
+        append: Callable[..., bytes],
+        conversation_id: str,
+        closing: Message,
+        check: Callable[[bytes], None] | None = None,
+        then: Callable[[], None] | None = None,
+    ) -> bool:
         where = self._backend.document_location(conversation_id)
 
         def open_question(stored: bytes) -> None:
@@ -190,9 +212,7 @@ class ConversationStore:
                 raise _Answered
 
         try:
-            self.append(
-                conversation_id, closing, check=open_question, then=then, lock_held=lock_held
-            )
+            self._append(append, conversation_id, (closing,), open_question, then)
         except _Answered:
             return False
         return True
