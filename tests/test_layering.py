@@ -199,3 +199,15 @@ def test_the_answer_guard_alone_takes_the_conversation_lock_and_sets_the_mark() 
     assert _attributes("pplx_nb.research._guard", rule)  # the checker sees the guard's own
     marker = frozenset({"mark_answering", "renew_answering", "clear_answering", "answering"})
     assert [p for m in modules() if unit(m) == "jobs" for p in _attributes(m, marker)] == []
+
+
+def test_no_method_takes_a_flag_saying_the_lock_is_held() -> None:
+    # A caller that holds the conversation lock calls the method documented for it
+    # (enqueue_locked, append_locked, close_question_locked), never a flag's other branch.
+    flags = [
+        f"{module}:{node.lineno} {node.arg}"
+        for module, path in modules().items()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.arg) and node.arg == "lock_held"
+    ]
+    assert flags == []
