@@ -10,6 +10,7 @@ An explicit keyword argument always wins over the environment::
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
@@ -19,9 +20,31 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from pplx_nb._errors import redact, url_without_credentials
 
-__all__ = ["DEFAULT_BASE_URL", "Settings"]
+__all__ = ["DEFAULT_BASE_URL", "Settings", "parse_rate"]
 
 DEFAULT_BASE_URL = "https://api.perplexity.ai"
+_STORE_SCHEMES = ("redis", "rediss", "unix")
+_RATE_UNITS = {
+    "s": 1.0,
+    "sec": 1.0,
+    "second": 1.0,
+    "min": 60.0,
+    "minute": 60.0,
+    "h": 3600.0,
+    "hour": 3600.0,
+}
+_RATE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*/\s*([a-z]+?)s?\s*$")
+
+
+def parse_rate(text: str) -> tuple[float, float] | None:
+    """``"20/s"`` -> ``(20.0, 1.0)``: the count and the period in seconds; ``None`` if not a rate.
+
+    Units: s, sec, second, min, minute, h, hour (a trailing s is allowed: 50/mins).
+    """
+    match = _RATE_RE.match(text.lower())
+    if match is None or match.group(2) not in _RATE_UNITS or float(match.group(1)) <= 0:
+        return None
+    return float(match.group(1)), _RATE_UNITS[match.group(2)]
 
 
 def _env(name: str, field: str) -> Any:
@@ -94,6 +117,18 @@ class Settings(BaseSettings):
     conversation_logs_dir: Path = Field(
         Path("conversation-logs"),
         validation_alias=_env("CONVERSATION_LOGS_DIR", "conversation_logs_dir"),
+    )
+    store_url: str | None = Field(
+        None,
+        validation_alias=_env("PPLX_NB_STORE", "store_url"),
+        description="redis://HOST:PORT/DB puts conversations, job statuses, the queue and the "
+        "answer guard in Redis; unset keeps them as files under conversation_logs_dir.",
+    )
+    rate_limit: str | None = Field(
+        None,
+        validation_alias=_env("PPLX_NB_RATE_LIMIT", "rate_limit"),
+        description="API requests allowed, such as 20/s or 50/min; shared by every process on "
+        "the same Redis store (per process with files).",
     )
     offline: bool | None = Field(None, validation_alias=_env("PPLX_NB_OFFLINE", "offline"))
     file_roots: Annotated[tuple[Path, ...], NoDecode] = Field(
@@ -171,6 +206,36 @@ class Settings(BaseSettings):
             )
         return value.strip().rstrip("/")
 
+    @field_validator("store_url")
+    @classmethod
+    def _check_store(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        shown = url_without_credentials(value)
+        try:
+            parts = urlsplit(value.strip())
+            parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+        except ValueError:
+            parts = None
+        if parts is None or parts.scheme not in _STORE_SCHEMES or " " in value.strip():
+            raise ValueError(
+                f"PPLX_NB_STORE {shown!r} must be a Redis URL such as redis://localhost:6379/0 "
+                "(or unset, to keep conversations as files)"
+            )
+        return value.strip()
+
+    @field_validator("rate_limit")
+    @classmethod
+    def _check_rate(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if parse_rate(value) is None:
+            raise ValueError(
+                f"PPLX_NB_RATE_LIMIT {value!r} must be a count per unit such as 20/s, 50/min or "
+                "1000/h"
+            )
+        return value.strip()
+
     @classmethod
     def from_env(cls, **overrides: Any) -> Settings:
         """Read the environment now; keyword arguments override it."""
@@ -197,10 +262,13 @@ class Settings(BaseSettings):
         data = self.model_dump()
         data["api_key"] = "set (hidden)" if self.api_key is not None else "not set"
         data["base_url"] = url_without_credentials(self.base_url)
+        if self.store_url is not None:
+            data["store_url"] = url_without_credentials(self.store_url)
         data["mcp_token"] = "set (hidden)" if self.mcp_token is not None else "not set"
         data["offline_in_effect"] = self.is_offline
         return data
 
     def __repr_args__(self) -> Any:
         for name, value in super().__repr_args__():
-            yield name, url_without_credentials(value) if name == "base_url" else value
+            hides = name in ("base_url", "store_url") and value is not None
+            yield name, url_without_credentials(value) if hides else value

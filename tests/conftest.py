@@ -6,6 +6,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support import redis_server as redis_support
+from support.redis_server import RedisServer
 
 from pplx_nb import Settings
 
@@ -58,3 +60,21 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     )
     monkeypatch.chdir(folder)
     return folder
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    """One real ``redis-server`` for the session (skips, or fails in CI, without one)."""
+    with redis_support.start() as server:
+        yield server
+
+
+_next_db = iter(range(1 << 30))
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> str:
+    """The URL of an emptied database of the session's Redis, a different one for each test."""
+    db = next(_next_db) % redis_support.DATABASES
+    redis_server.flush(db)
+    return redis_server.url(db)
