@@ -8,6 +8,7 @@ says what to do next. Each class also derives from the builtin a user would natu
     ├── ConversationNotFound (KeyError)        CONVERSATION_NOT_FOUND
     ├── ConversationCorrupted (ValueError)     CONVERSATION_CORRUPTED
     ├── FilesystemError (OSError)              FILESYSTEM_ERROR
+    │   └── StoreUnavailable (ConnectionError) FILESYSTEM_ERROR     the Redis store cannot be reached
     ├── JobInProgress (RuntimeError)           JOB_IN_PROGRESS
     ├── LeaseLost                              JOB_LEASE_EXPIRED    a job's worker lost its lease
     ├── CacheError                             CACHE_ERROR
@@ -48,6 +49,7 @@ __all__ = [
     "PplxError",
     "RemoteRunFailed",
     "RunTimedOut",
+    "StoreUnavailable",
     "SubmissionUnknown",
     "ValidationError",
     "error_from_code",
@@ -142,6 +144,17 @@ class FilesystemError(PplxError, OSError):
 
     def __str__(self) -> str:
         return self.message
+
+
+class StoreUnavailable(FilesystemError, ConnectionError):
+    """The store's server (Redis, PPLX_NB_STORE) could not be reached or answered with an error.
+
+    Its message names the URL without credentials. Like any FILESYSTEM_ERROR it comes before a
+    paid request where it can: nothing is sent that could not be stored.
+    """
+
+    def __init__(self, message: str, **details: Any) -> None:
+        PplxError.__init__(self, message, **details)
 
 
 class JobInProgress(PplxError, RuntimeError):

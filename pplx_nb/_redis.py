@@ -1,0 +1,149 @@
+"""Redis for the team backends: one client per URL and process, errors as PplxError, a lock.
+
+Every backend that keeps state in Redis (conversations, job statuses and the queue, the shared
+rate limit) connects through :func:`client` and wraps its calls in :func:`redis_errors`, so an
+unreachable server is a :class:`~pplx_nb._errors.StoreUnavailable` naming the URL (without its
+credentials) within seconds, never a hang or a redis-py traceback. :class:`RedisLock` is the
+conversation lock both the store and the job side take (``SET NX PX`` with a token, released
+and extended only by its holder).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from pplx_nb._errors import StoreUnavailable, redact, url_without_credentials
+
+if TYPE_CHECKING:
+    import redis
+
+__all__ = ["CONNECT_SECONDS", "KEY_PREFIX", "RedisLock", "client", "redis_errors"]
+
+KEY_PREFIX = "pplx_nb"
+"""Every key pplx_nb writes starts with ``pplx_nb:``, so one Redis database can hold other data."""
+
+CONNECT_SECONDS = 3.0
+"""How long connecting may take before the store is called unreachable."""
+
+_READ_SECONDS = 10.0
+_clients: dict[tuple[int, str], redis.Redis] = {}
+_clients_lock = threading.Lock()
+
+
+def client(url: str) -> redis.Redis:
+    """The client for ``url`` in this process (created on first use; sockets time out)."""
+    import redis
+
+    key = (os.getpid(), url)
+    with _clients_lock:
+        found = _clients.get(key)
+        if found is None:
+            with redis_errors(url, "connect to"):
+                found = redis.Redis.from_url(
+                    url,
+                    socket_connect_timeout=CONNECT_SECONDS,
+                    socket_timeout=_READ_SECONDS,
+                    health_check_interval=30,
+                )
+            _clients[key] = found
+        return found
+
+
+@contextlib.contextmanager
+def redis_errors(url: str, doing: str = "use") -> Iterator[None]:
+    """Turn redis-py's errors inside the block into :class:`StoreUnavailable` naming ``url``."""
+    import redis
+
+    try:
+        yield
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        shown = url_without_credentials(url)
+        raise StoreUnavailable(
+            f"Could not {doing} the Redis store at {shown} ({redact(str(exc), url)}). Check that "
+            "Redis is running there and reachable from this machine, or unset PPLX_NB_STORE to "
+            "keep conversations as files.",
+            url=shown,
+        ) from None
+    except redis.RedisError as exc:
+        shown = url_without_credentials(url)
+        raise StoreUnavailable(
+            f"The Redis store at {shown} refused a command ({redact(str(exc), url)}). Check its "
+            "configuration (authentication, read-only replica, memory limit).",
+            url=shown,
+        ) from None
+
+
+_RELEASE = """
+if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
+return 0
+"""
+_EXTEND = """
+if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) end
+return 0
+"""
+
+
+class RedisLock:
+    """A lock on one Redis key held by one token: not re-entrant, expires if its holder dies.
+
+    Args:
+        url: the store's URL (for errors).
+        key: the lock's key.
+        ttl: seconds the lock lives without :meth:`extend` (a holder that died frees it then).
+        timeout: seconds :meth:`acquire` waits before a FILESYSTEM_ERROR naming the key.
+    """
+
+    def __init__(self, url: str, key: str, *, ttl: float = 30.0, timeout: float = 30.0) -> None:
+        self.url = url
+        self.key = key
+        self.ttl = ttl
+        self.timeout = timeout
+        self.token: str | None = None
+
+    def acquire(self) -> None:
+        """Take the lock, waiting up to ``timeout`` seconds."""
+        token = uuid.uuid4().hex
+        deadline = time.monotonic() + self.timeout
+        pause = 0.002
+        with redis_errors(self.url, "lock a conversation in"):
+            redis_client = client(self.url)
+            while not redis_client.set(self.key, token, nx=True, px=int(self.ttl * 1000)):
+                if time.monotonic() >= deadline:
+                    raise StoreUnavailable(
+                        f"Another process has held the lock {self.key} in the Redis store at "
+                        f"{url_without_credentials(self.url)} for over {self.timeout:g} s. Try "
+                        "again in a minute; it expires on its own if that process died.",
+                        url=url_without_credentials(self.url),
+                    )
+                time.sleep(pause)
+                pause = min(pause * 2, 0.05)
+        self.token = token
+
+    def extend(self) -> bool:
+        """Push the expiry ``ttl`` ahead; False if the lock is no longer this holder's."""
+        if self.token is None:
+            return False
+        with redis_errors(self.url, "extend a lock in"):
+            return bool(
+                client(self.url).eval(_EXTEND, 1, self.key, self.token, int(self.ttl * 1000))
+            )
+
+    def release(self) -> None:
+        """Let go (only if still held by this token; an expired lock is left to its new holder)."""
+        token, self.token = self.token, None
+        if token is not None:
+            with redis_errors(self.url, "unlock a conversation in"):
+                client(self.url).eval(_RELEASE, 1, self.key, token)
+
+    def __enter__(self) -> RedisLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
