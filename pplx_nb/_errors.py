@@ -8,7 +8,7 @@ says what to do next. Each class also derives from the builtin a user would natu
     ├── ConversationNotFound (KeyError)        CONVERSATION_NOT_FOUND
     ├── ConversationCorrupted (ValueError)     CONVERSATION_CORRUPTED
     ├── FilesystemError (OSError)              FILESYSTEM_ERROR
-    │   └── StoreUnavailable (ConnectionError) FILESYSTEM_ERROR     the Redis store cannot be reached
+    │   └── StoreUnavailable (ConnectionError) FILESYSTEM_ERROR     Redis cannot be reached
     ├── JobInProgress (RuntimeError)           JOB_IN_PROGRESS
     ├── LeaseLost                              JOB_LEASE_EXPIRED    a job's worker lost its lease
     ├── CacheError                             CACHE_ERROR
