@@ -11,6 +11,17 @@
     <root>/.jobs/claimed/<marker>               … and claimed ones
     <root>/.deleted-<conversationId>-…          a conversation being deleted
 
+With ``PPLX_NB_STORE`` set, the same things live in one Redis database instead (:class:`RedisKeys`);
+every key starts with ``pplx_nb:`` and a conversation's keys contain its id::
+
+    pplx_nb:conversations                   sorted set: every conversation id, by creation (ms)
+    pplx_nb:conv:<id>:meta                  hash: the document's fields other than messages
+    pplx_nb:conv:<id>:messages              list: one JSON message per entry
+    pplx_nb:conv:<id>:status / :job         its job's status and queued request (JSON)
+    pplx_nb:conv:<id>:lock / :answering     the conversation lock, the answer-in-progress mark
+    pplx_nb:jobs:pending / :claimed         the claim index (sorted sets)
+    pplx_nb:ratelimit:<window>              the shared request counter (PPLX_NB_RATE_LIMIT)
+
 Names starting with a dot never match the conversation-id pattern, so listings skip them. Temp
 files of atomic writes are ``.<name>.<pid>.<n>.tmp`` next to the file they replace.
 """
@@ -23,6 +34,7 @@ from pathlib import Path
 __all__ = [
     "ANSWERING_FILE",
     "CLAIMED_DIR",
+    "CONVERSATION_PARTS",
     "CONVERSATION_FILE",
     "INDEX_DIR",
     "JOB_FILE",
@@ -33,6 +45,7 @@ __all__ = [
     "STATUS_FILE",
     "TRASH_PREFIX",
     "Layout",
+    "RedisKeys",
     "is_temp_of",
     "temp_name",
 ]
@@ -114,3 +127,39 @@ class Layout:
     def trash(self, conversation_id: str, tag: str) -> Path:
         """Where a conversation's folder is moved while it is deleted (``tag``: pid, counter)."""
         return self.root / f"{TRASH_PREFIX}{conversation_id}-{tag}"
+
+
+class RedisKeys:
+    """The keys of one Redis store (``PPLX_NB_STORE``). Ids are validated by the caller."""
+
+    __slots__ = ("prefix",)
+
+    def __init__(self, prefix: str = "pplx_nb") -> None:
+        self.prefix = prefix
+
+    @property
+    def conversations(self) -> str:
+        """``pplx_nb:conversations``: every conversation id, scored by its creation (ms)."""
+        return f"{self.prefix}:conversations"
+
+    def conversation(self, conversation_id: str, part: str) -> str:
+        """``pplx_nb:conv:<id>:<part>``; ``part`` is one of :data:`CONVERSATION_PARTS`."""
+        if part not in CONVERSATION_PARTS:
+            raise KeyError(part)
+        return f"{self.prefix}:conv:{conversation_id}:{part}"
+
+    def all_of(self, conversation_id: str) -> list[str]:
+        """Every key the conversation may have (to delete or migrate it whole)."""
+        return [self.conversation(conversation_id, part) for part in CONVERSATION_PARTS]
+
+    def jobs(self, part: str) -> str:
+        """``pplx_nb:jobs:<part>`` (the claim index and whatever else the queue keeps)."""
+        return f"{self.prefix}:jobs:{part}"
+
+    def rate_limit(self, window: str) -> str:
+        """``pplx_nb:ratelimit:<window>``: the shared request counter of one window."""
+        return f"{self.prefix}:ratelimit:{window}"
+
+
+CONVERSATION_PARTS = ("meta", "messages", "status", "job", "lock", "answering")
+"""The parts of a conversation in Redis: ``pplx_nb:conv:<id>:<part>``."""
