@@ -34,8 +34,8 @@ from pathlib import Path
 __all__ = [
     "ANSWERING_FILE",
     "CLAIMED_DIR",
-    "CONVERSATION_PARTS",
     "CONVERSATION_FILE",
+    "CONVERSATION_PARTS",
     "INDEX_DIR",
     "JOB_FILE",
     "LOCK_FILE",
