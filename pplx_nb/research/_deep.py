@@ -17,6 +17,7 @@ from pplx_nb._errors import (
     APIError,
     APITimeoutError,
     InvalidInput,
+    LeaseLost,
     NetworkError,
     PplxError,
     RunTimedOut,
@@ -101,11 +102,18 @@ class DeepResearchRunner:
         started = time.perf_counter()
         # One client per job: nothing stays bound to the worker's loop after it stops.
         async with self._clients.for_job() as client:
-            remote_id = ctx.remote_id
-            if remote_id is None:
-                await ctx.report(*QUERYING)
-                remote_id = await self._submit(client, request, ctx)
-            answer = await self._poll(client, request, remote_id, ctx)
+            try:
+                remote_id = ctx.remote_id
+                if remote_id is None:
+                    await ctx.report(*QUERYING)
+                    remote_id = await self._submit(client, request, ctx)
+                answer = await self._poll(client, request, remote_id, ctx)
+            except (LeaseLost, asyncio.CancelledError):
+                # Stopped because the job was cancelled (or lost): a run nobody will read must
+                # not go on being billed. The canceller asks too, when it knows the run's id.
+                if ctx.remote_id is not None and ctx.cancelled():
+                    await _stop_run(client, ctx.remote_id, ctx.job.conversation_id)
+                raise
         priced(answer, model)
         message = assistant_message(
             answer,
@@ -125,8 +133,6 @@ class DeepResearchRunner:
         learnt its outcome (its worker died while the reply was arriving), or a reply lost now,
         ends the job with SUBMISSION_UNKNOWN.
         """
-        from pplx_nb.jobs import LeaseLost
-
         conversation_id = ctx.job.conversation_id
         if ctx.submission_unfinished:
             raise submission_unknown(
@@ -145,6 +151,9 @@ class DeepResearchRunner:
         try:
             await ctx.record_remote_id(remote_id)
         except LeaseLost:
+            # Cancelled (or requeued) while the run was being submitted: its id is recorded
+            # nowhere, so nobody would ever read it.
+            await _stop_run(client, remote_id, conversation_id)
             raise
         except PplxError as exc:
             # The run is paid for: poll it from memory rather than give it up. Should this
@@ -258,6 +267,16 @@ class DeepResearchRunner:
             remote_id=remote_id,
             cancelled=cancelled,
         )
+
+
+async def _stop_run(client: AsyncClient, remote_id: str, conversation_id: str) -> None:
+    """Ask the API to cancel the run of a job that no longer wants it (bounded: never hangs)."""
+    logger.info("Cancelling run %s: the job of %s no longer wants it", remote_id, conversation_id)
+    try:
+        async with asyncio.timeout(client.settings.timeout_ms / 1000 * 2):
+            await client.cancel_background(remote_id, retry=True)
+    except TimeoutError:
+        logger.warning("The cancel of run %s got no reply in time", remote_id)
 
 
 def _transient(error: APIError) -> bool:
