@@ -8,7 +8,7 @@ import pytest
 from pplx_nb import Researcher, Settings
 from pplx_nb._errors import ValidationError
 from pplx_nb._models import Answer, Source
-from pplx_nb.api import WebResults
+from pplx_nb.research import WebResults
 from pplx_nb.sim import inject_faults, stats
 
 

@@ -13,7 +13,6 @@ from pplx_nb.api.client import AsyncClient, Client
 from pplx_nb.api.endpoint import Endpoint, resolve_endpoint
 from pplx_nb.api.request import Request
 from pplx_nb.api.retry import RetryPolicy
-from pplx_nb.api.search import WebResults
 
 __all__ = [
     "AsyncClient",
@@ -23,7 +22,6 @@ __all__ = [
     "Request",
     "ResponseCache",
     "RetryPolicy",
-    "WebResults",
     "resolve_endpoint",
     "submission_unknown",
 ]

@@ -32,6 +32,7 @@ from pplx_nb._errors import (
 from pplx_nb._logging import get_logger
 from pplx_nb._models import Answer
 from pplx_nb._sync import iterate_sync, run_sync
+from pplx_nb._web_results import WebResults
 from pplx_nb.api._adapter import Adapter, Call
 from pplx_nb.api._failures import (
     from_status,
@@ -45,7 +46,7 @@ from pplx_nb.api.cache import ResponseCache, cache_key
 from pplx_nb.api.endpoint import resolve_endpoint
 from pplx_nb.api.request import Request, is_deep_research
 from pplx_nb.api.retry import RetryPolicy, outcome_unknown
-from pplx_nb.api.search import WebResults, parse_results, search_call
+from pplx_nb.api.search import parse_results, search_call
 from pplx_nb.api.sonar import SonarAdapter
 
 __all__ = ["AsyncClient", "Client"]

@@ -27,7 +27,8 @@ from pplx_nb.research._turns import Mode, Turn, TurnBuilder
 from pplx_nb.research._web import WebSearcher
 
 if TYPE_CHECKING:
-    from pplx_nb.api import AsyncClient, WebResults
+    from pplx_nb._web_results import WebResults
+    from pplx_nb.api import AsyncClient
     from pplx_nb.jobs import JobRunner, Worker
     from pplx_nb.store import ConversationStore
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from pplx_nb._metrics import Metrics
 from pplx_nb._models import Cost, Message, Source, now_iso
-from pplx_nb.api.search import SEARCH_PRICE_USD, WebResults
+from pplx_nb._web_results import SEARCH_PRICE_USD, WebResults
 from pplx_nb.research._clients import ClientPool
 from pplx_nb.research._turns import SYSTEM_PROMPT, check_query
 
