@@ -54,6 +54,16 @@ class WebResults(list[Source]):
         ]
         return "| # | title | date | snippet |\n|---|---|---|---|\n" + "\n".join(rows)
 
+    def to_list(self) -> str:
+        """A numbered Markdown list: the title linked to its page, the date, the full snippet."""
+        lines = []
+        for n, source in enumerate(self, 1):
+            date = f" ({source.date})" if source.date else ""
+            lines.append(f"{n}. [{_cell(source.title or source.url)}]({source.url}){date}")
+            if source.snippet:
+                lines.append(f"   {' '.join(source.snippet.split())}")
+        return "\n".join(lines)
+
     def to_text(self) -> str:
         """Plain text, one result per line pair: number, title, date, then the URL."""
         if not self:

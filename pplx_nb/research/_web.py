@@ -10,7 +10,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from pplx_nb._metrics import Metrics
-from pplx_nb._models import Cost, Message, Source, now_iso
+from pplx_nb._models import Cost, Message, now_iso
 from pplx_nb._web_results import SEARCH_PRICE_USD, WebResults
 from pplx_nb.research._clients import ClientPool
 from pplx_nb.research._turns import SYSTEM_PROMPT, check_query
@@ -61,32 +61,27 @@ class WebSearcher:
                 [
                     Message(role="system", content=SYSTEM_PROMPT, timestamp=now_iso()),
                     Message(role="user", content=query, timestamp=now_iso()),
-                    results_message(query, list(results)),
+                    results_message(results),
                 ]
             )
             results.conversation_id = conversation.conversation_id
         return results
 
 
-def results_message(query: str, sources: list[Source]) -> Message:
+def results_message(results: WebResults) -> Message:
     """The assistant turn that holds saved results: a numbered list, the results as sources,
     and the request's price (estimated: the Search API reports none)."""
-    if sources:
-        lines = [f"Web search results for “{query}” (no answer was generated):", ""]
-        for n, source in enumerate(sources, 1):
-            date = f" ({source.date})" if source.date else ""
-            lines.append(f"{n}. [{source.title or source.url}]({source.url}){date}")
-            if source.snippet:
-                lines.append(f"   {' '.join(source.snippet.split())}")
-        content = "\n".join(lines)
+    if results:
+        intro = f"Web search results for “{results.query}” (no answer was generated):"
+        content = f"{intro}\n\n{results.to_list()}"
     else:
-        content = f"The web search for “{query}” found no results."
+        content = f"The web search for “{results.query}” found no results."
     price = Cost(request_cost=SEARCH_PRICE_USD, total_cost=SEARCH_PRICE_USD, estimated=True)
     return Message(
         role="assistant",
         content=content,
         timestamp=now_iso(),
         tool=WEB_SEARCH_TOOL,
-        sources=sources,
+        sources=list(results),
         cost=price,
     )
