@@ -15,7 +15,7 @@ from conftest import TEST_KEY
 from pplx_nb import Researcher, Settings
 from pplx_nb._errors import ConversationNotFound, ValidationError
 from pplx_nb._models import Answer, JobStatus
-from pplx_nb.sim import serve, stats
+from pplx_nb.sim import inject_faults, serve, stats
 
 QUESTION = "Compare asyncio and trio cancellation"
 
@@ -147,3 +147,25 @@ def test_cancel_without_a_job_returns_none_and_refuses_unknown_or_malformed_ids(
             r.cancel("20250124-1706102400123")
         with pytest.raises(ValidationError):
             r.cancel("../etc")
+
+
+def test_a_run_submitted_while_its_job_is_cancelled_is_cancelled_by_the_worker(
+    slow_sim: str, logs_dir: Path
+) -> None:
+    """The job is cancelled while its submission is in flight: the canceller knows no run id,
+    and the worker cannot record the one it gets; it stops that run rather than leave it."""
+    inject_faults(slow_sim, {"hang": 1.5, "path": "/v1/agent"})
+    with Researcher(_settings(slow_sim, logs_dir), async_deep_research=True) as r:
+        job = r.deep_research(QUESTION, wait=False)
+        assert isinstance(job, JobStatus)
+        cid = job.conversation_id
+        _until(lambda: (s := r.status(cid)) and s.submitting_at, "the submission to start")
+        cancelled = r.cancel(cid)
+        assert cancelled is not None and cancelled.status == "cancelled"
+        assert cancelled.remote_id is None
+        result = (cancelled.model_extra or {})["result"]
+        assert result["costUnknown"] is True and "remoteCancelled" not in result
+        _until(lambda: stats(slow_sim)["cancels"] == 1, "the worker's cancel of the orphan run")
+        stored = r.status(cid)
+    assert stored is not None and stored.status == "cancelled" and stored.remote_id is None
+    assert stats(slow_sim)["background_runs"] == 1

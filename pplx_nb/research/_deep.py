@@ -141,8 +141,14 @@ class DeepResearchRunner:
                 conversation_id,
             )
         await ctx.begin_submission()
+        submission = asyncio.ensure_future(client.submit_background(request))
         try:
-            remote_id = await client.submit_background(request)
+            remote_id = await asyncio.shield(submission)
+        except asyncio.CancelledError:
+            # Stopped mid-submission (the job cancelled, or the worker stopping): the run may
+            # already exist and bill, so its reply is awaited rather than dropped.
+            await self._settle_submission(client, submission, ctx)
+            raise
         except SubmissionUnknown as exc:
             raise unknown_for(exc, conversation_id) from exc
         except PplxError:
@@ -165,6 +171,25 @@ class DeepResearchRunner:
                 exc,
             )
         return remote_id
+
+    @staticmethod
+    async def _settle_submission(
+        client: AsyncClient, submission: asyncio.Future[str], ctx: JobContext
+    ) -> None:
+        """The reply of a submission whose job stopped waiting for it: a cancelled job's run
+        is stopped; otherwise its id is recorded, so the next attempt polls it."""
+        conversation_id = ctx.job.conversation_id
+        try:
+            remote_id = await submission
+        except PplxError:
+            return  # no run to stop; the recorded start makes a retry SUBMISSION_UNKNOWN
+        if not ctx.cancelled():
+            try:
+                await ctx.record_remote_id(remote_id)
+                return
+            except PplxError:
+                pass  # recorded nowhere, so read by nobody
+        await _stop_run(client, remote_id, conversation_id)
 
     async def _poll(
         self, client: AsyncClient, request: Request, remote_id: str, ctx: JobContext
