@@ -201,6 +201,19 @@ def test_cancelling_ends_pending_and_running_jobs() -> None:
         cancelled = t.cancel(active, T3)
         assert cancelled.status == "cancelled" and cancelled.completed_at == T3
         assert cancelled.progress is None
+        assert "result" not in (cancelled.model_extra or {}), "no run: nothing was billed"
+
+
+def test_a_job_cancelled_after_its_run_was_submitted_records_its_cost_as_unknown() -> None:
+    status, _ = claimed()
+    for submitted in (
+        t.begin_submission(status, T2),
+        t.record_remote_id(t.begin_submission(status, T2), "resp_1", T2),
+    ):
+        cancelled = t.cancel(submitted, T3)
+        assert cancelled.status == "cancelled"
+        assert (cancelled.model_extra or {})["result"] == {"cost": None, "costUnknown": True}
+        assert cancelled.remote_id == submitted.remote_id  # the canceller stops that run
 
 
 def test_the_retry_policy_counts_retries_after_the_first_attempt() -> None:

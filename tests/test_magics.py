@@ -6,6 +6,7 @@ import argparse
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -774,3 +775,67 @@ def test_per_kernel_options_are_set_with_config(shell: InteractiveShell) -> None
     assert magic.stream_interval == 0.5
     run = Run(shell, "%%pplx\nHow do I cancel an asyncio task?")
     assert isinstance(run.result, Answer)
+
+
+def test_pplx_web_shows_a_table_once_stores_a_dataframe_and_saves_only_when_asked(
+    shell: InteractiveShell, researcher: Researcher, sim_url: str
+) -> None:
+    import pandas as pd
+
+    from pplx_nb.sim import stats
+
+    run = Run(shell, "%pplx_web -n 3 --domain docs.python.org -o df asyncio TaskGroup")
+    results = run.result
+    assert run.error is None and isinstance(results, list) and 1 <= len(results) <= 3
+    assert len(run.outputs) == 1, "shown once, not again as the cell's value"
+    table = run.last["text/markdown"]
+    assert "| # | title | date | snippet |" in table
+    assert all(f"]({source.url})" in table for source in results)
+    assert results[0].title in run.last["text/plain"]
+    frame = shell.user_ns["df"]
+    assert isinstance(frame, pd.DataFrame) and len(frame) == len(results)
+    assert list(frame["url"]) == [source.url for source in results]
+    assert researcher.conversations() == []
+    assert stats(sim_url)["searches"] == 1 and stats(sim_url)["generations"] == 0
+
+    saved = Run(shell, "%%pplx_web --save\nasyncio gather")
+    cid = saved.result.conversation_id
+    assert cid and f"`{cid}`" in saved.last["text/markdown"]
+    followup = Run(shell, "%pplx_followup which of these waits for every awaitable?")
+    assert isinstance(followup.result, Answer) and followup.result.conversation_id == cid
+
+    refused = Run(shell, "%pplx_web -n 50 asyncio")
+    assert refused.result is None and "VALIDATION_ERROR" in refused.last["text/html"]
+    assert stats(sim_url)["searches"] == 2
+
+
+def test_pplx_cancel_stops_the_last_research_with_one_line_and_followups_go_on(
+    shell: InteractiveShell, settings: Settings
+) -> None:
+    from pplx_nb.sim import serve, stats
+
+    with serve(latency_ms=0, deep_research_seconds=60) as url:
+        slow = settings.model_copy(update={"base_url": url})
+        with Researcher(slow, async_deep_research=True) as researcher:
+            magics.set_researcher(researcher)
+            queued = Run(shell, "%%pplx_research\nCompare asyncio.gather and TaskGroup")
+            cid = queued.result.conversation_id
+            cancelled = Run(shell, "%pplx_cancel -o stopped")
+            assert cancelled.error is None and len(cancelled.outputs) == 1
+            line = cancelled.last["text/plain"]
+            assert f"conversation {cid} is cancelled" in line and "%pplx_followup" in line
+            status = shell.user_ns.pop("stopped")
+            assert isinstance(status, JobStatus) and status.status == "cancelled"
+            followup = Run(shell, "%pplx_followup what does asyncio.Task.cancel do?")
+            assert isinstance(followup.result, Answer) and followup.result.text
+            ended = Run(shell, f"%pplx_cancel {cid}")
+            assert "cancelled" in ended.last["text/plain"]
+            none = Run(shell, "%pplx_cancel 20250124-1706102400123")
+            assert "CONVERSATION_NOT_FOUND" in none.last["text/html"]
+            # Every run started was cancelled (by the magic, or by the worker if the run's id
+            # was not recorded yet when the magic ran).
+            deadline = time.monotonic() + 30
+            while (billed := stats(url))["cancels"] != billed["background_runs"]:
+                assert time.monotonic() < deadline, billed
+                time.sleep(0.1)
+    assert billed["background_runs"] <= 1

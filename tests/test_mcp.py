@@ -147,6 +147,8 @@ def test_tools_list_has_every_tool_with_bounded_closed_schemas(client: McpClient
             "perplexity_deep_research",
             "perplexity_search_followup",
             "perplexity_deep_research_followup",
+            "perplexity_web_search",  # with save: true it stores a conversation
+            "cancel_deep_research",
         )
         assert tool.annotations.read_only_hint is read_only
         assert tool.output_schema is not None
@@ -353,6 +355,10 @@ BAD_CALLS = [
     ("perplexity_search", {"query": "q", "showThinking": "yes"}, INVALID, "valid boolean"),
     ("perplexity_search", {"query": "q", "return_related_questions": "true"}, INVALID, "boolean"),
     ("list_conversations", {"limit": "5"}, INVALID, "limit: Input should be a valid integer"),
+    ("cancel_deep_research", {"conversationId": "../x"}, INVALID, "conversation ID format"),
+    ("cancel_deep_research", {"conversationId": UNKNOWN_ID}, "CONVERSATION_NOT_FOUND", ""),
+    ("perplexity_web_search", {"query": "q", "max_results": 21}, INVALID, "max_results"),
+    ("perplexity_web_search", {"query": "q", "country": "USA"}, INVALID, "country"),
     ("perplexity_search", {"query": 5}, INVALID, "query: Input should be a valid string"),
     ("get_conversation_histories", {"conversationIds": []}, INVALID, "conversationIds"),
     ("get_conversation_histories", {"conversationIds": ["../x"]}, INVALID, "conversationIds"),
@@ -882,3 +888,76 @@ def test_loop_pool_runs_a_blocking_call_beside_others_and_cancels_on_request() -
     assert results == ["quick", "blocked", "quick"]
     assert took < 0.5
     assert ended == ["cancelled"]
+
+
+def test_web_search_returns_results_as_data_and_stores_them_only_when_saved(
+    client: McpClient,
+) -> None:
+    def count() -> int:
+        return len(_data(client.call("list_conversations", {"limit": 200}))["conversations"])
+
+    before = count()
+    result = client.call(
+        "perplexity_web_search",
+        {"query": "asyncio gather", "max_results": 3, "search_domain_filter": ["docs.python.org"]},
+    )
+    assert not result.is_error, _text(result)
+    data = _data(result)
+    assert 1 <= data["count"] == len(data["results"]) <= 3
+    assert all(
+        r["url"].startswith("https://docs.python.org/") and r["title"] for r in data["results"]
+    )
+    assert data["conversationId"] is None and count() == before
+    assert data["results"][0]["url"] in _text(result)
+
+    saved = _data(client.call("perplexity_web_search", {"query": "asyncio gather", "save": True}))
+    cid = saved["conversationId"]
+    assert cid and saved["conversationPath"] and count() == before + 1
+    messages = _data(client.call("get_conversation_history", {"conversationId": cid}))["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant"]
+    assert messages[1]["tool"] == "perplexity_web_search"
+    followup = client.call(
+        "perplexity_search_followup",
+        {"conversationId": cid, "query": "Which of these waits for every awaitable?"},
+    )
+    assert not followup.is_error, _text(followup)
+
+
+def test_cancel_deep_research_stops_a_running_job_and_the_conversation_goes_on(
+    tmp_path: Path,
+) -> None:
+    logs = tmp_path / "conversation-logs"
+    env = server_env(
+        logs,
+        PERPLEXITY_ENABLE_ASYNC_DEEP_RESEARCH="true",
+        PPLX_NB_SIM_DEEP_RESEARCH_SECONDS="60",
+    )
+    with McpClient(env, tmp_path / "cancel.log") as mcp:
+        queued = _data(mcp.call("perplexity_deep_research", {"query": "Compare trio and asyncio"}))
+        cid = queued["conversationId"]
+        deadline = time.monotonic() + 30
+        while not (
+            _data(mcp.call("get_conversation_history", {"conversationId": cid}))["job"] or {}
+        ).get("remoteId"):
+            assert time.monotonic() < deadline, "the job never submitted its run"
+            time.sleep(0.1)
+        result = mcp.call("cancel_deep_research", {"conversationId": cid})
+        assert not result.is_error, _text(result)
+        data = _data(result)
+        assert data["status"] == "cancelled" and data["cancelled"] is True
+        assert data["remoteId"] and data["remoteCancelled"] is True and data["costUnknown"]
+        assert _text(result).startswith("🚫 **Research cancelled**")
+        assert "perplexity_deep_research_followup" in _text(result)
+        history = _data(mcp.call("get_conversation_history", {"conversationId": cid}))
+        assert history["job"]["status"] == "cancelled"
+        assert history["messages"][-1]["unanswered"]["state"] == "cancelled"
+        followup = mcp.call(
+            "perplexity_search_followup", {"conversationId": cid, "query": "What is trio?"}
+        )
+        assert not followup.is_error, _text(followup)
+        again = _data(mcp.call("cancel_deep_research", {"conversationId": cid}))
+        assert again["status"] == "cancelled" and again["remoteCancelled"] is None
+        plain = _data(mcp.call("perplexity_search", {"query": "What is a coroutine?"}))
+        none = mcp.call("cancel_deep_research", {"conversationId": plain["conversationId"]})
+        assert not none.is_error and _data(none)["status"] is None
+        assert _text(none).startswith("ℹ️ **Nothing to cancel**")

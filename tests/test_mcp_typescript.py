@@ -52,6 +52,8 @@ INVALID = [
     ("get_conversation_histories", {"conversationIds": []}, "VALIDATION_ERROR"),
     ("await_conversation_histories", {"conversationIds": ["x"]}, "VALIDATION_ERROR"),
     ("list_conversations", {"limit": "5"}, "VALIDATION_ERROR"),
+    ("perplexity_web_search", {"query": "q", "max_results": 50}, "VALIDATION_ERROR"),
+    ("cancel_deep_research", {"conversationId": UNKNOWN_ID}, "CONVERSATION_NOT_FOUND"),
 ]
 
 
@@ -81,6 +83,16 @@ def _valid_calls(async_mode: bool) -> list[dict[str, Any]]:
             "arguments": {"conversationIds": ["${a}", "${b}", UNKNOWN_ID]},
         },
         {"name": "list_conversations", "arguments": {"limit": 10, "text": "coroutine"}},
+        {
+            "name": "perplexity_web_search",
+            "arguments": {"query": "asyncio gather", "max_results": 3, "save": True},
+        },
+        {
+            "name": "perplexity_deep_research",
+            "arguments": {"query": "How do asyncio tasks get cancelled?"},
+            "save": "c",
+        },
+        {"name": "cancel_deep_research", "arguments": {"conversationId": "${c}"}},
     ]
 
 
@@ -115,7 +127,7 @@ def _check_report(report: dict[str, Any], *, async_mode: bool, attachments: bool
         assert result["structuredContent"], entry["name"]
         assert entry["schemaErrors"] is None, (entry["name"], entry["schemaErrors"])
 
-    search, _, research, _, _, awaited, batch, listed = (e["result"] for e in valid)
+    search, _, research, _, _, awaited, batch, listed, web, _, cancel = (e["result"] for e in valid)
     first, second = (r["structuredContent"]["conversationId"] for r in (search, research))
     if async_mode:
         assert research["structuredContent"]["status"] == "pending"
@@ -130,6 +142,14 @@ def _check_report(report: dict[str, Any], *, async_mode: bool, attachments: bool
     assert entries[first]["conversation"]["messageCount"] == 6
     assert entries[UNKNOWN_ID]["error"]["code"] == "CONVERSATION_NOT_FOUND"
     assert first in [c["conversationId"] for c in listed["structuredContent"]["conversations"]]
+    found = web["structuredContent"]
+    assert 1 <= found["count"] <= 3 and found["conversationId"]
+    assert all(r["url"].startswith("https://") for r in found["results"])
+    stopped = cancel["structuredContent"]
+    if async_mode:  # queued a moment ago: cancelled, unless it already finished
+        assert stopped["status"] in ("cancelled", "completed"), stopped
+    else:  # answered on the spot: there was never a job
+        assert stopped["status"] is None and stopped["cancelled"] is False
 
     invalid = results[len(valid) :]
     files_call = invalid.pop(len(INVALID))

@@ -485,6 +485,7 @@ def test_a_job_whose_remote_run_is_unknown_is_resubmitted_and_says_so(
 
 
 PUBLIC_NAMES = {
+    "acancel",
     "aclose",
     "adeep_research",
     "afollowup",
@@ -497,6 +498,8 @@ PUBLIC_NAMES = {
     "async_deep_research",
     "attach_from_working_directory",
     "await_job",
+    "aweb_search",
+    "cancel",
     "close",
     "conversations",
     "deep_research",
@@ -514,6 +517,7 @@ PUBLIC_NAMES = {
     "stream_followup",
     "stream_search",
     "wait",
+    "web_search",
 }
 
 
@@ -534,6 +538,8 @@ def test_every_sync_method_takes_what_its_async_twin_takes() -> None:
         "retry": "aretry",
         "wait": "await_job",
         "health": "ahealth",
+        "cancel": "acancel",
+        "web_search": "aweb_search",
     }
     for sync, async_ in twins.items():
         method, core = getattr(Researcher, sync), getattr(Researcher, async_)

@@ -16,6 +16,7 @@ import ssl
 from collections.abc import AsyncGenerator, Generator
 from contextlib import aclosing
 from types import TracebackType
+from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import httpx2
@@ -31,6 +32,7 @@ from pplx_nb._errors import (
 from pplx_nb._logging import get_logger
 from pplx_nb._models import Answer
 from pplx_nb._sync import iterate_sync, run_sync
+from pplx_nb._web_results import WebResults
 from pplx_nb.api._adapter import Adapter, Call
 from pplx_nb.api._failures import (
     from_status,
@@ -44,6 +46,7 @@ from pplx_nb.api.cache import ResponseCache, cache_key
 from pplx_nb.api.endpoint import resolve_endpoint
 from pplx_nb.api.request import Request, is_deep_research
 from pplx_nb.api.retry import RetryPolicy, outcome_unknown
+from pplx_nb.api.search import parse_results, search_call
 from pplx_nb.api.sonar import SonarAdapter
 
 __all__ = ["AsyncClient", "Client"]
@@ -207,21 +210,36 @@ class AsyncClient:
         logger.info("Background run %s started (model %s)", remote_id, model)
         return remote_id
 
-    async def cancel_background(self, remote_id: str) -> bool:
-        """Ask the API to cancel a background run (best effort, one attempt); True if it did.
+    async def cancel_background(self, remote_id: str, *, retry: bool = False) -> bool:
+        """Ask the API to cancel a background run (best effort); True if it did.
 
-        A server without the cancel endpoint (404, 405) or any failure gives False.
+        One attempt, or with ``retry`` the retries of any request (asking twice to stop a run
+        costs nothing). A server without the cancel endpoint (404, 405), a run that has already
+        ended (400) or any other failure gives False.
         """
         call = self._adapter.cancel(remote_id)
         if call is None:
             return False
         try:
-            await self._send(call, self._seconds(self.settings.timeout_ms), retry=False)
+            await self._send(call, self._seconds(self.settings.timeout_ms), retry=retry)
         except APIError as error:
             logger.info("Could not cancel background run %s: %s", remote_id, error.code)
             return False
         logger.info("Background run %s cancelled", remote_id)
         return True
+
+    async def web_search(
+        self, query: str | list[str], *, max_results: int = 10, **filters: Any
+    ) -> WebResults:
+        """Ranked web results for ``query`` from the Search API (``POST /search``), no answer.
+
+        Billed per request, not per token, and it generates nothing: retried like any request.
+        ``filters`` are the API's own names (:data:`~pplx_nb.api.search.SEARCH_FILTERS`).
+        """
+        call = search_call(query, max_results=max_results, **filters)
+        raw = await self._send(call, self._seconds(self.settings.timeout_ms))
+        label = query if isinstance(query, str) else " · ".join(query)
+        return WebResults(parse_results(raw), query=label)
 
     async def reachable(self, timeout: float = 2.0) -> bool:
         """Whether the API answers at all: ``GET /v1/models`` within ``timeout`` seconds, below
@@ -499,9 +517,15 @@ class Client:
         """See :meth:`AsyncClient.poll_background`."""
         return run_sync(self._async.poll_background(remote_id, related=related))
 
-    def cancel_background(self, remote_id: str) -> bool:
+    def cancel_background(self, remote_id: str, *, retry: bool = False) -> bool:
         """See :meth:`AsyncClient.cancel_background`."""
-        return run_sync(self._async.cancel_background(remote_id))
+        return run_sync(self._async.cancel_background(remote_id, retry=retry))
+
+    def web_search(
+        self, query: str | list[str], *, max_results: int = 10, **filters: Any
+    ) -> WebResults:
+        """See :meth:`AsyncClient.web_search`."""
+        return run_sync(self._async.web_search(query, max_results=max_results, **filters))
 
     def reachable(self, timeout: float = 2.0) -> bool:
         """See :meth:`AsyncClient.reachable`."""

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from pplx_nb._errors import LeaseLost
+from pplx_nb._errors import LeaseLost, PplxError
 
 if TYPE_CHECKING:
     from pplx_nb.jobs._queue import JobQueue
@@ -125,6 +125,18 @@ class JobContext:
         the job's answer. Pass it as the store append's ``check``.
         """
         self._queue.check_owner(self.job, document)
+
+    def cancelled(self) -> bool:
+        """Whether this job was cancelled (read now): its remote run should be stopped too."""
+        try:
+            status = self._queue.status(self.job.conversation_id)
+        except PplxError:
+            return False
+        return (
+            status is not None
+            and status.status == "cancelled"
+            and status.job_id in (None, self.job.job_id)
+        )
 
     async def note_error(self, error: BaseException) -> None:
         """Add an error the runner recovered from (e.g. an expired remote run) to errorHistory."""

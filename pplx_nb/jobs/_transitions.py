@@ -155,10 +155,17 @@ def lost_request(status: JobStatus, now: str) -> JobStatus:
 
 
 def cancel(status: JobStatus, now: str) -> JobStatus:
-    """The job cancelled if it is still pending or running; an ended job stays as it is."""
+    """The job cancelled if it is still pending or running; an ended job stays as it is.
+
+    A job whose run was submitted records its cost as unknown (``result.costUnknown``): the API
+    reports no usage for a cancelled run.
+    """
     if status.status not in ACTIVE_JOB_STATES:
         return status
-    return _ended(status, "cancelled", now)
+    cancelled = _ended(status, "cancelled", now)
+    if status.remote_id or status.submitting_at:
+        cancelled = cancelled.model_copy(update={"result": {"cost": None, "costUnknown": True}})
+    return cancelled
 
 
 def expire_lease(

@@ -227,6 +227,11 @@ class Worker:
             )
 
     def _on_lost(self, job: Job, lost: list[LeaseLost]) -> None:
+        if JobContext(self.queue, job).cancelled():
+            logger.info(
+                "Worker %s stopped job %s: it was cancelled", self.worker_id, job.conversation_id
+            )
+            return
         reason = str(lost[0]) if lost else "it is no longer owned by this worker"
         logger.warning("Worker %s stopped job %s: %s", self.worker_id, job.conversation_id, reason)
 

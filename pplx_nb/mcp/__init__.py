@@ -2,10 +2,11 @@
 
 Tools: ``perplexity_search``, ``perplexity_deep_research``, ``perplexity_search_followup``,
 ``perplexity_deep_research_followup``, ``get_conversation_history``,
-``get_conversation_histories``, ``await_conversation_histories``, ``list_conversations``;
-resource ``pplx://health``. Each tool is a thin adapter over :class:`pplx_nb.Researcher`, so a
-conversation started in a notebook can be continued here and vice versa. :func:`create_server`
-builds the server for embedding; :func:`main` is the command line.
+``get_conversation_histories``, ``await_conversation_histories``, ``list_conversations``,
+``cancel_deep_research``, ``perplexity_web_search``; resource ``pplx://health``. Each tool is
+a thin adapter over :class:`pplx_nb.Researcher`, so a conversation started in a notebook can be
+continued here and vice versa. :func:`create_server` builds the server for embedding;
+:func:`main` is the command line.
 """
 
 from __future__ import annotations

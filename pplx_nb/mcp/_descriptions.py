@@ -150,6 +150,33 @@ AWAIT_HISTORIES = """Wait for async job completion and retrieve multiple convers
 
 **Alternative**: Use `get_conversation_histories` to check status without waiting."""
 
+WEB_SEARCH = """Search the web with Perplexity's Search API and get a ranked list of results — title, URL, snippet and date for each — with no AI-generated answer. Best for finding specific URLs, checking recent news, verifying facts and collecting sources to read. Fast, and billed per request ($5 per 1,000), not per token. **Nothing is stored** unless `save` is true.
+
+For an answer written from the results, with citations, use `perplexity_search` (or `perplexity_deep_research` for a report).
+
+**Compared with the official Perplexity MCP server's `perplexity_search`**: the same Search API and the same results (on this server, `perplexity_search` is the answering tool, hence this name). In addition:
+- structured results: every result as `{url, title, date, snippet}` in `structuredContent.results` (the official tool returns one formatted string);
+- date filters (`search_after_date_filter`, `search_before_date_filter`) and `search_mode` (academic, SEC filings) besides recency, domains and country;
+- `save: true` stores the query and the results as a NEW conversation, so `perplexity_search_followup` can ask about them.
+
+**Example**:
+{
+  "query": "asyncio TaskGroup cancellation",
+  "max_results": 5,
+  "search_domain_filter": ["docs.python.org"]
+}"""
+
+CANCEL = """Cancel a deep research job that is queued or running. A queued job leaves the queue (nothing is billed); a running job stops, and so does its run at Perplexity, so it is not billed further. A cancelled run reports no usage, so its cost is recorded as unknown.
+
+The unanswered question is closed with a note that it was cancelled, and the conversation stays open: ask again with `perplexity_deep_research_followup`, or follow up with `perplexity_search_followup`.
+
+A conversation whose job has already ended (completed, failed, cancelled) is left as it is; one that never had a research job has nothing to cancel. `structuredContent.status` is the job's state after the call (null without a job), `cancelled` whether it is cancelled, `remoteCancelled` whether the API confirmed the run stopped.
+
+**Example**:
+{
+  "conversationId": "20250124-1706102400123"
+}"""
+
 DESCRIPTIONS = {
     "perplexity_search": SEARCH,
     "perplexity_deep_research": DEEP_RESEARCH,
@@ -159,4 +186,6 @@ DESCRIPTIONS = {
     "get_conversation_histories": HISTORIES,
     "await_conversation_histories": AWAIT_HISTORIES,
     "list_conversations": LIST,
+    "cancel_deep_research": CANCEL,
+    "perplexity_web_search": WEB_SEARCH,
 }

@@ -12,14 +12,17 @@ from typing import TYPE_CHECKING, Any
 
 from mcp_types import CallToolResult, TextContent
 
+from pplx_nb._cancel import cancel_facts, cancel_outcome
 from pplx_nb._markdown import job_status_markdown, source_references
 from pplx_nb.mcp._schemas import (
     AskResult,
+    CancelResult,
     ConversationList,
     HistoriesResult,
     HistoryEntry,
     HistoryResult,
     SourceOut,
+    WebSearchResult,
 )
 
 if TYPE_CHECKING:
@@ -27,15 +30,18 @@ if TYPE_CHECKING:
 
     from pplx_nb._errors import PplxError
     from pplx_nb._models import Answer, Conversation, ConversationSummary, JobStatus
+    from pplx_nb._web_results import WebResults
 
 __all__ = [
     "answer_result",
+    "cancel_result",
     "error_result",
     "histories_result",
     "history_result",
     "list_result",
     "queued_result",
     "validation_message",
+    "web_search_result",
 ]
 
 _FOLLOW_UP = (
@@ -118,6 +124,52 @@ def queued_result(status: JobStatus, path: str, *, followup: bool) -> CallToolRe
         conversationPath=path,
         status="pending",
         answer="",
+    )
+    return _result(text, structured.model_dump(mode="json"))
+
+
+def web_search_result(results: WebResults, path: str | None) -> CallToolResult:
+    """Search API results: a numbered list (title, URL, date, snippet), and the saved
+    conversation with how to follow up when they were saved."""
+    if results:
+        head = f"🔎 **{len(results)} web result(s)** for “{results.query}” (no answer generated):"
+        text = f"{head}\n\n{results.to_list()}"
+    else:
+        text = f"🔎 No web results for “{results.query}”. Try fewer filters or other words."
+    cid = results.conversation_id
+    if cid:
+        text = _header("🔗 **Conversation Started**", cid, path or "") + "\n\n---\n\n" + text
+    structured = WebSearchResult(
+        query=results.query,
+        count=len(results),
+        results=[
+            SourceOut(url=s.url, title=s.title, date=s.date, snippet=s.snippet) for s in results
+        ],
+        conversationId=cid,
+        conversationPath=path if cid else None,
+    )
+    return _result(text, structured.model_dump(mode="json"))
+
+
+def cancel_result(conversation_id: str, path: str, status: JobStatus | None) -> CallToolResult:
+    """What ``cancel_deep_research`` did, and how to go on with the conversation."""
+    said = cancel_outcome(conversation_id, status)
+    cancelled = status is not None and status.status == "cancelled"
+    title = "🚫 **Research cancelled**" if cancelled else "ℹ️ **Nothing to cancel**"
+    text = f"{title}\nConversation ID: `{conversation_id}`\nLocation: `{path}`\n\n{said}"
+    if cancelled:
+        text += (
+            "\n\nThe conversation is open: ask again with `perplexity_deep_research_followup`, "
+            "or follow up with `perplexity_search_followup`."
+        )
+    structured = CancelResult(
+        conversationId=conversation_id,
+        conversationPath=path,
+        status=status.status if status else None,
+        cancelled=cancelled,
+        remoteId=status.remote_id if status else None,
+        message=said,
+        **cancel_facts(status),
     )
     return _result(text, structured.model_dump(mode="json"))
 

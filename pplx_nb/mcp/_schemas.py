@@ -28,9 +28,11 @@ __all__ = [
     "AfterDate",
     "AskResult",
     "BeforeDate",
+    "CancelResult",
     "ConversationId",
     "ConversationIds",
     "ConversationList",
+    "Country",
     "DomainFilter",
     "Files",
     "FollowupQuery",
@@ -40,11 +42,14 @@ __all__ = [
     "IncludeSystemPrompt",
     "Limit",
     "ListText",
+    "MaxResults",
+    "MaxTokensPerPage",
     "ModelName",
     "Query",
     "ReasoningEffort",
     "RecencyFilter",
     "RelatedQuestions",
+    "SaveResults",
     "SearchMode",
     "ShowThinking",
     "Since",
@@ -52,6 +57,7 @@ __all__ = [
     "TimeoutSeconds",
     "ToolName",
     "Until",
+    "WebSearchResult",
 ]
 
 MAX_QUERY_CHARS = 10_000
@@ -201,6 +207,33 @@ ToolName = Annotated[
     Field(description="Only conversations with a turn produced by this tool."),
 ]
 
+MaxResults = Annotated[
+    int, Field(ge=1, le=20, description="How many results to return (1 to 20, default 10).")
+]
+MaxTokensPerPage = Annotated[
+    int | None,
+    Field(
+        ge=256,
+        le=2048,
+        description="How much text to take from each page for its snippet, in tokens (256 to "
+        "2048; the API's default when omitted).",
+    ),
+]
+Country = Annotated[
+    str | None,
+    Field(
+        pattern=r"^[A-Za-z]{2}$",
+        description="ISO 3166-1 alpha-2 country code for regional results, e.g. 'US', 'GB'.",
+    ),
+]
+SaveResults = Annotated[
+    bool,
+    Field(
+        description="Also store the query and the results as a NEW conversation, so that "
+        "`perplexity_search_followup` can ask about them (default false: nothing is stored)."
+    ),
+]
+
 
 def _lean_schema(schema: dict[str, Any]) -> None:
     """Write optional fields as ``"type": [T, "null"]`` instead of an ``anyOf``.
@@ -307,3 +340,36 @@ class HistoriesResult(_Out):
     pending: list[str] = Field(default_factory=list)
     timedOut: bool = False
     waitedSeconds: float = 0.0
+
+
+class WebSearchResult(_Out):
+    """Search API results: ranked pages, no answer.
+
+    ``conversationId`` and ``conversationPath`` are set when the results were saved.
+    """
+
+    query: str
+    count: int
+    results: list[SourceOut]
+    conversationId: str | None = None
+    conversationPath: str | None = None
+
+
+class CancelResult(_Out):
+    """What ``cancel_deep_research`` did.
+
+    ``status`` is the job's state after the call (``cancelled``, or the state it had already
+    ended in: ``completed`` or ``failed``), null when the conversation never had a research
+    job. ``remoteCancelled`` says whether the API confirmed that the job's run stopped (null
+    when no run was asked to stop); ``costUnknown`` is true when a run was started: a
+    cancelled run reports no usage.
+    """
+
+    conversationId: str
+    conversationPath: str
+    status: str | None
+    cancelled: bool
+    remoteId: str | None = None
+    remoteCancelled: bool | None = None
+    costUnknown: bool = False
+    message: str

@@ -21,18 +21,22 @@ from pplx_nb.mcp._histories import await_histories, read_histories
 from pplx_nb.mcp._progress import ProgressRelay
 from pplx_nb.mcp._render import (
     answer_result,
+    cancel_result,
     histories_result,
     history_result,
     list_result,
     queued_result,
+    web_search_result,
 )
 from pplx_nb.mcp._schemas import (
     AfterDate,
     AskResult,
     BeforeDate,
+    CancelResult,
     ConversationId,
     ConversationIds,
     ConversationList,
+    Country,
     DomainFilter,
     Files,
     FollowupQuery,
@@ -41,17 +45,21 @@ from pplx_nb.mcp._schemas import (
     IncludeSystemPrompt,
     Limit,
     ListText,
+    MaxResults,
+    MaxTokensPerPage,
     ModelName,
     Query,
     ReasoningEffort,
     RecencyFilter,
     RelatedQuestions,
+    SaveResults,
     SearchMode,
     ShowThinking,
     Since,
     TimeoutSeconds,
     ToolName,
     Until,
+    WebSearchResult,
 )
 
 if TYPE_CHECKING:
@@ -64,6 +72,8 @@ AskOutput = Annotated[CallToolResult, AskResult]
 HistoryOutput = Annotated[CallToolResult, HistoryResult]
 ListOutput = Annotated[CallToolResult, ConversationList]
 HistoriesOutput = Annotated[CallToolResult, HistoriesResult]
+WebSearchOutput = Annotated[CallToolResult, WebSearchResult]
+CancelOutput = Annotated[CallToolResult, CancelResult]
 
 _ASK = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=True)
 _READ = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
@@ -76,6 +86,12 @@ _HINTS = {
     "get_conversation_histories": _READ,
     "await_conversation_histories": _READ,
     "list_conversations": _READ,
+    "cancel_deep_research": ToolAnnotations(
+        read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=True
+    ),
+    "perplexity_web_search": ToolAnnotations(
+        read_only_hint=False, destructive_hint=False, open_world_hint=True
+    ),
 }
 TOOL_NAMES = tuple(_HINTS)
 DEFAULT_WAIT_SECONDS = 300.0
@@ -338,6 +354,50 @@ class Tools:
             )
         )
         return list_result(summaries)
+
+    async def perplexity_web_search(
+        self,
+        query: Query,
+        max_results: MaxResults = 10,
+        search_recency_filter: RecencyFilter = None,
+        search_domain_filter: DomainFilter = None,
+        search_after_date_filter: AfterDate = None,
+        search_before_date_filter: BeforeDate = None,
+        search_mode: SearchMode = None,
+        country: Country = None,
+        max_tokens_per_page: MaxTokensPerPage = None,
+        save: SaveResults = False,
+    ) -> WebSearchOutput:
+        """Ranked web results from the Search API, no answer; stored only with ``save``."""
+        filters = _opts(
+            search_recency_filter=search_recency_filter,
+            search_domain_filter=search_domain_filter,
+            search_after_date_filter=search_after_date_filter,
+            search_before_date_filter=search_before_date_filter,
+            search_mode=search_mode,
+            country=country,
+            max_tokens_per_page=max_tokens_per_page,
+        )
+
+        async def work(researcher: Researcher) -> CallToolResult:
+            results = await researcher.aweb_search(
+                query, max_results=max_results, save=save, **filters
+            )
+            cid = results.conversation_id
+            path = str(researcher.store.path(cid)) if cid else None
+            return web_search_result(results, path)
+
+        return await self._backend.call(work)
+
+    async def cancel_deep_research(self, conversationId: ConversationId) -> CancelOutput:
+        """Cancel a queued or running deep research, and its run at the API."""
+
+        async def work(researcher: Researcher) -> CallToolResult:
+            status = await researcher.acancel(conversationId)
+            path = str(researcher.store.path(conversationId))
+            return cancel_result(conversationId, path, status)
+
+        return await self._backend.call(work)
 
 
 def register_tools(server: MCPServer[Any], backend: Backend) -> None:

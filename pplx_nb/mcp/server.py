@@ -57,7 +57,9 @@ INSTRUCTIONS = (
     "perplexity_deep_research_followup (either mode, whatever started the conversation); read a "
     "conversation, or collect a queued research report, with get_conversation_history; "
     "several at once with get_conversation_histories, or wait for queued research to finish "
-    "with await_conversation_histories. Find earlier conversations with list_conversations."
+    "with await_conversation_histories. Find earlier conversations with list_conversations. "
+    "Stop a queued or running research with cancel_deep_research. For ranked web results "
+    "without an answer (URLs, recent news, sources), use perplexity_web_search."
 )
 
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]

@@ -27,6 +27,8 @@ __all__ = [
     "search_opts",
     "split_conversation_id",
     "unquote",
+    "web_options",
+    "web_opts",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -108,22 +110,82 @@ def output_options(func: F) -> F:
     )
 
 
+def _filter_arguments() -> list[Callable[[F], F]]:
+    """The options that narrow the web search, for the asking magics and ``%%pplx_web``."""
+    return [
+        argument(
+            "--domain",
+            action="append",
+            metavar="DOMAIN",
+            help="only search DOMAIN (repeatable; prefix with - to exclude it)",
+        ),
+        argument("--recency", choices=RECENCY, help="only sources from the last hour/day/..."),
+        argument("--after", type=_api_date, metavar="DATE", help="sources after DATE"),
+        argument("--before", type=_api_date, metavar="DATE", help="sources before DATE"),
+        argument("--academic", action="store_true", help="search scholarly sources"),
+    ]
+
+
+def _filter_opts(args: argparse.Namespace) -> dict[str, Any]:
+    """The API's filter fields that the options of :func:`_filter_arguments` ask for."""
+    opts: dict[str, Any] = {}
+    if args.domain:
+        opts["search_domain_filter"] = [unquote(d) for d in args.domain]
+    if args.recency:
+        opts["search_recency_filter"] = args.recency
+    if args.after:
+        opts["search_after_date_filter"] = args.after
+    if args.before:
+        opts["search_before_date_filter"] = args.before
+    if args.academic:
+        opts["search_mode"] = "academic"
+    return opts
+
+
+def web_options(func: F) -> F:
+    """The options of ``%%pplx_web``: how many results, the filters, ``--save``, outputs."""
+    return _apply(
+        func,
+        [
+            argument(
+                "-n",
+                "--max-results",
+                type=int,
+                default=10,
+                metavar="N",
+                help="at most N results (1 to 20, default 10)",
+            ),
+            *_filter_arguments(),
+            argument("--country", metavar="CC", help="results for a country (ISO code, e.g. GB)"),
+            argument(
+                "--save",
+                action="store_true",
+                help="store query and results as a conversation to follow up",
+            ),
+            argument("--raw", action="store_true", help="do not replace {name} from variables"),
+            argument(
+                "-o", "--output", metavar="VAR", help="also store the results as a DataFrame in VAR"
+            ),
+            argument("--debug", action="store_true", help="show the traceback of an error"),
+        ],
+    )
+
+
+def web_opts(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``Researcher.web_search`` keyword options that parsed ``%%pplx_web`` args ask for."""
+    opts = {"max_results": args.max_results, "save": args.save, **_filter_opts(args)}
+    if args.country:
+        opts["country"] = unquote(args.country)
+    return opts
+
+
 def search_options(func: F) -> F:
     """The search options shared by every asking magic, plus ``--file``, ``--raw`` and outputs."""
     return _apply(
         func,
         [
             argument("-m", "--model", help="model, e.g. sonar, sonar-pro, sonar-reasoning-pro"),
-            argument(
-                "--domain",
-                action="append",
-                metavar="DOMAIN",
-                help="only search DOMAIN (repeatable; prefix with - to exclude it)",
-            ),
-            argument("--recency", choices=RECENCY, help="only sources from the last hour/day/..."),
-            argument("--after", type=_api_date, metavar="DATE", help="sources after DATE"),
-            argument("--before", type=_api_date, metavar="DATE", help="sources before DATE"),
-            argument("--academic", action="store_true", help="search scholarly sources"),
+            *_filter_arguments(),
             argument("--related", action="store_true", help="ask for related questions"),
             argument("--images", action="store_true", help="ask for images"),
             argument("--thinking", action="store_true", help="show the model's reasoning"),
@@ -143,19 +205,9 @@ def search_options(func: F) -> F:
 
 def search_opts(args: argparse.Namespace) -> dict[str, Any]:
     """The Researcher keyword options (API field names) that parsed magic ``args`` ask for."""
-    opts: dict[str, Any] = {}
+    opts = _filter_opts(args)
     if args.model:
         opts["model"] = unquote(args.model)
-    if args.domain:
-        opts["search_domain_filter"] = [unquote(d) for d in args.domain]
-    if args.recency:
-        opts["search_recency_filter"] = args.recency
-    if args.after:
-        opts["search_after_date_filter"] = args.after
-    if args.before:
-        opts["search_before_date_filter"] = args.before
-    if args.academic:
-        opts["search_mode"] = "academic"
     if args.related:
         opts["return_related_questions"] = True
     if args.images:

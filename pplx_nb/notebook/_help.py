@@ -23,7 +23,17 @@ MAGICS: tuple[tuple[str, str, str], ...] = (
         "continue the last (or a given) conversation; --fork branches, --research digs deeper",
         "%pplx_followup how do I wait for it?",
     ),
+    (
+        "%%pplx_web",
+        "ranked web results as a table, no answer (Search API); -o VAR for a DataFrame",
+        "%pplx_web -n 5 asyncio TaskGroup",
+    ),
     ("%pplx_wait", "block until a research job ends and show its report", "%pplx_wait"),
+    (
+        "%pplx_cancel",
+        "cancel a queued or running research job, and its run at the API",
+        "%pplx_cancel",
+    ),
     (
         "%pplx_retry",
         "ask an unanswered research question again (a new, paid run)",

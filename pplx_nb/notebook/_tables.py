@@ -1,4 +1,5 @@
-"""Tables for the looking-back magics: conversations and jobs as DataFrames, settings as HTML."""
+"""Tables for the magics: conversations and jobs as DataFrames, settings as HTML, web results and
+what a cancel did as the lines a cell shows."""
 
 from __future__ import annotations
 
@@ -10,9 +11,17 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from pplx_nb._models import ConversationSummary, JobStatus
+    from pplx_nb._web_results import WebResults
     from pplx_nb.notebook.display import Bundle
 
-__all__ = ["CONVERSATION_COLUMNS", "JOB_COLUMNS", "conversations_frame", "jobs_frame"]
+__all__ = [
+    "CONVERSATION_COLUMNS",
+    "JOB_COLUMNS",
+    "cancel_bundle",
+    "conversations_frame",
+    "jobs_frame",
+    "web_results_bundle",
+]
 
 CONVERSATION_COLUMNS = (
     "conversation_id",
@@ -90,3 +99,37 @@ def settings_bundle(settings: Mapping[str, Any]) -> Bundle:
         "text/html": f"<table><tr><th>setting</th><th>value</th></tr>{rows}</table>",
         "text/plain": plain,
     }
+
+
+def web_results_bundle(results: WebResults) -> Bundle:
+    """Search API results as a table (title linked, date, snippet) under a line saying what they
+    are; with the conversation they were saved in and how to follow up."""
+    head = f"🔎 **{len(results)} web result(s)** · Search API, no answer generated"
+    plain_head = f"{len(results)} web result(s) · Search API, no answer generated"
+    if results.conversation_id:
+        saved = (
+            f"Saved as conversation `{results.conversation_id}`: "
+            "`%pplx_followup` asks about these results."
+        )
+        head += f"  \n<sub>{saved}</sub>"
+        plain_head += "\n" + saved.replace("`", "")
+    return {
+        "text/markdown": f"{head}\n\n{results.to_markdown()}",
+        "text/plain": f"{plain_head}\n{results.to_text()}",
+    }
+
+
+def cancel_bundle(conversation_id: str, status: JobStatus | None) -> Bundle:
+    """One line: what ``%pplx_cancel`` did, and how to go on when the research was cancelled."""
+    from pplx_nb._cancel import cancel_outcome
+
+    said = cancel_outcome(conversation_id, status)
+    if status is not None and status.status == "cancelled":
+        said += " Ask again with `%pplx_followup --research`, or follow up with `%pplx_followup`."
+        icon = "🚫"
+    else:
+        icon = "ℹ️"
+    rich = html.escape(said)
+    for command in ("%pplx_followup --research", "%pplx_followup"):
+        rich = rich.replace(f"`{command}`", f"<code>{command}</code>", 1)
+    return {"text/html": f"<div>{icon} {rich}</div>", "text/plain": said.replace("`", "")}

@@ -22,6 +22,8 @@ MAGIC_FOR_TOOL = {
     "get_conversation_histories": "%pplx_history",
     "await_conversation_histories": "%pplx_wait",
     "list_conversations": "%pplx_conversations",
+    "cancel_deep_research": "%pplx_cancel",
+    "perplexity_web_search": "%%pplx_web",
 }
 """Each MCP tool a message may name, and the magic that does the same in a notebook."""
 

@@ -30,6 +30,8 @@ from pplx_nb.notebook._args import (
     search_opts,
     split_conversation_id,
     unquote,
+    web_options,
+    web_opts,
 )
 from pplx_nb.notebook._cells import (
     AlreadyShown,
@@ -56,6 +58,7 @@ from pplx_nb.notebook._transform import question_mark_keeper
 
 if TYPE_CHECKING:
     from pplx_nb._models import Answer, JobStatus, Progress
+    from pplx_nb.research import WebResults
 
 __all__ = [
     "PplxMagics",
@@ -376,6 +379,38 @@ class PplxMagics(CellMagics):
             return self._finish(args, result)
         return None
 
+    @no_var_expand
+    @magic_arguments()
+    @argument("words", nargs="*", help="what to search for (or write it in the cell)")
+    @web_options
+    @line_cell_magic
+    def pplx_web(self, line: str, cell: str | None = None) -> WebResults | None:
+        """Search the web with the Search API: a table of ranked results, no answer.
+
+        Billed per request, not per token, and nothing is stored unless --save, which keeps
+        the query and the results as a conversation that %pplx_followup continues. -o VAR
+        stores the results as a pandas DataFrame; the magic's value is the list of sources.
+
+        Examples:
+          %pplx_web -n 5 --domain docs.python.org asyncio TaskGroup
+
+          %%pplx_web --recency month -o df
+          structured concurrency in Python
+        """
+        __tracebackhide__ = True
+        with self._guard(line, spelled("pplx_web", cell)):
+            args = self._parse(self.pplx_web, line)
+            query = self._question(args.words, cell, args.raw)
+            results = self.researcher.web_search(query, **web_opts(args))
+            from pplx_nb.notebook._tables import web_results_bundle
+
+            show(web_results_bundle(results))
+            self.shown.add(results)
+            remember(results.conversation_id)
+            self._store(args, results.to_dataframe())
+            return results
+        return None
+
     # -- jobs ---------------------------------------------------------------------------------
 
     @no_var_expand
@@ -450,6 +485,36 @@ class PplxMagics(CellMagics):
 
     @no_var_expand
     @magic_arguments()
+    @argument("id", nargs="?", help="conversation ID (default: the last one)")
+    @output_options
+    @line_magic
+    def pplx_cancel(self, line: str) -> JobStatus | None:
+        """Cancel a queued or running deep research, and its run at Perplexity.
+
+        A queued job leaves the queue (nothing billed); a running one stops, its run too (a
+        cancelled run reports no usage: its cost is unknown). The conversation stays open for
+        follow-ups. Without an ID: this kernel's last conversation.
+
+        Examples:
+          %pplx_cancel
+          %pplx_cancel 20250124-1737712800000
+        """
+        __tracebackhide__ = True
+        with self._guard(line, "%pplx_cancel"):
+            args = self._parse(self.pplx_cancel, line)
+            cid = self._conversation(unquote(args.id) if args.id else None)
+            status = self.researcher.cancel(cid)
+            from pplx_nb.notebook._tables import cancel_bundle
+
+            show(cancel_bundle(cid, status))
+            if status is not None:
+                self.shown.add(status)
+            self._store(args, status)
+            return status
+        return None
+
+    @no_var_expand
+    @magic_arguments()
     @argument("--watch", action="store_true", help="also show a live monitor per unfinished job")
     @output_options
     @line_magic
@@ -478,11 +543,13 @@ class PplxMagics(CellMagics):
     # -- display hook -------------------------------------------------------------------------
 
     def display_result(self, value: Any) -> None:
-        """Render an Answer, JobStatus or Conversation richly, unless a magic just showed it."""
+        """Render an Answer, JobStatus, Conversation or web results richly, unless a magic just
+        showed it."""
         if self.shown.take(value):
             return
         from pplx_nb._models import Answer, Conversation
         from pplx_nb.notebook.display import answer_bundle, conversation_bundle, job_bundle
+        from pplx_nb.research import WebResults
 
         if isinstance(value, Answer):
             live = self._buttons(value)
@@ -491,11 +558,20 @@ class PplxMagics(CellMagics):
                 self._related_buttons(value)
         elif isinstance(value, Conversation):
             show(conversation_bundle(value))
+        elif isinstance(value, WebResults):
+            from pplx_nb.notebook._tables import web_results_bundle
+
+            show(web_results_bundle(value))
         else:
             show(job_bundle(value))
 
 
-_DISPLAYED_TYPES = ("Answer", "Conversation", "JobStatus")
+_DISPLAYED_TYPES = (
+    ("pplx_nb._models", "Answer"),
+    ("pplx_nb._models", "Conversation"),
+    ("pplx_nb._models", "JobStatus"),
+    ("pplx_nb._web_results", "WebResults"),
+)
 
 
 def load_ipython_extension(ipython: Any) -> None:
@@ -506,8 +582,8 @@ def load_ipython_extension(ipython: Any) -> None:
     if is_terminal(ipython):
         _quiet_after_magics(ipython)
     formatter = ipython.display_formatter.ipython_display_formatter
-    for name in _DISPLAYED_TYPES:
-        formatter.for_type_by_name("pplx_nb._models", name, magics.display_result)
+    for module, name in _DISPLAYED_TYPES:
+        formatter.for_type_by_name(module, name, magics.display_result)
     ipython.events.register("pre_run_cell", magics.shown.clear)
     ipython.input_transformers_cleanup.append(magics.keep_question_marks)
     from pplx_nb.notebook._help import loaded_bundle
@@ -551,12 +627,12 @@ def unload_ipython_extension(ipython: Any) -> None:
         for name in [n for n in table if n.startswith("pplx")]:
             del table[name]
     formatter = ipython.display_formatter.ipython_display_formatter
-    for name in _DISPLAYED_TYPES:
-        formatter.deferred_printers.pop(("pplx_nb._models", name), None)
+    for module, name in _DISPLAYED_TYPES:
+        formatter.deferred_printers.pop((module, name), None)
         formatter.type_printers = {
             cls: fn
             for cls, fn in formatter.type_printers.items()
-            if not (cls.__module__ == "pplx_nb._models" and cls.__name__ == name)
+            if not (cls.__module__ == module and cls.__name__ == name)
         }
     if magics is not None:
         with contextlib.suppress(ValueError):

@@ -22,6 +22,7 @@ client per event loop), ``_health``.
 from __future__ import annotations
 
 from pplx_nb._options import SEARCH_OPTIONS
+from pplx_nb._web_results import WebResults
 from pplx_nb.research._researcher import Researcher, job_runner
 from pplx_nb.research._turns import DEEP_RESEARCH_MODEL, MAX_QUERY_CHARS, SYSTEM_PROMPT, Mode
 
@@ -32,5 +33,6 @@ __all__ = [
     "SYSTEM_PROMPT",
     "Mode",
     "Researcher",
+    "WebResults",
     "job_runner",
 ]

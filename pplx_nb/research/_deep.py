@@ -17,6 +17,7 @@ from pplx_nb._errors import (
     APIError,
     APITimeoutError,
     InvalidInput,
+    LeaseLost,
     NetworkError,
     PplxError,
     RunTimedOut,
@@ -101,11 +102,18 @@ class DeepResearchRunner:
         started = time.perf_counter()
         # One client per job: nothing stays bound to the worker's loop after it stops.
         async with self._clients.for_job() as client:
-            remote_id = ctx.remote_id
-            if remote_id is None:
-                await ctx.report(*QUERYING)
-                remote_id = await self._submit(client, request, ctx)
-            answer = await self._poll(client, request, remote_id, ctx)
+            try:
+                remote_id = ctx.remote_id
+                if remote_id is None:
+                    await ctx.report(*QUERYING)
+                    remote_id = await self._submit(client, request, ctx)
+                answer = await self._poll(client, request, remote_id, ctx)
+            except (LeaseLost, asyncio.CancelledError):
+                # Stopped because the job was cancelled (or lost): a run nobody will read must
+                # not go on being billed. The canceller asks too, when it knows the run's id.
+                if ctx.remote_id is not None and ctx.cancelled():
+                    await _stop_run(client, ctx.remote_id, ctx.job.conversation_id)
+                raise
         priced(answer, model)
         message = assistant_message(
             answer,
@@ -125,8 +133,6 @@ class DeepResearchRunner:
         learnt its outcome (its worker died while the reply was arriving), or a reply lost now,
         ends the job with SUBMISSION_UNKNOWN.
         """
-        from pplx_nb.jobs import LeaseLost
-
         conversation_id = ctx.job.conversation_id
         if ctx.submission_unfinished:
             raise submission_unknown(
@@ -135,8 +141,14 @@ class DeepResearchRunner:
                 conversation_id,
             )
         await ctx.begin_submission()
+        submission = asyncio.ensure_future(client.submit_background(request))
         try:
-            remote_id = await client.submit_background(request)
+            remote_id = await asyncio.shield(submission)
+        except asyncio.CancelledError:
+            # Stopped mid-submission (the job cancelled, or the worker stopping): the run may
+            # already exist and bill, so its reply is awaited rather than dropped.
+            await self._settle_submission(client, submission, ctx)
+            raise
         except SubmissionUnknown as exc:
             raise unknown_for(exc, conversation_id) from exc
         except PplxError:
@@ -145,6 +157,9 @@ class DeepResearchRunner:
         try:
             await ctx.record_remote_id(remote_id)
         except LeaseLost:
+            # Cancelled (or requeued) while the run was being submitted: its id is recorded
+            # nowhere, so nobody would ever read it.
+            await _stop_run(client, remote_id, conversation_id)
             raise
         except PplxError as exc:
             # The run is paid for: poll it from memory rather than give it up. Should this
@@ -156,6 +171,25 @@ class DeepResearchRunner:
                 exc,
             )
         return remote_id
+
+    @staticmethod
+    async def _settle_submission(
+        client: AsyncClient, submission: asyncio.Future[str], ctx: JobContext
+    ) -> None:
+        """The reply of a submission whose job stopped waiting for it: a cancelled job's run
+        is stopped; otherwise its id is recorded, so the next attempt polls it."""
+        conversation_id = ctx.job.conversation_id
+        try:
+            remote_id = await submission
+        except PplxError:
+            return  # no run to stop; the recorded start makes a retry SUBMISSION_UNKNOWN
+        if not ctx.cancelled():
+            try:
+                await ctx.record_remote_id(remote_id)
+                return
+            except PplxError:
+                pass  # recorded nowhere, so read by nobody
+        await _stop_run(client, remote_id, conversation_id)
 
     async def _poll(
         self, client: AsyncClient, request: Request, remote_id: str, ctx: JobContext
@@ -258,6 +292,16 @@ class DeepResearchRunner:
             remote_id=remote_id,
             cancelled=cancelled,
         )
+
+
+async def _stop_run(client: AsyncClient, remote_id: str, conversation_id: str) -> None:
+    """Ask the API to cancel the run of a job that no longer wants it (bounded: never hangs)."""
+    logger.info("Cancelling run %s: the job of %s no longer wants it", remote_id, conversation_id)
+    try:
+        async with asyncio.timeout(client.settings.timeout_ms / 1000 * 2):
+            await client.cancel_background(remote_id, retry=True)
+    except TimeoutError:
+        logger.warning("The cancel of run %s got no reply in time", remote_id)
 
 
 def _transient(error: APIError) -> bool:

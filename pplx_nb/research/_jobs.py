@@ -18,6 +18,7 @@ from pplx_nb.research._answers import stored_answer
 from pplx_nb.research._progress import ProgressCallback
 
 if TYPE_CHECKING:
+    from pplx_nb.api import AsyncClient
     from pplx_nb.jobs import JobQueue, JobRunner, Worker
     from pplx_nb.store import ConversationStore
 
@@ -96,6 +97,34 @@ class JobDesk:
             worker, self._worker = self._worker, None
         if worker is not None:
             worker.stop(timeout)
+
+    async def cancel(self, conversation_id: str, client: AsyncClient) -> JobStatus | None:
+        """Cancel the conversation's pending or running job, and its remote run if it has one.
+
+        Returns the job's status: ``cancelled``, or as it was when it had already ended; None
+        when the conversation never had a job. The status returned (not the one stored) says
+        under ``result`` whether the API confirmed the run's cancel (``remoteCancelled``).
+        """
+        before = self.queue.status(conversation_id)
+        if before is None:
+            return self.queue.cancel(conversation_id)  # CONVERSATION_NOT_FOUND without one
+        if before.done:
+            return before
+        status = self.queue.cancel(conversation_id)
+        if status is None or status.status != "cancelled" or status.remote_id is None:
+            return status
+        # The worker running the job also cancels the run when it notices the job is gone,
+        # but it may be dead, or far from its next heartbeat: ask now.
+        stopped = await client.cancel_background(status.remote_id, retry=True)
+        if not stopped:
+            logger.warning(
+                "The API did not confirm the cancel of run %s (conversation %s); it may still "
+                "run and be billed: check your Perplexity usage",
+                status.remote_id,
+                conversation_id,
+            )
+        result = {**(status.model_extra or {}).get("result", {}), "remoteCancelled": stopped}
+        return status.model_copy(update={"result": result})
 
     async def wait(
         self,

@@ -24,8 +24,10 @@ from pplx_nb.research._jobs import JobDesk
 from pplx_nb.research._progress import ProgressCallback
 from pplx_nb.research._runner import TurnRunner, last
 from pplx_nb.research._turns import Mode, Turn, TurnBuilder
+from pplx_nb.research._web import WebSearcher
 
 if TYPE_CHECKING:
+    from pplx_nb._web_results import WebResults
     from pplx_nb.api import AsyncClient
     from pplx_nb.jobs import JobRunner, Worker
     from pplx_nb.store import ConversationStore
@@ -88,6 +90,7 @@ class Researcher:
         self._deep = DeepResearchRunner(
             self._settings, self._store, self._guard, self._clients, self._runner
         )
+        self._web = WebSearcher(self._store, self._clients, self._metrics)
 
     def __repr__(self) -> str:
         return (
@@ -245,6 +248,45 @@ class Researcher:
         """
         return await self._jobs.wait(conversation_id, timeout, on_progress)
 
+    async def acancel(self, conversation_id: str) -> JobStatus | None:
+        """Cancel the conversation's queued or running deep research, and its run at the API.
+
+        A pending job leaves the queue; a running one is marked ``cancelled`` at once (its
+        worker, here or in another process, stops at its next heartbeat) and its remote run is
+        cancelled through the API, by this call when the run's id is known and by the worker
+        otherwise. A cancelled run reports no usage: its cost is recorded as unknown
+        (``result.costUnknown`` in the status). The question is closed by a turn saying it was
+        cancelled, so the conversation takes follow-ups right away.
+
+        Returns the job's status: ``cancelled``, or unchanged when the job had already ended;
+        None when the conversation never had a job. Raises CONVERSATION_NOT_FOUND for an
+        unknown conversation, VALIDATION_ERROR for a malformed id.
+        """
+        with self._runner.counted():
+            conversation_id = validate_conversation_id(conversation_id)
+            return await self._jobs.cancel(conversation_id, self._clients.current())
+
+    async def aweb_search(
+        self,
+        query: str,
+        *,
+        max_results: int = 10,
+        save: bool = False,
+        **filters: Any,
+    ) -> WebResults:
+        """Ranked web results from the Search API: no answer is generated, nothing is stored.
+
+        Billed per request ($5 per 1,000), not per token. ``filters`` take the API's names:
+        ``search_domain_filter``, ``search_recency_filter``, ``search_after_date_filter``,
+        ``search_before_date_filter``, ``last_updated_after_filter``,
+        ``last_updated_before_filter``, ``search_mode``, ``country``, ``search_language_filter``,
+        ``max_tokens``, ``max_tokens_per_page``, ``search_context_size``. ``save=True`` also
+        stores the query and the results as a NEW conversation (``conversation_id`` of the
+        result), which follow-ups can continue. The result is a list of
+        :class:`~pplx_nb._models.Source`, best first, that renders as a table.
+        """
+        return await self._web.search(query, max_results, save, filters)
+
     search = sync_twin(asearch)
     stream_search = sync_twin(astream_search)
     deep_research = sync_twin(adeep_research)
@@ -252,6 +294,8 @@ class Researcher:
     stream_followup = sync_twin(astream_followup)
     retry = sync_twin(aretry)
     wait = sync_twin(await_job, name="wait")
+    cancel = sync_twin(acancel)
+    web_search = sync_twin(aweb_search)
 
     # -- jobs -----------------------------------------------------------------------------------
 

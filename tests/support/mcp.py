@@ -23,6 +23,8 @@ TOOLS = {
     "get_conversation_histories",
     "await_conversation_histories",
     "list_conversations",
+    "cancel_deep_research",
+    "perplexity_web_search",
 }
 UNKNOWN_ID = "20200101-1577836800000"
 """A well-formed conversation ID that no test creates."""

@@ -1,0 +1,85 @@
+"""Researcher.web_search: the Search API's ranked results, no answer, nothing stored unless asked;
+counted at the simulator."""
+
+from __future__ import annotations
+
+import pytest
+
+from pplx_nb import Researcher, Settings
+from pplx_nb._errors import ValidationError
+from pplx_nb._models import Answer, Source
+from pplx_nb.research import WebResults
+from pplx_nb.sim import inject_faults, stats
+
+
+def test_results_come_ranked_with_their_fields_and_nothing_is_stored(
+    settings: Settings, sim_url: str
+) -> None:
+    with Researcher(settings) as r:
+        results = r.web_search("asyncio task cancel", max_results=5)
+        metrics = r.metrics()
+        stored = r.conversations()
+    assert isinstance(results, WebResults) and isinstance(results, list)
+    assert 1 <= len(results) <= 5 and results.conversation_id is None
+    assert all(isinstance(s, Source) and s.url.startswith("https://") for s in results)
+    assert all(s.title and s.snippet and s.date for s in results)
+    assert len({s.url for s in results}) == len(results)
+    assert "cancel" in (results[0].title or "").lower()
+    assert stored == []
+    billed = stats(sim_url)
+    assert billed["searches"] == 1 and billed["generations"] == 0
+    assert metrics["api"]["calls"] == 1 and metrics["api"]["cost"] == pytest.approx(0.005)
+
+
+def test_filters_reach_the_api_and_bad_ones_are_refused_before_anything_is_billed(
+    settings: Settings, sim_url: str
+) -> None:
+    with Researcher(settings) as r:
+        kept = r.web_search(
+            "json encoder", max_results=3, search_domain_filter=["docs.python.org"], country="us"
+        )
+        assert kept and all(s.domain == "docs.python.org" for s in kept)
+        refused = [
+            {"max_results": 0},
+            {"max_results": 21},
+            {"search_recency_filter": "fortnight"},
+            {"search_after_date_filter": "2025-01-31"},
+            {"country": "United States"},
+            {"answer_length": 3},
+        ]
+        for bad in refused:
+            with pytest.raises(ValidationError):
+                r.web_search("json encoder", **bad)
+        with pytest.raises(ValidationError, match="empty"):
+            r.web_search("   ")
+    assert stats(sim_url)["searches"] == 1
+
+
+def test_saved_results_become_a_conversation_that_takes_follow_ups(
+    settings: Settings, sim_url: str
+) -> None:
+    with Researcher(settings) as r:
+        results = r.web_search("pathlib glob", max_results=3, save=True)
+        cid = results.conversation_id
+        assert cid is not None
+        turns = r.history(cid).messages
+        assert [m.role for m in turns] == ["user", "assistant"]
+        assert turns[0].content == "pathlib glob"
+        saved = turns[1]
+        assert saved.tool == "perplexity_web_search" and saved.unanswered is None
+        assert [s.url for s in saved.sources or []] == [s.url for s in results]
+        assert saved.cost is not None and saved.cost.estimated
+        assert all(s.url in saved.content for s in results)
+        followup = r.followup(cid, "Which of these matches files recursively?")
+    assert isinstance(followup, Answer) and followup.text
+    assert stats(sim_url)["searches"] == 1
+
+
+def test_a_server_error_is_retried_since_a_search_generates_nothing(
+    settings: Settings, sim_url: str
+) -> None:
+    inject_faults(sim_url, {"status": 503, "path": "/search"})
+    with Researcher(settings) as r:
+        results = r.web_search("asyncio gather")
+    assert results
+    assert stats(sim_url)["requests"]["POST /search"] == 2
