@@ -29,7 +29,8 @@ from mcp_types import CallToolResult, TextContent
 from support.mcp import INITIALIZE, ROOT, TOOLS, UNKNOWN_ID, http_server, server_env
 
 from pplx_nb import Researcher, Settings
-from pplx_nb._models import Progress
+from pplx_nb._markdown import link_citations
+from pplx_nb._models import Progress, Source
 from pplx_nb.mcp._progress import ProgressRelay
 
 
@@ -169,7 +170,8 @@ def test_search_then_followups_in_both_modes_show_every_turn_in_order(client: Mc
     assert f"Location: `{data['conversationPath']}`" in text
     assert "• Quick search: Use `perplexity_search_followup`" in text
     assert "• Deep dive: Use `perplexity_deep_research_followup`" in text
-    assert data["answer"] and data["answer"] in text
+    sources = [Source.model_validate(s) for s in data["sources"]]
+    assert data["answer"] and link_citations(data["answer"], sources) in text
     assert data["sources"] and data["sources"][0]["url"].startswith("https://docs.python.org/")
     assert data["usage"]["totalTokens"] > 0 and data["cost"]["totalCost"] >= 0
     assert Path(data["conversationPath"], "conversation.json").is_file()
