@@ -85,7 +85,7 @@ class TurnRunner:
         Without a ``ticket`` the turn opens a new conversation first: its question is stored
         before the answer is bought, so a store that cannot be written fails at no cost.
         """
-        tracker = Tracker(on_progress) if on_progress else None
+        tracker = Tracker(on_progress, report="research" in turn.tool) if on_progress else None
         try:
             if ticket is None:
                 ticket = self._guard.ask(turn.user, turn.model, seed=turn.seed)
@@ -99,7 +99,13 @@ class TurnRunner:
                     # Closed explicitly: left to the garbage collector, a stream abandoned
                     # mid-way closes its HTTP response outside any event loop.
                     async with contextlib.aclosing(
-                        _watched(client.stream(request), ticket, tracker)
+                        _watched(
+                            client.stream(
+                                request, on_activity=tracker.activity if tracker else None
+                            ),
+                            ticket,
+                            tracker,
+                        )
                     ) as items:
                         async for item in items:
                             if isinstance(item, str):
