@@ -531,9 +531,18 @@ class StreamView(_View):
         self.text = ""
         self.updates = 0
         self.first_text_at: float | None = None
+        self.status: str | None = None
+        """What the run last reported doing, shown instead of the label."""
         self._last = 0.0
         self._pending = False
         self.show(streaming_bundle("", label=label))
+
+    def activity(self, progress: Progress) -> None:
+        """Note what the run reports doing; shown at the next repaint.
+
+        Safe to call from any thread: it only records the message.
+        """
+        self.status = progress.message.rstrip(".")
 
     def feed(self, delta: str) -> None:
         """Add a text delta; repaint if the last repaint is at least ``interval`` old."""
@@ -560,7 +569,8 @@ class StreamView(_View):
             self._repaint(now)
 
     def _repaint(self, now: float) -> None:
-        self.show(streaming_bundle(self.text, elapsed=now - self.started, label=self.label))
+        label = self.status or self.label
+        self.show(streaming_bundle(self.text, elapsed=now - self.started, label=label))
         if self.first_text_at is None and self.text:
             self.first_text_at = time.monotonic()
         self.updates += 1
