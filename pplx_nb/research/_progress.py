@@ -31,7 +31,7 @@ from pplx_nb._config import Settings
 from pplx_nb._models import Progress
 
 if TYPE_CHECKING:
-    from pplx_nb.api._activity import Activity
+    from pplx_nb.api import Activity
 
 __all__ = [
     "COMPLETED",

@@ -21,7 +21,7 @@ from pplx_nb.research._progress import COMPLETED, ProgressCallback, Tracker, act
 from pplx_nb.research._turns import Turn
 
 if TYPE_CHECKING:
-    from pplx_nb.api._activity import Activity
+    from pplx_nb.api import Activity
     from pplx_nb.store import ConversationStore
 
 __all__ = ["TurnRunner", "last", "submission_unknown", "unknown_for"]
