@@ -1,10 +1,17 @@
 """Markdown for answers, written once for every surface that shows one.
 
 ``Answer._repr_markdown_``, :func:`pplx_nb.export.to_markdown`, the notebook display and the MCP
-tools' text cite sources the same way: the ``[n]`` markers of an answer (:data:`CITATION`) name the
-n-th source, and a numbered **Sources** list follows the text. Text that comes from the web (titles,
-related questions) is escaped so it cannot break the Markdown around it; notes carry the user's file
-names and are HTML-escaped.
+tools' text cite sources the same way. An answer's text is kept as the API wrote it, and its
+citation markers (:data:`CITATION`) are resolved against the answer's sources when it is shown:
+
+- ``[n]``, n from 1: the n-th source (the search result with ``id`` n; ids count from 1 in order);
+- ``[web:N]``, N from 0: the source at position N (``[web:0]`` is the first, shown as ``[1]``);
+- a Markdown link ``[text](url)``: the source with that URL (already a link; left as it is).
+
+A marker that names no source stays as text. A numbered **Sources** list follows the text; when the
+text cites some sources and not others, the ones it never cites are listed apart under **Also
+consulted**. Text that comes from the web (titles, related questions) is escaped so it cannot break
+the Markdown around it; notes carry the user's file names and are HTML-escaped.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CITATION",
+    "cited_sources",
     "escape",
     "job_status_markdown",
     "link_citations",
@@ -29,8 +37,13 @@ __all__ = [
     "sources_markdown",
 ]
 
-CITATION = re.compile(r"\[(\d{1,3})\]")
-"""A citation marker in answer text, ``[1]`` to ``[999]``: the 1-based number of a source."""
+CITATION = re.compile(
+    r"\[(?:(?P<number>\d{1,3})|web:(?P<web>\d{1,3}))\]"
+    r"|\[(?P<label>[^\[\]\n]*)\]\((?P<url>https?://(?:[^\s()]|\([^\s()]*\))+)\)"
+)
+"""A citation marker in answer text: ``[1]`` to ``[999]`` (group ``number``, counting from 1),
+``[web:0]`` to ``[web:999]`` (group ``web``, counting from 0) or a Markdown link to a web page
+(groups ``label`` and ``url``; one level of parentheses in the URL, as Wikipedia's have)."""
 
 _SPECIAL = re.compile(r"([\[\]*_`<>])")
 
@@ -40,16 +53,44 @@ def escape(text: str) -> str:
     return _SPECIAL.sub(r"\\\1", text)
 
 
+def _same_page(url: str) -> str:
+    return url.split("#", 1)[0].rstrip("/")
+
+
+def _cited(match: re.Match[str], sources: Sequence[Source]) -> int | None:
+    """The position in ``sources`` of the source a :data:`CITATION` match names, if any."""
+    url = match.group("url")
+    if url is not None:
+        same = [i for i, s in enumerate(sources) if s.url == url] or [
+            i for i, s in enumerate(sources) if _same_page(s.url) == _same_page(url)
+        ]
+        return same[0] if same else None
+    number = match.group("number")
+    index = int(number) - 1 if number is not None else int(match.group("web"))
+    return index if 0 <= index < len(sources) else None
+
+
+def cited_sources(text: str, sources: Sequence[Source]) -> list[int]:
+    """The positions in ``sources`` that ``text`` cites, in order, each once (any marker form)."""
+    found: dict[int, None] = {}
+    for match in CITATION.finditer(text):
+        index = _cited(match, sources)
+        if index is not None:
+            found.setdefault(index)
+    return list(found)
+
+
 def link_citations(text: str, sources: Sequence[Source], *, titles: bool = False) -> str:
-    """``text`` with every ``[n]`` that names a source turned into a link ``[[n]](url)``.
+    """``text`` with every ``[n]`` or ``[web:N]`` that names a source turned into a link
+    ``[[n]](url)``, numbered as the **Sources** list numbers it (``[web:0]`` shows as ``[1]``).
 
     ``titles`` adds the source's title (or domain) as the link title, shown on hover. A marker
-    with no source of its number is left as it is.
+    that names no source, and a Markdown link (already one), are left as they are.
     """
 
     def link(match: re.Match[str]) -> str:
-        index = int(match.group(1)) - 1
-        if not 0 <= index < len(sources):
+        index = None if match.group("url") is not None else _cited(match, sources)
+        if index is None:
             return match.group(0)
         source = sources[index]
         if not titles:
@@ -60,28 +101,62 @@ def link_citations(text: str, sources: Sequence[Source], *, titles: bool = False
     return CITATION.sub(link, text)
 
 
-def sources_markdown(sources: Sequence[Source]) -> str:
-    """The numbered **Sources** list: linked title, then domain and date ("" for no sources)."""
+def _split(sources: Sequence[Source], text: str | None) -> tuple[list[int], list[int]]:
+    """(cited, never cited) positions; all count as cited when the text cites none of them."""
+    everything = list(range(len(sources)))
+    cited = set(cited_sources(text, sources)) if text is not None else set()
+    if not cited:
+        return everything, []
+    return [i for i in everything if i in cited], [i for i in everything if i not in cited]
+
+
+def _source_line(source: Source) -> str:
+    title = escape(source.title or source.url)
+    extra = " · ".join(x for x in (source.domain, source.date) if x)
+    return f"[{title}]({source.url})" + (f" — {extra}" if extra else "")
+
+
+def sources_markdown(sources: Sequence[Source], text: str | None = None) -> str:
+    """The numbered **Sources** list: linked title, then domain and date ("" for no sources).
+
+    Given the answer's ``text``, sources it never cites are listed apart under **Also
+    consulted**, each list keeping the numbers the citations use.
+    """
     if not sources:
         return ""
+    cited, rest = _split(sources, text)
+    if not rest:
+        lines = ["**Sources**", ""]
+        lines += [f"{n}. {_source_line(source)}" for n, source in enumerate(sources, 1)]
+        return "\n".join(lines)
+    # A Markdown list renumbers its items from the first one: numbers with gaps are written out.
     lines = ["**Sources**", ""]
-    for number, source in enumerate(sources, 1):
-        title = escape(source.title or source.url)
-        extra = " · ".join(x for x in (source.domain, source.date) if x)
-        lines.append(f"{number}. [{title}]({source.url})" + (f" — {extra}" if extra else ""))
+    lines += [f"- **{i + 1}.** {_source_line(sources[i])}" for i in cited]
+    lines += ["", "**Also consulted**", ""]
+    lines += [f"- **{i + 1}.** {_source_line(sources[i])}" for i in rest]
     return "\n".join(lines)
 
 
-def source_references(sources: Sequence[Source], *, titles: bool = True) -> str:
+def source_references(
+    sources: Sequence[Source], *, titles: bool = True, text: str | None = None
+) -> str:
     """The sources as plain reference lines, ``[n] title (date): url`` (``[n] url`` without
-    ``titles``): what the seed MCP server sends and what a terminal shows."""
-    lines = []
-    for number, source in enumerate(sources, 1):
-        if titles:
-            date = f" ({source.date})" if source.date else ""
-            lines.append(f"[{number}] {source.title or source.url}{date}: {source.url}")
-        else:
-            lines.append(f"[{number}] {source.url}")
+    ``titles``): what the seed MCP server sends and what a terminal shows.
+
+    Given the answer's ``text``, sources it never cites follow under **Also consulted**.
+    """
+    cited, rest = _split(sources, text)
+
+    def line(index: int) -> str:
+        source = sources[index]
+        if not titles:
+            return f"[{index + 1}] {source.url}"
+        date = f" ({source.date})" if source.date else ""
+        return f"[{index + 1}] {source.title or source.url}{date}: {source.url}"
+
+    lines = [line(i) for i in cited]
+    if rest:
+        lines += ["", "**Also consulted**", *(line(i) for i in rest)]
     return "\n".join(lines)
 
 

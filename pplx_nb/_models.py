@@ -318,13 +318,13 @@ class Answer(BaseModel):
     """Notes about the question, e.g. an attached file already in the conversation history."""
 
     def linked_text(self) -> str:
-        """The text with ``[n]`` markers turned into Markdown links to their sources."""
+        """The text with its ``[n]`` / ``[web:N]`` markers linked to their sources."""
         return link_citations(self.text, self.sources)
 
     def to_markdown(self) -> str:
         """A readable Markdown rendering: linked answer, numbered sources, related questions."""
         extra = [
-            sources_markdown(self.sources),
+            sources_markdown(self.sources, self.text),
             related_markdown(self.related_questions),
             notes_markdown(self.notes),
         ]

@@ -325,7 +325,7 @@ def _turn_markdown(message: Message) -> str:
     if message.role != "assistant" or not message.sources:
         return f"{heading}\n\n{message.answer_text}"
     text = link_citations(message.answer_text, message.sources)
-    return f"{heading}\n\n{text}\n\n{sources_markdown(message.sources)}"
+    return f"{heading}\n\n{text}\n\n{sources_markdown(message.sources, message.answer_text)}"
 
 
 def to_json(conversation: Conversation, *, indent: int | None = 2) -> str:

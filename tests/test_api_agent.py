@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import httpx2
 import pytest
 
 from pplx_nb import Settings
-from pplx_nb._errors import APIServerError, InvalidInput, NetworkError
-from pplx_nb.api import AsyncClient, Request
+from pplx_nb._errors import APIServerError, InvalidInput, NetworkError, RemoteRunFailed
+from pplx_nb._models import Answer
+from pplx_nb.api import AsyncClient, Request, RetryPolicy
 from pplx_nb.api._sse import Event
 from pplx_nb.api._text import RELATED_INSTRUCTION, DeltaFilter, split_related
 from pplx_nb.api.agent import AgentAdapter, agent_target
@@ -333,3 +335,116 @@ async def test_strict_server_rejection_is_invalid_input(settings: Settings) -> N
 def test_disable_search_drops_the_web_search_tool() -> None:
     assert sent(question(), "sonar")["tools"][0]["type"] == "web_search"
     assert "tools" not in sent(question(disable_search=True), "sonar")
+
+
+# -- what a run is doing: reasoning events, and following a background run ----------------------
+
+
+def test_reasoning_events_become_the_runs_activity_with_running_totals() -> None:
+    parser = ADAPTER.stream_parser(question(), "sonar")
+    seen = []
+    for n, payload in enumerate(
+        [
+            {"type": "response.created", "response": {"status": "in_progress", "output": []}},
+            {"type": "response.reasoning.started", "thought": "Planning."},
+            {"type": "response.reasoning.search_queries", "queries": ["a", "b"]},
+            {"type": "response.reasoning.search_results", "results": [{"id": 1}] * 5},
+            {"type": "response.reasoning.image_search_queries", "queries": ["c"], "call_id": "x"},
+            {"type": "response.reasoning.fetch_url_queries", "urls": ["https://a.example/"]},
+            {"type": "response.reasoning.fetch_url_results", "contents": []},
+            {"type": "response.reasoning.brand_new", "anything": {"at": "all"}},
+            {"type": "response.reasoning.stopped"},
+            {"type": "response.output_text.delta", "delta": "Done "},
+            {"type": "response.output_text.delta", "delta": "[1]."},
+        ]
+    ):
+        parser.feed(Event("", json.dumps({**payload, "sequence_number": n})))
+        seen.append(parser.activity)
+    assert seen[0] is None
+    assert seen[1] is not None and seen[1].stage == "planning"
+    assert seen[2] is not None and (seen[2].stage, seen[2].queries, seen[2].query) == (
+        "searching",
+        2,
+        "b",
+    )
+    assert seen[3] is not None and (seen[3].stage, seen[3].results) == ("reading", 5)
+    assert seen[4] is not None and seen[4].queries == 3
+    assert seen[5] is not None and (seen[5].stage, seen[5].urls) == ("fetching", 1)
+    assert seen[7] == seen[5], "unknown reasoning events change nothing"
+    final = seen[-1]
+    assert final is not None and final.stage == "writing" and final.chars == len("Done [1].")
+    assert parser.sequence == 10
+
+
+def test_events_sent_again_after_a_resume_are_skipped() -> None:
+    parser = ADAPTER.follow_parser(related=False)
+    frames = [
+        {"type": "response.output_text.delta", "delta": "Done ", "sequence_number": 4},
+        {"type": "response.output_text.delta", "delta": "Done ", "sequence_number": 4},
+        {"type": "response.reasoning.search_queries", "queries": ["x"], "sequence_number": 3},
+        {"type": "response.output_text.delta", "delta": "[1].", "sequence_number": 5},
+        {"type": "response.completed", "response": response(), "sequence_number": 6},
+    ]
+    shown = "".join(parser.feed(event) for event in events(*frames))
+    assert shown == "Done [1]." and parser.finish().text == "Done [1]."
+    assert parser.activity is not None and parser.activity.queries == 0
+    assert ADAPTER.follow("resp_1", 6).path == "/v1/responses/resp_1?stream=true&starting_after=6"
+
+
+async def test_a_followed_run_resumes_after_a_drop_from_the_last_event_seen(
+    settings: Settings,
+) -> None:
+    from pplx_nb.sim import serve
+
+    with serve(latency_ms=0, deep_research_seconds=1.0) as url:
+        upstream = httpx2.AsyncClient(base_url=url)
+        cursors: list[str] = []
+
+        async def forward(request: httpx2.Request) -> httpx2.Response:
+            reply = await upstream.send(
+                upstream.build_request(
+                    request.method,
+                    request.url.raw_path.decode(),
+                    content=request.content,
+                    headers={"authorization": request.headers.get("authorization", "")},
+                )
+            )
+            body = reply.content
+            if request.url.params.get("stream") == "true":
+                cursors.append(request.url.params["starting_after"])
+                if len(cursors) == 1:
+                    # The first stream breaks after eight events, mid-run.
+                    body = b"".join(f + b"\n\n" for f in body.split(b"\n\n")[:8])
+            return httpx2.Response(reply.status_code, headers=reply.headers, content=body)
+
+        tuned = settings.model_copy(update={"base_url": url})
+        client = AsyncClient(
+            tuned,
+            transport=httpx2.MockTransport(forward),
+            retry=RetryPolicy(3, base=0.01, cap=0.05),
+        )
+        async with client, upstream:
+            remote_id = await client.submit_background(question(model="sonar-deep-research"))
+            items = [i async for i in client.follow_background(remote_id)]
+        counters = stats(url)
+    activities, answer = items[:-1], items[-1]
+    assert isinstance(answer, Answer) and answer.text and answer.sources
+    assert cursors[0] == "0" and len(cursors) == 2 and int(cursors[1]) >= 7
+    assert [a.stage for a in activities].count("searching") >= 1
+    assert activities[-1].stage == "writing"
+    assert counters["background_runs"] == 1 and counters["generations"] == 1
+
+
+async def test_a_server_that_does_not_stream_runs_is_told_apart_from_a_failed_run() -> None:
+    def json_only(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(200, json=response("in_progress", output=[]))
+
+    settings = Settings(
+        api_key="pplx-k-123456789", base_url="http://api.test", api_style="agent", offline=False
+    )
+    async with AsyncClient(settings, transport=httpx2.MockTransport(json_only)) as client:
+        assert client.follows_runs
+        with pytest.raises(APIServerError, match="not an event stream") as caught:
+            async for _ in client.follow_background("resp_1"):
+                pass
+    assert not isinstance(caught.value, RemoteRunFailed)

@@ -239,6 +239,27 @@ def test_the_clock_moves_before_the_first_byte_arrives(
     assert clocks == sorted(clocks, key=float) and float(clocks[-1]) >= 0.4
 
 
+def test_the_status_line_says_what_the_run_is_doing_before_the_text_comes(
+    shell: InteractiveShell, settings: Settings
+) -> None:
+    from pplx_nb.sim import serve
+
+    # The simulator spreads a search's events 50 ms apart: its reasoning takes ~0.5 s.
+    with serve(latency_ms=2000) as url:
+        slow = settings.model_copy(update={"base_url": url})
+        with Researcher(slow) as researcher:
+            magics.set_researcher(researcher)
+            run = Run(shell, "%%pplx\nHow do I cancel an asyncio task?")
+    assert isinstance(run.result, Answer), run.text()
+    painted = [data.get("text/markdown", "") for data in run.outputs]
+    first_text = next(n for n, markdown in enumerate(painted) if "▌" in markdown)
+    told = re.findall(
+        r"⏳ ((?:Planning|Searching: |Read |Writing)[^…]*)…", "\n".join(painted[:first_text])
+    )
+    assert told, painted[:first_text]
+    assert all(not m.endswith(".") for m in told)
+
+
 def test_search_options_reach_the_simulator(shell: InteractiveShell) -> None:
     narrowed = Run(
         shell, "%%pplx --domain example.com --no-cache\nHow do I cancel an asyncio task?"

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from pplx_nb import export
 from pplx_nb._markdown import (
     CITATION,
+    cited_sources,
     escape,
     link_citations,
     related_markdown,
@@ -61,7 +64,7 @@ def test_citations_link_to_their_source_and_unknown_numbers_stay() -> None:
         '"quoted" [1]', [Source(url="https://x.org", title='say "hi"')], titles=True
     )
     assert titled == '"quoted" [[1]](https://x.org "say \'hi\'")'
-    assert [m.group(1) for m in CITATION.finditer(TEXT)] == ["1", "2", "3"]
+    assert [m.group("number") for m in CITATION.finditer(TEXT)] == ["1", "2", "3"]
     assert not CITATION.search("[1234] and [a]")
 
 
@@ -90,3 +93,66 @@ def test_web_text_is_escaped_so_it_cannot_open_markup() -> None:
     )
     assert "<script>" not in answer.to_markdown()
     assert sources_markdown([]) == "" and related_markdown([]) == ""
+
+
+THREE = [
+    Source(url="https://docs.python.org/3/library/asyncio-task.html", title="asyncio tasks"),
+    Source(url="https://docs.python.org/3/library/asyncio-sync.html", title="asyncio locks"),
+    Source(url="https://docs.python.org/3/library/asyncio-queue.html", title="asyncio queues"),
+]
+"""Three results as the API numbers them: ids 1, 2, 3 at positions 0, 1, 2."""
+
+CITED_EACH_WAY = {
+    "numbered": "Cancel a task [1] and guard it with a lock [2].",
+    "web": "Cancel a task [web:0] and guard it with a lock [web:1].",
+    "link": (
+        "Cancel a [task](https://docs.python.org/3/library/asyncio-task.html) and guard it with a "
+        "[lock](https://docs.python.org/3/library/asyncio-sync.html#asyncio.Lock)."
+    ),
+}
+
+
+@pytest.mark.parametrize("form", sorted(CITED_EACH_WAY))
+def test_every_citation_form_names_the_same_sources(form: str) -> None:
+    text = CITED_EACH_WAY[form]
+    assert cited_sources(text, THREE) == [0, 1]
+    linked = link_citations(text, THREE)
+    assert THREE[0].url in linked and "asyncio-sync.html" in linked
+    if form != "link":
+        # [web:0] is shown as the first source's number, as the Sources list numbers it.
+        assert "[[1]](https://docs.python.org/3/library/asyncio-task.html)" in linked
+        assert "[[2]](https://docs.python.org/3/library/asyncio-sync.html)" in linked
+    else:
+        assert linked == text  # already links
+
+
+@pytest.mark.parametrize("form", sorted(CITED_EACH_WAY))
+def test_sources_never_cited_are_listed_apart_on_every_surface(form: str) -> None:
+    text = CITED_EACH_WAY[form]
+    listed = sources_markdown(THREE, text)
+    cited, _, rest = listed.partition("**Also consulted**")
+    assert "asyncio tasks" in cited and "asyncio locks" in cited and "queues" not in cited
+    assert "- **3.** [asyncio queues](https://docs.python.org/3/library/asyncio-queue.html)" in rest
+    references = source_references(THREE, text=text)
+    assert references.splitlines()[-2:] == [
+        "**Also consulted**",
+        "[3] asyncio queues: https://docs.python.org/3/library/asyncio-queue.html",
+    ]
+    answer = Answer(text=text, sources=THREE, conversation_id="20250124-1706102400123")
+    assert listed in answer.to_markdown() and listed in display.answer_markdown(answer)
+    mcp_text = answer_result(answer, followup=False, show_thinking=False).content[0].text  # type: ignore[union-attr]
+    assert f"**Sources**\n{references}" in mcp_text
+    assert link_citations(text, THREE) in mcp_text
+
+
+def test_markers_out_of_range_or_of_unknown_pages_stay_text_and_cite_nothing() -> None:
+    text = "See [4], [web:3], [0] and [elsewhere](https://example.org/x)."
+    assert cited_sources(text, THREE) == []
+    assert link_citations(text, THREE) == text
+    # Nothing cited: every source is simply a source.
+    assert "Also consulted" not in sources_markdown(THREE, text)
+    assert [m.group(0) for m in CITATION.finditer("[1][web:2][a](https://x.org/a_(b))")] == [
+        "[1]",
+        "[web:2]",
+        "[a](https://x.org/a_(b))",
+    ]

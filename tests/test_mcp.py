@@ -29,7 +29,8 @@ from mcp_types import CallToolResult, TextContent
 from support.mcp import INITIALIZE, ROOT, TOOLS, UNKNOWN_ID, http_server, server_env
 
 from pplx_nb import Researcher, Settings
-from pplx_nb._models import Progress
+from pplx_nb._markdown import link_citations
+from pplx_nb._models import Progress, Source
 from pplx_nb.mcp._progress import ProgressRelay
 
 
@@ -63,11 +64,17 @@ class McpClient:
         self._stack.close()
 
     def call(
-        self, name: str, arguments: dict[str, Any], progress: list[float] | None = None
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        progress: list[float] | None = None,
+        messages: list[str] | None = None,
     ) -> CallToolResult:
         async def on_progress(value: float, total: float | None, message: str | None) -> None:
             if progress is not None:
                 progress.append(value)
+            if messages is not None and message is not None:
+                messages.append(message)
 
         async def call() -> CallToolResult:
             return await self.session.call_tool(
@@ -171,7 +178,8 @@ def test_search_then_followups_in_both_modes_show_every_turn_in_order(client: Mc
     assert f"Location: `{data['conversationPath']}`" in text
     assert "• Quick search: Use `perplexity_search_followup`" in text
     assert "• Deep dive: Use `perplexity_deep_research_followup`" in text
-    assert data["answer"] and data["answer"] in text
+    sources = [Source.model_validate(s) for s in data["sources"]]
+    assert data["answer"] and link_citations(data["answer"], sources) in text
     assert data["sources"] and data["sources"][0]["url"].startswith("https://docs.python.org/")
     assert data["usage"]["totalTokens"] > 0 and data["cost"]["totalCost"] >= 0
     assert Path(data["conversationPath"], "conversation.json").is_file()
@@ -816,6 +824,23 @@ def test_await_histories_waits_for_queued_research_with_moving_progress(
         assert entry["status"] == "completed" and entry["job"]["status"] == "completed"
         assert entry["report"] and entry["report"] in _text(done)
     assert progress and progress == sorted(set(progress))
+
+
+def test_blocking_deep_research_notifications_say_what_the_run_is_doing(tmp_path: Path) -> None:
+    env = server_env(tmp_path / "logs", PPLX_NB_SIM_DEEP_RESEARCH_SECONDS="3")
+    with McpClient(env, tmp_path / "server.log") as mcp:
+        progress: list[float] = []
+        messages: list[str] = []
+        result = mcp.call(
+            "perplexity_deep_research",
+            {"query": "How do asyncio tasks work?"},
+            progress=progress,
+            messages=messages,
+        )
+    assert not result.is_error, _text(result)
+    assert progress == sorted(set(progress))
+    assert any(m.startswith("Searching: ") for m in messages), messages
+    assert any(m.startswith("Writing the report...") for m in messages), messages
 
 
 def test_a_queued_research_job_reports_progress_that_moves(tmp_path: Path) -> None:

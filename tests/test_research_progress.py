@@ -1,14 +1,26 @@
-"""How far an answer has come: a background deep research's estimated progress (phases, time
-left, never 100% before the end)."""
+"""How far an answer has come: what the run reports doing (searching, reading, fetching, writing)
+and, when it reports nothing, a background deep research's estimated progress (phases, time left);
+never 100% before the end."""
 
 from __future__ import annotations
 
-from pplx_nb import Settings
+import json
+import time
+from pathlib import Path
+
+from conftest import TEST_KEY
+from support.misbehaving import Misbehaving
+
+from pplx_nb import JobStatus, Researcher, Settings
+from pplx_nb.api._activity import Activity, ActivityLog
+from pplx_nb.jobs import JobQueue
 from pplx_nb.research._progress import (
     EXPECTED_RESEARCH_SECONDS,
+    activity_step,
     expected_research_seconds,
     research_progress,
 )
+from pplx_nb.sim import serve, stats
 
 
 def test_progress_rises_through_the_phases_and_stays_below_100() -> None:
@@ -30,3 +42,83 @@ def test_expected_duration_follows_the_simulator_offline() -> None:
     assert expected_research_seconds(offline) == 4
     live = Settings(offline=False, api_key="pplx-0123456789abcdef0123")
     assert expected_research_seconds(live) == EXPECTED_RESEARCH_SECONDS
+
+
+def test_activity_progress_grows_with_the_work_and_stays_below_100() -> None:
+    log = ActivityLog()
+    steps = []
+    for kind, payload in [
+        ("response.reasoning.started", {}),
+        *[
+            step
+            for n in range(8)
+            for step in (
+                ("response.reasoning.search_queries", {"queries": [f"query {n}"]}),
+                ("response.reasoning.search_results", {"results": [{}] * 5}),
+            )
+        ],
+        ("response.reasoning.fetch_url_queries", {"urls": ["https://a.example/"] * 4}),
+        ("response.reasoning.stopped", {}),
+    ]:
+        log.reasoning(kind, json.dumps(payload))
+        assert log.current is not None
+        steps.append(activity_step(log.current))
+    for _ in range(200):
+        log.writing(100)
+        assert log.current is not None
+        steps.append(activity_step(log.current))
+    percentages = [p for p, _ in steps]
+    assert percentages == sorted(percentages) and percentages[0] == 25 and max(percentages) < 100
+    messages = [m for _, m in steps]
+    assert messages[0] == "Planning the research..."
+    assert messages[1] == 'Searching: 1 query ("query 0")' and messages[2] == "Read 5 results"
+    assert messages[16] == "Read 40 results" and messages[17] == "Fetching 4 pages"
+    assert set(messages[18:]) == {"Writing the report..."}
+    assert activity_step(Activity("writing"), report=False)[1] == "Writing the answer..."
+
+
+def test_a_queued_job_shows_what_its_run_is_doing_while_it_runs(logs_dir: Path) -> None:
+    with serve(latency_ms=0, deep_research_seconds=2.5) as url:
+        settings = Settings(
+            api_key=TEST_KEY, base_url=url, offline=False, conversation_logs_dir=logs_dir
+        )
+        with Researcher(settings, async_deep_research=True) as researcher:
+            queued = researcher.deep_research("How do asyncio tasks work?")
+            assert isinstance(queued, JobStatus)
+            queue = JobQueue.from_settings(settings)
+            researcher.ensure_worker()
+            seen: list[tuple[int, str]] = []
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                status = queue.status(queued.conversation_id)
+                assert status is not None
+                if status.done:
+                    break
+                if status.progress is not None:
+                    seen.append((status.progress.percentage, status.progress.message))
+                time.sleep(0.02)
+            assert status.status == "completed"
+            assert researcher.wait(queued.conversation_id, timeout=10).text
+        counters = stats(url)
+    percentages = [p for p, _ in seen]
+    assert len(set(percentages)) >= 3, seen
+    assert percentages == sorted(percentages) and max(percentages) < 100
+    assert any(m.startswith("Searching: ") for _, m in seen), seen
+    # Followed by its stream: one run paid for, read once, never submitted again.
+    assert counters["background_runs"] == 1 and counters["generations"] == 1
+    assert counters["requests"]["GET /v1/responses/{id}"] == 1
+
+
+def test_a_run_whose_stream_is_refused_is_polled_to_its_end(
+    sim_url: str, settings: Settings
+) -> None:
+    with Misbehaving(sim_url) as bad:
+        bad.refuse_streams = True
+        tuned = settings.model_copy(update={"base_url": bad.url})
+        with Researcher(tuned, async_deep_research=True) as researcher:
+            queued = researcher.deep_research("How do asyncio locks work?")
+            assert isinstance(queued, JobStatus)
+            answer = researcher.wait(queued.conversation_id, timeout=30)
+        assert answer.text and answer.sources
+        assert bad.requests["GET /v1/responses"] >= 2  # the refused stream, then polls
+    assert stats(sim_url)["background_runs"] == 1

@@ -7,6 +7,7 @@ hands the :class:`~pplx_nb._models.Answer` on. This layer alone decides where re
 
 from __future__ import annotations
 
+from pplx_nb.api._activity import Activity
 from pplx_nb.api._failures import submission_unknown
 from pplx_nb.api.cache import CacheStats, ResponseCache
 from pplx_nb.api.client import AsyncClient, Client
@@ -15,6 +16,7 @@ from pplx_nb.api.request import Request
 from pplx_nb.api.retry import RetryPolicy
 
 __all__ = [
+    "Activity",
     "AsyncClient",
     "CacheStats",
     "Client",

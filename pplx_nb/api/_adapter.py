@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Annotated, Any, Protocol, Required, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Protocol, Required, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ValidationError
 from typing_extensions import TypedDict
@@ -16,6 +16,9 @@ from pplx_nb._errors import APIServerError, NetworkError, not_unicode
 from pplx_nb._models import Answer
 from pplx_nb.api._sse import Event
 from pplx_nb.api.request import Request
+
+if TYPE_CHECKING:
+    from pplx_nb.api._activity import Activity
 
 __all__ = [
     "Adapter",
@@ -101,6 +104,11 @@ def no_answer() -> APIServerError:
 
 class StreamParser(Protocol):
     """Consumes one streamed response, event by event."""
+
+    @property
+    def activity(self) -> Activity | None:
+        """What the run is doing, from its reasoning events (``None``: nothing reported)."""
+        ...
 
     def feed(self, event: Event) -> str:
         """Answer text that this event adds (``""`` for none); raises on an error event."""

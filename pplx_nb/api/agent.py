@@ -16,6 +16,7 @@ from typing_extensions import TypedDict
 
 from pplx_nb._errors import APIServerError, RemoteRunFailed
 from pplx_nb._models import Answer
+from pplx_nb.api._activity import Activity, ActivityLog
 from pplx_nb.api._adapter import (
     Call,
     SearchResult,
@@ -29,7 +30,7 @@ from pplx_nb.api._sse import Event
 from pplx_nb.api._text import RELATED_INSTRUCTION, DeltaFilter, split_related, split_think
 from pplx_nb.api.request import Request
 
-__all__ = ["PRESETS", "SONAR_TO_AGENT", "AgentAdapter", "agent_target"]
+__all__ = ["PRESETS", "SONAR_TO_AGENT", "AgentAdapter", "AgentStream", "agent_target"]
 
 PRESETS = frozenset(
     {
@@ -139,6 +140,7 @@ class _Response(BaseModel):
 
 class _Kind(BaseModel):
     type: str = ""
+    sequence_number: int | None = None
 
 
 class _Event(BaseModel):
@@ -259,24 +261,45 @@ def _answer(response: _Response, model: str, *, related: bool, streamed: str = "
     )
 
 
-class _AgentStream:
-    """Follows typed events to exactly one terminal; unknown event types are ignored."""
+class AgentStream:
+    """Follows typed events to exactly one terminal; unknown event types are ignored.
 
-    def __init__(self, request: Request, model: str) -> None:
+    The ``response.reasoning.*`` events on the way become :attr:`activity` (what the run is
+    doing); :attr:`sequence` is the last ``sequence_number`` seen, where a resumed stream
+    picks up. An event at or below it (sent again after a resume) is skipped.
+    """
+
+    def __init__(self, *, related: bool, model: str = "") -> None:
         self._model = model
-        self._related = request.return_related_questions
+        self._related = related
         self._filter = DeltaFilter(related=self._related)
         self._parts: list[str] = []
         self._final: _Response | None = None
+        self._log = ActivityLog()
+        self.sequence: int | None = None
+
+    @property
+    def activity(self) -> Activity | None:
+        """What the run has done so far; ``None`` before its first reasoning or text event."""
+        return self._log.current
 
     def feed(self, event: Event) -> str:
-        kind = read_wire(_Kind, event.data, "a stream event").type or event.name
+        head = read_wire(_Kind, event.data, "a stream event")
+        if head.sequence_number is not None:
+            if self.sequence is not None and head.sequence_number <= self.sequence:
+                return ""
+            self.sequence = head.sequence_number
+        kind = head.type or event.name
+        if kind.startswith("response.reasoning."):
+            self._log.reasoning(kind, event.data)
+            return ""
         if kind not in _EVENTS:
             return ""
         data = read_wire(_Event, event.data, "a stream event")
         if kind == "response.output_text.delta":
             if not data.delta:
                 return ""
+            self._log.writing(len(data.delta))
             self._parts.append(data.delta)
             return self._filter.feed(data.delta)
         if kind in ("response.completed", "response.incomplete"):
@@ -352,9 +375,16 @@ class AgentAdapter:
         response = read_wire(_Response, raw, "a response")
         return _answer(response, model, related=request.return_related_questions)
 
-    def stream_parser(self, request: Request, model: str) -> _AgentStream:
+    def stream_parser(self, request: Request, model: str) -> AgentStream:
         """A parser for the typed ``response.*`` events."""
-        return _AgentStream(request, model)
+        return AgentStream(related=request.return_related_questions, model=model)
+
+    def follow_parser(self, related: bool) -> AgentStream:
+        """A parser for the events of a background run being followed.
+
+        ``related``: the run's request asked for related questions.
+        """
+        return AgentStream(related=related)
 
     def submit(self, request: Request, model: str) -> Call:
         """``POST /v1/agent`` with ``background: true``."""
@@ -374,6 +404,13 @@ class AgentAdapter:
     def poll(self, remote_id: str) -> Call:
         """``GET /v1/responses/{id}``."""
         return Call("GET", f"/v1/responses/{quote(remote_id, safe='')}")
+
+    def follow(self, remote_id: str, after: int) -> Call:
+        """``GET /v1/responses/{id}?stream=true&starting_after=N``: a run's events after N."""
+        return Call(
+            "GET",
+            f"/v1/responses/{quote(remote_id, safe='')}?stream=true&starting_after={after}",
+        )
 
     def cancel(self, remote_id: str) -> Call:
         """``POST /v1/responses/{id}/cancel``."""

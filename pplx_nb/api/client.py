@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import ssl
-from collections.abc import AsyncGenerator, Generator
+from collections.abc import AsyncGenerator, Callable, Generator
 from contextlib import aclosing
 from types import TracebackType
 from typing import Any
@@ -27,12 +27,14 @@ from pplx_nb._errors import (
     APIError,
     APIServerError,
     APITimeoutError,
+    NetworkError,
     RemoteRunFailed,
 )
 from pplx_nb._logging import get_logger
 from pplx_nb._models import Answer
 from pplx_nb._sync import iterate_sync, run_sync
 from pplx_nb._web_results import WebResults
+from pplx_nb.api._activity import Activity
 from pplx_nb.api._adapter import Adapter, Call
 from pplx_nb.api._failures import (
     from_status,
@@ -40,7 +42,7 @@ from pplx_nb.api._failures import (
     too_large,
     transport_errors,
 )
-from pplx_nb.api._sse import events, is_progress
+from pplx_nb.api._sse import Event, events, is_progress
 from pplx_nb.api.agent import AgentAdapter
 from pplx_nb.api.cache import ResponseCache, cache_key
 from pplx_nb.api.endpoint import resolve_endpoint
@@ -49,7 +51,10 @@ from pplx_nb.api.retry import RetryPolicy, outcome_unknown
 from pplx_nb.api.search import parse_results, search_call
 from pplx_nb.api.sonar import SonarAdapter
 
-__all__ = ["AsyncClient", "Client"]
+__all__ = ["ActivityCallback", "AsyncClient", "Client"]
+
+ActivityCallback = Callable[[Activity], object]
+"""Told what a run is doing each time its reasoning events change it."""
 
 logger = get_logger("pplx_nb.api")
 _LIMITS = httpx2.Limits(max_connections=100, max_keepalive_connections=32)
@@ -157,8 +162,13 @@ class AsyncClient:
             self.cache.put(key, answer, len(raw))
         return answer
 
-    async def stream(self, request: Request) -> AsyncGenerator[str | Answer, None]:
+    async def stream(
+        self, request: Request, *, on_activity: ActivityCallback | None = None
+    ) -> AsyncGenerator[str | Answer, None]:
         """Answer text as it arrives (``str`` deltas, ``<think>`` excluded), then one Answer.
+
+        ``on_activity`` is told what the run is doing (searching, reading results, fetching
+        pages, writing) each time its reasoning events move it on (Agent API only).
 
         The mode's timeout bounds the whole call, and a stream that sends no new event for
         ``PERPLEXITY_TIMEOUT`` ends with TIMEOUT_ERROR (keep-alive comments are not progress).
@@ -176,7 +186,7 @@ class AsyncClient:
         while True:
             yielded = False
             try:
-                attempt = self._stream_once(call, request, model, deadline, retries)
+                attempt = self._stream_once(call, request, model, deadline, retries, on_activity)
                 async with aclosing(attempt) as items:
                     async for item in items:
                         yielded = yielded or isinstance(item, str)
@@ -209,6 +219,63 @@ class AsyncClient:
             raise submission_unknown(self._what(call), error) from error
         logger.info("Background run %s started (model %s)", remote_id, model)
         return remote_id
+
+    @property
+    def follows_runs(self) -> bool:
+        """Whether background runs can be followed by their event stream (Agent API)."""
+        return isinstance(self._adapter, AgentAdapter)
+
+    async def follow_background(
+        self, remote_id: str, *, related: bool = False, timeout: float | None = None
+    ) -> AsyncGenerator[Activity | Answer, None]:
+        """A background run followed through its stream of events: what it is doing (an
+        :class:`Activity` each time that changes), then its Answer.
+
+        Reads ``GET /v1/responses/{id}?stream=true&starting_after=N``. A stream that breaks is
+        opened again after the last event seen, as often in a row without a new event as the
+        retry policy allows. Nothing is ever submitted. ``timeout`` (default
+        PERPLEXITY_DEEP_RESEARCH_TIMEOUT) bounds the whole call; ``related``: the run's
+        request asked for related questions.
+
+        Raises RemoteRunFailed when the run fails or is cancelled; any other APIError means the
+        run could not be followed this way (a server that does not stream runs, an expired
+        cursor, an unknown id, a stream that keeps breaking): poll it instead.
+        """
+        if not isinstance(self._adapter, AgentAdapter):
+            raise APIServerError(
+                f"The {self.api_style} API cannot stream a background run; poll it instead."
+            )
+        loop = asyncio.get_running_loop()
+        budget = timeout if timeout is not None else self.settings.deep_research_timeout_ms / 1000
+        deadline = loop.time() + budget
+        parser = self._adapter.follow_parser(related)
+        seen: Activity | None = None
+        failures = 0
+        while True:
+            before = parser.sequence
+            call = self._adapter.follow(remote_id, before if before is not None else 0)
+            try:
+                opened = self._events(call, deadline, failures, only_events=True)
+                async with aclosing(opened) as stream:
+                    async for event in stream:
+                        parser.feed(event)
+                        if parser.activity is not None and parser.activity != seen:
+                            seen = parser.activity
+                            yield seen
+                answer = parser.finish()
+            except RemoteRunFailed:
+                raise
+            except APIError as error:
+                if parser.sequence != before:
+                    failures = 0
+                retry = _resumable(error) and self.retry.should_retry(error, failures)
+                if not retry or loop.time() >= deadline:
+                    raise
+                await self._pause(call, error, failures)
+                failures += 1
+                continue
+            yield answer
+            return
 
     async def cancel_background(self, remote_id: str, *, retry: bool = False) -> bool:
         """Ask the API to cancel a background run (best effort); True if it did.
@@ -343,15 +410,44 @@ class AsyncClient:
                 retries += 1
 
     async def _stream_once(
-        self, call: Call, request: Request, model: str, deadline: float, retries: int
+        self,
+        call: Call,
+        request: Request,
+        model: str,
+        deadline: float,
+        retries: int,
+        on_activity: ActivityCallback | None = None,
     ) -> AsyncGenerator[str | Answer, None]:
+        parser = self._adapter.stream_parser(request, model)
+        seen: Activity | None = None
+        async with aclosing(self._events(call, deadline, retries)) as stream:
+            async for event in stream:
+                delta = parser.feed(event)
+                if on_activity is not None and parser.activity not in (None, seen):
+                    seen = parser.activity
+                    on_activity(seen)
+                if delta:
+                    yield delta
+        yield parser.finish()
+
+    async def _events(
+        self, call: Call, deadline: float, retries: int, *, only_events: bool = False
+    ) -> AsyncGenerator[Event, None]:
+        """The events of one streamed response to ``call``; an error status raises.
+
+        ``only_events``: a reply that is not ``text/event-stream`` (a server that ignores
+        ``stream=true``) raises APIServerError instead of being read.
+        """
         what = self._what(call)
         loop = asyncio.get_running_loop()
         timeout = max(deadline - loop.time(), 0.001)
         idle = self._seconds(self.settings.timeout_ms)
         logger.debug("%s, streamed (attempt %d)", what, retries + 1)
+        # A run's stream answers at once even when the run itself is slow: a server that
+        # keeps it waiting longer than PERPLEXITY_TIMEOUT has stalled.
+        opened_by = min(deadline, loop.time() + idle) if only_events else deadline
         with transport_errors(what, timeout, secret=self._key):
-            async with asyncio.timeout_at(deadline):
+            async with asyncio.timeout_at(opened_by):
                 response = await self._http.send(
                     self._http.build_request(
                         call.method,
@@ -374,16 +470,27 @@ class AsyncClient:
                         retries=retries,
                         secret=self._key,
                     )
-                parser = self._adapter.stream_parser(request, model)
+                kind = response.headers.get("content-type", "")
+                if only_events and not kind.startswith("text/event-stream"):
+                    raise APIServerError(
+                        f"{what} answered with {kind or 'no content type'}, not an event "
+                        "stream: this server does not stream runs."
+                    )
                 lines = _paced_lines(response, what, deadline, idle, self._max_bytes)
                 async with aclosing(lines):
                     async for event in events(lines):
-                        delta = parser.feed(event)
-                        if delta:
-                            yield delta
-                yield parser.finish()
+                        yield event
             finally:
                 await response.aclose()
+
+
+def _resumable(error: APIError) -> bool:
+    """Whether a broken run stream is worth opening again: a dropped or silent connection, or
+    a server error; not a refusal (the server cannot stream this run)."""
+    status = error.status_code
+    if status is None:
+        return isinstance(error, NetworkError | APITimeoutError)
+    return status in (408, 429) or status >= 500
 
 
 async def _read_capped(response: httpx2.Response, limit: int, what: str) -> bytes:
@@ -505,9 +612,11 @@ class Client:
         """See :meth:`AsyncClient.ask`."""
         return run_sync(self._async.ask(request))
 
-    def stream(self, request: Request) -> Generator[str | Answer, None, None]:
+    def stream(
+        self, request: Request, *, on_activity: ActivityCallback | None = None
+    ) -> Generator[str | Answer, None, None]:
         """See :meth:`AsyncClient.stream`; deltas are yielded in the calling thread."""
-        return iterate_sync(self._async.stream(request))
+        return iterate_sync(self._async.stream(request, on_activity=on_activity))
 
     def submit_background(self, request: Request) -> str:
         """See :meth:`AsyncClient.submit_background`."""
@@ -516,6 +625,14 @@ class Client:
     def poll_background(self, remote_id: str, *, related: bool = False) -> Answer | None:
         """See :meth:`AsyncClient.poll_background`."""
         return run_sync(self._async.poll_background(remote_id, related=related))
+
+    def follow_background(
+        self, remote_id: str, *, related: bool = False, timeout: float | None = None
+    ) -> Generator[Activity | Answer, None, None]:
+        """See :meth:`AsyncClient.follow_background`; items are yielded in the calling thread."""
+        return iterate_sync(
+            self._async.follow_background(remote_id, related=related, timeout=timeout)
+        )
 
     def cancel_background(self, remote_id: str, *, retry: bool = False) -> bool:
         """See :meth:`AsyncClient.cancel_background`."""

@@ -15,6 +15,7 @@ from typing_extensions import TypedDict
 
 from pplx_nb._errors import APIServerError, RemoteRunFailed
 from pplx_nb._models import Answer
+from pplx_nb.api._activity import Activity
 from pplx_nb.api._adapter import (
     Call,
     SearchResults,
@@ -156,6 +157,9 @@ _ENVELOPE = ("id", "model", "citations", "search_results", "related_questions", 
 
 class _SonarStream:
     """Accumulates chat-completion chunks until a ``finish_reason``, a done object or ``[DONE]``."""
+
+    activity: Activity | None = None
+    """Chat completions report no reasoning steps."""
 
     def __init__(self, request: Request, model: str) -> None:
         self._model = model

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from mcp_types import CallToolResult, TextContent
 
 from pplx_nb._cancel import cancel_facts, cancel_outcome
-from pplx_nb._markdown import job_status_markdown, source_references
+from pplx_nb._markdown import job_status_markdown, link_citations, source_references
 from pplx_nb.mcp._schemas import (
     AskResult,
     CancelResult,
@@ -75,9 +75,9 @@ def answer_result(answer: Answer, *, followup: bool, show_thinking: bool) -> Cal
     parts.extend(f"_Note: {note}_" for note in answer.notes)
     if show_thinking and answer.thinking:
         parts.append("**Reasoning**\n\n" + answer.thinking.strip())
-    parts.append(answer.text)
+    parts.append(link_citations(answer.text, answer.sources))
     if answer.sources:
-        parts.append("**Sources**\n" + source_references(answer.sources))
+        parts.append("**Sources**\n" + source_references(answer.sources, text=answer.text))
     if answer.related_questions:
         parts.append(
             "**Related questions**\n" + "\n".join(f"• {q}" for q in answer.related_questions)

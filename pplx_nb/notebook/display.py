@@ -73,7 +73,7 @@ _DIM = "color:var(--jp-ui-font-color2,#666);font-size:12px"
 
 
 def linked_text(text: str, sources: Sequence[Source]) -> str:
-    """``text`` with every ``[n]`` that names a source turned into a Markdown link with a title."""
+    """``text`` with every citation marker that names a source turned into a titled link."""
     return link_citations(text, sources, titles=True)
 
 
@@ -155,7 +155,7 @@ def answer_markdown(
     parts.append(linked_text(answer_text(answer.text), answer.sources))
     parts.append(notes_markdown(answer.notes))
     if answer.sources:
-        parts.append(sources_markdown(answer.sources))
+        parts.append(sources_markdown(answer.sources, answer.text))
     parts.append(images_markdown(answer.images))
     if related and answer.related_questions:
         parts.append(related_markdown(answer.related_questions))
@@ -191,7 +191,7 @@ def answer_html(answer: Answer, *, header: bool = True, research: bool = False) 
     if answer.notes:
         parts.append(f'<div style="{_DIM}">{"<br>".join(map(html.escape, answer.notes))}</div>')
     if answer.sources:
-        parts.append(markdown_to_html(sources_markdown(answer.sources)))
+        parts.append(markdown_to_html(sources_markdown(answer.sources, answer.text)))
     if answer.images:
         parts.append(images_html(answer.images))
     footer = footer_markdown(answer)
@@ -214,7 +214,7 @@ def answer_bundle(
     """An answer as a MIME bundle (Markdown for Jupyter, plain text for terminals and logs)."""
     plain = [answer.text]
     if answer.sources:
-        plain.append(source_references(answer.sources, titles=False))
+        plain.append(source_references(answer.sources, titles=False, text=answer.text))
     if related and answer.related_questions:
         plain.append("Related:\n" + "\n".join(f"- {q}" for q in answer.related_questions))
     if answer.conversation_id:
@@ -300,7 +300,7 @@ def conversation_bundle(conversation: Conversation) -> Bundle:
             text = linked_text(answer_text(message.answer_text), sources)
             parts.append(f"**📎 Answer**{model}{stamp}\n\n{text}")
             if sources:
-                parts.append(sources_markdown(sources))
+                parts.append(sources_markdown(sources, message.answer_text))
             parts.append(images_markdown(getattr(message, "images", None) or []))
         else:
             parts.append(f"<sub>system: {html.escape(message.content[:200])}</sub>")
@@ -531,9 +531,18 @@ class StreamView(_View):
         self.text = ""
         self.updates = 0
         self.first_text_at: float | None = None
+        self.status: str | None = None
+        """What the run last reported doing, shown instead of the label."""
         self._last = 0.0
         self._pending = False
         self.show(streaming_bundle("", label=label))
+
+    def activity(self, progress: Progress) -> None:
+        """Note what the run reports doing; shown at the next repaint.
+
+        Safe to call from any thread: it only records the message.
+        """
+        self.status = progress.message.rstrip(".")
 
     def feed(self, delta: str) -> None:
         """Add a text delta; repaint if the last repaint is at least ``interval`` old."""
@@ -560,7 +569,8 @@ class StreamView(_View):
             self._repaint(now)
 
     def _repaint(self, now: float) -> None:
-        self.show(streaming_bundle(self.text, elapsed=now - self.started, label=self.label))
+        label = self.status or self.label
+        self.show(streaming_bundle(self.text, elapsed=now - self.started, label=label))
         if self.first_text_at is None and self.text:
             self.first_text_at = time.monotonic()
         self.updates += 1

@@ -103,16 +103,18 @@ class PplxMagics(CellMagics):
 
     def _stream(
         self,
-        items: AsyncIterator[str | Answer],
+        ask: Callable[[Callable[[Progress], object]], AsyncIterator[str | Answer]],
         label: str,
         *,
         debug: bool,
         branch_of: str | None = None,
     ) -> Answer:
-        """Show the deltas as they arrive (at most every 100 ms), then the rendered answer.
+        """Show the deltas of ``ask(on_activity)`` as they arrive (at most every 100 ms), then
+        the rendered answer.
 
         While no delta comes (before the first byte, or in a pause) the view still repaints
-        every 100 ms: its clock counts and text held back by batching shows.
+        every 100 ms: its clock counts, text held back by batching shows, and its status line
+        says what the run reports doing ("Searching: 2 queries", "Read 8 results", ...).
         """
         from pplx_nb._errors import PplxError
         from pplx_nb._models import Answer
@@ -123,6 +125,7 @@ class PplxMagics(CellMagics):
             label=label, publish=self._publisher(), interval=float(self.stream_interval)
         )
         answer: Answer | None = None
+        items = ask(view.activity)
         try:
             for item in iterate_sync(items, tick=view.interval):
                 if item is TICK:
@@ -259,8 +262,13 @@ class PplxMagics(CellMagics):
             args = self._parse(self.pplx, line)
             forget()
             query = self._question(args.words, cell, args.raw)
-            items = self.researcher.astream_search(query, files=args.file, **search_opts(args))
-            answer = self._stream(items, "Searching", debug=args.debug)
+            answer = self._stream(
+                lambda on_activity: self.researcher.astream_search(
+                    query, files=args.file, on_activity=on_activity, **search_opts(args)
+                ),
+                "Searching",
+                debug=args.debug,
+            )
             remember(answer.conversation_id)
             return self._finish(args, answer)
         return None
@@ -369,11 +377,13 @@ class PplxMagics(CellMagics):
                     ),
                 )
             else:
-                items = self.researcher.astream_followup(
-                    cid, query, fork=args.fork, files=args.file, **opts
-                )
                 result = self._stream(
-                    items, "Following up", debug=args.debug, branch_of=cid if args.fork else None
+                    lambda on_activity: self.researcher.astream_followup(
+                        cid, query, fork=args.fork, files=args.file, on_activity=on_activity, **opts
+                    ),
+                    "Following up",
+                    debug=args.debug,
+                    branch_of=cid if args.fork else None,
                 )
                 remember(result.conversation_id)
             return self._finish(args, result)

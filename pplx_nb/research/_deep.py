@@ -1,15 +1,19 @@
 """The deep-research job runner: what a Worker runs for each queued research job.
 
 The API's background mode is used, with the remote id recorded first, so a job recovered after a
-crash resumes polling instead of paying for the research twice; a paid submission whose reply was
-lost is never sent again by itself (SUBMISSION_UNKNOWN). Polls wait out outages until the run's
-deadline (PERPLEXITY_DEEP_RESEARCH_TIMEOUT after submission), then cancel the run.
+crash follows its run again instead of paying for the research twice; a paid submission whose
+reply was lost is never sent again by itself (SUBMISSION_UNKNOWN). The run is followed through its
+stream of events when the API offers one (the job's progress then says what the run is doing:
+searching, reading results, fetching pages, writing), and polled otherwise or once that stream
+cannot go on. Polls wait out outages until the run's deadline (PERPLEXITY_DEEP_RESEARCH_TIMEOUT
+after submission), then cancel the run.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from contextlib import aclosing
 from typing import TYPE_CHECKING, NoReturn
 
 from pplx_nb._config import Settings
@@ -20,6 +24,7 @@ from pplx_nb._errors import (
     LeaseLost,
     NetworkError,
     PplxError,
+    RemoteRunFailed,
     RunTimedOut,
     SubmissionUnknown,
 )
@@ -31,6 +36,7 @@ from pplx_nb.research._guard import AnswerGuard
 from pplx_nb.research._progress import (
     FINALIZING,
     QUERYING,
+    activity_step,
     expected_research_seconds,
     research_progress,
 )
@@ -194,19 +200,25 @@ class DeepResearchRunner:
     async def _poll(
         self, client: AsyncClient, request: Request, remote_id: str, ctx: JobContext
     ) -> Answer:
-        """Poll a background run until it ends, through outages, until its deadline.
+        """Follow a background run (or poll it) until it ends, through outages, until its
+        deadline.
 
         Transient failures (5xx, 429, 408/409, timeouts, broken connections) are waited out
         with backoff; only the run's end, a permanent error or PERPLEXITY_DEEP_RESEARCH_TIMEOUT
         after submission ends the attempt. At the deadline the run is cancelled (best effort).
         """
         loop = asyncio.get_running_loop()
-        budget = self._settings.deep_research_timeout_ms / 1000
+        budget = self._budget
         submitted = ctx.submitted_at or time.time()
         deadline = loop.time() + (submitted + budget - time.time())
         started = time.monotonic()
         expected = expected_research_seconds(self._settings)
         reported = QUERYING[0]
+        if client.follows_runs:
+            answer, reported = await self._follow(client, request, remote_id, ctx, deadline)
+            if answer is not None:
+                await ctx.report(*FINALIZING)
+                return answer
         delay = 0.1
         outage = 0
         while True:
@@ -234,11 +246,59 @@ class DeepResearchRunner:
                 await ctx.report(*FINALIZING)
                 return answer
             percentage, message = research_progress(time.monotonic() - started, expected)
-            if percentage != reported:
+            if percentage > reported:
                 reported = percentage
                 await ctx.report(percentage, message)
             await asyncio.sleep(min(delay, max(deadline - loop.time(), 0)))
             delay = min(delay * 1.5, 3.0)
+
+    async def _follow(
+        self,
+        client: AsyncClient,
+        request: Request,
+        remote_id: str,
+        ctx: JobContext,
+        deadline: float,
+    ) -> tuple[Answer | None, int]:
+        """The run's answer read from its event stream, reporting what the run does as the
+        job's progress; ``None`` when the stream cannot be followed to the end (poll instead).
+
+        Also returns the last percentage reported, which later progress never goes below.
+        """
+        loop = asyncio.get_running_loop()
+        reported = QUERYING[0]
+        last: tuple[int, str] | None = None
+        try:
+            async with asyncio.timeout_at(deadline):
+                items = client.follow_background(
+                    remote_id,
+                    related=request.return_related_questions,
+                    timeout=max(deadline - loop.time(), 0.001),
+                )
+                async with aclosing(items) as stream:
+                    async for item in stream:
+                        if isinstance(item, Answer):
+                            return item, reported
+                        percentage, message = activity_step(item)
+                        if (max(percentage, reported), message) != last:
+                            reported = max(percentage, reported)
+                            last = (reported, message)
+                            await ctx.report(*last)
+        except RemoteRunFailed:
+            raise
+        except APIError as exc:
+            logger.info(
+                "Run %s could not be followed by its events (%s); polling it",
+                remote_id,
+                exc.code if exc.status_code is None else f"HTTP {exc.status_code}",
+            )
+        except TimeoutError:
+            await self._time_out(client, remote_id, ctx, self._budget)
+        return None, reported
+
+    @property
+    def _budget(self) -> float:
+        return self._settings.deep_research_timeout_ms / 1000
 
     async def _resubmit(
         self,

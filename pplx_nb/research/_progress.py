@@ -1,7 +1,13 @@
 """How far an answer has come, as a percentage and a message.
 
-A live (streamed) answer moves through the seed server's steps — 25 % querying, 50 % processing,
-75-95 % finalizing as its text grows, 100 % once stored — and is reported at least every 5 s.
+The Agent API says what a run is doing (its ``response.reasoning.*`` events, read by the client
+as an :class:`~pplx_nb.api._activity.Activity`), and that is what progress shows when it is
+there — "Searching: 3 queries", "Read 12 results", "Fetching 4 pages", "Writing the report..."
+— with a percentage that grows with the work done (25 % at the start, towards 80 % while
+searching and reading, 85-95 % while the text is written) and never goes back
+(:func:`activity_step`). A live (streamed) answer without such events moves through the seed
+server's steps — 25 % querying, 50 % processing, 75-95 % finalizing as its text grows, 100 % once
+stored — and is reported at least every 5 s.
 
 A background deep research reports no progress of its own, so its percentage is estimated from
 the time elapsed against the time such a run is expected to take: it moves through named phases
@@ -19,9 +25,13 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from pplx_nb._config import Settings
 from pplx_nb._models import Progress
+
+if TYPE_CHECKING:
+    from pplx_nb.api import Activity
 
 __all__ = [
     "COMPLETED",
@@ -30,6 +40,7 @@ __all__ = [
     "QUERYING",
     "ProgressCallback",
     "Tracker",
+    "activity_step",
     "expected_research_seconds",
     "research_progress",
 ]
@@ -58,12 +69,54 @@ _PHASES = (
 )
 
 
-class Tracker:
-    """Reports a live answer's steps to a callback as its text grows, and at least every 5 s."""
+_WRITING, _WRITTEN = 85, 95
+_WORK_SCALE = 20.0
+"""Units of work (3 a query, 2 a page, 0.5 a result) that take progress 63 % of its way from
+25 % towards 80 % before the writing starts."""
 
-    def __init__(self, callback: ProgressCallback) -> None:
+
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
+def activity_step(activity: Activity, *, report: bool = True) -> Step:
+    """The percentage and message for what a run is doing (``report``: a research report).
+
+    The percentage only grows with the totals of ``activity``, so a caller that never reports
+    less than before shows a bar that never moves back; it stays below 100.
+    """
+    if activity.stage == "writing":
+        grown = 1 - math.exp(-activity.chars / _TEXT_SCALE)
+        written = min(_WRITTEN - _WRITING, int((_WRITTEN - _WRITING) * grown))
+        return _WRITING + written, f"Writing the {'report' if report else 'answer'}..."
+    work = 3 * activity.queries + 0.5 * activity.results + 2 * activity.urls
+    percentage = QUERYING[0] + int(55 * (1 - math.exp(-work / _WORK_SCALE)))
+    if activity.stage == "searching":
+        message = f"Searching: {_count(activity.queries, 'query', 'queries')}"
+        if activity.query:
+            shown = activity.query if len(activity.query) <= 60 else activity.query[:59] + "…"
+            message += f' ("{shown}")'
+    elif activity.stage == "reading":
+        message = f"Read {_count(activity.results, 'result', 'results')}"
+    elif activity.stage == "fetching":
+        message = f"Fetching {_count(activity.urls, 'page', 'pages')}"
+    else:
+        message = "Planning the research..." if report else "Planning the search..."
+    return percentage, message
+
+
+class Tracker:
+    """Reports a live answer's steps to a callback as the run works and its text grows, and at
+    least every 5 s.
+
+    ``report``: the answer is a research report (said so in the messages).
+    """
+
+    def __init__(self, callback: ProgressCallback, *, report: bool = False) -> None:
         self._callback = callback
+        self._report = report
         self._started = time.monotonic()
+        self._activity: Activity | None = None
         self.current = Progress(percentage=QUERYING[0], message=QUERYING[1], attempt=1)
 
     def update(self, step: Step) -> None:
@@ -76,8 +129,22 @@ class Tracker:
         self.current.elapsed_ms = int((time.monotonic() - self._started) * 1000)
         self._callback(self.current)
 
+    def activity(self, activity: Activity) -> None:
+        """The run reported what it is doing (a reasoning event moved it on)."""
+        self._activity = activity
+        self._advance(activity_step(activity, report=self._report))
+
+    def _advance(self, step: Step) -> None:
+        """Move to ``step`` if it says something new; the percentage never goes back."""
+        percentage = max(step[0], self.current.percentage)
+        if (percentage, step[1]) != (self.current.percentage, self.current.message):
+            self.update((percentage, step[1]))
+
     def text_grew(self, chars: int) -> None:
-        """The answer's text is ``chars`` characters long now."""
+        """The answer's text is ``chars`` characters long now (a run that reports its
+        activity says so itself)."""
+        if self._activity is not None:
+            return
         if self.current.percentage < PROCESSING[0]:
             self.update(PROCESSING)
         elif chars > 0:

@@ -123,11 +123,21 @@ class Researcher:
         return await last(self._runner.run(turn, stream=False))
 
     async def astream_search(
-        self, query: str, *, files: Sequence[str | Path] | None = None, **opts: Any
+        self,
+        query: str,
+        *,
+        files: Sequence[str | Path] | None = None,
+        on_activity: ProgressCallback | None = None,
+        **opts: Any,
     ) -> AsyncGenerator[str | Answer, None]:
-        """Like :meth:`asearch`, yielding text deltas as they arrive, then the stored Answer."""
+        """Like :meth:`asearch`, yielding text deltas as they arrive, then the stored Answer.
+
+        ``on_activity`` is told what the run reports doing ("Searching: 2 queries", "Read 8
+        results", ...) as it goes, when the API says so (the Agent API does).
+        """
         turn = self._turns.new(query, "search", files, opts)
-        async with contextlib.aclosing(self._runner.run(turn, stream=True)) as items:
+        run = self._runner.run(turn, stream=True, on_activity=on_activity)
+        async with contextlib.aclosing(run) as items:
             async for item in items:
                 yield item
 
@@ -183,14 +193,17 @@ class Researcher:
         *,
         fork: bool = False,
         files: Sequence[str | Path] | None = None,
+        on_activity: ProgressCallback | None = None,
         **opts: Any,
     ) -> AsyncGenerator[str | Answer, None]:
-        """Like :meth:`afollowup` in search mode, yielding text deltas, then the stored Answer."""
+        """Like :meth:`afollowup` in search mode, yielding text deltas, then the stored Answer
+        (``on_activity`` as for :meth:`astream_search`)."""
         turn = await self._turns.followup(conversation_id, query, "search", fork, files, opts)
         ticket = self._ask(turn)
         # A consumer that stops early closes this generator, not the run: aclosing closes the run
         # too, so the question's ticket ends at once rather than at garbage collection.
-        async with contextlib.aclosing(self._runner.run(turn, ticket, stream=True)) as items:
+        run = self._runner.run(turn, ticket, stream=True, on_activity=on_activity)
+        async with contextlib.aclosing(run) as items:
             async for item in items:
                 yield item
 

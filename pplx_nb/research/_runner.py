@@ -8,19 +8,20 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING
 
 from pplx_nb._errors import PplxError, SubmissionUnknown
 from pplx_nb._metrics import Metrics
-from pplx_nb._models import Answer
+from pplx_nb._models import Answer, Progress
 from pplx_nb.research._answers import assistant_message, priced
 from pplx_nb.research._clients import ClientPool
 from pplx_nb.research._guard import AnswerGuard, Ticket
-from pplx_nb.research._progress import COMPLETED, ProgressCallback, Tracker
+from pplx_nb.research._progress import COMPLETED, ProgressCallback, Tracker, activity_step
 from pplx_nb.research._turns import Turn
 
 if TYPE_CHECKING:
+    from pplx_nb.api import Activity
     from pplx_nb.store import ConversationStore
 
 __all__ = ["TurnRunner", "last", "submission_unknown", "unknown_for"]
@@ -79,13 +80,18 @@ class TurnRunner:
         *,
         stream: bool,
         on_progress: ProgressCallback | None = None,
+        on_activity: ProgressCallback | None = None,
     ) -> AsyncGenerator[str | Answer, None]:
         """Text deltas (when ``stream``), then the stored :class:`Answer`.
 
         Without a ``ticket`` the turn opens a new conversation first: its question is stored
         before the answer is bought, so a store that cannot be written fails at no cost.
+        ``on_progress`` follows every step (with a heartbeat); ``on_activity`` only what the
+        run itself reports doing (searching, reading, writing: Agent API streams).
         """
-        tracker = Tracker(on_progress) if on_progress else None
+        report = "research" in turn.tool
+        tracker = Tracker(on_progress, report=report) if on_progress else None
+        told = _told(tracker, on_activity, report=report)
         try:
             if ticket is None:
                 ticket = self._guard.ask(turn.user, turn.model, seed=turn.seed)
@@ -99,7 +105,11 @@ class TurnRunner:
                     # Closed explicitly: left to the garbage collector, a stream abandoned
                     # mid-way closes its HTTP response outside any event loop.
                     async with contextlib.aclosing(
-                        _watched(client.stream(request), ticket, tracker)
+                        _watched(
+                            client.stream(request, on_activity=told),
+                            ticket,
+                            tracker,
+                        )
                     ) as items:
                         async for item in items:
                             if isinstance(item, str):
@@ -153,6 +163,23 @@ class TurnRunner:
             answer.thinking = None
         self.record(turn.started, answer, ok=True)
         return answer
+
+
+def _told(
+    tracker: Tracker | None, on_activity: ProgressCallback | None, *, report: bool
+) -> Callable[[Activity], None] | None:
+    """What to tell of a run's activity: the tracker, and ``on_activity`` in progress terms."""
+    if tracker is None and on_activity is None:
+        return None
+
+    def told(activity: Activity) -> None:
+        if tracker is not None:
+            tracker.activity(activity)
+        if on_activity is not None:
+            percentage, message = activity_step(activity, report=report)
+            on_activity(Progress(percentage=percentage, message=message, attempt=1))
+
+    return told
 
 
 async def _watched(

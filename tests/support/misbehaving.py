@@ -11,6 +11,7 @@ drops a reply it has already acted on)::
         bad.drop_submission_replies = 1 # the next background submission runs, its reply is lost
         bad.never_ending = True         # runs look in_progress forever (cancel still forwarded)
         bad.stream = "ping"             # streams send keep-alive comments only ("drip": text)
+        bad.refuse_streams = True       # a run's event stream is refused (an expired cursor)
         bad.huge_body_mib = 300         # answers are a 300 MiB body, generated as it is sent
 
 Plain asyncio streams, HTTP/1.1 with keep-alive, on a daemon thread: enough for httpx2.
@@ -51,6 +52,8 @@ class Misbehaving:
             ``background``, streamed or not) are forwarded, then their connection closed
             before a byte of the reply.
         never_ending: runs polled report ``in_progress`` forever (cancels are forwarded).
+        refuse_streams: ``GET /v1/responses/{id}?stream=true`` answers 400, as the API does
+            for an expired cursor; plain polls are forwarded.
         stream: ``"ping"`` answers a streamed request with keep-alive comments only;
             ``"drip"`` with a text delta every ``drip_every`` seconds, forever.
         huge_body_mib: answer a non-streamed ``POST /v1/agent`` with this many MiB of JSON.
@@ -67,6 +70,7 @@ class Misbehaving:
         self.drop_answer_replies = 0
         self.never_ending = False
         self.stream: str | None = None
+        self.refuse_streams = False
         self.drip_every = 0.2
         self.huge_body_mib = 0
         self.huge_declared = True
@@ -177,6 +181,12 @@ class Misbehaving:
         return True
 
     async def _poll(self, request: _Request, writer: asyncio.StreamWriter) -> bool:
+        if self.refuse_streams and "stream=true" in request.target:
+            error = (
+                b'{"error": {"message": "starting_after is too old", "type": "invalid_request"}}'
+            )
+            await self._reply(writer, 400, error)
+            return True
         if self.poll_outage > 0:
             now = time.monotonic()
             if self._outage_started is None:
