@@ -105,12 +105,14 @@ class JobQueue:
         )
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> JobQueue:
-        """The queue over ``settings.logs_dir()`` with the configured retries and lease."""
+    def from_settings(cls, settings: Settings, *, answers: AnswerLookup | None = None) -> JobQueue:
+        """The queue over ``settings.logs_dir()`` with the configured retries and lease;
+        ``answers`` is the conversation store to ask (default: the one ``settings`` name)."""
         return cls(
             settings.logs_dir(),
             max_job_retries=settings.max_job_retries,
             lease_seconds=settings.job_lease_seconds,
+            answers=answers,
         )
 
     def __repr__(self) -> str:

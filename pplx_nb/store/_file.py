@@ -72,7 +72,7 @@ _trash_counter = itertools.count()
 _TEMP_OF = (CONVERSATION_FILE, OLD_SUMMARY_FILE)
 
 
-def not_found(conversation_id: str, root: Path) -> ConversationNotFound:
+def not_found(conversation_id: str, root: Path | str) -> ConversationNotFound:
     """The CONVERSATION_NOT_FOUND error, telling the user how to start a conversation."""
     return ConversationNotFound(
         f"Conversation {conversation_id} does not exist (looked in {root}). Start a new "

@@ -43,6 +43,7 @@ from pplx_nb.store._base import JobStates, StoreBackend
 from pplx_nb.store._document import SUMMARY_KEY, corrupted, header, last_role, parse
 from pplx_nb.store._file import FileBackend
 from pplx_nb.store._lazy import LazyConversation
+from pplx_nb.store._redis import RedisBackend
 
 if TYPE_CHECKING:
     from pplx_nb._config import Settings
@@ -59,9 +60,12 @@ _RESERVED = frozenset(
 class ConversationStore:
     """Conversations on disk, one directory each, shared safely by kernels, workers and MCP servers.
 
+    With ``settings.store_url`` (``PPLX_NB_STORE``) set and no ``root``, they live in that Redis
+    database instead (:mod:`pplx_nb.store._redis`), and nothing is written under the folder.
+
     Args:
-        root: the conversation-logs directory; ``None`` uses ``settings.logs_dir()``
-            (``CONVERSATION_LOGS_DIR``, default ``./conversation-logs``).
+        root: the conversation-logs directory; ``None`` uses ``settings.store_url`` if set, else
+            ``settings.logs_dir()`` (``CONVERSATION_LOGS_DIR``, default ``./conversation-logs``).
         settings: where the default root and the file size limit come from (default: read
             from the environment when ``root`` is not given).
         durable: fsync every conversation write and its directory, so it survives a power loss.
@@ -89,19 +93,44 @@ class ConversationStore:
         else:
             path = Path(root).expanduser().absolute()
         self._root = path
+        self._settings = settings
         limit = settings.max_file_bytes if settings is not None else DEFAULT_MAX_FILE_BYTES
-        self._backend: StoreBackend = FileBackend(path, durable=durable, max_file_bytes=limit)
+        self._redis: RedisBackend | None = None
+        if root is None and settings is not None and settings.store_url:
+            self._redis = RedisBackend(settings.store_url)
+            self._backend: StoreBackend = self._redis
+        else:
+            self._backend = FileBackend(path, durable=durable, max_file_bytes=limit)
         self._max_file_bytes = limit
         self._jobs = jobs
         self.last_skipped: builtins.list[PplxError] = []
 
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ConversationStore:
+        """The store ``settings`` name: Redis with ``store_url`` set, else the logs folder."""
+        return cls(settings=settings)
+
     def __repr__(self) -> str:
+        if self._redis is not None:
+            return f"ConversationStore(url={self._redis.shown_url!r})"
         return f"ConversationStore(root={str(self._root)!r})"
 
     @property
     def root(self) -> Path:
-        """The conversation-logs directory."""
+        """The conversation-logs directory (on Redis: the one files would use; nothing is
+        written there)."""
         return self._root
+
+    @property
+    def location(self) -> str:
+        """Where the conversations live, for users: the folder, or the Redis URL (without
+        credentials)."""
+        return self._redis.shown_url if self._redis is not None else str(self._root)
+
+    @property
+    def is_redis(self) -> bool:
+        """Whether the conversations live in Redis (``PPLX_NB_STORE``)."""
+        return self._redis is not None
 
     @property
     def _job_side(self) -> JobStates:
@@ -110,8 +139,11 @@ class ConversationStore:
             # The one place the store reaches for the job side: its public queue.
             from pplx_nb.jobs import FileStatusBackend, JobQueue
 
-            statuses = FileStatusBackend(self._root, max_file_bytes=self._max_file_bytes)
-            self._jobs = JobQueue(self._root, statuses=statuses, answers=self)
+            if self._redis is not None and self._settings is not None:
+                self._jobs = JobQueue.from_settings(self._settings, answers=self)
+            else:
+                statuses = FileStatusBackend(self._root, max_file_bytes=self._max_file_bytes)
+                self._jobs = JobQueue(self._root, statuses=statuses, answers=self)
         return self._jobs
 
     # -- writing --------------------------------------------------------------------------------
@@ -386,8 +418,16 @@ class ConversationStore:
         return self._backend.exists(conversation_id)
 
     def path(self, conversation_id: str) -> Path:
-        """The conversation's directory (whether or not it exists); the id is validated first."""
+        """The conversation's directory (whether or not it exists); the id is validated first.
+
+        On Redis there is none: use :meth:`conversation_location`.
+        """
         return Path(self._backend.location(conversation_id))
+
+    def conversation_location(self, conversation_id: str) -> str:
+        """Where the conversation lives, for users: its directory, or its Redis keys (the URL
+        without credentials and ``pplx_nb:conv:<id>``); the id is validated first."""
+        return self._backend.location(conversation_id)
 
     def ids(self) -> builtins.list[str]:
         """Every stored conversation id, newest first."""
