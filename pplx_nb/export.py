@@ -33,6 +33,7 @@ from pplx_nb._markdown import link_citations, sources_markdown
 from pplx_nb._models import JOB_STATES, Conversation, Message
 from pplx_nb._think import split_think
 from pplx_nb.store import ConversationStore
+from pplx_nb.store._redis import is_redis_location
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -103,7 +104,10 @@ def _documents(source: Exportable) -> Iterator[_Doc]:
     for item in source:
         if isinstance(item, Conversation):
             store = None
-            if item.path:
+            if item.path and is_redis_location(item.path):
+                # A conversation loaded from the Redis store this process is configured with.
+                store = default = default or ConversationStore()
+            elif item.path:
                 root = Path(item.path).parent
                 store = stores.get(root) or stores.setdefault(root, ConversationStore(root))
             yield _Doc(item.conversation_id, item.to_json_dict(), store)
