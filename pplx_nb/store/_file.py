@@ -162,6 +162,20 @@ class FileBackend:
             fsync_dir(self.root)
         return data
 
+    def put(self, conversation_id: str, document: Mapping[str, Any]) -> bool:
+        """Store ``document`` under its own id unless that id is taken (migrating a store);
+        whether it was stored."""
+        directory = self.directory(conversation_id)
+        ensure_dir(self.root)
+        if not self._claim(directory):
+            return False
+        try:
+            self._write(directory, encode(document))
+        except BaseException:
+            shutil.rmtree(directory, ignore_errors=True)
+            raise
+        return True
+
     def _claim(self, directory: Path) -> bool:
         with fs_errors(directory, "create directory"):
             try:

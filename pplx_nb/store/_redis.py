@@ -157,31 +157,51 @@ class RedisBackend:
         summary = dumps(summary_field({}, messages))
         extra = [(name, dumps(value)) for name, value in meta.items()]
         unix_ms = max(time.time_ns() // 1_000_000, self._next_ms)
+        while True:
+            conversation_id = id_from_ms(unix_ms)
+            stamp = dumps(now_iso(datetime.fromtimestamp(unix_ms / 1000, UTC)))
+            fields = [
+                ("conversationId", dumps(conversation_id)),
+                ("createdAt", stamp),
+                ("updatedAt", stamp),
+                ("messageCount", dumps(len(lines))),
+                *extra,
+                (SUMMARY_KEY, summary),
+            ]
+            if self._store_new(conversation_id, fields, lines):
+                break
+            unix_ms += 1
+        self._next_ms = unix_ms + 1
+        return assemble(fields, lines)
+
+    def put(self, conversation_id: str, document: Mapping[str, Any]) -> bool:
+        """Store ``document`` under its own id unless that id is taken (migrating a store);
+        whether it was stored."""
+        validate_conversation_id(conversation_id)
+        messages = document["messages"]
+        fields = [
+            (name, dumps(value))
+            for name, value in document.items()
+            if name not in ("messages", SUMMARY_KEY)
+        ]
+        fields.append((SUMMARY_KEY, dumps(summary_field({}, messages))))
+        return self._store_new(conversation_id, fields, [dumps(dict(m)) for m in messages])
+
+    def _store_new(
+        self, conversation_id: str, fields: list[tuple[str, bytes]], lines: list[bytes]
+    ) -> bool:
+        """Claim ``conversation_id`` and write its fields and messages, in one script."""
+        flat = [part for field in fields for part in field]
+        keys = [
+            self.keys.conversations,
+            self._key(conversation_id, "meta"),
+            self._key(conversation_id, "messages"),
+        ]
+        args = [int(conversation_id[9:]), conversation_id, len(fields), *flat, *lines]
         with self._errors("store a conversation in"):
             script = self._create_script or self._redis.register_script(_CREATE)
             self._create_script = script
-            while True:
-                conversation_id = id_from_ms(unix_ms)
-                stamp = dumps(now_iso(datetime.fromtimestamp(unix_ms / 1000, UTC)))
-                fields = [
-                    ("conversationId", dumps(conversation_id)),
-                    ("createdAt", stamp),
-                    ("updatedAt", stamp),
-                    ("messageCount", dumps(len(lines))),
-                    *extra,
-                    (SUMMARY_KEY, summary),
-                ]
-                flat = [part for field in fields for part in field]
-                keys = [
-                    self.keys.conversations,
-                    self._key(conversation_id, "meta"),
-                    self._key(conversation_id, "messages"),
-                ]
-                if script(keys=keys, args=[unix_ms, conversation_id, len(fields), *flat, *lines]):
-                    break
-                unix_ms += 1
-        self._next_ms = unix_ms + 1
-        return assemble(fields, lines)
+            return bool(script(keys=keys, args=args))
 
     def append(
         self,
