@@ -306,3 +306,29 @@ def test_migrate_says_what_is_wrong_with_a_source_or_target(
     assert time.monotonic() - started < 10
     assert says.format(**values) in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_magics_built_from_the_environment_keep_everything_in_redis(
+    redis_url: str, sim_url: str, logs_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from pplx_nb.notebook import magics
+
+    for name, value in team_env(redis_url, sim_url, logs_dir).items():
+        monkeypatch.setenv(name, value)
+    shell = InteractiveShell.instance()
+    magics.set_researcher(None)
+    shell.run_line_magic("load_ext", "pplx_nb")
+    try:
+        answer = shell.run_cell_magic("pplx", "", QUESTION)
+        cid = answer.conversation_id
+        shell.run_cell_magic("pplx_followup", cid, FOLLOW_UP)
+        researcher = magics.get_researcher()
+        assert researcher.store.is_redis
+        assert len(researcher.history(cid).messages) == 4
+    finally:
+        shell.run_line_magic("unload_ext", "pplx_nb")
+        magics.get_researcher(reread=False).close()
+        magics.set_researcher(None)
+    assert nothing_under(logs_dir)
