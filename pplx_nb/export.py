@@ -32,8 +32,7 @@ from pplx_nb._logging import get_logger
 from pplx_nb._markdown import link_citations, sources_markdown
 from pplx_nb._models import JOB_STATES, Conversation, Message
 from pplx_nb._think import split_think
-from pplx_nb.store import ConversationStore
-from pplx_nb.store._redis import is_redis_location
+from pplx_nb.store import ConversationStore, is_redis_location
 
 if TYPE_CHECKING:
     import pandas as pd
