@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
-from pplx_nb._errors import ConversationCorrupted, ConversationNotFound, FilesystemError
+from pplx_nb._errors import ConversationNotFound, PplxError
 from pplx_nb._errors import ValidationError as PplxValidationError
 from pplx_nb._logging import get_logger
 from pplx_nb._markdown import link_citations, sources_markdown
@@ -120,13 +120,11 @@ def _documents(source: Exportable) -> Iterator[_Doc]:
 
 
 def _store_documents(store: ConversationStore) -> Iterator[_Doc]:
-    for conversation_id in store.ids():
-        try:
-            document = store.read_raw(conversation_id)
-        except ConversationNotFound:
+    for conversation_id, document in store.documents():
+        if isinstance(document, ConversationNotFound):
             continue
-        except (ConversationCorrupted, FilesystemError) as exc:
-            logger.warning("Skipping conversation %s: %s", conversation_id, exc)
+        if isinstance(document, PplxError):
+            logger.warning("Skipping conversation %s: %s", conversation_id, document)
             continue
         yield _Doc(conversation_id, document, store)
 

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
+from pplx_nb._errors import PplxError
 from pplx_nb._models import JobState
 from pplx_nb.store._answering import AnsweringMarker
 
@@ -81,6 +82,14 @@ class StoreBackend(Protocol):
 
     def summary(self, conversation_id: str) -> dict[str, Any]:
         """A light summary (``ConversationSummary`` keys), read cheaply when possible."""
+        ...
+
+    def summaries(self, conversation_ids: Sequence[str]) -> list[dict[str, Any] | PplxError]:
+        """:meth:`summary` of each id, or the error reading it gave, in one go when possible."""
+        ...
+
+    def read_many(self, conversation_ids: Sequence[str]) -> list[bytes | PplxError]:
+        """:meth:`read` of each id, or the error reading it gave, in one go when possible."""
         ...
 
     def location(self, conversation_id: str) -> str:

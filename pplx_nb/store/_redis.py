@@ -36,6 +36,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
+from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
 from pplx_nb._errors import FilesystemError, PplxError, url_without_credentials
@@ -56,7 +57,7 @@ from pplx_nb.store._document import (
     summary_field,
     summary_of_header,
 )
-from pplx_nb.store._file import not_found
+from pplx_nb.store._file import not_found, or_error
 
 if TYPE_CHECKING:
     import redis
@@ -473,14 +474,55 @@ class RedisBackend:
         ]
 
     def summary(self, conversation_id: str) -> dict[str, Any]:
-        """The light summary from the meta hash (one ``HGETALL``), computed if stale."""
-        key = self._key(validate_conversation_id(conversation_id), "meta")
-        with self._errors("read a conversation in"):
-            meta: dict[bytes, bytes] = cast(Any, self._redis.hgetall(key))
-        return self.summary_of(conversation_id, meta)
+        """The light summary from the meta hash (one ``HMGET``), computed if stale."""
+        found = self.summaries([conversation_id])[0]
+        if isinstance(found, PplxError):
+            raise found
+        return found
 
-    def summary_of(self, conversation_id: str, meta: dict[bytes, bytes]) -> dict[str, Any]:
-        """The light summary of a conversation whose meta hash is ``meta`` (already read)."""
+    def summaries(self, conversation_ids: Sequence[str]) -> list[dict[str, Any] | PplxError]:
+        """Each conversation's light summary (or its error), one round trip for all of them."""
+        with self._errors("read conversations in"):
+            pipe = self._redis.pipeline(transaction=False)
+            for conversation_id in conversation_ids:
+                key = self._key(validate_conversation_id(conversation_id), "meta")
+                pipe.hmget(key, _SUMMARY_FIELDS)
+            found: list[list[bytes | None]] = pipe.execute()
+        results: list[dict[str, Any] | PplxError] = []
+        for conversation_id, values in zip(conversation_ids, found, strict=True):
+            meta = {
+                name.encode(): value
+                for name, value in zip(_SUMMARY_FIELDS, values, strict=True)
+                if value is not None
+            }
+            results.append(or_error(partial(self._summary_of, meta=meta), conversation_id))
+        return results
+
+    def read_many(self, conversation_ids: Sequence[str]) -> list[bytes | PplxError]:
+        """Each conversation's document (or its error), one transaction for all of them."""
+        with self._errors("read conversations in"):
+            pipe = self._redis.pipeline(transaction=True)
+            for conversation_id in conversation_ids:
+                validate_conversation_id(conversation_id)
+                pipe.hgetall(self._key(conversation_id, "meta"))
+                pipe.lrange(self._key(conversation_id, "messages"), 0, -1)
+            found = pipe.execute()
+        results: list[bytes | PplxError] = []
+        for n, conversation_id in enumerate(conversation_ids):
+            meta, lines = found[2 * n], found[2 * n + 1]
+
+            def document(
+                cid: str, meta: dict[bytes, bytes] = meta, lines: list[bytes] = lines
+            ) -> bytes:
+                if not meta:
+                    raise not_found(cid, self.shown_url)
+                return self._assemble(cid, meta, lines)
+
+            results.append(or_error(document, conversation_id))
+        return results
+
+    def _summary_of(self, conversation_id: str, meta: dict[bytes, bytes]) -> dict[str, Any]:
+        """The light summary of a conversation whose meta fields are ``meta`` (already read)."""
         if not meta:
             raise not_found(conversation_id, self.shown_url)
         decoded = self._decoded(conversation_id, meta, _SUMMARY_FIELDS)

@@ -12,11 +12,11 @@ from __future__ import annotations
 import builtins
 import json
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pydantic
 from pydantic.alias_generators import to_camel
@@ -51,6 +51,8 @@ if TYPE_CHECKING:
 __all__ = ["ConversationStore"]
 
 logger = get_logger("pplx_nb.store")
+
+_T = TypeVar("_T")
 
 _RESERVED = frozenset(
     ("conversationId", "createdAt", "updatedAt", "messageCount", "messages", SUMMARY_KEY)
@@ -463,18 +465,23 @@ class ConversationStore:
         needle = text.casefold() if text else None
         if limit is not None and (not isinstance(limit, int) or limit < 0):
             raise ValidationError(f"limit must be a non-negative integer, got {limit!r}.")
-        found: builtins.list[ConversationSummary] = []
-        skipped: builtins.list[PplxError] = []
+        candidates: builtins.list[str] = []
         for conversation_id in self._backend.ids():
-            if limit is not None and len(found) >= limit:
-                break
             created_ms = int(conversation_id[9:])
             if high is not None and created_ms > high:
                 continue
             if low is not None and created_ms < low:
                 break
+            candidates.append(conversation_id)
+        found: builtins.list[ConversationSummary] = []
+        skipped: builtins.list[PplxError] = []
+        for conversation_id, read in _batched(candidates, self._backend.summaries, limit):
+            if limit is not None and len(found) >= limit:
+                break
             try:
-                summary = self._backend.summary(conversation_id)
+                if isinstance(read, PplxError):
+                    raise read
+                summary = read
                 summary["jobStatus"] = self._job_side.job_state(conversation_id)
                 if (tool and tool not in summary.get("tools", ())) or (
                     model and model not in summary.get("models", ())
@@ -490,6 +497,31 @@ class ConversationStore:
                 skipped.append(exc)
         self.last_skipped = skipped
         return found
+
+    def documents(
+        self, ids: Sequence[str] | None = None
+    ) -> Iterator[tuple[str, dict[str, Any] | PplxError]]:
+        """Each conversation's document as :meth:`read_raw` returns it, or the error reading it
+        gave (``ids`` default: every conversation, newest first), read in batches.
+
+        For bulk readers such as :mod:`pplx_nb.export`: one round trip per batch on Redis.
+        """
+        chosen = self._backend.ids() if ids is None else [*ids]
+        for conversation_id, read in _batched(chosen, self._backend.read_many, None):
+            if isinstance(read, bytes):
+                where = self._backend.document_location(conversation_id)
+                try:
+                    document = parse(read, conversation_id, where)
+                except ConversationCorrupted:
+                    document = None  # perhaps caught mid-rewrite: read it again, patiently
+                if document is not None:
+                    document.pop(SUMMARY_KEY, None)
+                    yield conversation_id, document
+                    continue
+            try:
+                yield conversation_id, self.read_raw(conversation_id)
+            except (ConversationNotFound, ConversationCorrupted, FilesystemError) as exc:
+                yield conversation_id, exc
 
     def _contains(self, conversation_id: str, needle: str) -> bool:
         messages = self.read_raw(conversation_id)["messages"]
@@ -533,6 +565,24 @@ class ConversationStore:
         conversation.message_count = len(conversation.messages)
         conversation.path = self._backend.location(conversation_id or conversation.conversation_id)
         return conversation
+
+
+_FIRST_BATCH = 64
+_LARGEST_BATCH = 512
+
+
+def _batched(
+    ids: Sequence[str], read: Callable[[Sequence[str]], Sequence[_T]], limit: int | None
+) -> Iterator[tuple[str, _T]]:
+    """``(id, read result)`` for ``ids`` in order, read in batches that grow from the first
+    (``limit`` ids when given, so a short listing reads little) to a few hundred."""
+    size = max(1, min(limit, _FIRST_BATCH)) if limit is not None else _FIRST_BATCH
+    start = 0
+    while start < len(ids):
+        chunk = ids[start : start + size]
+        yield from zip(chunk, read(chunk), strict=True)
+        start += size
+        size = min(size * 4, _LARGEST_BATCH)
 
 
 def _first_problem(exc: pydantic.ValidationError) -> str:
