@@ -10,6 +10,7 @@ the job side through :class:`~pplx_nb.store._base.JobStates`.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import json
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -475,9 +476,11 @@ class ConversationStore:
             candidates.append(conversation_id)
         found: builtins.list[ConversationSummary] = []
         skipped: builtins.list[PplxError] = []
+        documents = _batched(candidates, self._backend.read_many, limit) if needle else None
         for conversation_id, read in _batched(candidates, self._backend.summaries, limit):
             if limit is not None and len(found) >= limit:
                 break
+            document = next(documents)[1] if documents is not None else None
             try:
                 if isinstance(read, PplxError):
                     raise read
@@ -487,7 +490,7 @@ class ConversationStore:
                     model and model not in summary.get("models", ())
                 ):
                     continue
-                if needle and not self._contains(conversation_id, needle):
+                if needle and not self._contains(conversation_id, needle, document):
                     continue
                 found.append(self._summary_model(conversation_id, summary))
             except ConversationNotFound:
@@ -508,24 +511,28 @@ class ConversationStore:
         """
         chosen = self._backend.ids() if ids is None else [*ids]
         for conversation_id, read in _batched(chosen, self._backend.read_many, None):
-            if isinstance(read, bytes):
-                where = self._backend.document_location(conversation_id)
-                try:
-                    document = parse(read, conversation_id, where)
-                except ConversationCorrupted:
-                    document = None  # perhaps caught mid-rewrite: read it again, patiently
-                if document is not None:
-                    document.pop(SUMMARY_KEY, None)
-                    yield conversation_id, document
-                    continue
             try:
-                yield conversation_id, self.read_raw(conversation_id)
+                yield conversation_id, self._document(conversation_id, read)
             except (ConversationNotFound, ConversationCorrupted, FilesystemError) as exc:
                 yield conversation_id, exc
 
-    def _contains(self, conversation_id: str, needle: str) -> bool:
-        messages = self.read_raw(conversation_id)["messages"]
+    def _contains(self, conversation_id: str, needle: str, read: bytes | PplxError | None) -> bool:
+        """Whether a message of the conversation (its document ``read`` in a batch) holds
+        ``needle``."""
+        messages = self._document(conversation_id, read)["messages"]
         return any(needle in message["content"].casefold() for message in messages)
+
+    def _document(self, conversation_id: str, read: bytes | PplxError | None) -> dict[str, Any]:
+        """The document of a batch read, read again patiently if it did not parse."""
+        if isinstance(read, PplxError):
+            raise read
+        if read is not None:
+            where = self._backend.document_location(conversation_id)
+            with contextlib.suppress(ConversationCorrupted):  # perhaps caught mid-rewrite
+                document = parse(read, conversation_id, where)
+                document.pop(SUMMARY_KEY, None)
+                return document
+        return self.read_raw(conversation_id)
 
     def _summary_model(self, conversation_id: str, summary: dict[str, Any]) -> ConversationSummary:
         try:
