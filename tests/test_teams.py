@@ -64,9 +64,9 @@ def nothing_under(*folders: Path) -> bool:
     return all(not folder.exists() or not any(folder.iterdir()) for folder in folders)
 
 
-@pytest.fixture
-def researcher(redis_url: str, sim_url: str, logs_dir: Path) -> Iterator[Researcher]:
-    settings = Settings(
+def team_settings(redis_url: str, sim_url: str, logs_dir: Path) -> Settings:
+    """What :func:`team_env` says, as Settings for a Researcher in this process."""
+    return Settings(
         api_key=TEST_KEY,
         base_url=sim_url,
         offline=False,
@@ -74,7 +74,11 @@ def researcher(redis_url: str, sim_url: str, logs_dir: Path) -> Iterator[Researc
         store_url=redis_url,
         timeout_ms=10_000,
     )
-    found = Researcher(settings)
+
+
+@pytest.fixture
+def researcher(redis_url: str, sim_url: str, logs_dir: Path) -> Iterator[Researcher]:
+    found = Researcher(team_settings(redis_url, sim_url, logs_dir))
     yield found
     found.close()
 
@@ -151,14 +155,7 @@ def test_an_unreachable_store_is_a_clear_error_within_seconds_and_nothing_is_pai
 ) -> None:
     port = _closed_port()
     url = f"redis://team:hunter2secret@127.0.0.1:{port}/3"
-    settings = Settings(
-        api_key=TEST_KEY,
-        base_url=sim_url,
-        offline=False,
-        conversation_logs_dir=logs_dir,
-        store_url=url,
-    )
-    researcher = Researcher(settings)
+    researcher = Researcher(team_settings(url, sim_url, logs_dir))
     try:
         for action in (
             researcher.conversations,
