@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -28,6 +29,8 @@ from pplx_nb.export import to_dataframe, to_markdown
 from pplx_nb.sim import stats
 from pplx_nb.store.__main__ import main as store_main
 
+DATA = Path(__file__).parent / "data"
+TS_ID = "20250124-1737724800123"
 QUESTION = "How do I cancel an asyncio task?"
 FOLLOW_UP = "What does pathlib.Path.glob return?"
 
@@ -222,7 +225,10 @@ def test_migrate_round_trips_fifty_conversations_and_a_second_run_adds_nothing(
     redis_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     source = ConversationStore(tmp_path / "before")
-    _fill(source, 50)
+    _fill(source, 49)
+    # One written by the TypeScript server: indented, no metadata, its own key order.
+    (source.root / TS_ID).mkdir()
+    shutil.copy(DATA / "ts_server_conversation.json", source.root / TS_ID / "conversation.json")
     status = {"conversationId": source.ids()[0], "status": "completed", "attempts": 1}
     (source.path(source.ids()[0]) / "status.json").write_text(json.dumps(status))
     before = _tree(source.root)
