@@ -1,7 +1,8 @@
 """ConversationStore: create, load, append, list, fork, delete and prune stored conversations.
 
 The façade validates what goes in (messages through :class:`Message`, ids before any file access)
-and builds models from what comes out; the backend (:mod:`pplx_nb.store._file`) keeps the bytes.
+and builds models from what comes out; the backend keeps the bytes: files
+(:mod:`pplx_nb.store._file`), or Redis when ``PPLX_NB_STORE`` is set (:mod:`pplx_nb.store._redis`).
 Nothing is cached: every call reads the store, which is the single source of truth. What it needs
 to know about jobs (a conversation's job state; dropping a deleted conversation's job) it asks
 the job side through :class:`~pplx_nb.store._base.JobStates`.
