@@ -134,6 +134,10 @@ class JobStates(Protocol):
         """The state of the conversation's job, or ``None`` without one (or if unreadable)."""
         ...
 
+    def job_states(self, conversation_ids: Sequence[str]) -> list[JobState | None]:
+        """:meth:`job_state` of each id, in one go when the job side can (for listings)."""
+        ...
+
     def forget(self, conversation_id: str) -> None:
         """Drop what the job side keeps about the conversation outside its storage (it is being
         deleted, under its lock)."""
