@@ -17,6 +17,7 @@ __all__ = [
     "fresh_interpreter_seconds",
     "median",
     "ratio",
+    "redis_server",
     "scratch",
     "simulator",
     "table",
@@ -98,3 +99,44 @@ def scratch(prefix: str) -> tempfile.TemporaryDirectory[str]:
     """
     SCRATCH.mkdir(parents=True, exist_ok=True)
     return tempfile.TemporaryDirectory(prefix=prefix, dir=SCRATCH)
+
+
+@contextmanager
+def redis_server() -> Iterator[str | None]:
+    """Debian's ``redis-server`` on a free loopback port (no persistence) for the ``with`` block;
+    yields the URL of its database 0, or ``None`` when it is not installed."""
+    import shutil
+    import socket
+
+    import redis
+
+    binary = shutil.which("redis-server")
+    if binary is None:
+        yield None
+        return
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+    with tempfile.TemporaryDirectory(prefix="bench-redis-") as folder:
+        options = ["--bind", "127.0.0.1", "--dir", folder, "--save", "", "--appendonly", "no"]
+        process = subprocess.Popen(
+            [binary, "--port", str(port), *options],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            client = redis.Redis(port=port, socket_timeout=2, socket_connect_timeout=2)
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    client.ping()
+                    break
+                except redis.RedisError:
+                    if process.poll() is not None or time.monotonic() > deadline:
+                        raise RuntimeError("redis-server did not start in 30 s") from None
+                    time.sleep(0.05)
+            client.close()
+            yield f"redis://127.0.0.1:{port}/0"
+        finally:
+            process.terminate()
+            process.wait(timeout=10)

@@ -9,7 +9,8 @@ Every alternative runs in the same process on the same data:
   ``json.dump`` into the file (no lock, no atomicity);
 - ``list()`` over 10,000 conversations against loading every conversation;
 - ``to_dataframe`` over 10,000 conversations / 50,000 messages against one dict per row built
-  from ``store.load()`` and ``pd.DataFrame(rows)``.
+  from ``store.load()`` and ``pd.DataFrame(rows)``;
+- the listing and export rows again with the same conversations in Redis (``PPLX_NB_STORE``).
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ import json
 import os
 import random
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from bench._util import median, ratio, scratch, table, timed
+from bench._util import median, ratio, redis_server, scratch, table, timed
 from pplx_nb._fs import atomic_write_bytes, locked
 from pplx_nb._models import Conversation
 from pplx_nb.store import ConversationStore, FileBackend
@@ -208,12 +211,63 @@ def _small_appends(root: Path) -> str:
     )
 
 
-def _big_store(root: Path) -> ConversationStore:
+def _big_store(store: ConversationStore) -> ConversationStore:
+    """``store`` with the same 10,000 conversations of 5 messages each, whatever its backend."""
     rng = random.Random(3)
-    store = ConversationStore(root / "many")
     for _ in range(10_000):
         store.create(_messages(rng, 5, words=60))
     return store
+
+
+def _redis_rows(files: ConversationStore) -> str:
+    """The listing and export rows again with the conversations in Redis, beside the files'
+    (measured in turn, so both see the same load)."""
+    from pplx_nb import Settings
+
+    with redis_server() as url:
+        if url is None:
+            return "### On Redis\n\nNot measured: `redis-server` is not installed."
+        start = time.perf_counter()
+        settings = Settings(store_url=url, conversation_logs_dir=files.root / "unused")
+        on_redis = _big_store(ConversationStore(settings=settings))
+        took = time.perf_counter() - start
+        measures: list[tuple[str, Callable[[ConversationStore], object]]] = [
+            ("`store.list()`", lambda store: store.list()),
+            ("`store.list(limit=20)`", lambda store: store.list(limit=20)),
+            (
+                "`store.list(text=...)` (reads every message)",
+                lambda store: store.list(text="Shield Queue Pathlib"),
+            ),
+            ('`to_dataframe(store, level="messages")`', lambda store: _frame(store, "messages")),
+            (
+                '`to_dataframe(store, level="conversations")`',
+                lambda store: _frame(store, "conversations"),
+            ),
+        ]
+        rows = []
+        for name, measure in measures:
+            on_files: list[float] = []
+            redis_times: list[float] = []
+            for _ in range(3):
+                on_files += timed(partial(measure, files), repeat=1)
+                redis_times += timed(partial(measure, on_redis), repeat=1)
+            rows.append(
+                [
+                    name,
+                    f"{median(on_files):.3f}",
+                    f"{median(redis_times):.3f}",
+                    ratio(median(redis_times), median(on_files)),
+                ]
+            )
+    return (
+        "### On Redis: the same 10,000 conversations / 50,000 messages (`PPLX_NB_STORE`)\n\n"
+        "Median of 3 runs each, seconds, files and Redis in turn. Redis is Debian's "
+        "`redis-server` on loopback; a listing reads its summaries, an export its documents, "
+        "in batches of up to 512 conversations per round trip.\n\n"
+        + table(["approach", "files s", "Redis s", "Redis ÷ files"], rows)
+        + f"\n\n<sub>Creating the 10,000 conversations in Redis through `store.create` took "
+        f"{took:.1f} s ({10_000 / took:,.0f} creates/s).</sub>"
+    )
 
 
 def _listing(store: ConversationStore) -> str:
@@ -305,9 +359,10 @@ def run() -> str:
         root = Path(tmp)
         parts = [_big_append(root), _small_appends(root)]
         start = time.perf_counter()
-        store = _big_store(root)
+        store = _big_store(ConversationStore(root / "many"))
         took = time.perf_counter() - start
         parts.append(_listing(store))
+        parts.append(_redis_rows(store))
         parts.append(
             "<sub>Every row ran in a scratch folder of the checkout, on the disk where "
             "`conversation-logs/` lives by default. "

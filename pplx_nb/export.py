@@ -26,13 +26,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
-from pplx_nb._errors import ConversationCorrupted, ConversationNotFound, FilesystemError
+from pplx_nb._errors import ConversationNotFound, PplxError
 from pplx_nb._errors import ValidationError as PplxValidationError
 from pplx_nb._logging import get_logger
 from pplx_nb._markdown import link_citations, sources_markdown
 from pplx_nb._models import JOB_STATES, Conversation, Message
 from pplx_nb._think import split_think
-from pplx_nb.store import ConversationStore
+from pplx_nb.store import ConversationStore, is_redis_location
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -103,7 +103,10 @@ def _documents(source: Exportable) -> Iterator[_Doc]:
     for item in source:
         if isinstance(item, Conversation):
             store = None
-            if item.path:
+            if item.path and is_redis_location(item.path):
+                # A conversation loaded from the Redis store this process is configured with.
+                store = default = default or ConversationStore()
+            elif item.path:
                 root = Path(item.path).parent
                 store = stores.get(root) or stores.setdefault(root, ConversationStore(root))
             yield _Doc(item.conversation_id, item.to_json_dict(), store)
@@ -117,13 +120,11 @@ def _documents(source: Exportable) -> Iterator[_Doc]:
 
 
 def _store_documents(store: ConversationStore) -> Iterator[_Doc]:
-    for conversation_id in store.ids():
-        try:
-            document = store.read_raw(conversation_id)
-        except ConversationNotFound:
+    for conversation_id, document in store.documents():
+        if isinstance(document, ConversationNotFound):
             continue
-        except (ConversationCorrupted, FilesystemError) as exc:
-            logger.warning("Skipping conversation %s: %s", conversation_id, exc)
+        if isinstance(document, PplxError):
+            logger.warning("Skipping conversation %s: %s", conversation_id, document)
             continue
         yield _Doc(conversation_id, document, store)
 

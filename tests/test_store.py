@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -102,7 +103,7 @@ def test_create_assigns_a_dated_millisecond_id_and_stores_the_messages(
     assert int(unix_ms) >= before_ms
     assert day == created.strftime("%Y%m%d")
     assert conversation.created_at == created.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-    assert conversation.path == str(store.root / conversation.conversation_id)
+    assert conversation.path == store.conversation_location(conversation.conversation_id)
     assert conversation.message_count == 2
     loaded = store.load(conversation.conversation_id)
     assert [m.content for m in loaded.messages] == ["Be brief.", "What is GIL?"]
@@ -151,7 +152,7 @@ def test_appended_conversation_behaves_like_a_loaded_one(store: ConversationStor
     appended = store.append(cid, user("follow-up"))
     assert isinstance(appended, pplx_nb.Conversation)
     assert appended.message_count == len(store.load(cid).messages)
-    assert appended.path == str(store.path(cid))
+    assert appended.path == store.conversation_location(cid)
     assert appended == store.load(cid)
     ours, theirs = first_use(lambda c: c.to_json_dict())
     assert ours == theirs == store.read_raw(cid)
@@ -873,6 +874,9 @@ class _JobStates:
 
     def job_state(self, conversation_id: str) -> JobState | None:
         return self.states.get(conversation_id)
+
+    def job_states(self, conversation_ids: Sequence[str]) -> list[JobState | None]:
+        return [self.states.get(conversation_id) for conversation_id in conversation_ids]
 
     def forget(self, conversation_id: str) -> None:
         assert self.root is not None

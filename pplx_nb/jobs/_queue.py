@@ -19,7 +19,7 @@ import contextlib
 import json
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -105,12 +105,14 @@ class JobQueue:
         )
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> JobQueue:
-        """The queue over ``settings.logs_dir()`` with the configured retries and lease."""
+    def from_settings(cls, settings: Settings, *, answers: AnswerLookup | None = None) -> JobQueue:
+        """The queue over ``settings.logs_dir()`` with the configured retries and lease;
+        ``answers`` is the conversation store to ask (default: the one ``settings`` name)."""
         return cls(
             settings.logs_dir(),
             max_job_retries=settings.max_job_retries,
             lease_seconds=settings.job_lease_seconds,
+            answers=answers,
         )
 
     def __repr__(self) -> str:
@@ -249,6 +251,10 @@ class JobQueue:
             return self._statuses.state(validate_conversation_id(conversation_id))
         except (ConversationCorrupted, FilesystemError):
             return None
+
+    def job_states(self, conversation_ids: Sequence[str]) -> list[JobState | None]:
+        """:meth:`job_state` of each conversation (what the store's listings ask)."""
+        return [self.job_state(conversation_id) for conversation_id in conversation_ids]
 
     def check_idle(self, conversation_id: str) -> None:
         """Raise JobInProgress if the conversation has a pending or in_progress job.

@@ -166,7 +166,7 @@ class Tools:
             else:
                 result = await researcher.asearch(query, files=attached, **opts)
             cid = result.conversation_id or ""
-            return result, str(researcher.store.path(cid)) if cid else ""
+            return result, researcher.store.conversation_location(cid) if cid else ""
 
         relay = ProgressRelay(ctx.report_progress) if ctx is not None else None
         if relay is None:
@@ -309,7 +309,7 @@ class Tools:
             conversation = researcher.history(conversationId, include_system=includeSystemPrompt)
             status = researcher.status(conversationId)
             answering = researcher.answering_since(conversationId)
-            path = str(researcher.store.path(conversationId))
+            path = researcher.store.conversation_location(conversationId)
             return history_result(conversation, path, status, answering)
 
         return await self._backend.read(read)

@@ -89,7 +89,7 @@ def wait_served(
         waited = time.monotonic() - started
         if status.status == "pending" and (worker is None or not worker.running):
             raise APITimeoutError(
-                f"No worker serves {researcher.store.root}: the job of conversation "
+                f"No worker serves {researcher.store.location}: the job of conversation "
                 f"{conversation_id} has been pending for {waited:.0f} s. Run "
                 "`python -m pplx_nb.worker` with CONVERSATION_LOGS_DIR set to that folder, "
                 f"or restart the kernel and `%pplx_wait {conversation_id}` again.",

@@ -80,7 +80,7 @@ def get_researcher(*, reread: bool = True) -> Researcher:
         if current is not None and current.settings == settings:
             return current
         fresh = _build(settings)
-        if current is not None and current.store.root != fresh.store.root:
+        if current is not None and current.store.location != fresh.store.location:
             _session.last_conversation_id = None
         _session.researcher = fresh
     if current is not None:

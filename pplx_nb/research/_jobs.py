@@ -192,4 +192,4 @@ class JobDesk:
 
     def _answer(self, conversation_id: str) -> Answer:
         conversation = self._store.load(conversation_id)
-        return stored_answer(conversation, str(self._store.path(conversation_id)))
+        return stored_answer(conversation, self._store.conversation_location(conversation_id))

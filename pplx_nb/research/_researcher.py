@@ -94,7 +94,7 @@ class Researcher:
 
     def __repr__(self) -> str:
         return (
-            f"Researcher(store={str(self._store.root)!r}, async_deep_research={self._async}, "
+            f"Researcher(store={self._store.location!r}, async_deep_research={self._async}, "
             f"offline={self._settings.is_offline})"
         )
 

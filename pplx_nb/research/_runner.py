@@ -156,7 +156,7 @@ class TurnRunner:
         )
         conversation_id = ticket.answer(message).conversation_id
         answer.conversation_id = conversation_id
-        answer.conversation_path = str(self._store.path(conversation_id))
+        answer.conversation_path = self._store.conversation_location(conversation_id)
         answer.reformulated_query = turn.user.reformulated_query
         answer.notes = list(turn.notes)
         if not turn.show_thinking:

@@ -1,7 +1,8 @@
-"""Conversations on disk: :class:`ConversationStore` over a pluggable backend.
+"""Conversations: :class:`ConversationStore` over a pluggable backend.
 
-``conversation-logs/<id>/conversation.json`` is the single source of truth, shared by notebooks,
-background workers and the MCP server; writes are atomic and appends serialised by a lock.
+``conversation-logs/<id>/conversation.json`` (:class:`FileBackend`), or with ``PPLX_NB_STORE`` one
+Redis database (:class:`RedisBackend`), is the single source of truth, shared by notebooks,
+background workers and MCP servers; writes are atomic and appends serialised by a lock.
 Where conversations live is a :class:`StoreBackend`; what the store needs to know about jobs it
 asks through :class:`JobStates`, and never reads the job side's files. A question being answered
 right now is marked in its conversation (:meth:`ConversationStore.mark_answering`,
@@ -13,6 +14,15 @@ from __future__ import annotations
 from pplx_nb.store._answering import AnsweringMarker
 from pplx_nb.store._base import JobStates, StoreBackend
 from pplx_nb.store._file import FileBackend
+from pplx_nb.store._redis import RedisBackend, is_redis_location
 from pplx_nb.store._store import ConversationStore
 
-__all__ = ["AnsweringMarker", "ConversationStore", "FileBackend", "JobStates", "StoreBackend"]
+__all__ = [
+    "AnsweringMarker",
+    "ConversationStore",
+    "FileBackend",
+    "JobStates",
+    "RedisBackend",
+    "StoreBackend",
+    "is_redis_location",
+]

@@ -35,7 +35,7 @@ from pplx_nb._fs import atomic_write_json, read_bytes
 from pplx_nb._layout import ANSWERING_FILE
 from pplx_nb._models import now_iso
 
-__all__ = ["AnsweringMarker", "clear", "live", "mark", "renew"]
+__all__ = ["AnsweringMarker", "clear", "fields", "live", "live_marker", "mark", "renew"]
 
 
 @dataclass(frozen=True)
@@ -65,16 +65,18 @@ def renew(directory: Path, token: str, seconds: float) -> None:
 
 
 def _write(directory: Path, token: str, started_at: str, seconds: float) -> None:
-    atomic_write_json(
-        directory / ANSWERING_FILE,
-        {
-            "token": token,
-            "pid": os.getpid(),
-            "host": socket.gethostname(),
-            "startedAt": started_at,
-            "deadline": time.time() + seconds,
-        },
-    )
+    atomic_write_json(directory / ANSWERING_FILE, fields(token, started_at, seconds))
+
+
+def fields(token: str, started_at: str, seconds: float) -> dict[str, Any]:
+    """The marker's JSON fields, written by this process, live for ``seconds`` from now."""
+    return {
+        "token": token,
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "startedAt": started_at,
+        "deadline": time.time() + seconds,
+    }
 
 
 def clear(directory: Path, token: str) -> None:
@@ -91,7 +93,11 @@ def clear(directory: Path, token: str) -> None:
 
 def live(directory: Path) -> AnsweringMarker | None:
     """The marker of a question still being answered, or ``None`` (none, expired, or orphaned)."""
-    marker = _read(directory)
+    return live_marker(_read(directory))
+
+
+def live_marker(marker: dict[str, Any] | None) -> AnsweringMarker | None:
+    """The marker whose fields are ``marker`` if it is still live (see the module docstring)."""
     if marker is None:
         return None
     deadline = marker.get("deadline")

@@ -33,13 +33,17 @@ __all__ = [
     "TAIL",
     "Canonical",
     "append_messages",
+    "assemble",
     "corrupted",
+    "dumps",
     "encode",
+    "fresh_summary_field",
     "header",
     "last_role",
     "parse",
     "split",
     "summarize",
+    "summary_field",
     "summary_of_header",
 ]
 
@@ -63,7 +67,8 @@ class Canonical(NamedTuple):
     message_count: int
 
 
-def _dumps(value: Any) -> bytes:
+def dumps(value: Any) -> bytes:
+    """``value`` as the compact one-line JSON every document is made of (UTF-8, finite numbers)."""
     try:
         return json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8")
     except UnicodeEncodeError:
@@ -77,15 +82,22 @@ def _dumps(value: Any) -> bytes:
 
 
 def _assemble(header: Mapping[str, Any], body: bytes) -> bytes:
-    head = _dumps(dict(header))[:-1] + (b", " if header else b"") + _MARK
+    head = dumps(dict(header))[:-1] + (b", " if header else b"") + _MARK
     return head + b"\n" + body + TAIL if body else head + TAIL
+
+
+def assemble(fields: Iterable[tuple[str, bytes]], lines: Sequence[bytes]) -> bytes:
+    """The canonical document of header ``fields`` (names with their JSON values, as stored)
+    and message ``lines`` (one JSON message each), without decoding any of them."""
+    head = b"{" + b"".join(dumps(name) + b": " + value + b", " for name, value in fields) + _MARK
+    return head + b"\n" + b",\n".join(lines) + TAIL if lines else head + TAIL
 
 
 def encode(document: Mapping[str, Any]) -> bytes:
     """The canonical bytes of a document (a dict with a ``messages`` list), summary included."""
     header = {key: value for key, value in document.items() if key != "messages"}
-    header[SUMMARY_KEY] = _summary_field({}, document["messages"])
-    return _assemble(header, b",\n".join(_dumps(m) for m in document["messages"]))
+    header[SUMMARY_KEY] = summary_field({}, document["messages"])
+    return _assemble(header, b",\n".join(dumps(m) for m in document["messages"]))
 
 
 def header(data: bytes) -> dict[str, Any] | None:
@@ -130,13 +142,13 @@ def append_messages(
     fields = dict(canonical.header)
     fields["updatedAt"] = updated_at
     fields["messageCount"] = canonical.message_count + len(messages)
-    previous = _fresh_summary_field(canonical.header)
+    previous = fresh_summary_field(canonical.header)
     if previous is None:
         history = canonical.data[canonical.body_start : canonical.body_end]
-        previous = _summary_field({}, json.loads(b"[" + history + b"]"))
-    fields[SUMMARY_KEY] = _summary_field(previous, messages)
-    head = _dumps(fields)[:-1] + b", " + _MARK
-    lines = b",\n".join(_dumps(dict(m)) for m in messages)
+        previous = summary_field({}, json.loads(b"[" + history + b"]"))
+    fields[SUMMARY_KEY] = summary_field(previous, messages)
+    head = dumps(fields)[:-1] + b", " + _MARK
+    lines = b",\n".join(dumps(dict(m)) for m in messages)
     if canonical.body_start == canonical.body_end:
         return b"".join((head, b"\n", lines, TAIL))
     body = memoryview(canonical.data)[canonical.body_start : canonical.body_end]
@@ -205,12 +217,12 @@ def _add_unique(target: list[str], values: Iterable[Any]) -> None:
 
 def summarize(document: Mapping[str, Any]) -> dict[str, Any]:
     """The light summary of a decoded document (camelCase keys, as ``ConversationSummary``)."""
-    return _listing(document, _summary_field({}, document["messages"]))
+    return _listing(document, summary_field({}, document["messages"]))
 
 
 def summary_of_header(fields: Mapping[str, Any]) -> dict[str, Any] | None:
     """The light summary from a canonical header alone, or ``None`` if its summary is stale."""
-    stored = _fresh_summary_field(fields)
+    stored = fresh_summary_field(fields)
     return None if stored is None else _listing(fields, stored)
 
 
@@ -229,7 +241,8 @@ def _listing(fields: Mapping[str, Any], stored: Mapping[str, Any]) -> dict[str, 
     return summary
 
 
-def _fresh_summary_field(fields: Mapping[str, Any]) -> dict[str, Any] | None:
+def fresh_summary_field(fields: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The header's ``pplxSummary`` if it describes the header's ``messageCount``, else ``None``."""
     stored = fields.get(SUMMARY_KEY)
     if (
         isinstance(stored, dict)
@@ -242,7 +255,7 @@ def _fresh_summary_field(fields: Mapping[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def _summary_field(
+def summary_field(
     previous: Mapping[str, Any], messages: Sequence[Mapping[str, Any]]
 ) -> dict[str, Any]:
     """``previous`` (the header's summary, or empty) updated for ``messages`` appended."""

@@ -24,9 +24,14 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
-from pplx_nb._errors import ConversationCorrupted, ConversationNotFound, FilesystemError
+from pplx_nb._errors import (
+    ConversationCorrupted,
+    ConversationNotFound,
+    FilesystemError,
+    PplxError,
+)
 from pplx_nb._fs import (
     CONVERSATION_ID_RE,
     DEFAULT_MAX_FILE_BYTES,
@@ -65,14 +70,16 @@ from pplx_nb.store._document import (
     summary_of_header,
 )
 
-__all__ = ["FileBackend", "not_found"]
+__all__ = ["FileBackend", "not_found", "or_error"]
+
+_T = TypeVar("_T")
 
 _DIR_MODE = 0o700
 _trash_counter = itertools.count()
 _TEMP_OF = (CONVERSATION_FILE, OLD_SUMMARY_FILE)
 
 
-def not_found(conversation_id: str, root: Path) -> ConversationNotFound:
+def not_found(conversation_id: str, root: Path | str) -> ConversationNotFound:
     """The CONVERSATION_NOT_FOUND error, telling the user how to start a conversation."""
     return ConversationNotFound(
         f"Conversation {conversation_id} does not exist (looked in {root}). Start a new "
@@ -161,6 +168,20 @@ class FileBackend:
         if self.durable:
             fsync_dir(self.root)
         return data
+
+    def put(self, conversation_id: str, document: Mapping[str, Any]) -> bool:
+        """Store ``document`` under its own id unless that id is taken (migrating a store);
+        whether it was stored."""
+        directory = self.directory(conversation_id)
+        ensure_dir(self.root)
+        if not self._claim(directory):
+            return False
+        try:
+            self._write(directory, encode(document))
+        except BaseException:
+            shutil.rmtree(directory, ignore_errors=True)
+            raise
+        return True
 
     def _claim(self, directory: Path) -> bool:
         with fs_errors(directory, "create directory"):
@@ -367,6 +388,14 @@ class FileBackend:
         found.sort(reverse=True)
         return found
 
+    def summaries(self, conversation_ids: Sequence[str]) -> list[dict[str, Any] | PplxError]:
+        """:meth:`summary` of each id (or its error), one after the other."""
+        return [or_error(self.summary, conversation_id) for conversation_id in conversation_ids]
+
+    def read_many(self, conversation_ids: Sequence[str]) -> list[bytes | PplxError]:
+        """:meth:`read` of each id (or its error), one after the other."""
+        return [or_error(self.read, conversation_id) for conversation_id in conversation_ids]
+
     def summary(self, conversation_id: str) -> dict[str, Any]:
         """The light summary: from the header line when its summary is current, else computed."""
         # Plain strings, not Path objects: list() calls this for every conversation.
@@ -382,6 +411,14 @@ class FileBackend:
             summary = summarize(parse(data, conversation_id, path))
         summary["path"] = directory
         return summary
+
+
+def or_error(read: Callable[[str], _T], conversation_id: str) -> _T | PplxError:
+    """``read(conversation_id)``, or the error of the store it raised (for batch reads)."""
+    try:
+        return read(conversation_id)
+    except (ConversationNotFound, ConversationCorrupted, FilesystemError) as exc:
+        return exc
 
 
 def _whole(data: bytes, conversation_id: str, where: str) -> bytes:

@@ -1,7 +1,8 @@
 """ConversationStore: create, load, append, list, fork, delete and prune stored conversations.
 
 The façade validates what goes in (messages through :class:`Message`, ids before any file access)
-and builds models from what comes out; the backend (:mod:`pplx_nb.store._file`) keeps the bytes.
+and builds models from what comes out; the backend keeps the bytes: files
+(:mod:`pplx_nb.store._file`), or Redis when ``PPLX_NB_STORE`` is set (:mod:`pplx_nb.store._redis`).
 Nothing is cached: every call reads the store, which is the single source of truth. What it needs
 to know about jobs (a conversation's job state; dropping a deleted conversation's job) it asks
 the job side through :class:`~pplx_nb.store._base.JobStates`.
@@ -10,9 +11,10 @@ the job side through :class:`~pplx_nb.store._base.JobStates`.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import json
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -43,6 +45,7 @@ from pplx_nb.store._base import JobStates, StoreBackend
 from pplx_nb.store._document import SUMMARY_KEY, corrupted, header, last_role, parse
 from pplx_nb.store._file import FileBackend
 from pplx_nb.store._lazy import LazyConversation
+from pplx_nb.store._redis import RedisBackend
 
 if TYPE_CHECKING:
     from pplx_nb._config import Settings
@@ -50,6 +53,7 @@ if TYPE_CHECKING:
 __all__ = ["ConversationStore"]
 
 logger = get_logger("pplx_nb.store")
+
 
 _RESERVED = frozenset(
     ("conversationId", "createdAt", "updatedAt", "messageCount", "messages", SUMMARY_KEY)
@@ -59,9 +63,12 @@ _RESERVED = frozenset(
 class ConversationStore:
     """Conversations on disk, one directory each, shared safely by kernels, workers and MCP servers.
 
+    With ``settings.store_url`` (``PPLX_NB_STORE``) set and no ``root``, they live in that Redis
+    database instead (:mod:`pplx_nb.store._redis`), and nothing is written under the folder.
+
     Args:
-        root: the conversation-logs directory; ``None`` uses ``settings.logs_dir()``
-            (``CONVERSATION_LOGS_DIR``, default ``./conversation-logs``).
+        root: the conversation-logs directory; ``None`` uses ``settings.store_url`` if set, else
+            ``settings.logs_dir()`` (``CONVERSATION_LOGS_DIR``, default ``./conversation-logs``).
         settings: where the default root and the file size limit come from (default: read
             from the environment when ``root`` is not given).
         durable: fsync every conversation write and its directory, so it survives a power loss.
@@ -89,19 +96,44 @@ class ConversationStore:
         else:
             path = Path(root).expanduser().absolute()
         self._root = path
+        self._settings = settings
         limit = settings.max_file_bytes if settings is not None else DEFAULT_MAX_FILE_BYTES
-        self._backend: StoreBackend = FileBackend(path, durable=durable, max_file_bytes=limit)
+        self._redis: RedisBackend | None = None
+        if root is None and settings is not None and settings.store_url:
+            self._redis = RedisBackend(settings.store_url)
+            self._backend: StoreBackend = self._redis
+        else:
+            self._backend = FileBackend(path, durable=durable, max_file_bytes=limit)
         self._max_file_bytes = limit
         self._jobs = jobs
         self.last_skipped: builtins.list[PplxError] = []
 
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ConversationStore:
+        """The store ``settings`` name: Redis with ``store_url`` set, else the logs folder."""
+        return cls(settings=settings)
+
     def __repr__(self) -> str:
+        if self._redis is not None:
+            return f"ConversationStore(url={self._redis.shown_url!r})"
         return f"ConversationStore(root={str(self._root)!r})"
 
     @property
     def root(self) -> Path:
-        """The conversation-logs directory."""
+        """The conversation-logs directory (on Redis: the one files would use; nothing is
+        written there)."""
         return self._root
+
+    @property
+    def location(self) -> str:
+        """Where the conversations live, for users: the folder, or the Redis URL (without
+        credentials)."""
+        return self._redis.shown_url if self._redis is not None else str(self._root)
+
+    @property
+    def is_redis(self) -> bool:
+        """Whether the conversations live in Redis (``PPLX_NB_STORE``)."""
+        return self._redis is not None
 
     @property
     def _job_side(self) -> JobStates:
@@ -110,8 +142,11 @@ class ConversationStore:
             # The one place the store reaches for the job side: its public queue.
             from pplx_nb.jobs import FileStatusBackend, JobQueue
 
-            statuses = FileStatusBackend(self._root, max_file_bytes=self._max_file_bytes)
-            self._jobs = JobQueue(self._root, statuses=statuses, answers=self)
+            if self._redis is not None and self._settings is not None:
+                self._jobs = JobQueue.from_settings(self._settings, answers=self)
+            else:
+                statuses = FileStatusBackend(self._root, max_file_bytes=self._max_file_bytes)
+                self._jobs = JobQueue(self._root, statuses=statuses, answers=self)
         return self._jobs
 
     # -- writing --------------------------------------------------------------------------------
@@ -386,8 +421,16 @@ class ConversationStore:
         return self._backend.exists(conversation_id)
 
     def path(self, conversation_id: str) -> Path:
-        """The conversation's directory (whether or not it exists); the id is validated first."""
+        """The conversation's directory (whether or not it exists); the id is validated first.
+
+        On Redis there is none: use :meth:`conversation_location`.
+        """
         return Path(self._backend.location(conversation_id))
+
+    def conversation_location(self, conversation_id: str) -> str:
+        """Where the conversation lives, for users: its directory, or its Redis keys (the URL
+        without credentials and ``pplx_nb:conv:<id>``); the id is validated first."""
+        return self._backend.location(conversation_id)
 
     def ids(self) -> builtins.list[str]:
         """Every stored conversation id, newest first."""
@@ -423,37 +466,80 @@ class ConversationStore:
         needle = text.casefold() if text else None
         if limit is not None and (not isinstance(limit, int) or limit < 0):
             raise ValidationError(f"limit must be a non-negative integer, got {limit!r}.")
-        found: builtins.list[ConversationSummary] = []
-        skipped: builtins.list[PplxError] = []
+        candidates: builtins.list[str] = []
         for conversation_id in self._backend.ids():
-            if limit is not None and len(found) >= limit:
-                break
             created_ms = int(conversation_id[9:])
             if high is not None and created_ms > high:
                 continue
             if low is not None and created_ms < low:
                 break
-            try:
-                summary = self._backend.summary(conversation_id)
-                summary["jobStatus"] = self._job_side.job_state(conversation_id)
-                if (tool and tool not in summary.get("tools", ())) or (
-                    model and model not in summary.get("models", ())
-                ):
-                    continue
-                if needle and not self._contains(conversation_id, needle):
-                    continue
-                found.append(self._summary_model(conversation_id, summary))
-            except ConversationNotFound:
-                continue  # deleted meanwhile, or a directory whose conversation is being created
-            except (ConversationCorrupted, FilesystemError) as exc:
-                logger.warning("Skipping conversation %s: %s", conversation_id, exc)
-                skipped.append(exc)
+            candidates.append(conversation_id)
+        found: builtins.list[ConversationSummary] = []
+        skipped: builtins.list[PplxError] = []
+        for chunk in _chunks(candidates, limit):
+            if limit is not None and len(found) >= limit:
+                break
+            summaries = self._backend.summaries(chunk)
+            states = self._job_side.job_states(chunk)
+            documents = self._backend.read_many(chunk) if needle else [None] * len(chunk)
+            for conversation_id, read, state, document in zip(
+                chunk, summaries, states, documents, strict=True
+            ):
+                if limit is not None and len(found) >= limit:
+                    break
+                try:
+                    if isinstance(read, PplxError):
+                        raise read
+                    summary = read
+                    summary["jobStatus"] = state
+                    if (tool and tool not in summary.get("tools", ())) or (
+                        model and model not in summary.get("models", ())
+                    ):
+                        continue
+                    if needle and not self._contains(conversation_id, needle, document):
+                        continue
+                    found.append(self._summary_model(conversation_id, summary))
+                except ConversationNotFound:
+                    continue  # deleted meanwhile, or a folder whose conversation is being created
+                except (ConversationCorrupted, FilesystemError) as exc:
+                    logger.warning("Skipping conversation %s: %s", conversation_id, exc)
+                    skipped.append(exc)
         self.last_skipped = skipped
         return found
 
-    def _contains(self, conversation_id: str, needle: str) -> bool:
-        messages = self.read_raw(conversation_id)["messages"]
+    def documents(
+        self, ids: Sequence[str] | None = None
+    ) -> Iterator[tuple[str, dict[str, Any] | PplxError]]:
+        """Each conversation's document as :meth:`read_raw` returns it, or the error reading it
+        gave (``ids`` default: every conversation, newest first), read in batches.
+
+        For bulk readers such as :mod:`pplx_nb.export`: one round trip per batch on Redis.
+        """
+        chosen = self._backend.ids() if ids is None else [*ids]
+        for chunk in _chunks(chosen, None):
+            for conversation_id, read in zip(chunk, self._backend.read_many(chunk), strict=True):
+                try:
+                    yield conversation_id, self._document(conversation_id, read)
+                except (ConversationNotFound, ConversationCorrupted, FilesystemError) as exc:
+                    yield conversation_id, exc
+
+    def _contains(self, conversation_id: str, needle: str, read: bytes | PplxError | None) -> bool:
+        """Whether a message of the conversation (its document ``read`` in a batch) holds
+        ``needle``."""
+        messages = self._document(conversation_id, read)["messages"]
         return any(needle in message["content"].casefold() for message in messages)
+
+    def _document(self, conversation_id: str, read: bytes | PplxError | None) -> dict[str, Any]:
+        """The document of a batch read, read again patiently if it did not parse."""
+        if isinstance(read, PplxError):
+            raise read
+        if read is not None:
+            where = self._backend.document_location(conversation_id)
+            with contextlib.suppress(ConversationCorrupted):  # perhaps caught mid-rewrite
+                document = parse(read, conversation_id, where)
+                document.pop(SUMMARY_KEY, None)
+                return document
+        return self.read_raw(conversation_id)
 
     def _summary_model(self, conversation_id: str, summary: dict[str, Any]) -> ConversationSummary:
         try:
@@ -493,6 +579,21 @@ class ConversationStore:
         conversation.message_count = len(conversation.messages)
         conversation.path = self._backend.location(conversation_id or conversation.conversation_id)
         return conversation
+
+
+_FIRST_BATCH = 64
+_LARGEST_BATCH = 512
+
+
+def _chunks(ids: Sequence[str], limit: int | None) -> Iterator[Sequence[str]]:
+    """``ids`` in batches that grow from the first (``limit`` ids when given, so a short
+    listing reads little) to a few hundred: one round trip each on Redis."""
+    size = max(1, min(limit, _FIRST_BATCH)) if limit is not None else _FIRST_BATCH
+    start = 0
+    while start < len(ids):
+        yield ids[start : start + size]
+        start += size
+        size = min(size * 4, _LARGEST_BATCH)
 
 
 def _first_problem(exc: pydantic.ValidationError) -> str:

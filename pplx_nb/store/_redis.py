@@ -1,0 +1,552 @@
+"""The Redis backend: conversations in one Redis database (``PPLX_NB_STORE``), for teams.
+
+The store's keys (see :class:`~pplx_nb._layout.RedisKeys` for all of them)::
+
+    pplx_nb:conversations            sorted set: every conversation id, scored by its creation (ms)
+    pplx_nb:conv:<id>:meta           hash: the document's top-level fields, each a JSON value
+    pplx_nb:conv:<id>:messages       list: one compact JSON message per entry, oldest first
+    pplx_nb:conv:<id>:lock           the conversation lock (RedisLock), shared with the job side
+    pplx_nb:conv:<id>:answering      a question's answer is on its way (expires by itself)
+
+:meth:`RedisBackend.read` returns the same canonical ``conversation.json`` bytes as the file
+backend, assembled from the stored JSON pieces without decoding them, so the store parses a
+conversation once whichever backend holds it. The meta hash carries the listing summary
+(``pplxSummary``), so a summary costs one ``HGETALL``.
+
+Creating claims the id and writes the conversation in one Lua script (``ZADD NX`` on the index:
+the next millisecond on a collision), so a reader never sees half a conversation. Appends run
+under the conversation's lock and write in one script that checks the lock is still this
+holder's and that the list has the length that was read (a holder paused past the lock's expiry
+writes nothing), then pushes the messages and updates ``updatedAt``, ``messageCount`` and the
+summary together. The lock is held only for one read-modify-write (as the file backend's flock
+is), far below its expiry; a holder that dies frees it when it expires.
+
+A value that is not what the store writes (a message that is not JSON, a meta hash without its
+fields) makes that conversation CONVERSATION_CORRUPTED and no other. Every Redis call goes
+through :func:`~pplx_nb._redis.redis_errors`: an unreachable server is a FILESYSTEM_ERROR naming
+the URL (without credentials) within seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import UTC, datetime
+from functools import partial
+from typing import TYPE_CHECKING, Any, cast
+
+from pplx_nb._errors import FilesystemError, PplxError, url_without_credentials
+from pplx_nb._fs import CONVERSATION_ID_RE, id_from_ms, validate_conversation_id
+from pplx_nb._layout import RedisKeys
+from pplx_nb._models import now_iso
+from pplx_nb._redis import RedisLock, client, redis_errors
+from pplx_nb.store import _answering as answering
+from pplx_nb.store._answering import AnsweringMarker
+from pplx_nb.store._document import (
+    SUMMARY_KEY,
+    assemble,
+    corrupted,
+    dumps,
+    fresh_summary_field,
+    parse,
+    summarize,
+    summary_field,
+    summary_of_header,
+)
+from pplx_nb.store._file import not_found, or_error
+
+if TYPE_CHECKING:
+    import redis
+
+__all__ = ["RedisBackend", "is_redis_location"]
+
+_REQUIRED = ("conversationId", "createdAt", "updatedAt", "messageCount")
+"""The meta fields every stored conversation has, in the order documents list them."""
+_SUMMARY_FIELDS = (*_REQUIRED, "parentConversationId", SUMMARY_KEY)
+_CHUNK = 1000
+"""Messages pushed per RPUSH inside a script (Lua's ``unpack`` has a stack limit)."""
+
+_CREATE = f"""
+if redis.call('zscore', KEYS[1], ARGV[2]) or redis.call('exists', KEYS[2]) == 1 then
+  return 0
+end
+redis.call('zadd', KEYS[1], ARGV[1], ARGV[2])
+local fields = tonumber(ARGV[3])
+redis.call('hset', KEYS[2], unpack(ARGV, 4, 3 + 2 * fields))
+for i = 4 + 2 * fields, #ARGV, {_CHUNK} do
+  redis.call('rpush', KEYS[3], unpack(ARGV, i, math.min(i + {_CHUNK - 1}, #ARGV)))
+end
+return 1
+"""
+
+_APPEND = f"""
+if ARGV[1] ~= '' and redis.call('get', KEYS[1]) ~= ARGV[1] then return -1 end
+if redis.call('exists', KEYS[2]) == 0 then return -3 end
+if redis.call('llen', KEYS[3]) ~= tonumber(ARGV[2]) then return -2 end
+for i = 6, #ARGV, {_CHUNK} do
+  redis.call('rpush', KEYS[3], unpack(ARGV, i, math.min(i + {_CHUNK - 1}, #ARGV)))
+end
+redis.call('hset', KEYS[2], 'updatedAt', ARGV[3], 'messageCount', ARGV[4], '{SUMMARY_KEY}', ARGV[5])
+return redis.call('llen', KEYS[3])
+"""
+
+
+def is_redis_location(location: str) -> bool:
+    """Whether ``location`` (a conversation's ``path``) names a place in Redis, not a folder."""
+    return location.startswith(("redis://", "rediss://", "unix://"))
+
+
+class RedisBackend:
+    """Conversations in the Redis database of ``url``; see the module docstring for the keys.
+
+    Args:
+        url: the store's URL (``redis://HOST:PORT/DB``; the database number is honoured).
+        keys: the key layout (default: every key under ``pplx_nb:``).
+        lock_seconds: how long a conversation lock lives if its holder dies.
+        lock_timeout: how long taking a conversation lock may wait before FILESYSTEM_ERROR.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        keys: RedisKeys | None = None,
+        lock_seconds: float = 30.0,
+        lock_timeout: float = 30.0,
+    ) -> None:
+        self.url = url
+        self.keys = keys or RedisKeys()
+        self.shown_url = url_without_credentials(url)
+        self.lock_seconds = lock_seconds
+        self.lock_timeout = lock_timeout
+        self._next_ms = 0
+        self._held = threading.local()
+        self._create_script: Any = None
+        self._append_script: Any = None
+
+    def __repr__(self) -> str:
+        return f"RedisBackend(url={self.shown_url!r})"
+
+    @property
+    def _redis(self) -> redis.Redis:
+        return client(self.url)
+
+    def _errors(self, doing: str) -> contextlib.AbstractContextManager[None]:
+        return redis_errors(self.url, doing)
+
+    def _key(self, conversation_id: str, part: str) -> str:
+        return self.keys.conversation(conversation_id, part)
+
+    def location(self, conversation_id: str) -> str:
+        """``redis://HOST:PORT/DB pplx_nb:conv:<id>`` (no credentials)."""
+        base = self._key(validate_conversation_id(conversation_id), "meta").rpartition(":")[0]
+        return f"{self.shown_url} {base}"
+
+    def document_location(self, conversation_id: str) -> str:
+        """The conversation's meta and messages keys, for error messages."""
+        return f"{self.location(conversation_id)}:meta + :messages"
+
+    # -- writing --------------------------------------------------------------------------------
+
+    def create(self, messages: Sequence[Mapping[str, Any]], meta: Mapping[str, Any]) -> bytes:
+        """Claim the next free millisecond's id and store the conversation, in one script."""
+        lines = [dumps(dict(m)) for m in messages]
+        summary = dumps(summary_field({}, messages))
+        extra = [(name, dumps(value)) for name, value in meta.items()]
+        unix_ms = max(time.time_ns() // 1_000_000, self._next_ms)
+        while True:
+            conversation_id = id_from_ms(unix_ms)
+            stamp = dumps(now_iso(datetime.fromtimestamp(unix_ms / 1000, UTC)))
+            fields = [
+                ("conversationId", dumps(conversation_id)),
+                ("createdAt", stamp),
+                ("updatedAt", stamp),
+                ("messageCount", dumps(len(lines))),
+                *extra,
+                (SUMMARY_KEY, summary),
+            ]
+            if self._store_new(conversation_id, fields, lines):
+                break
+            unix_ms += 1
+        self._next_ms = unix_ms + 1
+        return assemble(fields, lines)
+
+    def put(self, conversation_id: str, document: Mapping[str, Any]) -> bool:
+        """Store ``document`` under its own id unless that id is taken (migrating a store);
+        whether it was stored."""
+        validate_conversation_id(conversation_id)
+        messages = document["messages"]
+        fields = [
+            (name, dumps(value))
+            for name, value in document.items()
+            if name not in ("messages", SUMMARY_KEY)
+        ]
+        fields.append((SUMMARY_KEY, dumps(summary_field({}, messages))))
+        return self._store_new(conversation_id, fields, [dumps(dict(m)) for m in messages])
+
+    def _store_new(
+        self, conversation_id: str, fields: list[tuple[str, bytes]], lines: list[bytes]
+    ) -> bool:
+        """Claim ``conversation_id`` and write its fields and messages, in one script."""
+        flat = [part for field in fields for part in field]
+        keys = [
+            self.keys.conversations,
+            self._key(conversation_id, "meta"),
+            self._key(conversation_id, "messages"),
+        ]
+        args = [int(conversation_id[9:]), conversation_id, len(fields), *flat, *lines]
+        with self._errors("store a conversation in"):
+            script = self._create_script or self._redis.register_script(_CREATE)
+            self._create_script = script
+            return bool(script(keys=keys, args=args))
+
+    def append(
+        self,
+        conversation_id: str,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        check: Callable[[bytes], None] | None = None,
+        then: Callable[[], None] | None = None,
+    ) -> bytes:
+        """Append under the conversation's lock; ``check`` and ``then`` as the file backend's."""
+        with self._lock(validate_conversation_id(conversation_id)):
+            return self.append_locked(conversation_id, messages, check=check, then=then)
+
+    def append_locked(
+        self,
+        conversation_id: str,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        check: Callable[[bytes], None] | None = None,
+        then: Callable[[], None] | None = None,
+    ) -> bytes:
+        """:meth:`append` for a caller that holds the conversation's lock.
+
+        The write checks the lock's token when this backend took the lock (the job side may
+        hold the same key through its own backend), and always that no message was pushed
+        since the read; if ``then`` raises, the messages and fields are put back as they were.
+        """
+        validate_conversation_id(conversation_id)
+        meta, lines = self._fetch(conversation_id)
+        data = self._assemble(conversation_id, meta, lines)
+        if check is not None:
+            check(data)
+        new_lines = [dumps(dict(m)) for m in messages]
+        previous = self._summary_field(conversation_id, meta, lines)
+        fields = {
+            "updatedAt": dumps(now_iso()),
+            "messageCount": dumps(len(lines) + len(new_lines)),
+            SUMMARY_KEY: dumps(summary_field(previous, messages)),
+        }
+        self._push(conversation_id, len(lines), fields, new_lines)
+        before = {name: meta[name.encode()] for name in fields if name.encode() in meta}
+        meta.update((name.encode(), value) for name, value in fields.items())
+        if then is not None:
+            try:
+                then()
+            except BaseException:
+                self._undo(conversation_id, len(lines), before)
+                raise
+        return self._assemble(conversation_id, meta, [*lines, *new_lines])
+
+    def _push(
+        self, conversation_id: str, length: int, fields: dict[str, bytes], lines: list[bytes]
+    ) -> None:
+        token = getattr(self._held, "tokens", {}).get(conversation_id, "")
+        keys = [
+            self._key(conversation_id, "lock"),
+            self._key(conversation_id, "meta"),
+            self._key(conversation_id, "messages"),
+        ]
+        args = [token, length, *fields.values(), *lines]
+        with self._errors("append to a conversation in"):
+            script = self._append_script or self._redis.register_script(_APPEND)
+            self._append_script = script
+            result = script(keys=keys, args=args)
+        if result == -3:
+            raise not_found(conversation_id, self.shown_url)
+        if result < 0:
+            why = (
+                "its lock expired while this process held it"
+                if result == -1
+                else ("another writer appended to it without its lock")
+            )
+            raise FilesystemError(
+                f"Nothing was appended to conversation {conversation_id} in the Redis store at "
+                f"{self.shown_url}: {why}. Try again.",
+                conversation_id=conversation_id,
+            )
+
+    def _undo(self, conversation_id: str, length: int, old: dict[str, bytes]) -> None:
+        """Put the list and fields back as they were before an append whose ``then`` failed."""
+        with self._errors("undo an append in"):
+            pipe = self._redis.pipeline(transaction=True)
+            messages = self._key(conversation_id, "messages")
+            if length:
+                pipe.ltrim(messages, 0, length - 1)
+            else:
+                pipe.delete(messages)
+            if old:
+                pipe.hset(self._key(conversation_id, "meta"), mapping=cast(Any, old))
+            pipe.execute()
+
+    def check_writable(self, conversation_id: str | None = None) -> None:
+        """FILESYSTEM_ERROR naming the URL unless the server takes writes now.
+
+        One round trip: a ``DEL`` of a key that never exists is a write (refused by a read-only
+        replica or a user without write rights) that changes nothing.
+        """
+        if conversation_id is not None:
+            validate_conversation_id(conversation_id)
+        with self._errors("write to"):
+            self._redis.delete(self.keys.conversation("00000000-0000000000000", "lock"))
+
+    def delete(self, conversation_id: str, *, before: Callable[[], None] | None = None) -> None:
+        """Remove every key of the conversation and its index entry in one transaction.
+
+        ``before`` runs under the lock, right before the removal.
+        """
+        with self._lock(validate_conversation_id(conversation_id)):
+            if not self.exists(conversation_id):
+                raise not_found(conversation_id, self.shown_url)
+            if before is not None:
+                before()
+            with self._errors("delete a conversation in"):
+                pipe = self._redis.pipeline(transaction=True)
+                pipe.delete(*self.keys.all_of(conversation_id))
+                pipe.zrem(self.keys.conversations, conversation_id)
+                pipe.execute()
+
+    # -- the lock and the question being answered -------------------------------------------
+
+    @contextlib.contextmanager
+    def _lock(self, conversation_id: str) -> Iterator[None]:
+        """The conversation's RedisLock, its token remembered for this thread's writes."""
+        lock = RedisLock(
+            self.url,
+            self._key(conversation_id, "lock"),
+            ttl=self.lock_seconds,
+            timeout=self.lock_timeout,
+        )
+        lock.acquire()
+        tokens: dict[str, str] = self._held.__dict__.setdefault("tokens", {})
+        tokens[conversation_id] = lock.token or ""
+        try:
+            yield
+        finally:
+            tokens.pop(conversation_id, None)
+            lock.release()
+
+    @contextlib.contextmanager
+    def locked(self, conversation_id: str) -> Iterator[None]:
+        """The conversation's lock, the one :meth:`append` takes (CONVERSATION_NOT_FOUND
+        without the conversation)."""
+        with self._lock(validate_conversation_id(conversation_id)):
+            if not self.exists(conversation_id):
+                raise not_found(conversation_id, self.shown_url)
+            yield
+
+    def mark_answering(self, conversation_id: str, seconds: float) -> str:
+        """Set the ``:answering`` key for ``seconds`` (lock held); returns its token."""
+        token = uuid.uuid4().hex
+        self._set_mark(conversation_id, answering.fields(token, now_iso(), seconds), seconds)
+        return token
+
+    def renew_answering(self, conversation_id: str, token: str, seconds: float) -> None:
+        """Push the mark ``token`` names ``seconds`` ahead (lock held)."""
+        current = self._mark(conversation_id)
+        if current is not None and current.get("token") == token:
+            started = str(current.get("startedAt") or now_iso())
+            self._set_mark(conversation_id, answering.fields(token, started, seconds), seconds)
+
+    def clear_answering(self, conversation_id: str, token: str) -> None:
+        """Remove the mark if ``token`` still names it (lock held; never raises)."""
+        with contextlib.suppress(PplxError):
+            current = self._mark(conversation_id)
+            if current is not None and current.get("token") == token:
+                with self._errors("clear a mark in"):
+                    self._redis.delete(self._key(conversation_id, "answering"))
+
+    def answering(self, conversation_id: str) -> AnsweringMarker | None:
+        """The live mark, or ``None``: Redis drops it at its deadline, and one left on this
+        machine by a process that is gone is not live either."""
+        return answering.live_marker(self._mark(validate_conversation_id(conversation_id)))
+
+    def _set_mark(self, conversation_id: str, fields: dict[str, Any], seconds: float) -> None:
+        key = self._key(validate_conversation_id(conversation_id), "answering")
+        with self._errors("mark a conversation in"):
+            self._redis.set(key, dumps(fields), px=max(1, int(seconds * 1000)))
+
+    def _mark(self, conversation_id: str) -> dict[str, Any] | None:
+        with self._errors("read a conversation in"):
+            raw = self._redis.get(self._key(conversation_id, "answering"))
+        try:
+            found = json.loads(raw) if raw is not None else None
+        except (ValueError, RecursionError):
+            return None  # a damaged mark guards nothing, as with files
+        return found if isinstance(found, dict) else None
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def read(self, conversation_id: str) -> bytes:
+        """The conversation's canonical document, read in one transaction."""
+        meta, lines = self._fetch(validate_conversation_id(conversation_id))
+        return self._assemble(conversation_id, meta, lines)
+
+    def _fetch(self, conversation_id: str) -> tuple[dict[bytes, bytes], list[bytes]]:
+        with self._errors("read a conversation in"):
+            pipe = self._redis.pipeline(transaction=True)
+            pipe.hgetall(self._key(conversation_id, "meta"))
+            pipe.lrange(self._key(conversation_id, "messages"), 0, -1)
+            meta, lines = pipe.execute()
+        if not meta:
+            raise not_found(conversation_id, self.shown_url)
+        return meta, lines
+
+    def _assemble(
+        self, conversation_id: str, meta: dict[bytes, bytes], lines: list[bytes]
+    ) -> bytes:
+        fields = self._fields(conversation_id, meta)
+        return assemble(fields, lines)
+
+    def _fields(self, conversation_id: str, meta: dict[bytes, bytes]) -> list[tuple[str, bytes]]:
+        """The meta hash as header fields: the required ones first, the summary last."""
+        named = {_name(conversation_id, key, self): value for key, value in meta.items()}
+        missing = [name for name in _REQUIRED if name not in named]
+        if missing:
+            raise corrupted(
+                conversation_id,
+                self.document_location(conversation_id),
+                f"its meta hash lacks {', '.join(missing)}",
+            )
+        order = [*_REQUIRED, *sorted(set(named) - {*_REQUIRED, SUMMARY_KEY})]
+        if SUMMARY_KEY in named:
+            order.append(SUMMARY_KEY)
+        return [(name, named[name]) for name in order]
+
+    def _summary_field(
+        self, conversation_id: str, meta: dict[bytes, bytes], lines: list[bytes]
+    ) -> dict[str, Any]:
+        """The stored summary when current, else one computed from the messages."""
+        decoded = self._decoded(conversation_id, meta, (SUMMARY_KEY, "messageCount"))
+        fresh = fresh_summary_field(decoded)
+        if fresh is not None and decoded.get("messageCount") == len(lines):
+            return fresh
+        where = self.document_location(conversation_id)
+        document = parse(b'{"messages": [' + b",".join(lines) + b"]}", conversation_id, where)
+        return summary_field({}, document["messages"])
+
+    def _decoded(
+        self, conversation_id: str, meta: dict[bytes, bytes], names: Sequence[str]
+    ) -> dict[str, Any]:
+        decoded: dict[str, Any] = {}
+        for name in names:
+            raw = meta.get(name.encode())
+            if raw is None:
+                continue
+            try:
+                decoded[name] = json.loads(raw)
+            except (ValueError, RecursionError):
+                raise corrupted(
+                    conversation_id,
+                    self.document_location(conversation_id),
+                    f"its meta field {name} is not valid JSON",
+                ) from None
+        return decoded
+
+    def exists(self, conversation_id: str) -> bool:
+        """Whether the conversation's meta hash is stored."""
+        key = self._key(validate_conversation_id(conversation_id), "meta")
+        with self._errors("read"):
+            return bool(self._redis.exists(key))
+
+    def ids(self) -> list[str]:
+        """Every conversation id in the index, newest first."""
+        with self._errors("list the conversations in"):
+            found: list[bytes] = cast(Any, self._redis.zrevrange(self.keys.conversations, 0, -1))
+        ids = (raw.decode("ascii", "replace") for raw in found)
+        return [
+            conversation_id for conversation_id in ids if CONVERSATION_ID_RE.match(conversation_id)
+        ]
+
+    def summary(self, conversation_id: str) -> dict[str, Any]:
+        """The light summary from the meta hash (one ``HMGET``), computed if stale."""
+        found = self.summaries([conversation_id])[0]
+        if isinstance(found, PplxError):
+            raise found
+        return found
+
+    def summaries(self, conversation_ids: Sequence[str]) -> list[dict[str, Any] | PplxError]:
+        """Each conversation's light summary (or its error), one round trip for all of them."""
+        with self._errors("read conversations in"):
+            pipe = self._redis.pipeline(transaction=False)
+            for conversation_id in conversation_ids:
+                key = self._key(validate_conversation_id(conversation_id), "meta")
+                pipe.hmget(key, _SUMMARY_FIELDS)
+            found: list[list[bytes | None]] = pipe.execute()
+        results: list[dict[str, Any] | PplxError] = []
+        for conversation_id, values in zip(conversation_ids, found, strict=True):
+            meta = {
+                name.encode(): value
+                for name, value in zip(_SUMMARY_FIELDS, values, strict=True)
+                if value is not None
+            }
+            results.append(or_error(partial(self._summary_of, meta=meta), conversation_id))
+        return results
+
+    def read_many(self, conversation_ids: Sequence[str]) -> list[bytes | PplxError]:
+        """Each conversation's document (or its error), one transaction for all of them."""
+        with self._errors("read conversations in"):
+            pipe = self._redis.pipeline(transaction=True)
+            for conversation_id in conversation_ids:
+                validate_conversation_id(conversation_id)
+                pipe.hgetall(self._key(conversation_id, "meta"))
+                pipe.lrange(self._key(conversation_id, "messages"), 0, -1)
+            found = pipe.execute()
+        results: list[bytes | PplxError] = []
+        for n, conversation_id in enumerate(conversation_ids):
+            meta, lines = found[2 * n], found[2 * n + 1]
+
+            def document(
+                cid: str, meta: dict[bytes, bytes] = meta, lines: list[bytes] = lines
+            ) -> bytes:
+                if not meta:
+                    raise not_found(cid, self.shown_url)
+                return self._assemble(cid, meta, lines)
+
+            results.append(or_error(document, conversation_id))
+        return results
+
+    def _summary_of(self, conversation_id: str, meta: dict[bytes, bytes]) -> dict[str, Any]:
+        """The light summary of a conversation whose meta fields are ``meta`` (already read)."""
+        if not meta:
+            raise not_found(conversation_id, self.shown_url)
+        decoded = self._decoded(conversation_id, meta, _SUMMARY_FIELDS)
+        missing = [name for name in _REQUIRED if name not in decoded]
+        if missing:
+            raise corrupted(
+                conversation_id,
+                self.document_location(conversation_id),
+                f"its meta hash lacks {', '.join(missing)}",
+            )
+        summary = summary_of_header(decoded)
+        if summary is None:
+            where = self.document_location(conversation_id)
+            summary = summarize(parse(self.read(conversation_id), conversation_id, where))
+        summary["path"] = self.location(conversation_id)
+        return summary
+
+
+def _name(conversation_id: str, key: bytes, backend: RedisBackend) -> str:
+    try:
+        return key.decode("utf-8")
+    except UnicodeDecodeError:
+        raise corrupted(
+            conversation_id,
+            backend.document_location(conversation_id),
+            "its meta hash has a field name that is not UTF-8",
+        ) from None
