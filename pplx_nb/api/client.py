@@ -39,6 +39,7 @@ from pplx_nb.api._failures import (
     transport_errors,
 )
 from pplx_nb.api._sse import events, is_progress
+from pplx_nb.api._throttle import RateLimitHeaders, throttle_for
 from pplx_nb.api.agent import AgentAdapter
 from pplx_nb.api.cache import ResponseCache, cache_key
 from pplx_nb.api.endpoint import resolve_endpoint
@@ -92,6 +93,7 @@ class AsyncClient:
             else ResponseCache(ttl=self.settings.cache_ttl, max_size=self.settings.cache_max_size)
         )
         self.retry = retry if retry is not None else RetryPolicy(self.settings.max_retries)
+        self.throttle = throttle_for(self.settings)
         headers = {
             "user-agent": f"pplx_nb/{__version__}",
             "accept": "application/json",
@@ -113,6 +115,12 @@ class AsyncClient:
     def api_style(self) -> str:
         """``"agent"`` or ``"sonar"``: the protocol this client speaks."""
         return self._adapter.style
+
+    @property
+    def rate_limit(self) -> RateLimitHeaders | None:
+        """The rate-limit headers of the last response that had any (in this process, for
+        every client with the same store and ``PPLX_NB_RATE_LIMIT``); ``None`` before one."""
+        return self.throttle.last
 
     def __repr__(self) -> str:
         return (
@@ -170,8 +178,10 @@ class AsyncClient:
         paid = is_deep_research(model)
         deadline = asyncio.get_running_loop().time() + timeout
         retries = 0
+        loop = asyncio.get_running_loop()
         while True:
             yielded = False
+            await self.throttle.admit(self._what(call), deadline - loop.time())
             try:
                 attempt = self._stream_once(call, request, model, deadline, retries)
                 async with aclosing(attempt) as items:
@@ -228,7 +238,9 @@ class AsyncClient:
         HTTP 500 (one attempt, no retry; any failure gives False). For health checks."""
         try:
             async with asyncio.timeout(timeout):
+                await self.throttle.admit("GET /v1/models", timeout)
                 response = await self._http.get("/v1/models", timeout=timeout)
+            await self.throttle.observe(response.status_code, response.headers)
         except Exception:
             return False
         return response.status_code < 500
@@ -294,6 +306,7 @@ class AsyncClient:
         what = self._what(call)
         retries = 0
         while True:
+            await self.throttle.admit(what, timeout)
             try:
                 logger.debug("%s (attempt %d)", what, retries + 1)
                 # httpx2's timeout bounds each read; a body that trickles in must not outlast
@@ -306,6 +319,7 @@ class AsyncClient:
                         ) as response,
                     ):
                         body = await _read_capped(response, self._max_bytes, what)
+                await self.throttle.observe(response.status_code, response.headers)
                 if response.status_code < 300:
                     return body
                 raise from_status(
@@ -345,6 +359,7 @@ class AsyncClient:
                     stream=True,
                 )
             try:
+                await self.throttle.observe(response.status_code, response.headers)
                 if response.status_code >= 300:
                     async with asyncio.timeout_at(deadline):
                         body = await _read_capped(response, self._max_bytes, what)
@@ -464,6 +479,11 @@ class Client:
     def cache(self) -> ResponseCache:
         """The response cache (``client.cache.stats()``)."""
         return self._async.cache
+
+    @property
+    def rate_limit(self) -> RateLimitHeaders | None:
+        """See :attr:`AsyncClient.rate_limit`."""
+        return self._async.rate_limit
 
     def __repr__(self) -> str:
         return "Client" + repr(self._async).removeprefix("AsyncClient")
