@@ -28,7 +28,7 @@ import redis
 from conftest import TEST_KEY
 from support.redis_server import RedisServer
 
-from pplx_nb import Settings
+from pplx_nb import Answer, Settings
 from pplx_nb._errors import APITimeoutError, StoreUnavailable
 from pplx_nb.api._throttle import (
     MAX_HOLD,
@@ -359,6 +359,19 @@ def test_a_turn_past_the_timeout_is_a_clear_error_and_nothing_is_sent(
     assert error.code == "TIMEOUT_ERROR" and "PPLX_NB_RATE_LIMIT=1/min" in str(error)
     assert "was not sent" in str(error) and "2 s timeout" in str(error)
     assert not_sent(error) and not outcome_unknown(error)
+    assert len(app.log) == 1
+
+
+def test_streams_take_turns_and_show_the_headers_they_carry(sim: tuple[RecordingSim, str]) -> None:
+    app, url = sim
+    headers = {"X-RateLimit-Limit": "9", "X-RateLimit-Remaining": "8"}
+    inject_faults(url, {"headers": headers, "path": "/v1/agent"})
+    with Client(_settings(url, rate_limit="1/min", timeout_ms=2_000)) as client:
+        assert isinstance(list(client.stream(_question()))[-1], Answer)
+        seen = client.rate_limit
+        assert seen is not None and (seen.status, seen.limit, seen.remaining) == (200, 9, 8)
+        with pytest.raises(APITimeoutError, match="PPLX_NB_RATE_LIMIT=1/min"):
+            list(client.stream(_question(1)))
     assert len(app.log) == 1
 
 
