@@ -138,10 +138,10 @@ def limited_sim(corpus: Path) -> Iterator[tuple[RecordingSim, str]]:
 
 
 def busiest(times: list[float], period: float = 1.0) -> int:
-    """The most arrivals in any window ``(t - period, t]``."""
+    """The most arrivals in any window ``(t - period, t]`` (to the microsecond)."""
     best, first = 0, 0
     for last, moment in enumerate(times):
-        while times[first] <= moment - period:
+        while times[first] <= moment - period + 1e-6:
             first += 1
         best = max(best, last - first + 1)
     return best
@@ -220,13 +220,14 @@ def test_headers_in_every_form_give_the_pause() -> None:
 @pytest.mark.parametrize("kind", BOTH, ids=["local", "redis"])
 def test_turns_keep_at_most_n_per_period(kind: type[Throttle], redis_url: str) -> None:
     throttle = _make(kind, "4/s", redis_url)
-    started = time.monotonic()
-    waits = [throttle.reserve(60).wait for _ in range(10)]
-    spread = time.monotonic() - started
-    assert all(w <= spread + 0.01 for w in waits[:4]), waits
-    # Each turn comes one period after the turn N before it (the calls took `spread` seconds).
+    turns = [throttle.reserve(60) for _ in range(10)]
+    spread = turns[-1].at - turns[-1].wait - (turns[0].at - turns[0].wait)  # clock at the calls
+    assert all(t.granted for t in turns) and all(t.wait <= spread for t in turns[:4])
+    assert [t.cause for t in turns] == ["none"] * 4 + ["rate"] * 6
+    # Each turn comes exactly one period after the turn N before it (the calls were quicker).
     for k in range(4, 10):
-        assert abs(waits[k] - waits[k - 4] - 1.0) <= spread + 0.01, waits
+        assert turns[k].at - turns[k - 4].at == pytest.approx(1.0, abs=1e-6)
+    assert busiest([t.at for t in turns]) == 4
 
 
 @pytest.mark.parametrize("kind", BOTH, ids=["local", "redis"])
@@ -282,15 +283,18 @@ def test_the_limit_is_per_redis_database(redis_server: RedisServer, redis_url: s
 
 def test_threads_and_loops_of_one_process_share_its_limit() -> None:
     throttle = LocalThrottle("10/s")
-    admitted: list[float] = []
+    turns: list[float] = []
+    woke: list[float] = []
     lock = threading.Lock()
 
     def run() -> None:
         async def six() -> None:
             for _ in range(6):
-                await throttle.admit("test request", 30)
+                turn = await throttle._reserve(30)
+                await asyncio.sleep(turn.wait)
                 with lock:
-                    admitted.append(time.monotonic())
+                    turns.append(turn.at)
+                    woke.append(time.monotonic())
 
         asyncio.run(six())
 
@@ -299,10 +303,9 @@ def test_threads_and_loops_of_one_process_share_its_limit() -> None:
         thread.start()
     for thread in threads:
         thread.join(60)
-    admitted.sort()
-    assert len(admitted) == 24
-    assert busiest(admitted, 0.9) <= 10
-    assert admitted[-1] - admitted[0] >= 1.8  # 24 turns at 10/s: 0 s, 1 s, 2 s
+    turns.sort()
+    assert len(turns) == 24 and busiest(turns) == 10
+    assert max(woke) - min(woke) >= 1.8  # 24 turns at 10/s: 0 s, 1 s, 2 s
 
 
 def test_clients_with_the_same_settings_share_one_throttle(redis_url: str) -> None:

@@ -161,9 +161,13 @@ def read_headers(status: int, headers: Mapping[str, str]) -> RateLimitHeaders | 
 
 @dataclass(frozen=True, slots=True)
 class _Turn:
+    """A request's turn: ``granted`` or too far away, in ``wait`` seconds, at ``at`` (the
+    throttle's clock: ``time.monotonic`` in process, the Redis server's in Redis)."""
+
     granted: bool
     wait: float
     cause: Cause
+    at: float
 
 
 class Throttle:
@@ -287,10 +291,10 @@ class LocalThrottle(Throttle):
                 slot, cause = self._hold_until, "hold"
             wait = slot - now
             if wait > max_wait:
-                return _Turn(False, wait, cause)
+                return _Turn(False, wait, cause, slot)
             if self.window is not None:
                 self._slots.append(slot)
-            return _Turn(True, wait, cause)
+            return _Turn(True, wait, cause, slot)
 
     async def _hold(self, seconds: float) -> None:
         with self._guard:
@@ -310,16 +314,18 @@ end
 local hold = tonumber(redis.call('GET', KEYS[2]) or '0')
 if hold > slot then slot, cause = hold, 2 end
 local wait = slot - now
-if wait > tonumber(ARGV[3]) then return {0, wait, cause} end
+local at = string.format('%.0f', slot)
+if wait > tonumber(ARGV[3]) then return {0, wait, cause, at} end
 if count > 0 then
-  redis.call('RPUSH', KEYS[1], string.format('%.0f', slot))
+  redis.call('RPUSH', KEYS[1], at)
   redis.call('LTRIM', KEYS[1], -count, -1)
   redis.call('PEXPIRE', KEYS[1], math.ceil((wait + period) / 1000) + 1000)
 end
-return {1, wait, cause}
+return {1, wait, cause, at}
 """
 """KEYS: the window's reservations (a list of server-clock µs, oldest first), the hold (µs).
-ARGV: N (0: no window), the period and the longest wait (µs). Returns {granted, wait µs, cause}.
+ARGV: N (0: no window), the period and the longest wait (µs).
+Returns {granted, wait µs, cause (0 none, 1 rate, 2 hold), the turn's instant in µs (text)}.
 """
 
 _HOLD = """
@@ -369,11 +375,11 @@ class RedisThrottle(Throttle):
         away."""
         count, period = self.window if self.window else (0, 0.0)
         with redis_errors(self.url, "pace API requests through"):
-            granted, wait, cause = self._script(0)(
+            granted, wait, cause, at = self._script(0)(
                 keys=self.keys,
                 args=[count, round(period * 1e6), round(min(max_wait, 1e9) * 1e6)],
             )
-        return _Turn(bool(granted), int(wait) / 1e6, _CAUSES[int(cause)])
+        return _Turn(bool(granted), int(wait) / 1e6, _CAUSES[int(cause)], int(at) / 1e6)
 
     async def _hold(self, seconds: float) -> None:
         await asyncio.to_thread(self.hold, seconds)
