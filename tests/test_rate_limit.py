@@ -335,11 +335,11 @@ def test_retries_and_polls_count_as_requests(
         while client.poll_background(remote) is None:
             pass
     arrivals = app.arrivals()
-    # Windows of 0.9 s: arrivals come a little after their turns, each a little differently.
-    assert busiest(retried, 0.9) <= 2 and retried[-1] - retried[0] >= 0.8
+    # Windows of 0.8 s: arrivals come a little after their turns, each a little differently.
+    assert busiest(retried, 0.8) <= 2 and retried[-1] - retried[0] >= 0.8
     polls = stats(url)["requests"]["GET /v1/responses/{id}"]
     assert polls >= 2 and len(arrivals) == 5 + polls
-    assert busiest(arrivals, 0.9) <= 2
+    assert busiest(arrivals, 0.8) <= 2
     assert arrivals[-1] - arrivals[0] >= (len(arrivals) - 2) / 2 - 0.3
 
 
@@ -489,7 +489,7 @@ def test_three_processes_on_one_redis_send_ten_a_second_in_all(
     # A burst of turns due at one instant reaches the simulator over some milliseconds, so a
     # window of exactly one period can catch the tail of one burst and the head of the next:
     # count in windows a little shorter than the period.
-    assert busiest(arrivals, 0.9) <= 10
+    assert busiest(arrivals, 0.8) <= 10
     assert arrivals[-1] - arrivals[0] >= 2.5  # 39 turns at 10/s: 0 s, 1 s, 2 s, 3 s
 
 
