@@ -43,7 +43,7 @@ from pplx_nb._layout import RedisKeys
 from pplx_nb._logging import get_logger
 from pplx_nb._redis import client as redis_client
 from pplx_nb._redis import redis_errors
-from pplx_nb.api.retry import retry_after_seconds, seconds_until_date
+from pplx_nb.api.retry import RATE_LIMIT_WAIT, retry_after_seconds, seconds_until_date
 
 __all__ = [
     "LocalThrottle",
@@ -59,9 +59,6 @@ logger = get_logger("pplx_nb.api")
 
 MAX_HOLD = 3600.0
 """The longest pause one response can impose (a garbled header must not stop every process)."""
-
-WAIT_REASON = "RateLimitWait"
-"""``details["reason"]`` of the TIMEOUT_ERROR for a request whose turn would come too late."""
 
 _HOLD_STATUSES = frozenset({429, 503})
 Cause = Literal["none", "rate", "hold"]
@@ -177,7 +174,7 @@ class Throttle:
         rate: ``PPLX_NB_RATE_LIMIT`` (``"20/s"``), or ``None`` for the API's holds alone.
     """
 
-    where = "this process"
+    where = "every client in this process"
 
     def __init__(self, rate: str | None) -> None:
         self.rate = rate
@@ -254,7 +251,7 @@ class Throttle:
             )
         return APITimeoutError(
             f"{what} was not sent: {why}, past its {max_wait:.3g} s timeout. {fix}",
-            reason=WAIT_REASON,
+            reason=RATE_LIMIT_WAIT,
             wait_seconds=round(turn.wait, 3),
         )
 

@@ -21,6 +21,7 @@ from email.utils import parsedate_to_datetime
 from pplx_nb._errors import APIError, APITimeoutError, NetworkError
 
 __all__ = [
+    "RATE_LIMIT_WAIT",
     "RetryPolicy",
     "not_sent",
     "outcome_unknown",
@@ -31,9 +32,11 @@ __all__ = [
 _RETRY_STATUSES = frozenset({408, 409, 429})
 _REFUSED_STATUSES = frozenset({429, 503})
 """Statuses by which a server says it did not take the request on (rate limit, overload)."""
-_UNSENT_REASONS = frozenset({"ConnectError", "ConnectTimeout", "PoolTimeout", "RateLimitWait"})
-"""httpx2 failures that happen before a byte of the request is sent, and a request whose turn
-under the rate limit would come after its timeout (``api._throttle``)."""
+RATE_LIMIT_WAIT = "RateLimitWait"
+"""The ``reason`` of a TIMEOUT_ERROR for a request whose turn under the rate limit would come
+after its timeout (``api._throttle``): it was never sent."""
+_UNSENT_REASONS = frozenset({"ConnectError", "ConnectTimeout", "PoolTimeout", RATE_LIMIT_WAIT})
+"""httpx2 failures that happen before a byte of the request is sent, and a turn too late."""
 
 
 def not_sent(error: APIError) -> bool:
