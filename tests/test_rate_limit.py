@@ -321,7 +321,7 @@ def test_clients_with_the_same_settings_share_one_throttle(redis_url: str) -> No
 
 
 @pytest.mark.parametrize("store", [False, True], ids=["local", "redis"])
-def test_retries_and_polls_count_as_requests(
+def test_retries_polls_and_cancels_count_as_requests(
     sim: tuple[RecordingSim, str], redis_url: str, store: bool
 ) -> None:
     app, url = sim
@@ -334,11 +334,12 @@ def test_retries_and_polls_count_as_requests(
         remote = client.submit_background(_question(1, model="medium"))
         while client.poll_background(remote) is None:
             pass
+        client.cancel_background(remote)  # too late to stop it, but a request all the same
     arrivals = app.arrivals()
     # Windows of 0.8 s: arrivals come a little after their turns, each a little differently.
     assert busiest(retried, 0.8) <= 2 and retried[-1] - retried[0] >= 0.8
     polls = stats(url)["requests"]["GET /v1/responses/{id}"]
-    assert polls >= 2 and len(arrivals) == 5 + polls
+    assert polls >= 2 and len(arrivals) == 6 + polls
     assert busiest(arrivals, 0.8) <= 2
     assert arrivals[-1] - arrivals[0] >= (len(arrivals) - 2) / 2 - 0.3
 
