@@ -62,6 +62,9 @@ def _tls_context() -> ssl.SSLContext:
 class AsyncClient:
     """Asks Perplexity (or any compatible server) questions; async, safe to share in one loop.
 
+    Every request it sends first takes its turn from ``throttle`` (``PPLX_NB_RATE_LIMIT`` and
+    the API's rate-limit pauses, shared by the clients of this process or of the Redis store).
+
     Args:
         settings: configuration; ``None`` reads the environment (:meth:`Settings.from_env`).
         transport: an ``httpx2`` transport to use instead of the network (tests).
