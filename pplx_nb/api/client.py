@@ -121,8 +121,8 @@ class AsyncClient:
 
     @property
     def rate_limit(self) -> RateLimitHeaders | None:
-        """The rate-limit headers of the last response that had any (in this process, for
-        every client with the same store and ``PPLX_NB_RATE_LIMIT``); ``None`` before one."""
+        """The rate-limit headers of the last response that had any, seen by any client of
+        this process with the same API, store and ``PPLX_NB_RATE_LIMIT``; ``None`` before one."""
         return self.throttle.last
 
     def __repr__(self) -> str:
@@ -179,9 +179,9 @@ class AsyncClient:
         call = self._adapter.chat(request, model, stream=True)
         timeout = self._timeout(request, model)
         paid = is_deep_research(model)
-        deadline = asyncio.get_running_loop().time() + timeout
-        retries = 0
         loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        retries = 0
         while True:
             yielded = False
             await self.throttle.admit(self._what(call), deadline - loop.time())
@@ -238,12 +238,12 @@ class AsyncClient:
 
     async def reachable(self, timeout: float = 2.0) -> bool:
         """Whether the API answers at all: ``GET /v1/models`` within ``timeout`` seconds, below
-        HTTP 500 (one attempt, no retry; any failure gives False). For health checks."""
+        HTTP 500 (one attempt, no retry; any failure gives False). For health checks, so it
+        takes no turn under the rate limit: polled by a load balancer, it must neither spend
+        the requests meant for research nor report an API that is only busy as down."""
         try:
             async with asyncio.timeout(timeout):
-                await self.throttle.admit("GET /v1/models", timeout)
                 response = await self._http.get("/v1/models", timeout=timeout)
-            await self.throttle.observe(response.status_code, response.headers)
         except Exception:
             return False
         return response.status_code < 500
