@@ -11,6 +11,7 @@ import asyncio
 import json
 import math
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -420,6 +421,22 @@ def test_an_unreachable_redis_is_named_at_once_and_nothing_is_sent(
     message = str(caught.value)
     assert f"127.0.0.1:{port}/3" in message and "hunter2secret" not in message
     assert "PPLX_NB_STORE" in message and app.log == []
+
+
+@pytest.mark.slow
+def test_a_redis_that_never_answers_is_named_within_seconds(
+    sim: tuple[RecordingSim, str],
+) -> None:
+    app, url = sim
+    with socket.socket() as silent:  # accepts connections (the kernel does), answers nothing
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        store = f"redis://127.0.0.1:{silent.getsockname()[1]}/0"
+        started = time.monotonic()
+        client = Client(_settings(url, store_url=store, rate_limit="5/s"))
+        with client, pytest.raises(StoreUnavailable, match=re.escape(store)):
+            client.ask(_question())
+    assert time.monotonic() - started < 15 and app.log == []
 
 
 def free_port() -> int:
