@@ -1,4 +1,4 @@
-"""Talking to Perplexity over httpx2: both protocols, retries, a response cache.
+"""Talking to Perplexity over httpx2: both protocols, retries, the rate limit, a response cache.
 
 Knows nothing about conversations or the store; the Researcher builds :class:`Request` objects and
 hands the :class:`~pplx_nb._models.Answer` on. This layer alone decides where requests go
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pplx_nb.api._activity import Activity
 from pplx_nb.api._failures import submission_unknown
+from pplx_nb.api._throttle import RateLimitHeaders
 from pplx_nb.api.cache import CacheStats, ResponseCache
 from pplx_nb.api.client import AsyncClient, Client
 from pplx_nb.api.endpoint import Endpoint, resolve_endpoint
@@ -21,6 +22,7 @@ __all__ = [
     "CacheStats",
     "Client",
     "Endpoint",
+    "RateLimitHeaders",
     "Request",
     "ResponseCache",
     "RetryPolicy",

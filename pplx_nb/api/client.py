@@ -43,6 +43,7 @@ from pplx_nb.api._failures import (
     transport_errors,
 )
 from pplx_nb.api._sse import Event, events, is_progress
+from pplx_nb.api._throttle import RateLimitHeaders, throttle_for
 from pplx_nb.api.agent import AgentAdapter
 from pplx_nb.api.cache import ResponseCache, cache_key
 from pplx_nb.api.endpoint import resolve_endpoint
@@ -68,6 +69,9 @@ def _tls_context() -> ssl.SSLContext:
 
 class AsyncClient:
     """Asks Perplexity (or any compatible server) questions; async, safe to share in one loop.
+
+    Every request it sends first takes its turn from ``throttle`` (``PPLX_NB_RATE_LIMIT`` and
+    the API's rate-limit pauses, shared by the clients of this process or of the Redis store).
 
     Args:
         settings: configuration; ``None`` reads the environment (:meth:`Settings.from_env`).
@@ -100,6 +104,7 @@ class AsyncClient:
             else ResponseCache(ttl=self.settings.cache_ttl, max_size=self.settings.cache_max_size)
         )
         self.retry = retry if retry is not None else RetryPolicy(self.settings.max_retries)
+        self.throttle = throttle_for(self.settings)
         headers = {
             "user-agent": f"pplx_nb/{__version__}",
             "accept": "application/json",
@@ -121,6 +126,12 @@ class AsyncClient:
     def api_style(self) -> str:
         """``"agent"`` or ``"sonar"``: the protocol this client speaks."""
         return self._adapter.style
+
+    @property
+    def rate_limit(self) -> RateLimitHeaders | None:
+        """The rate-limit headers of the last response that had any, seen by any client of
+        this process with the same API, store and ``PPLX_NB_RATE_LIMIT``; ``None`` before one."""
+        return self.throttle.last
 
     def __repr__(self) -> str:
         return (
@@ -181,10 +192,12 @@ class AsyncClient:
         call = self._adapter.chat(request, model, stream=True)
         timeout = self._timeout(request, model)
         paid = is_deep_research(model)
-        deadline = asyncio.get_running_loop().time() + timeout
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
         retries = 0
         while True:
             yielded = False
+            await self.throttle.admit(self._what(call), deadline - loop.time())
             try:
                 attempt = self._stream_once(call, request, model, deadline, retries, on_activity)
                 async with aclosing(attempt) as items:
@@ -254,6 +267,7 @@ class AsyncClient:
         while True:
             before = parser.sequence
             call = self._adapter.follow(remote_id, before if before is not None else 0)
+            await self.throttle.admit(self._what(call), deadline - loop.time())
             try:
                 opened = self._events(call, deadline, failures, only_events=True)
                 async with aclosing(opened) as stream:
@@ -310,7 +324,9 @@ class AsyncClient:
 
     async def reachable(self, timeout: float = 2.0) -> bool:
         """Whether the API answers at all: ``GET /v1/models`` within ``timeout`` seconds, below
-        HTTP 500 (one attempt, no retry; any failure gives False). For health checks."""
+        HTTP 500 (one attempt, no retry; any failure gives False). For health checks, so it
+        takes no turn under the rate limit: polled by a load balancer, it must neither spend
+        the requests meant for research nor report an API that is only busy as down."""
         try:
             async with asyncio.timeout(timeout):
                 response = await self._http.get("/v1/models", timeout=timeout)
@@ -379,6 +395,7 @@ class AsyncClient:
         what = self._what(call)
         retries = 0
         while True:
+            await self.throttle.admit(what, timeout)
             try:
                 logger.debug("%s (attempt %d)", what, retries + 1)
                 # httpx2's timeout bounds each read; a body that trickles in must not outlast
@@ -391,6 +408,7 @@ class AsyncClient:
                         ) as response,
                     ):
                         body = await _read_capped(response, self._max_bytes, what)
+                await self.throttle.observe(response.status_code, response.headers)
                 if response.status_code < 300:
                     return body
                 raise from_status(
@@ -459,6 +477,7 @@ class AsyncClient:
                     stream=True,
                 )
             try:
+                await self.throttle.observe(response.status_code, response.headers)
                 if response.status_code >= 300:
                     async with asyncio.timeout_at(deadline):
                         body = await _read_capped(response, self._max_bytes, what)
@@ -589,6 +608,11 @@ class Client:
     def cache(self) -> ResponseCache:
         """The response cache (``client.cache.stats()``)."""
         return self._async.cache
+
+    @property
+    def rate_limit(self) -> RateLimitHeaders | None:
+        """See :attr:`AsyncClient.rate_limit`."""
+        return self._async.rate_limit
 
     def __repr__(self) -> str:
         return "Client" + repr(self._async).removeprefix("AsyncClient")

@@ -20,19 +20,30 @@ from email.utils import parsedate_to_datetime
 
 from pplx_nb._errors import APIError, APITimeoutError, NetworkError
 
-__all__ = ["RetryPolicy", "not_sent", "outcome_unknown", "retry_after_seconds"]
+__all__ = [
+    "RATE_LIMIT_WAIT",
+    "RetryPolicy",
+    "not_sent",
+    "outcome_unknown",
+    "retry_after_seconds",
+    "seconds_until_date",
+]
 
 _RETRY_STATUSES = frozenset({408, 409, 429})
 _REFUSED_STATUSES = frozenset({429, 503})
 """Statuses by which a server says it did not take the request on (rate limit, overload)."""
-_UNSENT_REASONS = frozenset({"ConnectError", "ConnectTimeout", "PoolTimeout"})
-"""httpx2 failures that happen before a byte of the request is sent."""
+RATE_LIMIT_WAIT = "RateLimitWait"
+"""The ``reason`` of a TIMEOUT_ERROR for a request whose turn under the rate limit would come
+after its timeout (``api._throttle``): it was never sent."""
+_UNSENT_REASONS = frozenset({"ConnectError", "ConnectTimeout", "PoolTimeout", RATE_LIMIT_WAIT})
+"""httpx2 failures that happen before a byte of the request is sent, and a turn too late."""
 
 
 def not_sent(error: APIError) -> bool:
     """Whether ``error`` proves the request never reached the server, or was refused unread.
 
-    A refused or timed-out connection, no free connection in the pool, or a 429 / 503 reply.
+    A refused or timed-out connection, no free connection in the pool, a turn under the rate
+    limit that would come too late, or a 429 / 503 reply.
     """
     status = error.status_code
     if status is not None:
@@ -68,7 +79,11 @@ def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
     try:
         return float(value)
     except ValueError:
-        pass
+        return seconds_until_date(value)
+
+
+def seconds_until_date(value: str) -> float | None:
+    """Seconds from now until an HTTP date (``Wed, 21 Oct 2026 07:28:00 GMT``), or ``None``."""
     try:
         when = parsedate_to_datetime(value)
     except (TypeError, ValueError):
