@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 import httpx2
 import pytest
 
 from pplx_nb import Settings
+from pplx_nb._config import DEFAULT_MODEL
 from pplx_nb._errors import APIServerError, InvalidInput, NetworkError, RemoteRunFailed
 from pplx_nb._models import Answer
 from pplx_nb.api import AsyncClient, Request, RetryPolicy
+from pplx_nb.api._names import _warn_renamed
 from pplx_nb.api._sse import Event
 from pplx_nb.api._text import RELATED_INSTRUCTION, DeltaFilter, split_related
 from pplx_nb.api.agent import AgentAdapter, agent_target
+from pplx_nb.api.sonar import SonarAdapter
 from pplx_nb.sim import stats
 
 pytestmark = pytest.mark.anyio
@@ -84,10 +88,68 @@ ALL_OPTIONS: dict[str, Any] = {
         ("sonar-deep-research", {"preset": "medium"}),
         ("high", {"preset": "high"}),
         ("openai/gpt-5", {"model": "openai/gpt-5"}),
+        ("perplexity/sonar", {"model": "perplexity/sonar"}),
+        ("r1-1776", {"model": "r1-1776"}),
     ],
 )
 def test_model_names_map_to_agent_models_or_presets(model: str, target: dict[str, str]) -> None:
     assert agent_target(model) == target
+
+
+def test_a_retired_sonar_name_is_mapped_with_one_warning_per_name(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    _warn_renamed.cache_clear()
+    with caplog.at_level(logging.WARNING, logger="pplx_nb.api"):
+        for _ in range(3):
+            assert sent(question(), "sonar-pro")["preset"] == "low"
+        assert sent(question(), "sonar-deep-research")["preset"] == "medium"
+        assert sent(question(), "low")["preset"] == "low"
+        assert sent(question(), "perplexity/sonar")["model"] == "perplexity/sonar"
+    warned = [r.getMessage() for r in caplog.records if "retired Sonar name" in r.getMessage()]
+    assert len(warned) == 2
+    assert "'sonar-pro'" in warned[0] and "preset 'low'" in warned[0]
+    assert "'sonar-deep-research'" in warned[1] and "preset 'medium'" in warned[1]
+
+
+@pytest.mark.parametrize(
+    ("model", "sent_as"),
+    [
+        ("low", "sonar-pro"),
+        ("fast", "sonar"),
+        ("perplexity/sonar", "sonar"),
+        ("medium", "sonar-deep-research"),
+        ("sonar-reasoning-pro", "sonar-reasoning-pro"),
+        ("my-local-llm", "my-local-llm"),
+    ],
+)
+def test_the_sonar_style_sends_sonar_names_for_agent_presets(model: str, sent_as: str) -> None:
+    call = SonarAdapter().chat(question(), model, stream=False)
+    assert json.loads(call.body or b"")["model"] == sent_as
+
+
+async def test_answers_are_labelled_with_the_model_the_api_reports(
+    settings: Settings, sim_url: str
+) -> None:
+    assert Settings().model == DEFAULT_MODEL == "low"
+    client = AsyncClient(settings.model_copy(update={"api_style": "agent"}))
+    async with client:
+        preset = await client.ask(question())
+        slug = await client.ask(question(model="perplexity/sonar"))
+        streamed = [item async for item in client.stream(question(model="high"))][-1]
+    assert preset.model == "openai/gpt-5-mini"
+    assert slug.model == "perplexity/sonar"
+    assert isinstance(streamed, Answer) and streamed.model == "anthropic/claude-sonnet-4-5"
+
+
+@pytest.mark.sim_sonar
+async def test_the_default_model_reaches_a_sonar_server_as_a_sonar_name(
+    settings: Settings, sim_url: str
+) -> None:
+    client = AsyncClient(settings.model_copy(update={"api_style": "sonar"}))
+    async with client:
+        answer = await client.ask(question())
+    assert answer.model == "sonar-pro"
 
 
 def test_only_agent_fields_are_sent_even_with_every_option() -> None:

@@ -26,32 +26,13 @@ from pplx_nb.api._adapter import (
     read_wire,
     stream_cut_short,
 )
+from pplx_nb.api._names import PRESETS, SONAR_TO_AGENT, agent_target
 from pplx_nb.api._sse import Event
 from pplx_nb.api._text import RELATED_INSTRUCTION, DeltaFilter, split_related, split_think
 from pplx_nb.api.request import Request
 
 __all__ = ["PRESETS", "SONAR_TO_AGENT", "AgentAdapter", "AgentStream", "agent_target"]
 
-PRESETS = frozenset(
-    {
-        "fast",
-        "low",
-        "medium",
-        "high",
-        "xhigh",
-        "fast-search",
-        "pro-search",
-        "deep-research",
-        "advanced-deep-research",
-    }
-)
-SONAR_TO_AGENT: dict[str, dict[str, str]] = {
-    "sonar": {"model": "perplexity/sonar"},
-    "sonar-pro": {"preset": "low"},
-    "sonar-reasoning": {"preset": "low"},
-    "sonar-reasoning-pro": {"preset": "low"},
-    "sonar-deep-research": {"preset": "medium"},
-}
 _PENDING = frozenset({"queued", "in_progress"})
 _ITEMS = frozenset({"message", "search_results"})
 _EVENTS = frozenset(
@@ -64,16 +45,6 @@ _EVENTS = frozenset(
         "error",
     }
 )
-
-
-def agent_target(model: str) -> dict[str, str]:
-    """``{"model": slug}`` or ``{"preset": name}`` for a sonar name, preset or provider slug."""
-    name = model.strip()
-    if "/" in name:
-        return {"model": name}
-    if name in PRESETS:
-        return {"preset": name}
-    return dict(SONAR_TO_AGENT.get(name, {"model": f"perplexity/{name}"}))
 
 
 class _Content(BaseModel):
