@@ -11,7 +11,13 @@ import pytest
 
 from pplx_nb import Settings
 from pplx_nb._config import DEFAULT_MODEL
-from pplx_nb._errors import APIServerError, InvalidInput, NetworkError, RemoteRunFailed
+from pplx_nb._errors import (
+    APIKeyInvalid,
+    APIServerError,
+    InvalidInput,
+    NetworkError,
+    RemoteRunFailed,
+)
 from pplx_nb._models import Answer
 from pplx_nb.api import AsyncClient, Request, RetryPolicy
 from pplx_nb.api._names import _warn_renamed
@@ -510,3 +516,34 @@ async def test_a_server_that_does_not_stream_runs_is_told_apart_from_a_failed_ru
             async for _ in client.follow_background("resp_1"):
                 pass
     assert not isinstance(caught.value, RemoteRunFailed)
+
+
+async def test_the_sonar_style_against_todays_api_says_to_use_the_agent_style(
+    settings: Settings, sim_url: str
+) -> None:
+    client = AsyncClient(settings.model_copy(update={"api_style": "sonar"}))
+    async with client:
+        with pytest.raises(InvalidInput) as asked:
+            await client.ask(question())
+        with pytest.raises(InvalidInput) as streamed:
+            async for _ in client.stream(question()):
+                pass
+    for caught in (asked, streamed):
+        error = caught.value
+        assert error.code == "INVALID_INPUT" and error.status_code == 403
+        assert "no longer serves Sonar chat completions" in error.message
+        assert "PERPLEXITY_API_STYLE" in error.message and "agent" in error.message
+        assert settings.api_key is not None
+        assert settings.api_key.get_secret_value() not in error.message
+    # Refused for good: never sent again.
+    assert stats(sim_url)["requests"]["POST /chat/completions"] == 2
+
+
+async def test_a_plain_403_is_still_a_refused_key() -> None:
+    def forbidden(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(403, json={"error": {"message": "Forbidden", "type": "forbidden"}})
+
+    settings = Settings(api_key="pplx-k-123456789", base_url="http://api.test", offline=False)
+    async with AsyncClient(settings, transport=httpx2.MockTransport(forbidden)) as client:
+        with pytest.raises(APIKeyInvalid):
+            await client.ask(question())
