@@ -267,6 +267,46 @@ def test_completed_response_maps_text_sources_usage_and_cost() -> None:
     assert answer.cost.request_cost == 0.3 and answer.cost.estimated is False
 
 
+def test_detailed_usage_is_read_into_usage_and_cost() -> None:
+    usage = {
+        "input_tokens": 400,
+        "output_tokens": 90,
+        "total_tokens": 490,
+        "input_tokens_details": {"cache_read_input_tokens": 300, "cache_creation_input_tokens": 50},
+        "output_tokens_details": {"reasoning_tokens": 40},
+        "tool_calls_details": {
+            "search_web": {"invocation": 2, "cost_usd": 0.005},
+            "fetch_url": {"invocation": 3, "cost_usd": 0.0015},
+        },
+        "cost": {
+            "currency": "USD",
+            "input_cost": 0.0001,
+            "output_cost": 0.0009,
+            "cache_read_cost": 0.00003,
+            "cache_creation_cost": 0.00002,
+            "total_cost": 0.00755,
+        },
+    }
+    answer = ADAPTER.parse(json.dumps(response(usage=usage)).encode(), question(), "low")
+    assert answer.usage is not None and answer.cost is not None
+    assert answer.usage.reasoning_tokens == 40
+    assert answer.usage.cache_read_input_tokens == 300
+    assert answer.usage.cache_creation_input_tokens == 50
+    assert answer.usage.tool_calls == {"search_web": 2, "fetch_url": 3}
+    assert answer.usage.num_search_queries == 2
+    assert answer.cost.tool_costs == {"search_web": 0.005, "fetch_url": 0.0015}
+    # No tool_calls_cost given: the sum of the tools' own costs.
+    assert answer.cost.tool_calls_cost == pytest.approx(0.0065)
+    assert answer.cost.request_cost == pytest.approx(0.0065)
+    assert (answer.cost.cache_read_cost, answer.cost.cache_creation_cost) == (0.00003, 0.00002)
+    assert answer.cost.total_cost == 0.00755
+
+
+def test_a_response_without_usage_has_no_usage_and_no_cost() -> None:
+    answer = ADAPTER.parse(json.dumps(response(usage=None)).encode(), question(), "low")
+    assert answer.usage is None and answer.cost is None
+
+
 @pytest.mark.parametrize("status", ["failed", "cancelled"])
 def test_http_200_failed_or_cancelled_run_raises(status: str) -> None:
     payload = response(status, output=[], error={"message": "model overloaded"})
