@@ -137,8 +137,8 @@ def test_the_sonar_style_sends_sonar_names_for_agent_presets(model: str, sent_as
 async def test_answers_are_labelled_with_the_model_the_api_reports(
     settings: Settings, sim_url: str
 ) -> None:
-    assert Settings().model == DEFAULT_MODEL == "low"
-    client = AsyncClient(settings.model_copy(update={"api_style": "agent"}))
+    assert Settings.model_fields["model"].default == DEFAULT_MODEL == "low"
+    client = AsyncClient(settings.model_copy(update={"api_style": "agent", "model": DEFAULT_MODEL}))
     async with client:
         preset = await client.ask(question())
         slug = await client.ask(question(model="perplexity/sonar"))
@@ -152,7 +152,7 @@ async def test_answers_are_labelled_with_the_model_the_api_reports(
 async def test_the_default_model_reaches_a_sonar_server_as_a_sonar_name(
     settings: Settings, sim_url: str
 ) -> None:
-    client = AsyncClient(settings.model_copy(update={"api_style": "sonar"}))
+    client = AsyncClient(settings.model_copy(update={"api_style": "sonar", "model": DEFAULT_MODEL}))
     async with client:
         answer = await client.ask(question())
     assert answer.model == "sonar-pro"
