@@ -20,9 +20,11 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from pplx_nb._errors import redact, url_without_credentials
 
-__all__ = ["DEFAULT_BASE_URL", "Settings", "parse_rate"]
+__all__ = ["DEFAULT_BASE_URL", "DEFAULT_MODEL", "Settings", "parse_rate"]
 
 DEFAULT_BASE_URL = "https://api.perplexity.ai"
+DEFAULT_MODEL = "low"
+"""The Agent API preset that took over from ``sonar-pro``, the default before Sonar retired."""
 _STORE_SCHEMES = ("redis", "rediss", "unix")
 _RATE_UNITS = {
     "s": 1.0,
@@ -75,7 +77,11 @@ class Settings(BaseSettings):
     api_style: Literal["agent", "sonar"] = Field(
         "agent", validation_alias=_env("PERPLEXITY_API_STYLE", "api_style")
     )
-    model: str = Field("sonar-pro", validation_alias=_env("PERPLEXITY_MODEL", "model"))
+    model: str = Field(
+        DEFAULT_MODEL,
+        validation_alias=_env("PERPLEXITY_MODEL", "model"),
+        description="A preset, provider model or retired Sonar name (mapped for each style).",
+    )
     timeout_ms: int = Field(30_000, gt=0, validation_alias=_env("PERPLEXITY_TIMEOUT", "timeout_ms"))
     deep_research_timeout_ms: int = Field(
         900_000,

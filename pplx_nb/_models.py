@@ -101,6 +101,12 @@ class Usage(_Stored):
     citation_tokens: int | None = None
     num_search_queries: int | None = None
     search_context_size: str | None = None
+    cache_read_input_tokens: int | None = None
+    """Input tokens read from the provider's prompt cache (Agent API)."""
+    cache_creation_input_tokens: int | None = None
+    """Input tokens written to the provider's prompt cache (Agent API)."""
+    tool_calls: dict[str, int] | None = None
+    """Tool invocations by billing name, e.g. ``{"search_web": 2, "fetch_url": 3}`` (Agent API)."""
 
 
 class Cost(_Stored):
@@ -112,6 +118,12 @@ class Cost(_Stored):
     total_cost: float = 0.0
     currency: str = "USD"
     estimated: bool = False
+    cache_read_cost: float | None = None
+    cache_creation_cost: float | None = None
+    tool_calls_cost: float | None = None
+    """What the tool calls cost in all (Agent API; also counted in ``request_cost``)."""
+    tool_costs: dict[str, float] | None = None
+    """The cost of each tool's calls by billing name (Agent API)."""
 
 
 UnansweredState = Literal["failed", "cancelled", "interrupted"]

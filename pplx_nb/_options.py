@@ -106,7 +106,9 @@ def _flag(name: str, value: Any) -> bool:
 
 def _model(name: str, value: Any) -> str:
     if not isinstance(value, str) or not value.strip():
-        raise ValidationError(f"{name}={value!r} is not a model name, e.g. 'sonar-pro'.")
+        raise ValidationError(
+            f"{name}={value!r} is not a model name, e.g. 'low' or 'perplexity/sonar'."
+        )
     return value
 
 

@@ -1,26 +1,44 @@
-"""Per-model prices (PERPLEXITY_API.md §4) and the cost estimate used when the API reports none."""
+"""Per-model prices and the cost estimate used when the API reports none.
+
+Pure: a static table (PERPLEXITY_API.md §11, the public pricing and model pages, late 2026) and
+the arithmetic. The API layer fetches the live prices (``GET /v1/models``) and passes them in;
+wherever they are missing, the static table answers. Agent API models are priced per token
+plus each tool call (:data:`TOOL_FEES`); the retired Sonar models kept their own scheme, for
+servers that still speak it.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import NamedTuple
 
 from pplx_nb._models import Cost, Usage
 
-__all__ = ["PRICES", "Price", "estimate_cost", "price_for"]
+__all__ = ["PRICES", "TOOL_FEES", "Price", "estimate_cost", "price_for"]
 
 
 class Price(NamedTuple):
-    """USD per million tokens in / out, per request, and the deep-research extras."""
+    """USD per million tokens in / out, per request, the deep-research extras and the cache."""
 
     input_per_m: float
     output_per_m: float
-    request_fee: float
+    request_fee: float = 0.0
     citation_per_m: float = 0.0
     reasoning_per_m: float = 0.0
     search_fee: float = 0.0
+    cache_read_per_m: float | None = None
+    """Cached input tokens; ``None``: priced as any input token."""
 
 
 PRICES: dict[str, Price] = {
+    "perplexity/sonar": Price(0.25, 2.50, cache_read_per_m=0.0625),
+    "openai/gpt-5-mini": Price(0.25, 2.0, cache_read_per_m=0.025),
+    "openai/gpt-5.1": Price(1.25, 10.0, cache_read_per_m=0.125),
+    "openai/gpt-5.2": Price(1.75, 14.0, cache_read_per_m=0.175),
+    "anthropic/claude-haiku-4-5": Price(1.0, 5.0, cache_read_per_m=0.10),
+    "anthropic/claude-sonnet-4-5": Price(3.0, 15.0, cache_read_per_m=0.30),
+    "anthropic/claude-opus-4-6": Price(5.0, 25.0, cache_read_per_m=0.50),
+    "google/gemini-3-pro-preview": Price(2.0, 12.0, cache_read_per_m=0.20),
     "sonar": Price(1.0, 1.0, 0.005),
     "sonar-pro": Price(3.0, 15.0, 0.006),
     "sonar-reasoning-pro": Price(2.0, 8.0, 0.006),
@@ -28,43 +46,77 @@ PRICES: dict[str, Price] = {
         2.0, 8.0, 0.0, citation_per_m=2.0, reasoning_per_m=3.0, search_fee=0.005
     ),
 }
-_ALIASES = {
-    "perplexity/sonar": "sonar",
-    "fast": "sonar",
-    "fast-search": "sonar",
-    "low": "sonar-pro",
-    "pro-search": "sonar-pro",
-    "medium": "sonar-deep-research",
-    "high": "sonar-deep-research",
-    "xhigh": "sonar-deep-research",
-    "deep-research": "sonar-deep-research",
-    "advanced-deep-research": "sonar-deep-research",
+"""The static table, by model slug or Sonar name."""
+TOOL_FEES: dict[str, float] = {
+    "search_web": 0.0025,
+    "fetch_url": 0.0005,
+    "search_images": 0.0025,
+    "search_people": 0.005,
+    "search_finance": 0.005,
 }
+"""USD per Agent API tool call, by billing name."""
+_PRESET_MODELS = {
+    "fast": "perplexity/sonar",
+    "fast-search": "perplexity/sonar",
+    "low": "openai/gpt-5-mini",
+    "pro-search": "openai/gpt-5-mini",
+    "medium": "openai/gpt-5.1",
+    "deep-research": "openai/gpt-5.1",
+    "high": "anthropic/claude-sonnet-4-5",
+    "advanced-deep-research": "anthropic/claude-sonnet-4-5",
+    "xhigh": "anthropic/claude-opus-4-6",
+}
+"""What each preset resolved to when the table was taken: the guess when only it is known."""
+_FALLBACK = "openai/gpt-5-mini"
 
 
-def price_for(model: str | None) -> Price:
-    """The price of a sonar model, Agent preset or provider slug (sonar-pro's if unknown)."""
-    name = (model or "sonar-pro").lower()
-    name = _ALIASES.get(name, name)
-    return PRICES.get(name) or PRICES.get(name.split("/")[-1]) or PRICES["sonar-pro"]
+def price_for(model: str | None, prices: Mapping[str, Price] | None = None) -> Price:
+    """The price of a model slug, Sonar name or preset: from ``prices`` (the API's), else the
+    static table; an unknown model is priced as the default preset's."""
+    name = (model or _FALLBACK).strip().lower()
+    name = _PRESET_MODELS.get(name, name)
+    for table in (prices or {}, PRICES):
+        price = table.get(name)
+        if price is not None:
+            return price
+    return (prices or {}).get(_FALLBACK) or PRICES[_FALLBACK]
 
 
-def estimate_cost(model: str | None, usage: Usage | None) -> Cost:
-    """Estimate a request's cost from its token usage; the result is marked ``estimated``."""
-    price = price_for(model)
+def estimate_cost(
+    model: str | None, usage: Usage | None, prices: Mapping[str, Price] | None = None
+) -> Cost:
+    """Estimate a request's cost from its usage; the result is marked ``estimated``.
+
+    ``prices``: the API's own (``GET /v1/models``), over the static table.
+    """
+    price = price_for(model, prices)
     usage = usage or Usage()
-    input_cost = usage.prompt_tokens * price.input_per_m / 1e6
+    cached = usage.cache_read_input_tokens or 0
+    cache_read = 0.0
+    if price.cache_read_per_m is not None and 0 < cached <= usage.prompt_tokens:
+        cache_read = cached * price.cache_read_per_m / 1e6
+    else:
+        cached = 0
+    input_cost = (usage.prompt_tokens - cached) * price.input_per_m / 1e6
     output_cost = usage.completion_tokens * price.output_per_m / 1e6
+    tool_costs = {
+        name: round(count * TOOL_FEES.get(name, 0.0), 6)
+        for name, count in (usage.tool_calls or {}).items()
+    }
+    searches = 0 if usage.tool_calls else (usage.num_search_queries or 0) * price.search_fee
     extras = (
         (usage.citation_tokens or 0) * price.citation_per_m / 1e6
         + (usage.reasoning_tokens or 0) * price.reasoning_per_m / 1e6
-        + (usage.num_search_queries or 0) * price.search_fee
+        + searches
     )
-    request_cost = price.request_fee + extras
+    request_cost = price.request_fee + extras + sum(tool_costs.values())
     return Cost(
         input_cost=round(input_cost, 6),
         output_cost=round(output_cost, 6),
         request_cost=round(request_cost, 6),
-        total_cost=round(input_cost + output_cost + request_cost, 6),
+        total_cost=round(input_cost + cache_read + output_cost + request_cost, 6),
         estimated=True,
+        cache_read_cost=round(cache_read, 6) if cached else None,
+        tool_calls_cost=round(sum(tool_costs.values()), 6) if tool_costs else None,
+        tool_costs=tool_costs or None,
     )

@@ -9,13 +9,18 @@ Column types (``str`` columns hold NaN where a value is missing)::
     messages       conversation_id str, turn int64, role category, content str, tool str,
                    model str, timestamp datetime64[ns, UTC], prompt_tokens Int64,
                    completion_tokens Int64, cost_usd float64, n_sources int64,
-                   parent_conversation_id str
+                   parent_conversation_id str, reasoning_tokens Int64,
+                   cached_input_tokens Int64, web_searches Int64, tool_calls Int64,
+                   tool_calls_cost_usd float64, cache_cost_usd float64
     conversations  conversation_id str, created_at / updated_at datetime64[ns, UTC],
                    message_count int64, first_query str, tools object (list of str),
                    total_tokens Int64, total_cost_usd float64, job_status category
     sources        conversation_id str, turn int64, url str, domain str, title str, date str
 
-``turn`` is the message's index in ``Conversation.messages``.
+``turn`` is the message's index in ``Conversation.messages``. ``web_searches`` counts the
+answer's web searches (Agent API ``search_web`` calls, Sonar ``num_search_queries``);
+``tool_calls`` all its tool calls, ``tool_calls_cost_usd`` what they cost and
+``cache_cost_usd`` the prompt-cache reads and writes: missing where the API did not say.
 """
 
 from __future__ import annotations
@@ -170,6 +175,7 @@ def _messages(docs: Iterable[_Doc]) -> pd.DataFrame:
     costs: list[float | None] = []
     counts: list[int] = []
     parents: list[str | None] = []
+    details: list[dict[str, Any]] = []
     for doc in docs:
         parent = _text(doc.document.get("parentConversationId"))
         for turn, message in enumerate(doc.document["messages"]):
@@ -189,6 +195,8 @@ def _messages(docs: Iterable[_Doc]) -> pd.DataFrame:
             costs.append(_float(cost.get("totalCost")) if isinstance(cost, dict) else None)
             counts.append(len(sources) if isinstance(sources, list) else 0)
             parents.append(parent)
+            details.append(_usage_details(usage, cost if isinstance(cost, dict) else {}))
+    detail = {key: [row[key] for row in details] for key in _DETAIL_TYPES}
     return pd.DataFrame(
         {
             "conversation_id": pd.Series(ids, dtype="str"),
@@ -203,8 +211,43 @@ def _messages(docs: Iterable[_Doc]) -> pd.DataFrame:
             "cost_usd": pd.Series(costs, dtype="float64"),
             "n_sources": pd.Series(counts, dtype="int64"),
             "parent_conversation_id": pd.Series(parents, dtype="str"),
+            **{key: pd.Series(detail[key], dtype=kind) for key, kind in _DETAIL_TYPES.items()},
         }
     )
+
+
+_DETAIL_TYPES = {
+    "reasoning_tokens": "Int64",
+    "cached_input_tokens": "Int64",
+    "web_searches": "Int64",
+    "tool_calls": "Int64",
+    "tool_calls_cost_usd": "float64",
+    "cache_cost_usd": "float64",
+}
+
+
+def _usage_details(usage: dict[str, Any], cost: dict[str, Any]) -> dict[str, Any]:
+    """The detail columns of one message from its stored camelCase ``usage`` and ``cost``."""
+    calls = usage.get("toolCalls")
+    counts = (
+        [n for n in map(_int, calls.values()) if n is not None] if isinstance(calls, dict) else []
+    )
+    searches = _int(calls.get("search_web")) if isinstance(calls, dict) else None
+    tools_cost = _float(cost.get("toolCallsCost"))
+    per_tool = cost.get("toolCosts")
+    if tools_cost is None and isinstance(per_tool, dict):
+        paid = [x for x in map(_float, per_tool.values()) if x is not None]
+        tools_cost = sum(paid) if paid else None
+    caches = [_float(cost.get("cacheReadCost")), _float(cost.get("cacheCreationCost"))]
+    known = [x for x in caches if x is not None]
+    return {
+        "reasoning_tokens": _int(usage.get("reasoningTokens")),
+        "cached_input_tokens": _int(usage.get("cacheReadInputTokens")),
+        "web_searches": searches if searches is not None else _int(usage.get("numSearchQueries")),
+        "tool_calls": sum(counts) if counts else None,
+        "tool_calls_cost_usd": tools_cost,
+        "cache_cost_usd": sum(known) if known else None,
+    }
 
 
 def _conversations(docs: Iterable[_Doc]) -> pd.DataFrame:

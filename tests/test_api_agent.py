@@ -3,18 +3,28 @@
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 import httpx2
 import pytest
 
 from pplx_nb import Settings
-from pplx_nb._errors import APIServerError, InvalidInput, NetworkError, RemoteRunFailed
+from pplx_nb._config import DEFAULT_MODEL
+from pplx_nb._errors import (
+    APIKeyInvalid,
+    APIServerError,
+    InvalidInput,
+    NetworkError,
+    RemoteRunFailed,
+)
 from pplx_nb._models import Answer
 from pplx_nb.api import AsyncClient, Request, RetryPolicy
+from pplx_nb.api._names import _warn_renamed
 from pplx_nb.api._sse import Event
 from pplx_nb.api._text import RELATED_INSTRUCTION, DeltaFilter, split_related
 from pplx_nb.api.agent import AgentAdapter, agent_target
+from pplx_nb.api.sonar import SonarAdapter
 from pplx_nb.sim import stats
 
 pytestmark = pytest.mark.anyio
@@ -84,10 +94,68 @@ ALL_OPTIONS: dict[str, Any] = {
         ("sonar-deep-research", {"preset": "medium"}),
         ("high", {"preset": "high"}),
         ("openai/gpt-5", {"model": "openai/gpt-5"}),
+        ("perplexity/sonar", {"model": "perplexity/sonar"}),
+        ("r1-1776", {"model": "r1-1776"}),
     ],
 )
 def test_model_names_map_to_agent_models_or_presets(model: str, target: dict[str, str]) -> None:
     assert agent_target(model) == target
+
+
+def test_a_retired_sonar_name_is_mapped_with_one_warning_per_name(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    _warn_renamed.cache_clear()
+    with caplog.at_level(logging.WARNING, logger="pplx_nb.api"):
+        for _ in range(3):
+            assert sent(question(), "sonar-pro")["preset"] == "low"
+        assert sent(question(), "sonar-deep-research")["preset"] == "medium"
+        assert sent(question(), "low")["preset"] == "low"
+        assert sent(question(), "perplexity/sonar")["model"] == "perplexity/sonar"
+    warned = [r.getMessage() for r in caplog.records if "retired Sonar name" in r.getMessage()]
+    assert len(warned) == 2
+    assert "'sonar-pro'" in warned[0] and "preset 'low'" in warned[0]
+    assert "'sonar-deep-research'" in warned[1] and "preset 'medium'" in warned[1]
+
+
+@pytest.mark.parametrize(
+    ("model", "sent_as"),
+    [
+        ("low", "sonar-pro"),
+        ("fast", "sonar"),
+        ("perplexity/sonar", "sonar"),
+        ("medium", "sonar-deep-research"),
+        ("sonar-reasoning-pro", "sonar-reasoning-pro"),
+        ("my-local-llm", "my-local-llm"),
+    ],
+)
+def test_the_sonar_style_sends_sonar_names_for_agent_presets(model: str, sent_as: str) -> None:
+    call = SonarAdapter().chat(question(), model, stream=False)
+    assert json.loads(call.body or b"")["model"] == sent_as
+
+
+async def test_answers_are_labelled_with_the_model_the_api_reports(
+    settings: Settings, sim_url: str
+) -> None:
+    assert Settings.model_fields["model"].default == DEFAULT_MODEL == "low"
+    client = AsyncClient(settings.model_copy(update={"api_style": "agent", "model": DEFAULT_MODEL}))
+    async with client:
+        preset = await client.ask(question())
+        slug = await client.ask(question(model="perplexity/sonar"))
+        streamed = [item async for item in client.stream(question(model="high"))][-1]
+    assert preset.model == "openai/gpt-5-mini"
+    assert slug.model == "perplexity/sonar"
+    assert isinstance(streamed, Answer) and streamed.model == "anthropic/claude-sonnet-4-5"
+
+
+@pytest.mark.sim_sonar
+async def test_the_default_model_reaches_a_sonar_server_as_a_sonar_name(
+    settings: Settings, sim_url: str
+) -> None:
+    client = AsyncClient(settings.model_copy(update={"api_style": "sonar", "model": DEFAULT_MODEL}))
+    async with client:
+        answer = await client.ask(question())
+    assert answer.model == "sonar-pro"
 
 
 def test_only_agent_fields_are_sent_even_with_every_option() -> None:
@@ -197,6 +265,46 @@ def test_completed_response_maps_text_sources_usage_and_cost() -> None:
     assert answer.usage is not None and answer.usage.prompt_tokens == 4
     assert answer.cost is not None and answer.cost.total_cost == 0.6
     assert answer.cost.request_cost == 0.3 and answer.cost.estimated is False
+
+
+def test_detailed_usage_is_read_into_usage_and_cost() -> None:
+    usage = {
+        "input_tokens": 400,
+        "output_tokens": 90,
+        "total_tokens": 490,
+        "input_tokens_details": {"cache_read_input_tokens": 300, "cache_creation_input_tokens": 50},
+        "output_tokens_details": {"reasoning_tokens": 40},
+        "tool_calls_details": {
+            "search_web": {"invocation": 2, "cost_usd": 0.005},
+            "fetch_url": {"invocation": 3, "cost_usd": 0.0015},
+        },
+        "cost": {
+            "currency": "USD",
+            "input_cost": 0.0001,
+            "output_cost": 0.0009,
+            "cache_read_cost": 0.00003,
+            "cache_creation_cost": 0.00002,
+            "total_cost": 0.00755,
+        },
+    }
+    answer = ADAPTER.parse(json.dumps(response(usage=usage)).encode(), question(), "low")
+    assert answer.usage is not None and answer.cost is not None
+    assert answer.usage.reasoning_tokens == 40
+    assert answer.usage.cache_read_input_tokens == 300
+    assert answer.usage.cache_creation_input_tokens == 50
+    assert answer.usage.tool_calls == {"search_web": 2, "fetch_url": 3}
+    assert answer.usage.num_search_queries == 2
+    assert answer.cost.tool_costs == {"search_web": 0.005, "fetch_url": 0.0015}
+    # No tool_calls_cost given: the sum of the tools' own costs.
+    assert answer.cost.tool_calls_cost == pytest.approx(0.0065)
+    assert answer.cost.request_cost == pytest.approx(0.0065)
+    assert (answer.cost.cache_read_cost, answer.cost.cache_creation_cost) == (0.00003, 0.00002)
+    assert answer.cost.total_cost == 0.00755
+
+
+def test_a_response_without_usage_has_no_usage_and_no_cost() -> None:
+    answer = ADAPTER.parse(json.dumps(response(usage=None)).encode(), question(), "low")
+    assert answer.usage is None and answer.cost is None
 
 
 @pytest.mark.parametrize("status", ["failed", "cancelled"])
@@ -448,3 +556,34 @@ async def test_a_server_that_does_not_stream_runs_is_told_apart_from_a_failed_ru
             async for _ in client.follow_background("resp_1"):
                 pass
     assert not isinstance(caught.value, RemoteRunFailed)
+
+
+async def test_the_sonar_style_against_todays_api_says_to_use_the_agent_style(
+    settings: Settings, sim_url: str
+) -> None:
+    client = AsyncClient(settings.model_copy(update={"api_style": "sonar"}))
+    async with client:
+        with pytest.raises(InvalidInput) as asked:
+            await client.ask(question())
+        with pytest.raises(InvalidInput) as streamed:
+            async for _ in client.stream(question()):
+                pass
+    for caught in (asked, streamed):
+        error = caught.value
+        assert error.code == "INVALID_INPUT" and error.status_code == 403
+        assert "no longer serves Sonar chat completions" in error.message
+        assert "PERPLEXITY_API_STYLE" in error.message and "agent" in error.message
+        assert settings.api_key is not None
+        assert settings.api_key.get_secret_value() not in error.message
+    # Refused for good: never sent again.
+    assert stats(sim_url)["requests"]["POST /chat/completions"] == 2
+
+
+async def test_a_plain_403_is_still_a_refused_key() -> None:
+    def forbidden(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(403, json={"error": {"message": "Forbidden", "type": "forbidden"}})
+
+    settings = Settings(api_key="pplx-k-123456789", base_url="http://api.test", offline=False)
+    async with AsyncClient(settings, transport=httpx2.MockTransport(forbidden)) as client:
+        with pytest.raises(APIKeyInvalid):
+            await client.ask(question())

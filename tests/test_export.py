@@ -16,11 +16,14 @@ from pplx_nb import (
     ConversationStore,
     Cost,
     Message,
+    Researcher,
+    Settings,
     Source,
     Usage,
     ValidationError,
 )
 from pplx_nb.export import to_dataframe, to_json, to_markdown
+from pplx_nb.sim import stats
 
 DATA = Path(__file__).parent / "data"
 TS_ID = "20250124-1737724800123"
@@ -38,6 +41,12 @@ MESSAGE_COLUMNS = [
     "cost_usd",
     "n_sources",
     "parent_conversation_id",
+    "reasoning_tokens",
+    "cached_input_tokens",
+    "web_searches",
+    "tool_calls",
+    "tool_calls_cost_usd",
+    "cache_cost_usd",
 ]
 CONVERSATION_COLUMNS = [
     "conversation_id",
@@ -139,6 +148,37 @@ def test_messages_level_has_one_row_per_message_with_exact_dtypes(
     theirs = frame[frame["conversation_id"] == plain]
     assert theirs["tool"].isna().all()
     assert theirs["cost_usd"].isna().all()
+
+
+def test_detailed_usage_reaches_the_stored_message_and_the_messages_frame(
+    settings: Settings, sim_url: str
+) -> None:
+    with Researcher(settings) as researcher:
+        quick = researcher.search("How do I cancel an asyncio task?")
+        deep = researcher.search("How do I cancel an asyncio task?", model="medium")
+        store = researcher.store
+    billed = stats(sim_url)["requests"]["POST /v1/agent"]
+    assert billed == 2
+    stored = store.read_raw(deep.conversation_id or "")["messages"][-1]
+    assert stored["model"] == deep.model == "openai/gpt-5.1"
+    assert stored["usage"]["toolCalls"] == {"search_web": 3, "fetch_url": 3}
+    assert stored["usage"]["reasoningTokens"] > 0
+    assert stored["cost"]["toolCosts"] == {"search_web": 0.0075, "fetch_url": 0.0015}
+    assert stored["cost"]["toolCallsCost"] == 0.009
+
+    frame = to_dataframe(store).set_index("conversation_id")
+    rows = {a.model: frame.loc[a.conversation_id].iloc[-1] for a in (quick, deep)}
+    fast, slow = rows["openai/gpt-5-mini"], rows["openai/gpt-5.1"]
+    assert (fast["web_searches"], fast["tool_calls"]) == (1, 1)
+    assert (slow["web_searches"], slow["tool_calls"]) == (3, 6)
+    assert slow["reasoning_tokens"] == stored["usage"]["reasoningTokens"]
+    assert slow["tool_calls_cost_usd"] == pytest.approx(0.009)
+    assert slow["cached_input_tokens"] == 0 and slow["cache_cost_usd"] == 0.0
+    assert slow["cost_usd"] == pytest.approx(deep.cost.total_cost if deep.cost else -1)
+    for column, kind in [("reasoning_tokens", "Int64"), ("tool_calls_cost_usd", "float64")]:
+        assert frame[column].dtype == kind
+    questions = frame[frame["role"] == "user"]
+    assert questions["tool_calls"].isna().all() and questions["cache_cost_usd"].isna().all()
 
 
 def test_conversations_level_sums_tokens_and_cost_and_reads_job_status(

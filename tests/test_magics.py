@@ -294,6 +294,7 @@ def test_images_under_the_agent_style_are_refused_before_asking(
     if refused:
         assert run.result is None and asked == 0, "refused before anything is billed"
         assert "VALIDATION_ERROR" in run.last["text/html"]
+        assert "the Agent API" in run.last["text/html"] and "no images" in run.last["text/html"]
     else:
         assert isinstance(run.result, Answer) and asked == 1
         assert "**Sources**" in run.last["text/markdown"]

@@ -182,6 +182,9 @@ def test_search_then_followups_in_both_modes_show_every_turn_in_order(client: Mc
     assert data["answer"] and link_citations(data["answer"], sources) in text
     assert data["sources"] and data["sources"][0]["url"].startswith("https://docs.python.org/")
     assert data["usage"]["totalTokens"] > 0 and data["cost"]["totalCost"] >= 0
+    assert data["usage"]["toolCalls"]["search_web"] >= 1
+    # The default preset 'low' answers as the model it resolves to.
+    assert data["model"] == "openai/gpt-5-mini" and "_Answered by openai/gpt-5-mini_" in text
     assert Path(data["conversationPath"], "conversation.json").is_file()
 
     quick = client.call(

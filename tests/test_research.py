@@ -356,6 +356,15 @@ def test_a_cost_the_api_does_not_give_is_stored_as_a_marked_estimate(settings: S
     assert stored["totalCost"] == pytest.approx(expected.total_cost) and expected.total_cost > 0
 
 
+def test_an_answer_without_usage_is_stored_with_its_cost_unknown(settings: Settings) -> None:
+    bare = {key: value for key, value in COMPLETION.items() if key != "usage"}
+    with _sonar_with(bare, settings) as r:
+        answer = r.search("Show me a cat")
+    assert answer.usage is None and answer.cost is None
+    stored = _file(answer)["messages"][-1]  # type: ignore[index]
+    assert "cost" not in stored and "usage" not in stored
+
+
 def test_sync_methods_work_while_an_event_loop_runs_in_the_thread(researcher: Researcher) -> None:
     async def inside_a_running_loop() -> Answer:
         return researcher.search("What does re.compile return?")

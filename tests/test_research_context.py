@@ -12,8 +12,10 @@ import httpx2
 import pytest
 
 from pplx_nb import Answer, Researcher, Settings, ValidationError
+from pplx_nb._config import DEFAULT_MODEL
 from pplx_nb.api import AsyncClient
 from pplx_nb.context import CONTEXT_WINDOWS
+from pplx_nb.research import DEEP_RESEARCH_MODEL
 
 # The recorder reads Sonar request bodies, which the simulator serves in its Sonar mode only.
 pytestmark = pytest.mark.sim_sonar
@@ -156,7 +158,7 @@ def test_a_queued_research_job_tells_the_model_that_turns_were_left_out(
     try:
         cid = _long_conversation(r)
         window = _window_for_the_newer_turn(r, cid)
-        monkeypatch.setitem(CONTEXT_WINDOWS, "sonar-deep-research", window)
+        monkeypatch.setitem(CONTEXT_WINDOWS, DEEP_RESEARCH_MODEL, window)
         question = "Which exceptions does the json module raise?"
         r.followup(cid, question, mode="research", wait=False)
         r.wait(cid, timeout=30)
@@ -175,7 +177,7 @@ def test_a_followup_leaves_out_the_oldest_turn_and_says_so(
     r, recorder = _recorded(settings)
     try:
         cid = _long_conversation(r)
-        monkeypatch.setitem(CONTEXT_WINDOWS, "sonar-pro", _window_for_the_newer_turn(r, cid))
+        monkeypatch.setitem(CONTEXT_WINDOWS, DEFAULT_MODEL, _window_for_the_newer_turn(r, cid))
         question = "Which exceptions does the json module raise?"
         r.followup(cid, question)
         sent = recorder.asked(question)
@@ -278,11 +280,11 @@ def test_a_question_over_the_window_is_refused_with_the_file_sizes(
 ) -> None:
     first = researcher.search("How do I cancel an asyncio task?")
     cid = first.conversation_id or ""
-    monkeypatch.setitem(CONTEXT_WINDOWS, "sonar-pro", 2_000)
+    monkeypatch.setitem(CONTEXT_WINDOWS, DEFAULT_MODEL, 2_000)
     with pytest.raises(ValidationError) as refused:
         researcher.followup(cid, "Summarize these", files=two_big_files)
     message = str(refused.value)
-    assert "1,600 tokens that fit in the 2,000-token context window of sonar-pro" in message
+    assert f"1,600 tokens that fit in the 2,000-token context window of {DEFAULT_MODEL}" in message
     assert f"about {refused.value.details['estimated_tokens']:,} tokens" in message
     assert refused.value.details["estimated_tokens"] > 3_000
     assert "a.txt (6,000 bytes)" in message and "b.txt (6,000 bytes)" in message

@@ -35,6 +35,7 @@ KEY_HELP = (
     "from its built-in offline simulator."
 )
 _MAX_MESSAGE = 500
+_SONAR_RETIRED = "chat_completions_not_available"
 _CHECK_REQUEST = "Check the model name, the search options and PERPLEXITY_BASE_URL."
 _FIXES = {
     400: "Check the model name and the search options.",
@@ -69,25 +70,27 @@ def transport_errors(what: str, timeout_s: float, *, secret: str | None) -> Iter
         ) from exc
 
 
-def _api_message(body: bytes) -> str:
-    """The error message in an ``{"error": {"message": ...}}``-style body, or ``""``."""
+def _api_error(body: bytes) -> tuple[str, str]:
+    """The message and type in an ``{"error": {"message": ..., "type": ...}}``-style body, each
+    ``""`` when absent."""
     try:
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError, RecursionError):
-        return ""
-    if isinstance(data, dict):
-        error = data.get("error", data)
-        if isinstance(error, dict):
-            for key in ("message", "detail", "error"):
-                value = error.get(key)
-                if isinstance(value, str) and value:
-                    return value
-        elif isinstance(error, str):
-            return error
-        detail = data.get("detail")
-        if isinstance(detail, str):
-            return detail
-    return ""
+        return "", ""
+    if not isinstance(data, dict):
+        return "", ""
+    error = data.get("error", data)
+    kind = error.get("type") if isinstance(error, dict) else None
+    kind = kind if isinstance(kind, str) else ""
+    if isinstance(error, dict):
+        for key in ("message", "detail", "error"):
+            value = error.get(key)
+            if isinstance(value, str) and value:
+                return value, kind
+    elif isinstance(error, str):
+        return error, kind
+    detail = data.get("detail")
+    return (detail if isinstance(detail, str) else ""), kind
 
 
 def from_status(
@@ -100,7 +103,8 @@ def from_status(
     secret: str | None,
 ) -> APIError:
     """The error for an HTTP error response after ``retries`` retries."""
-    message = redact(_api_message(body), secret)[:_MAX_MESSAGE]
+    message, kind = _api_error(body)
+    message = redact(message, secret)[:_MAX_MESSAGE]
     # The API's own message often ends with a full stop; ours follows with the next sentence.
     said = f": {message.rstrip('. ')}" if message.rstrip(". ") else ""
     tried = f" after {retries} {'retry' if retries == 1 else 'retries'}" if retries else ""
@@ -108,6 +112,16 @@ def from_status(
     hint = retry_after_seconds(headers)
     if hint is not None:
         details["retry_after"] = hint
+    if status == 403 and kind == _SONAR_RETIRED:
+        return InvalidInput(
+            f"This server no longer serves Sonar chat completions (HTTP 403 {kind}): Perplexity "
+            "retired them on 2026-09-27 for the Agent API. Unset PERPLEXITY_API_STYLE or set it "
+            "to agent (`%env PERPLEXITY_API_STYLE=agent` in a notebook, "
+            "Settings(api_style='agent') in Python), then ask again; the old sonar model names "
+            "still work there.",
+            reason=kind,
+            **details,
+        )
     if status in (401, 403):
         return APIKeyInvalid(
             f"The API refused the API key (HTTP {status}){said}. {KEY_HELP}", **details

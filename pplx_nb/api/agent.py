@@ -26,32 +26,13 @@ from pplx_nb.api._adapter import (
     read_wire,
     stream_cut_short,
 )
+from pplx_nb.api._names import PRESETS, SONAR_TO_AGENT, agent_target
 from pplx_nb.api._sse import Event
 from pplx_nb.api._text import RELATED_INSTRUCTION, DeltaFilter, split_related, split_think
 from pplx_nb.api.request import Request
 
 __all__ = ["PRESETS", "SONAR_TO_AGENT", "AgentAdapter", "AgentStream", "agent_target"]
 
-PRESETS = frozenset(
-    {
-        "fast",
-        "low",
-        "medium",
-        "high",
-        "xhigh",
-        "fast-search",
-        "pro-search",
-        "deep-research",
-        "advanced-deep-research",
-    }
-)
-SONAR_TO_AGENT: dict[str, dict[str, str]] = {
-    "sonar": {"model": "perplexity/sonar"},
-    "sonar-pro": {"preset": "low"},
-    "sonar-reasoning": {"preset": "low"},
-    "sonar-reasoning-pro": {"preset": "low"},
-    "sonar-deep-research": {"preset": "medium"},
-}
 _PENDING = frozenset({"queued", "in_progress"})
 _ITEMS = frozenset({"message", "search_results"})
 _EVENTS = frozenset(
@@ -64,16 +45,6 @@ _EVENTS = frozenset(
         "error",
     }
 )
-
-
-def agent_target(model: str) -> dict[str, str]:
-    """``{"model": slug}`` or ``{"preset": name}`` for a sonar name, preset or provider slug."""
-    name = model.strip()
-    if "/" in name:
-        return {"model": name}
-    if name in PRESETS:
-        return {"preset": name}
-    return dict(SONAR_TO_AGENT.get(name, {"model": f"perplexity/{name}"}))
 
 
 class _Content(BaseModel):
@@ -102,15 +73,34 @@ class _Item(BaseModel):
 class _Cost(TypedDict, total=False):
     input_cost: float | None
     output_cost: float | None
+    cache_read_cost: float | None
+    cache_creation_cost: float | None
     tool_calls_cost: float | None
     total_cost: float | None
     currency: str | None
+
+
+class _InputDetails(TypedDict, total=False):
+    cache_read_input_tokens: int | None
+    cache_creation_input_tokens: int | None
+
+
+class _OutputDetails(TypedDict, total=False):
+    reasoning_tokens: int | None
+
+
+class _ToolCalls(TypedDict, total=False):
+    invocation: int | None
+    cost_usd: float | None
 
 
 class _Usage(TypedDict, total=False):
     input_tokens: int | None
     output_tokens: int | None
     total_tokens: int | None
+    input_tokens_details: _InputDetails | None
+    output_tokens_details: _OutputDetails | None
+    tool_calls_details: dict[str, _ToolCalls] | None
     cost: _Cost | None
 
 
@@ -178,24 +168,45 @@ def _text(response: _Response) -> str:
     )
 
 
-def _usage(usage: _Usage | None) -> tuple[dict[str, int] | None, dict[str, Any] | None]:
+def _usage(usage: _Usage | None) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """The token counts and the cost in the API's ``usage``; ``None`` for what it left out."""
     if usage is None:
         return None, None
     prompt, completion = usage.get("input_tokens") or 0, usage.get("output_tokens") or 0
+    cached = usage.get("input_tokens_details") or {}
+    tools = usage.get("tool_calls_details") or {}
+    calls = {name: detail.get("invocation") or 0 for name, detail in tools.items()}
     counts = {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": usage.get("total_tokens") or prompt + completion,
+        "reasoning_tokens": (usage.get("output_tokens_details") or {}).get("reasoning_tokens"),
+        "num_search_queries": calls.get("search_web"),
+        "cache_read_input_tokens": cached.get("cache_read_input_tokens"),
+        "cache_creation_input_tokens": cached.get("cache_creation_input_tokens"),
+        "tool_calls": calls or None,
     }
     cost = usage.get("cost")
     if cost is None:
         return counts, None
+    tool_costs: dict[str, float] = {}
+    for name, detail in tools.items():
+        paid = detail.get("cost_usd")
+        if paid is not None:
+            tool_costs[name] = paid
+    tools_cost = cost.get("tool_calls_cost")
+    if tools_cost is None and tool_costs:
+        tools_cost = sum(tool_costs.values())
     return counts, {
         "input_cost": cost.get("input_cost") or 0.0,
         "output_cost": cost.get("output_cost") or 0.0,
-        "request_cost": cost.get("tool_calls_cost") or 0.0,
+        "request_cost": tools_cost or 0.0,
         "total_cost": cost.get("total_cost") or 0.0,
         "currency": cost.get("currency") or "USD",
+        "cache_read_cost": cost.get("cache_read_cost"),
+        "cache_creation_cost": cost.get("cache_creation_cost"),
+        "tool_calls_cost": tools_cost,
+        "tool_costs": tool_costs or None,
     }
 
 

@@ -32,6 +32,7 @@ from pplx_nb._errors import (
 )
 from pplx_nb._logging import get_logger
 from pplx_nb._models import Answer
+from pplx_nb._pricing import estimate_cost
 from pplx_nb._sync import iterate_sync, run_sync
 from pplx_nb._web_results import WebResults
 from pplx_nb.api._activity import Activity
@@ -47,6 +48,7 @@ from pplx_nb.api._throttle import RateLimitHeaders, throttle_for
 from pplx_nb.api.agent import AgentAdapter
 from pplx_nb.api.cache import ResponseCache, cache_key
 from pplx_nb.api.endpoint import resolve_endpoint
+from pplx_nb.api.models import ModelPrices, prices_path
 from pplx_nb.api.request import Request, is_deep_research
 from pplx_nb.api.retry import RetryPolicy, outcome_unknown
 from pplx_nb.api.search import parse_results, search_call
@@ -112,6 +114,9 @@ class AsyncClient:
         }
         if self._key:
             headers["authorization"] = f"Bearer {self._key}"
+        self.prices = ModelPrices(
+            prices_path(self.settings.cache_dir(), self.base_url), self._models_body
+        )
         self._http = httpx2.AsyncClient(
             base_url=self.base_url,
             auth=auth,
@@ -168,7 +173,7 @@ class AsyncClient:
                 logger.debug("Cache hit for %s %s (model %s)", call.method, call.path, model)
                 return hit
         raw = await self._send(call, self._timeout(request, model), paid=is_deep_research(model))
-        answer = self._adapter.parse(raw, request, model)
+        answer = await self._priced(self._adapter.parse(raw, request, model), model)
         if key is not None:
             self.cache.put(key, answer, len(raw))
         return answer
@@ -203,7 +208,7 @@ class AsyncClient:
                 async with aclosing(attempt) as items:
                     async for item in items:
                         yielded = yielded or isinstance(item, str)
-                        yield item
+                        yield await self._priced(item, model) if isinstance(item, Answer) else item
                 return
             except APIError as error:
                 if paid and outcome_unknown(error):
@@ -276,7 +281,7 @@ class AsyncClient:
                         if parser.activity is not None and parser.activity != seen:
                             seen = parser.activity
                             yield seen
-                answer = parser.finish()
+                answer = await self._priced(parser.finish(), "")
             except RemoteRunFailed:
                 raise
             except APIError as error:
@@ -345,9 +350,23 @@ class AsyncClient:
         """
         call = self._adapter.poll(remote_id)
         raw = await self._send(call, self._seconds(self.settings.timeout_ms))
-        return self._adapter.polled(raw, related=related)
+        answer = self._adapter.polled(raw, related=related)
+        return None if answer is None else await self._priced(answer, "")
 
     # -- plumbing -----------------------------------------------------------------------------
+
+    async def _priced(self, answer: Answer, model: str) -> Answer:
+        """``answer`` with its cost estimated from the model prices when the API reported
+        usage but no cost (an answer without usage keeps its cost unknown)."""
+        if answer.cost is None and answer.usage is not None:
+            answer.cost = estimate_cost(
+                answer.model or model, answer.usage, await self.prices.get()
+            )
+        return answer
+
+    async def _models_body(self, timeout: float) -> bytes:
+        """``GET /v1/models``: one attempt within ``timeout`` seconds."""
+        return await self._send(Call("GET", "/v1/models"), timeout, retry=False)
 
     @staticmethod
     def _seconds(milliseconds: int) -> float:

@@ -24,6 +24,7 @@ from pplx_nb.api._adapter import (
     read_wire,
     stream_cut_short,
 )
+from pplx_nb.api._names import sonar_name
 from pplx_nb.api._sse import Event
 from pplx_nb.api._text import DeltaFilter, split_think
 from pplx_nb.api.request import Request
@@ -218,7 +219,7 @@ class SonarAdapter:
     style = "sonar"
 
     def _body(self, request: Request, model: str) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": model, "messages": request.messages}
+        body: dict[str, Any] = {"model": sonar_name(model), "messages": request.messages}
         body.update(request.filters())
         if request.search_mode is not None:
             body["search_mode"] = request.search_mode

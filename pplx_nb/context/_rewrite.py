@@ -21,7 +21,7 @@ __all__ = ["REFORMULATION_MODEL", "areformulate"]
 
 logger = get_logger("pplx_nb.context")
 
-REFORMULATION_MODEL = "sonar"
+REFORMULATION_MODEL = "perplexity/sonar"
 """The cheap model asked to rewrite follow-ups when a real API is in use."""
 
 _MODEL_DEADLINE_MS = 5_000
@@ -75,8 +75,8 @@ async def areformulate(
 ) -> str:
     """Reformulate ``query``, asking a cheap model when ``use_model`` (a real API) is set.
 
-    The model (``sonar``, at most 60 output tokens, temperature 0) gets a strict one-line prompt
-    with the recent transcript, and at most 5 s in all, retries included: the heuristic is a
+    The model (``perplexity/sonar``, at most 60 output tokens, temperature 0) gets a strict one-line
+    prompt with the recent transcript, and at most 5 s in all, retries included: the heuristic is a
     better answer than a search held up by a struggling API. Any error or timeout, an empty or
     overlong answer, or one that answers the question (several lines, citations) instead of
     rewriting it falls back to :func:`reformulate`, as does ``use_model=False`` (offline /

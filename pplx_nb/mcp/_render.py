@@ -70,6 +70,8 @@ def answer_result(answer: Answer, *, followup: bool, show_thinking: bool) -> Cal
     path = answer.conversation_path or ""
     title = "🔗 **Conversation Continued**" if followup else "🔗 **Conversation Started**"
     parts = [_header(title, conversation_id, path), "---"]
+    if answer.model:
+        parts.append(f"_Answered by {answer.model}_")
     if answer.reformulated_query:
         parts.append(f"_Searched as: {answer.reformulated_query}_")
     parts.extend(f"_Note: {note}_" for note in answer.notes)

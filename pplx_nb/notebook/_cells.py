@@ -174,8 +174,12 @@ class CellMagics(Magics):
         researcher = get_researcher()
         if getattr(args, "images", False) and researcher.settings.api_style == "agent":
             raise ValidationError(
-                "--images needs the Sonar API style; the Agent API returns no images. Set "
-                "PERPLEXITY_API_STYLE=sonar (`%env PERPLEXITY_API_STYLE=sonar`) and ask again."
+                "--images asks for Sonar's return_images, which the Agent API (the only one "
+                "Perplexity serves now) does not have: its answers come with no images. Its "
+                "image_search tool finds pictures on its own, but pplx_nb does not ask for "
+                "it. Ask again without --images (the sources link to the pages), or, with a "
+                "server that still speaks Sonar, set PERPLEXITY_API_STYLE=sonar "
+                "(`%env PERPLEXITY_API_STYLE=sonar`)."
             )
         return args
 

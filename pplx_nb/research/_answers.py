@@ -15,8 +15,10 @@ __all__ = ["assistant_message", "priced", "stored_answer"]
 
 
 def priced(answer: Answer, model: str) -> Answer:
-    """``answer`` with its cost estimated from its usage when the API did not report one."""
-    if answer.cost is None:
+    """``answer`` with its cost estimated from its usage when the API did not report one
+    (the static prices; the client estimates first, with the API's). Without usage the cost
+    stays unknown: ``None``, never a made-up 0."""
+    if answer.cost is None and answer.usage is not None:
         answer.cost = estimate_cost(answer.model or model, answer.usage)
     return answer
 

@@ -41,7 +41,8 @@ SYSTEM_PROMPT = (
     "in your search results and cite them with [n] markers. When the conversation continues, use "
     "its earlier turns as context."
 )
-DEEP_RESEARCH_MODEL = "sonar-deep-research"
+DEEP_RESEARCH_MODEL = "medium"
+"""Deep research: the Agent preset that replaced ``sonar-deep-research`` (mapped back for Sonar)."""
 MAX_QUERY_CHARS = 32_000
 _REQUEST_FIELDS = SEARCH_OPTIONS - {"model", "show_thinking"}
 _TOOLS = {
