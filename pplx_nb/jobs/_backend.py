@@ -1,7 +1,7 @@
 """The seams of the job side: where job statuses live, and what it asks the conversation store.
 
 :class:`JobStatusBackend` owns a conversation's job status and queued request (status.json and
-job.json for files; a Redis backend would keep them in a hash per conversation). The queue reads
+job.json for files; ``pplx_nb:conv:<id>:status`` and ``:job`` in Redis). The queue reads
 a status under the conversation's lock, applies a pure transition
 (:mod:`pplx_nb.jobs._transitions`) and writes the result back, so a backend stores typed values
 and decides nothing. :class:`AnswerLookup` is what the job side asks of the store: a job's stored
@@ -71,6 +71,10 @@ class JobStatusBackend(Protocol):
 
     def has_job(self, conversation_id: str) -> bool:
         """Whether a queued request is stored (cheap: no parsing)."""
+        ...
+
+    def queued_ids(self) -> list[str]:
+        """The conversations that hold a queued request (what recovery re-indexes from)."""
         ...
 
     def job_link(self, conversation_id: str) -> str | None:
