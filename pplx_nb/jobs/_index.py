@@ -119,6 +119,10 @@ class ClaimIndex(Protocol):
         says ``heartbeat``)."""
         ...
 
+    def held(self, marker: str) -> bool:
+        """Whether the claimed marker's lease still runs (checked before an answer is stored)."""
+        ...
+
 
 class JobIndex:
     """The pending and claimed marker directories of one conversation-logs root."""
@@ -247,6 +251,10 @@ class JobIndex:
     def lease_age(self, marker: str, heartbeat: str | None) -> float:
         """For how long this process has seen ``heartbeat`` unchanged."""
         return self._leases.saw(marker, heartbeat)
+
+    def held(self, marker: str) -> bool:
+        """Always True: see :meth:`renew`."""
+        return True
 
     def pending(self) -> list[str]:
         """Every pending marker, in claim order (walks the whole index)."""

@@ -327,6 +327,8 @@ class JobQueue:
         store append's ``check``) to fence a write by a worker whose lease may have expired.
         """
         transitions.check_owner(self._statuses.read(job.conversation_id), job)
+        if not self._index.held(job.marker):
+            raise transitions.lease_lost(job, "past its lease (no heartbeat reached the store in time)")
         if document is not None:
             answer = self._answer_lookup().job_answer(job.conversation_id, job.job_id, document)
             if answer is not None:
@@ -557,7 +559,7 @@ class JobQueue:
             status = transitions.check_owner(statuses.read(job.conversation_id), job)
             status = change(status, now_iso())
             if not self._index.renew(job.marker, status.heartbeat_at):
-                raise transitions.lease_lost(job, "its lease ran out before this write")
+                raise transitions.lease_lost(job, "past its lease (no heartbeat reached the store in time)")
             statuses.write(status)
             if status.done:
                 self._close_question(status)

@@ -338,6 +338,11 @@ class RedisClaimIndex:
         )
         return bool(renewed)
 
+    def held(self, marker: str) -> bool:
+        """Whether ``marker`` is claimed and its deadline has not passed."""
+        now, deadline = self._run("read the job index in", _AGE, [self._claimed], [marker])
+        return deadline is not None and float(deadline) >= int(now)
+
     def lease_age(self, marker: str, heartbeat: str | None) -> float:
         """Seconds since the last renewal, by the server's clock (0 when not claimed)."""
         now, deadline = self._run("read the job index in", _AGE, [self._claimed], [marker])
