@@ -57,6 +57,7 @@ if TYPE_CHECKING:
 __all__ = ["NON_RETRYABLE", "JobQueue"]
 
 _Change = Callable[[JobStatus, str], JobStatus]
+_PAST_LEASE = "past its lease (no heartbeat reached the store in time)"
 
 
 class JobQueue:
@@ -328,7 +329,7 @@ class JobQueue:
         """
         transitions.check_owner(self._statuses.read(job.conversation_id), job)
         if not self._index.held(job.marker):
-            raise transitions.lease_lost(job, "past its lease (no heartbeat reached the store in time)")
+            raise transitions.lease_lost(job, _PAST_LEASE)
         if document is not None:
             answer = self._answer_lookup().job_answer(job.conversation_id, job.job_id, document)
             if answer is not None:
@@ -559,7 +560,7 @@ class JobQueue:
             status = transitions.check_owner(statuses.read(job.conversation_id), job)
             status = change(status, now_iso())
             if not self._index.renew(job.marker, status.heartbeat_at):
-                raise transitions.lease_lost(job, "past its lease (no heartbeat reached the store in time)")
+                raise transitions.lease_lost(job, _PAST_LEASE)
             statuses.write(status)
             if status.done:
                 self._close_question(status)
