@@ -506,6 +506,7 @@ PUBLIC_NAMES = {
     "history",
     "jobs",
     "metrics",
+    "queue",
     "retry",
     "search",
     "settings",
