@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -873,6 +874,9 @@ class _JobStates:
 
     def job_state(self, conversation_id: str) -> JobState | None:
         return self.states.get(conversation_id)
+
+    def job_states(self, conversation_ids: Sequence[str]) -> list[JobState | None]:
+        return [self.states.get(conversation_id) for conversation_id in conversation_ids]
 
     def forget(self, conversation_id: str) -> None:
         assert self.root is not None

@@ -311,3 +311,15 @@ def test_the_stored_values_are_what_other_tools_can_read(
     messages = [json.loads(m) for m in db.lrange(f"pplx_nb:conv:{cid}:messages", 0, -1)]
     assert [m["role"] for m in messages] == ["user", "assistant"]
     assert db.zscore("pplx_nb:conversations", cid) == int(cid[9:])
+
+
+def test_the_url_credentials_never_show_in_locations_reprs_or_errors(logs_dir: Path) -> None:
+    url = "redis://team:hunter2secret@127.0.0.1:1/2"
+    store = ConversationStore(settings=Settings(store_url=url, conversation_logs_dir=logs_dir))
+    cid = "20250124-1706102400123"
+    shown = [repr(store), store.location, store.conversation_location(cid), repr(store._backend)]
+    with pytest.raises(FilesystemError) as caught:
+        store.load(cid)
+    shown += [str(caught.value), repr(caught.value), repr(caught.value.details)]
+    assert all("hunter2secret" not in text for text in shown)
+    assert store.conversation_location(cid) == f"redis://***@127.0.0.1:1/2 pplx_nb:conv:{cid}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -28,6 +29,8 @@ from pplx_nb.export import to_dataframe, to_markdown
 from pplx_nb.sim import stats
 from pplx_nb.store.__main__ import main as store_main
 
+DATA = Path(__file__).parent / "data"
+TS_ID = "20250124-1737724800123"
 QUESTION = "How do I cancel an asyncio task?"
 FOLLOW_UP = "What does pathlib.Path.glob return?"
 
@@ -64,9 +67,9 @@ def nothing_under(*folders: Path) -> bool:
     return all(not folder.exists() or not any(folder.iterdir()) for folder in folders)
 
 
-@pytest.fixture
-def researcher(redis_url: str, sim_url: str, logs_dir: Path) -> Iterator[Researcher]:
-    settings = Settings(
+def team_settings(redis_url: str, sim_url: str, logs_dir: Path) -> Settings:
+    """What :func:`team_env` says, as Settings for a Researcher in this process."""
+    return Settings(
         api_key=TEST_KEY,
         base_url=sim_url,
         offline=False,
@@ -74,7 +77,11 @@ def researcher(redis_url: str, sim_url: str, logs_dir: Path) -> Iterator[Researc
         store_url=redis_url,
         timeout_ms=10_000,
     )
-    found = Researcher(settings)
+
+
+@pytest.fixture
+def researcher(redis_url: str, sim_url: str, logs_dir: Path) -> Iterator[Researcher]:
+    found = Researcher(team_settings(redis_url, sim_url, logs_dir))
     yield found
     found.close()
 
@@ -151,14 +158,7 @@ def test_an_unreachable_store_is_a_clear_error_within_seconds_and_nothing_is_pai
 ) -> None:
     port = _closed_port()
     url = f"redis://team:hunter2secret@127.0.0.1:{port}/3"
-    settings = Settings(
-        api_key=TEST_KEY,
-        base_url=sim_url,
-        offline=False,
-        conversation_logs_dir=logs_dir,
-        store_url=url,
-    )
-    researcher = Researcher(settings)
+    researcher = Researcher(team_settings(url, sim_url, logs_dir))
     try:
         for action in (
             researcher.conversations,
@@ -225,7 +225,10 @@ def test_migrate_round_trips_fifty_conversations_and_a_second_run_adds_nothing(
     redis_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     source = ConversationStore(tmp_path / "before")
-    _fill(source, 50)
+    _fill(source, 49)
+    # One written by the TypeScript server: indented, no metadata, its own key order.
+    (source.root / TS_ID).mkdir()
+    shutil.copy(DATA / "ts_server_conversation.json", source.root / TS_ID / "conversation.json")
     status = {"conversationId": source.ids()[0], "status": "completed", "attempts": 1}
     (source.path(source.ids()[0]) / "status.json").write_text(json.dumps(status))
     before = _tree(source.root)

@@ -20,7 +20,7 @@ import contextlib
 import json
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -304,6 +304,10 @@ class JobQueue:
             return self._statuses.state(validate_conversation_id(conversation_id))
         except (ConversationCorrupted, FilesystemError):
             return None
+
+    def job_states(self, conversation_ids: Sequence[str]) -> list[JobState | None]:
+        """:meth:`job_state` of each conversation (what the store's listings ask)."""
+        return [self.job_state(conversation_id) for conversation_id in conversation_ids]
 
     def check_idle(self, conversation_id: str) -> None:
         """Raise JobInProgress if the conversation has a pending or in_progress job.

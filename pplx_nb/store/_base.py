@@ -2,9 +2,10 @@
 
 A :class:`StoreBackend` stores JSON documents (the camelCase ``conversation.json`` shape) under
 conversation ids and knows nothing about pydantic models; the façade validates what goes in and
-builds models from what comes out. The file backend is the one in use; a Redis backend would
-implement the same methods (a hash per conversation, a sorted set of ids, ``WATCH``/``MULTI`` for
-appends) and the mark of a question being answered (see :mod:`pplx_nb.store._answering`).
+builds models from what comes out. The file backend (:mod:`pplx_nb.store._file`) and the Redis
+backend (:mod:`pplx_nb.store._redis`: a hash and a list per conversation, a sorted set of ids, Lua
+scripts for creates and appends) implement the same methods, the mark of a question being
+answered included (see :mod:`pplx_nb.store._answering`).
 :class:`JobStates` is all the store needs from the job side (``JobQueue`` implements it): it never
 reads a job's files itself.
 """
@@ -131,6 +132,10 @@ class JobStates(Protocol):
 
     def job_state(self, conversation_id: str) -> JobState | None:
         """The state of the conversation's job, or ``None`` without one (or if unreadable)."""
+        ...
+
+    def job_states(self, conversation_ids: Sequence[str]) -> list[JobState | None]:
+        """:meth:`job_state` of each id, in one go when the job side can (for listings)."""
         ...
 
     def forget(self, conversation_id: str) -> None:

@@ -1,7 +1,8 @@
 """ConversationStore: create, load, append, list, fork, delete and prune stored conversations.
 
 The façade validates what goes in (messages through :class:`Message`, ids before any file access)
-and builds models from what comes out; the backend (:mod:`pplx_nb.store._file`) keeps the bytes.
+and builds models from what comes out; the backend keeps the bytes: files
+(:mod:`pplx_nb.store._file`), or Redis when ``PPLX_NB_STORE`` is set (:mod:`pplx_nb.store._redis`).
 Nothing is cached: every call reads the store, which is the single source of truth. What it needs
 to know about jobs (a conversation's job state; dropping a deleted conversation's job) it asks
 the job side through :class:`~pplx_nb.store._base.JobStates`.
@@ -17,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import pydantic
 from pydantic.alias_generators import to_camel
@@ -53,7 +54,6 @@ __all__ = ["ConversationStore"]
 
 logger = get_logger("pplx_nb.store")
 
-_T = TypeVar("_T")
 
 _RESERVED = frozenset(
     ("conversationId", "createdAt", "updatedAt", "messageCount", "messages", SUMMARY_KEY)
@@ -476,28 +476,34 @@ class ConversationStore:
             candidates.append(conversation_id)
         found: builtins.list[ConversationSummary] = []
         skipped: builtins.list[PplxError] = []
-        documents = _batched(candidates, self._backend.read_many, limit) if needle else None
-        for conversation_id, read in _batched(candidates, self._backend.summaries, limit):
+        for chunk in _chunks(candidates, limit):
             if limit is not None and len(found) >= limit:
                 break
-            document = next(documents)[1] if documents is not None else None
-            try:
-                if isinstance(read, PplxError):
-                    raise read
-                summary = read
-                summary["jobStatus"] = self._job_side.job_state(conversation_id)
-                if (tool and tool not in summary.get("tools", ())) or (
-                    model and model not in summary.get("models", ())
-                ):
-                    continue
-                if needle and not self._contains(conversation_id, needle, document):
-                    continue
-                found.append(self._summary_model(conversation_id, summary))
-            except ConversationNotFound:
-                continue  # deleted meanwhile, or a directory whose conversation is being created
-            except (ConversationCorrupted, FilesystemError) as exc:
-                logger.warning("Skipping conversation %s: %s", conversation_id, exc)
-                skipped.append(exc)
+            summaries = self._backend.summaries(chunk)
+            states = self._job_side.job_states(chunk)
+            documents = self._backend.read_many(chunk) if needle else [None] * len(chunk)
+            for conversation_id, read, state, document in zip(
+                chunk, summaries, states, documents, strict=True
+            ):
+                if limit is not None and len(found) >= limit:
+                    break
+                try:
+                    if isinstance(read, PplxError):
+                        raise read
+                    summary = read
+                    summary["jobStatus"] = state
+                    if (tool and tool not in summary.get("tools", ())) or (
+                        model and model not in summary.get("models", ())
+                    ):
+                        continue
+                    if needle and not self._contains(conversation_id, needle, document):
+                        continue
+                    found.append(self._summary_model(conversation_id, summary))
+                except ConversationNotFound:
+                    continue  # deleted meanwhile, or a folder whose conversation is being created
+                except (ConversationCorrupted, FilesystemError) as exc:
+                    logger.warning("Skipping conversation %s: %s", conversation_id, exc)
+                    skipped.append(exc)
         self.last_skipped = skipped
         return found
 
@@ -510,11 +516,12 @@ class ConversationStore:
         For bulk readers such as :mod:`pplx_nb.export`: one round trip per batch on Redis.
         """
         chosen = self._backend.ids() if ids is None else [*ids]
-        for conversation_id, read in _batched(chosen, self._backend.read_many, None):
-            try:
-                yield conversation_id, self._document(conversation_id, read)
-            except (ConversationNotFound, ConversationCorrupted, FilesystemError) as exc:
-                yield conversation_id, exc
+        for chunk in _chunks(chosen, None):
+            for conversation_id, read in zip(chunk, self._backend.read_many(chunk), strict=True):
+                try:
+                    yield conversation_id, self._document(conversation_id, read)
+                except (ConversationNotFound, ConversationCorrupted, FilesystemError) as exc:
+                    yield conversation_id, exc
 
     def _contains(self, conversation_id: str, needle: str, read: bytes | PplxError | None) -> bool:
         """Whether a message of the conversation (its document ``read`` in a batch) holds
@@ -578,16 +585,13 @@ _FIRST_BATCH = 64
 _LARGEST_BATCH = 512
 
 
-def _batched(
-    ids: Sequence[str], read: Callable[[Sequence[str]], Sequence[_T]], limit: int | None
-) -> Iterator[tuple[str, _T]]:
-    """``(id, read result)`` for ``ids`` in order, read in batches that grow from the first
-    (``limit`` ids when given, so a short listing reads little) to a few hundred."""
+def _chunks(ids: Sequence[str], limit: int | None) -> Iterator[Sequence[str]]:
+    """``ids`` in batches that grow from the first (``limit`` ids when given, so a short
+    listing reads little) to a few hundred: one round trip each on Redis."""
     size = max(1, min(limit, _FIRST_BATCH)) if limit is not None else _FIRST_BATCH
     start = 0
     while start < len(ids):
-        chunk = ids[start : start + size]
-        yield from zip(chunk, read(chunk), strict=True)
+        yield ids[start : start + size]
         start += size
         size = min(size * 4, _LARGEST_BATCH)
 
