@@ -559,3 +559,17 @@ def test_waiting_on_a_job_whose_last_lease_expired_raises_that_code(
         researcher.wait(job.conversation_id, timeout=30)
     assert caught.value.code == "JOB_LEASE_EXPIRED"
     assert "sent no heartbeat" in caught.value.message
+
+
+def test_job_states_answer_for_a_batch_with_none_for_no_job_and_a_damaged_one(
+    queue: JobQueue, world: World
+) -> None:
+    idle, waiting, running, broken = (world.new_conversation() for _ in range(4))
+    for cid in (waiting, running, broken):
+        queue.enqueue(cid, "t", {}, priority=1 if cid == running else 0)
+    assert queue.claim("w") is not None
+    world.put_status(broken, "{truncated")
+    ids = [idle, waiting, running, broken]
+    assert queue.job_states(ids) == [None, "pending", "in_progress", None]
+    assert queue.job_states(ids) == [queue.job_state(cid) for cid in ids]
+    assert queue.job_states([]) == []

@@ -10,6 +10,7 @@ answer, and closing the question of a job that ended without one.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Protocol
 
@@ -39,6 +40,11 @@ class JobStatusBackend(Protocol):
         Checks only the state and attempt count, so a status written by another tool with
         fewer fields still answers.
         """
+        ...
+
+    def states(self, conversation_ids: Sequence[str]) -> list[JobState | None]:
+        """:meth:`state` of each id, in one go when the backend can (for listings): ``None``
+        without a status, or with one that cannot be read."""
         ...
 
     def read(self, conversation_id: str) -> JobStatus | None:

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
-from pplx_nb._errors import ConversationCorrupted, PplxError
+from pplx_nb._errors import ConversationCorrupted, FilesystemError, PplxError
 from pplx_nb._fs import (
     CONVERSATION_ID_RE,
     DEFAULT_MAX_FILE_BYTES,
@@ -76,6 +77,16 @@ class FileStatusBackend:
         path = self.layout.status_file(conversation_id)
         raw = self._bytes(path, in_real_folder=False)
         return None if raw is None else parse_state(raw, path)
+
+    def states(self, conversation_ids: Sequence[str]) -> list[JobState | None]:
+        """:meth:`state` of each, one file at a time; an unreadable one is ``None``."""
+        found: list[JobState | None] = []
+        for conversation_id in conversation_ids:
+            try:
+                found.append(self.state(conversation_id))
+            except (ConversationCorrupted, FilesystemError):
+                found.append(None)
+        return found
 
     def read(self, conversation_id: str) -> JobStatus | None:
         """status.json as a :class:`JobStatus`; ``None`` if no job ever ran for it."""

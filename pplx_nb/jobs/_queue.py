@@ -306,8 +306,14 @@ class JobQueue:
             return None
 
     def job_states(self, conversation_ids: Sequence[str]) -> list[JobState | None]:
-        """:meth:`job_state` of each conversation (what the store's listings ask)."""
-        return [self.job_state(conversation_id) for conversation_id in conversation_ids]
+        """:meth:`job_state` of each conversation (what the store's listings ask), in one round
+        trip on Redis."""
+        for conversation_id in conversation_ids:
+            validate_conversation_id(conversation_id)
+        try:
+            return self._statuses.states(conversation_ids)
+        except FilesystemError:
+            return [None] * len(conversation_ids)
 
     def check_idle(self, conversation_id: str) -> None:
         """Raise JobInProgress if the conversation has a pending or in_progress job.

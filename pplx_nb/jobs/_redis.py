@@ -29,9 +29,15 @@ the lock is still its own (a holder paused past the lock's expiry writes nothing
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from pplx_nb._errors import FilesystemError, PplxError, url_without_credentials
+from pplx_nb._errors import (
+    ConversationCorrupted,
+    FilesystemError,
+    PplxError,
+    url_without_credentials,
+)
 from pplx_nb._fs import CONVERSATION_ID_RE, validate_conversation_id
 from pplx_nb._layout import RedisKeys
 from pplx_nb._models import JobRecord, JobState, JobStatus
@@ -166,6 +172,21 @@ class RedisStatusBackend:
         """The status's state, checked with its attempts; ``None`` without a status."""
         raw = self.snapshot(conversation_id)
         return None if raw is None else parse_state(raw, self._where(conversation_id, "status"))
+
+    def states(self, conversation_ids: Sequence[str]) -> list[JobState | None]:
+        """:meth:`state` of each, one ``MGET`` for all; a damaged status is ``None``."""
+        if not conversation_ids:
+            return []
+        keys = [self._key(cid, "status") for cid in conversation_ids]
+        with redis_errors(self.url, "read job statuses in"):
+            found = cast(list[bytes | None], self._redis.mget(keys))
+        states: list[JobState | None] = []
+        for key, raw in zip(keys, found, strict=True):
+            try:
+                states.append(None if raw is None else parse_state(raw, key))
+            except ConversationCorrupted:
+                states.append(None)
+        return states
 
     def read(self, conversation_id: str) -> JobStatus | None:
         """The whole status; ``None`` if no job ever ran for the conversation."""
