@@ -122,6 +122,32 @@ def test_a_worker_whose_lease_ran_out_is_refused_before_anyone_recovers_the_job(
     assert [e.code for e in status.error_history] == ["JOB_LEASE_EXPIRED"]
 
 
+def test_a_claim_held_up_past_its_lease_is_claimed_afresh_not_lost(
+    redis_url: str, logs_dir: Path
+) -> None:
+    store = _store(redis_url, logs_dir)
+    queue = JobQueue.on_redis(redis_url, lease_seconds=0.3, answers=store)
+    cid = _ask(store)
+    queue.enqueue(cid, "t", {})
+    held = threading.Event()
+
+    def hold_the_lock() -> None:
+        with store.locked(cid):
+            held.set()
+            time.sleep(0.6)
+
+    holder = threading.Thread(target=hold_the_lock)
+    holder.start()
+    assert held.wait(30)
+    job = queue.claim("w")  # pops the job, then waits for the lock longer than a lease
+    holder.join()
+    assert job is not None and job.attempt == 1
+    queue.heartbeat(job)  # its lease runs from the claim that took it, not the one held up
+    status = queue.status(cid)
+    assert status is not None and status.status == "in_progress" and status.error_history == []
+    assert queue.complete(job).status == "completed"
+
+
 def test_leases_are_judged_by_the_server_clock_not_this_machines(
     redis_url: str, logs_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -258,6 +284,7 @@ def spawn(
         proc.wait(timeout=10)
 
 
+@pytest.mark.slow
 @pytest.mark.sim_sonar
 def test_four_worker_processes_drain_300_jobs_exactly_once_with_one_killed(
     spawn: Callable[[str], subprocess.Popen[bytes]],

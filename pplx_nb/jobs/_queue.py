@@ -385,9 +385,12 @@ class JobQueue:
             if record is None or record.job_id != status.job_id:
                 self._end(transitions.lost_request(status, now), marker)
                 return None
+            if not self._index.renew(marker, now):
+                # Claimed, then held up past a whole lease: let the next claim have it.
+                self._index.requeue(marker)
+                return None
             status = transitions.start_attempt(status, worker_id, now)
             statuses.write(status)
-            self._index.renew(marker, now)
         return Job(
             job_id=record.job_id,
             conversation_id=conversation_id,
