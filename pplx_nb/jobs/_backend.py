@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Protocol
 
+from pplx_nb._errors import ConversationCorrupted, FilesystemError
 from pplx_nb._models import JobRecord, JobState, JobStatus, Message
 
 __all__ = ["AnswerLookup", "JobStatusBackend"]
@@ -49,6 +50,12 @@ class JobStatusBackend(Protocol):
 
     def read(self, conversation_id: str) -> JobStatus | None:
         """The whole status, ``None`` if no job ever ran; CONVERSATION_CORRUPTED if damaged."""
+        ...
+
+    def read_many(
+        self, conversation_ids: Sequence[str]
+    ) -> list[JobStatus | ConversationCorrupted | FilesystemError | None]:
+        """:meth:`read` of each id, or the error reading it gave, in one go when possible."""
         ...
 
     def write(self, status: JobStatus) -> None:

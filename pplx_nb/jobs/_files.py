@@ -97,6 +97,18 @@ class FileStatusBackend:
         raw = self._bytes(path)
         return None if raw is None else parse_status(raw, path)
 
+    def read_many(
+        self, conversation_ids: Sequence[str]
+    ) -> list[JobStatus | ConversationCorrupted | FilesystemError | None]:
+        """:meth:`read` of each, one file at a time."""
+        found: list[JobStatus | ConversationCorrupted | FilesystemError | None] = []
+        for conversation_id in conversation_ids:
+            try:
+                found.append(self.read(conversation_id))
+            except (ConversationCorrupted, FilesystemError) as exc:
+                found.append(exc)
+        return found
+
     def write(self, status: JobStatus) -> None:
         """Replace status.json (compact JSON, ``None`` fields left out)."""
         path = self.layout.status_file(status.conversation_id)

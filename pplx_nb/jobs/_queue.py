@@ -537,13 +537,11 @@ class JobQueue:
         others.
         """
         found = []
-        for conversation_id in self._statuses.conversation_ids():
-            try:
-                status = self._statuses.read(conversation_id)
-            except (ConversationCorrupted, FilesystemError) as exc:
-                logger.warning("Skipping the job status of %s: %s", conversation_id, exc)
-                continue
-            if status is not None and (states is None or status.status in states):
+        ids = self._statuses.conversation_ids()
+        for conversation_id, status in zip(ids, self._statuses.read_many(ids), strict=True):
+            if isinstance(status, (ConversationCorrupted, FilesystemError)):
+                logger.warning("Skipping the job status of %s: %s", conversation_id, status)
+            elif status is not None and (states is None or status.status in states):
                 found.append(status)
         found.sort(key=lambda s: s.started_at, reverse=True)
         return found

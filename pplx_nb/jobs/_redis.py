@@ -29,7 +29,7 @@ the lock is still its own (a holder paused past the lock's expiry writes nothing
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from pplx_nb._errors import (
@@ -48,6 +48,9 @@ if TYPE_CHECKING:
     import redis
 
 __all__ = ["RedisClaimIndex", "RedisStatusBackend"]
+
+_BATCH = 512
+"""Statuses read per ``MGET`` in listings."""
 
 _NOW_MS = "local t = redis.call('time') local now = t[1] * 1000 + math.floor(t[2] / 1000)\n"
 
@@ -145,7 +148,11 @@ class RedisStatusBackend:
         return self.keys.conversation(validate_conversation_id(conversation_id), part)
 
     def _where(self, conversation_id: str, part: str) -> str:
-        return f"{self.shown_url} {self._key(conversation_id, part)}"
+        return self._shown(self._key(conversation_id, part))
+
+    def _shown(self, key: str) -> str:
+        """A key as users see it: the URL (no credentials) and the key."""
+        return f"{self.shown_url} {key}"
 
     # -- the lock and what exists ---------------------------------------------------------------
 
@@ -174,16 +181,12 @@ class RedisStatusBackend:
         return None if raw is None else parse_state(raw, self._where(conversation_id, "status"))
 
     def states(self, conversation_ids: Sequence[str]) -> list[JobState | None]:
-        """:meth:`state` of each, one ``MGET`` for all; a damaged status is ``None``."""
-        if not conversation_ids:
-            return []
-        keys = [self._key(cid, "status") for cid in conversation_ids]
-        with redis_errors(self.url, "read job statuses in"):
-            found = cast(list[bytes | None], self._redis.mget(keys))
+        """:meth:`state` of each, ``MGET`` by batches of :data:`_BATCH`; a damaged status is
+        ``None``."""
         states: list[JobState | None] = []
-        for key, raw in zip(keys, found, strict=True):
+        for where, raw in self._raw_statuses(conversation_ids):
             try:
-                states.append(None if raw is None else parse_state(raw, key))
+                states.append(None if raw is None else parse_state(raw, where))
             except ConversationCorrupted:
                 states.append(None)
         return states
@@ -192,6 +195,26 @@ class RedisStatusBackend:
         """The whole status; ``None`` if no job ever ran for the conversation."""
         raw = self.snapshot(conversation_id)
         return None if raw is None else parse_status(raw, self._where(conversation_id, "status"))
+
+    def read_many(
+        self, conversation_ids: Sequence[str]
+    ) -> list[JobStatus | ConversationCorrupted | FilesystemError | None]:
+        """:meth:`read` of each (or its error), ``MGET`` by batches of :data:`_BATCH`."""
+        found: list[JobStatus | ConversationCorrupted | FilesystemError | None] = []
+        for where, raw in self._raw_statuses(conversation_ids):
+            try:
+                found.append(None if raw is None else parse_status(raw, where))
+            except ConversationCorrupted as exc:
+                found.append(exc)
+        return found
+
+    def _raw_statuses(self, conversation_ids: Sequence[str]) -> Iterator[tuple[str, bytes | None]]:
+        """Each status's place (for errors) and stored bytes, ``MGET`` by batches."""
+        for start in range(0, len(conversation_ids), _BATCH):
+            keys = [self._key(cid, "status") for cid in conversation_ids[start : start + _BATCH]]
+            with redis_errors(self.url, "read job statuses in"):
+                raws = cast(list[bytes | None], self._redis.mget(keys))
+            yield from zip(map(self._shown, keys), raws, strict=True)
 
     def write(self, status: JobStatus) -> None:
         """Replace the status (refused if this thread's lock on it expired meanwhile)."""
