@@ -3,7 +3,9 @@
 The SQLite baseline is the usual design (litequeue, persist-queue): one table, a claim is
 ``BEGIN IMMEDIATE; SELECT ... ORDER BY priority DESC, id LIMIT 1; UPDATE ...; COMMIT`` in WAL mode.
 Both queues do the same work per job: enqueue, claim, complete; the cycle benchmark also appends
-the answer to the conversation through the store (the part a runner does), for both queues.
+the answer to the conversation through the store (the part a runner does), for both queues. The
+same cycles and races run again with conversations and jobs in one local ``redis-server``
+(``PPLX_NB_STORE``), when Debian's package is installed.
 """
 
 from __future__ import annotations
@@ -19,7 +21,10 @@ from multiprocessing.synchronize import Event as EventType
 from pathlib import Path
 from typing import Any, TypeVar
 
-from bench._util import SCRATCH, median, ratio, table
+import redis
+
+from bench._util import SCRATCH, median, ratio, redis_server, table
+from pplx_nb._config import Settings
 from pplx_nb._fs import atomic_write_json
 from pplx_nb._models import Message, Usage
 from pplx_nb.jobs import JobQueue
@@ -40,8 +45,22 @@ TMPFS = "/dev/shm"
 J = TypeVar("J")
 
 
-def _conversations(root: Path, n: int) -> list[str]:
-    store = ConversationStore(root)
+def _store(where: Path | str) -> ConversationStore:
+    """The store in folder ``where``, or in the Redis database of the URL ``where``."""
+    if isinstance(where, str):
+        return ConversationStore(settings=Settings.from_env(store_url=where))
+    return ConversationStore(where)
+
+
+def _queue(where: Path | str, store: ConversationStore | None = None) -> JobQueue:
+    """The queue beside :func:`_store`'s."""
+    if isinstance(where, str):
+        return JobQueue.on_redis(where, answers=store)
+    return JobQueue(where, answers=store)
+
+
+def _conversations(root: Path | str, n: int) -> list[str]:
+    store = _store(root)
     return [
         store.create([Message(role="user", content=f"question {i}")]).conversation_id
         for i in range(n)
@@ -105,8 +124,9 @@ class SqliteQueue:
 # -- single-process cycles -------------------------------------------------------------------
 
 
-def _cycles_ours(root: Path, ids: list[str]) -> float:
-    queue, store = JobQueue(root), ConversationStore(root)
+def _cycles_ours(root: Path | str, ids: list[str]) -> float:
+    store = _store(root)
+    queue = _queue(root, store)
     start = time.perf_counter()
     for cid in ids:
         queue.enqueue(cid, TOOL, {"searchQuery": "q"})
@@ -129,6 +149,12 @@ def _cycles_sqlite(root: Path, ids: list[str]) -> float:
     return len(ids) / (time.perf_counter() - start)
 
 
+def _cycles_redis(url: str) -> float:
+    """One timed run of :func:`_cycles_ours` in the emptied Redis database of ``url``."""
+    redis.Redis.from_url(url).flushdb()
+    return _cycles_ours(url, _conversations(url, CYCLES))
+
+
 def _cycles(kind: Callable[[Path, list[str]], float], holder: Path) -> float:
     """One timed run in a fresh folder under ``holder``, left in place until every run is done.
 
@@ -146,7 +172,7 @@ def _cycles(kind: Callable[[Path, list[str]], float], holder: Path) -> float:
 
 
 def _race_worker_ours(root: str, go: EventType, out: Any) -> None:
-    queue = JobQueue(Path(root))
+    queue = _queue(root if root.startswith("redis://") else Path(root))
     claimed: list[str] = []
     go.wait()
     while (job := queue.claim(f"p{mp.current_process().pid}")) is not None:
@@ -165,26 +191,35 @@ def _race_worker_sqlite(root: str, go: EventType, out: Any) -> None:
     out.put((claimed, time.perf_counter()))
 
 
-def _race(kind: str) -> tuple[float, int, int]:
-    """Claims per second of RACE_PROCESSES processes over RACE_JOBS jobs, duplicates, claims."""
+def _race(kind: str, url: str | None = None) -> tuple[float, int, int]:
+    """Claims per second of RACE_PROCESSES processes over RACE_JOBS jobs, duplicates, claims.
+
+    ``kind``: "ours" (files), "redis" (the Redis database of ``url``, emptied first), "sqlite".
+    """
     ctx = mp.get_context("fork")
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         ids = [f"{i}" for i in range(RACE_JOBS)]
-        if kind == "ours":
-            queue = JobQueue(root)
-            for cid in _conversations(root, RACE_JOBS):
+        if kind in ("ours", "redis"):
+            where: Path | str = root
+            if kind == "redis" and url is not None:
+                redis.Redis.from_url(url).flushdb()
+                where = url
+            queue = _queue(where)
+            for cid in _conversations(where, RACE_JOBS):
                 queue.enqueue(cid, TOOL, {"searchQuery": "q"})
             target: Callable[..., None] = _race_worker_ours
+            root_arg = str(where)
         else:
             sqlite_queue = SqliteQueue(root / "queue.db")
             for cid in ids:
                 sqlite_queue.enqueue(cid, {"searchQuery": "q"})
             sqlite_queue.db.close()
             target = _race_worker_sqlite
+            root_arg = str(root)
         go, out = ctx.Event(), ctx.Queue()
         procs = [
-            ctx.Process(target=target, args=(str(root), go, out)) for _ in range(RACE_PROCESSES)
+            ctx.Process(target=target, args=(root_arg, go, out)) for _ in range(RACE_PROCESSES)
         ]
         for proc in procs:
             proc.start()
@@ -278,14 +313,21 @@ def _verdict(met: bool) -> str:
 
 
 def run() -> str:
-    """Run every measurement RUNS times and report medians and ratios."""
+    """Run every measurement RUNS times and report medians and ratios (Redis rows too when
+    ``redis-server`` is installed)."""
+    with redis_server() as url:
+        return _run(url)
+
+
+def _run(url: str | None) -> str:
     SCRATCH.mkdir(parents=True, exist_ok=True)
     write_before, link_before, replace_before = _disk_probe(SCRATCH)
     temp_write_before, _, _ = _disk_probe()
     # Runs alternate between the two queues so both see the same disk load.
     cycles: dict[str, list[float]] = {"ours": [], "sqlite": []}
     in_temp: dict[str, list[float]] = {"ours": [], "sqlite": []}
-    races: dict[str, list[tuple[float, int, int]]] = {"ours": [], "sqlite": []}
+    races: dict[str, list[tuple[float, int, int]]] = {"ours": [], "sqlite": [], "redis": []}
+    on_redis: list[float] = []
     in_memory: dict[str, list[float]] = {"ours": [], "sqlite": []}
     with (
         tempfile.TemporaryDirectory(dir=SCRATCH) as here,
@@ -297,12 +339,16 @@ def run() -> str:
             cycles["sqlite"].append(_cycles(_cycles_sqlite, Path(here)))
             in_temp["ours"].append(_cycles(_cycles_ours, Path(temp)))
             in_temp["sqlite"].append(_cycles(_cycles_sqlite, Path(temp)))
+            if url is not None:
+                on_redis.append(_cycles_redis(url))
             if Path(TMPFS).is_dir():
                 in_memory["ours"].append(_cycles(_cycles_ours, Path(memory)))
                 in_memory["sqlite"].append(_cycles(_cycles_sqlite, Path(memory)))
     for _ in range(RUNS):
         races["ours"].append(_race("ours"))
         races["sqlite"].append(_race("sqlite"))
+        if url is not None:
+            races["redis"].append(_race("redis", url))
     cycles_ours, cycles_sqlite = median(cycles["ours"]), median(cycles["sqlite"])
     races_ours, races_sqlite = races["ours"], races["sqlite"]
     race_ours = median([r[0] for r in races_ours])
@@ -362,6 +408,7 @@ def run() -> str:
     ]
     return "\n\n".join(
         [
+            *_redis_section(on_redis, temp_ours, temp_sqlite, races, race_ours, race_sqlite),
             "pplx_nb's queue (markers claimed by `os.rename`, status.json per conversation, "
             "fenced by worker id and attempt) against a SQLite job table claimed with "
             "`BEGIN IMMEDIATE; SELECT … ORDER BY priority DESC, id; UPDATE` (WAL, "
@@ -398,3 +445,62 @@ def run() -> str:
             "shared disk; the tmpfs row is the code's own cost.",
         ]
     )
+
+
+def _redis_section(
+    cycles: list[float],
+    files_cycles: float,
+    sqlite_cycles: float,
+    races: dict[str, list[tuple[float, int, int]]],
+    files_claims: float,
+    sqlite_claims: float,
+) -> list[str]:
+    """The Redis rows beside the file and SQLite ones of the same run (none without Redis)."""
+    if not cycles or not races["redis"]:
+        return ["On Redis: not measured (Debian's `redis-server` is not installed here)."]
+    redis_cycles = median(cycles)
+    redis_claims = median([r[0] for r in races["redis"]])
+    duplicates = sum(r[1] for r in races["redis"])
+    claims = sum(r[2] for r in races["redis"])
+    rows = [
+        [
+            f"cycles/s, 1 process (enqueue → claim → append answer → complete, {CYCLES} jobs)",
+            _spread(cycles),
+            f"{files_cycles:,.0f}",
+            f"{sqlite_cycles:,.0f}",
+            ratio(redis_cycles, files_cycles),
+            ratio(redis_cycles, sqlite_cycles),
+        ],
+        [
+            f"claims/s, {RACE_PROCESSES} processes racing over {RACE_JOBS:,} jobs "
+            "(claim + complete)",
+            f"{redis_claims:,.0f}",
+            f"{files_claims:,.0f}",
+            f"{sqlite_claims:,.0f}",
+            ratio(redis_claims, files_claims),
+            ratio(redis_claims, sqlite_claims),
+        ],
+        [
+            f"duplicate claims in {RUNS} races ({claims:,} claims)",
+            str(duplicates),
+            "",
+            "",
+            "",
+            "",
+        ],
+    ]
+    return [
+        "### On Redis (`PPLX_NB_STORE`), beside files and SQLite in the same run",
+        "Conversations and jobs in one local `redis-server` (no persistence), the same cycles "
+        "and races as below; files and SQLite in the system temp folder. Redis medians of "
+        f"{CYCLE_RUNS} runs for cycles (with their range), {RUNS} for races.",
+        table(
+            ["measure", "Redis", "files", "SQLite queue", "Redis / files", "Redis / SQLite"],
+            rows,
+        ),
+        "A cycle on Redis takes the conversation lock four times (enqueue, claim, the "
+        "answer's append, complete) and makes 28 round trips to the server; every one of "
+        "them crosses loopback, where a file cycle makes system calls. What it buys: "
+        "workers on any machine that reaches the server, leases on the server's clock.",
+        "### Files and SQLite",
+    ]

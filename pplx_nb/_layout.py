@@ -20,6 +20,7 @@ every key starts with ``pplx_nb:`` and a conversation's keys contain its id::
     pplx_nb:conv:<id>:status / :job         its job's status and queued request (JSON)
     pplx_nb:conv:<id>:lock / :answering     the conversation lock, the answer-in-progress mark
     pplx_nb:jobs:pending / :claimed         the claim index (sorted sets)
+    pplx_nb:jobs:queued                     the conversations holding a queued request (a set)
     pplx_nb:ratelimit:<window>              the shared request counter (PPLX_NB_RATE_LIMIT)
 
 Names starting with a dot never match the conversation-id pattern, so listings skip them. Temp

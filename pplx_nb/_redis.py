@@ -23,7 +23,7 @@ from pplx_nb._errors import StoreUnavailable, redact, url_without_credentials
 if TYPE_CHECKING:
     import redis
 
-__all__ = ["CONNECT_SECONDS", "KEY_PREFIX", "RedisLock", "client", "redis_errors"]
+__all__ = ["CONNECT_SECONDS", "KEY_PREFIX", "HeldLocks", "RedisLock", "client", "redis_errors"]
 
 KEY_PREFIX = "pplx_nb"
 """Every key pplx_nb writes starts with ``pplx_nb:``, so one Redis database can hold other data."""
@@ -147,3 +147,41 @@ class RedisLock:
 
     def __exit__(self, *exc: Any) -> None:
         self.release()
+
+
+class HeldLocks:
+    """Conversation locks taken through one backend, with the token each thread holds.
+
+    A write made under a lock passes :meth:`token` to its script, which checks that the lock key
+    still holds it, so a holder paused past the lock's expiry writes nothing. A lock taken by
+    another backend (the job side holding the store's key, or the reverse) gives ``""``: no check.
+
+    Args:
+        url: the store's URL.
+        ttl: seconds a lock lives if its holder dies.
+        timeout: seconds taking a lock may wait before a FILESYSTEM_ERROR.
+    """
+
+    def __init__(self, url: str, *, ttl: float = 30.0, timeout: float = 30.0) -> None:
+        self.url = url
+        self.ttl = ttl
+        self.timeout = timeout
+        self._held = threading.local()
+
+    @contextlib.contextmanager
+    def hold(self, key: str, name: str) -> Iterator[None]:
+        """Hold the lock ``key`` for the block; ``name`` (a conversation id) finds its token."""
+        lock = RedisLock(self.url, key, ttl=self.ttl, timeout=self.timeout)
+        lock.acquire()
+        tokens: dict[str, str] = self._held.__dict__.setdefault("tokens", {})
+        tokens[name] = lock.token or ""
+        try:
+            yield
+        finally:
+            tokens.pop(name, None)
+            lock.release()
+
+    def token(self, name: str) -> str:
+        """The token of the lock this thread holds for ``name`` through here, or ``""``."""
+        tokens: dict[str, str] = getattr(self._held, "tokens", {})
+        return tokens.get(name, "")

@@ -1,4 +1,5 @@
-"""The job queue on a real directory: lifecycle, order, retries, leases, fencing, index healing."""
+"""The job queue on both backends (a real directory, a real Redis): lifecycle, order, retries,
+leases, fencing, index healing."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ import time
 from collections import Counter
 from itertools import count
 from pathlib import Path
+from typing import Any
 
 import pytest
+import redis
 
 from pplx_nb import ConversationStore, Settings
 from pplx_nb._errors import (
@@ -21,21 +24,105 @@ from pplx_nb._errors import (
     ValidationError,
 )
 from pplx_nb._fs import ensure_dir, id_from_ms
+from pplx_nb._layout import RedisKeys
 from pplx_nb.jobs import Job, JobContext, JobQueue, LeaseLost, format_status_message
 
 _ms = count(int(time.time() * 1000))
+_KEYS = RedisKeys()
 
 
-def new_conversation(root: Path) -> str:
-    """A conversation directory (the queue needs only the directory to exist)."""
-    conversation_id = id_from_ms(next(_ms))
-    ensure_dir(root / conversation_id)
-    return conversation_id
+class World:
+    """Where a test's conversations and jobs live: a folder, or a Redis database."""
+
+    def __init__(self, logs_dir: Path, redis_url: str | None) -> None:
+        self.logs_dir = logs_dir
+        self.redis_url = redis_url
+        self.redis = redis.Redis.from_url(redis_url) if redis_url else None
+
+    def settings(self, **fields: Any) -> Settings:
+        return Settings(
+            conversation_logs_dir=self.logs_dir, store_url=self.redis_url, offline=True, **fields
+        )
+
+    def queue(self, **options: Any) -> JobQueue:
+        """A queue over this world (``max_job_retries``, ``lease_seconds`` as given)."""
+        if self.redis_url:
+            return JobQueue.on_redis(self.redis_url, **options)
+        return JobQueue(self.logs_dir, **options)
+
+    def store(self) -> ConversationStore:
+        if self.redis_url:
+            return ConversationStore(settings=self.settings())
+        return ConversationStore(self.logs_dir)
+
+    def new_conversation(self) -> str:
+        """A conversation the queue accepts jobs for (a bare folder; a bare meta hash)."""
+        conversation_id = id_from_ms(next(_ms))
+        if self.redis is None:
+            ensure_dir(self.logs_dir / conversation_id)
+        else:
+            self.redis.hset(_KEYS.conversation(conversation_id, "meta"), "conversationId", "1")
+            self.redis.zadd(_KEYS.conversations, {conversation_id: int(conversation_id[9:])})
+        return conversation_id
+
+    def parts(self, conversation_id: str) -> set[str]:
+        """Which of job.json and status.json (or their keys) the conversation holds."""
+        if self.redis is None:
+            folder = self.logs_dir / conversation_id
+            return {p.name for p in folder.iterdir() if p.name in ("job.json", "status.json")}
+        return {
+            f"{part}.json"
+            for part in ("job", "status")
+            if self.redis.exists(_KEYS.conversation(conversation_id, part))
+        }
+
+    def raw_status(self, conversation_id: str) -> dict[str, Any]:
+        if self.redis is None:
+            return dict(json.loads((self.logs_dir / conversation_id / "status.json").read_text()))
+        raw = self.redis.get(_KEYS.conversation(conversation_id, "status"))
+        assert isinstance(raw, bytes)
+        return dict(json.loads(raw))
+
+    def raw_job(self, conversation_id: str) -> dict[str, Any]:
+        if self.redis is None:
+            return dict(json.loads((self.logs_dir / conversation_id / "job.json").read_text()))
+        raw = self.redis.get(_KEYS.conversation(conversation_id, "job"))
+        assert isinstance(raw, bytes)
+        return dict(json.loads(raw))
+
+    def put_status(self, conversation_id: str, text: str) -> None:
+        """Overwrite the stored status with ``text`` as it is (to damage it)."""
+        if self.redis is None:
+            (self.logs_dir / conversation_id / "status.json").write_text(text)
+        else:
+            self.redis.set(_KEYS.conversation(conversation_id, "status"), text)
+
+    def drop_index(self) -> None:
+        """Lose every pending and claimed marker, as a crash between writes could."""
+        if self.redis is None:
+            for marker in (self.logs_dir / ".jobs").rglob("*-*-*"):
+                if marker.is_file():
+                    marker.unlink()
+        else:
+            self.redis.delete(_KEYS.jobs("pending"), _KEYS.jobs("claimed"))
+
+    def claimed(self) -> list[str]:
+        """The claimed markers."""
+        if self.redis is None:
+            return sorted(p.name for p in (self.logs_dir / ".jobs" / "claimed").iterdir())
+        return sorted(m.decode() for m in self.redis.zrange(_KEYS.jobs("claimed"), 0, -1))
 
 
-def _claimed(queue: JobQueue, root: Path, worker: str = "w") -> Job:
+@pytest.fixture(params=["files", "redis"])
+def world(request: pytest.FixtureRequest, logs_dir: Path) -> World:
+    """Each test runs on files and on Redis (``redis_url``: a real server, an emptied DB)."""
+    url = request.getfixturevalue("redis_url") if request.param == "redis" else None
+    return World(logs_dir, url)
+
+
+def _claimed(queue: JobQueue, world: World, worker: str = "w") -> Job:
     """A new conversation with a job enqueued and claimed by ``worker``."""
-    cid = new_conversation(root)
+    cid = world.new_conversation()
     queue.enqueue(cid, "t", {})
     job = queue.claim(worker)
     assert job is not None
@@ -43,27 +130,23 @@ def _claimed(queue: JobQueue, root: Path, worker: str = "w") -> Job:
 
 
 @pytest.fixture
-def queue(logs_dir: Path) -> JobQueue:
-    return JobQueue(logs_dir, max_job_retries=2, lease_seconds=60)
-
-
-def _files(root: Path, conversation_id: str) -> set[str]:
-    return {p.name for p in (root / conversation_id).iterdir() if not p.name.startswith(".")}
+def queue(world: World) -> JobQueue:
+    return world.queue(max_job_retries=2, lease_seconds=60)
 
 
 def test_enqueue_writes_job_and_pending_status_with_every_field(
-    queue: JobQueue, logs_dir: Path, caplog: pytest.LogCaptureFixture
+    queue: JobQueue, world: World, caplog: pytest.LogCaptureFixture
 ) -> None:
-    cid = new_conversation(logs_dir)
+    cid = world.new_conversation()
     with caplog.at_level(logging.INFO, logger="pplx_nb.jobs"):
         status = queue.enqueue(cid, "perplexity_deep_research", {"searchQuery": "x"}, priority=3)
     assert status.status == "pending" and status.attempts == 0 and status.priority == 3
-    assert _files(logs_dir, cid) == {"job.json", "status.json"}
-    on_disk = json.loads((logs_dir / cid / "status.json").read_text())
+    assert world.parts(cid) == {"job.json", "status.json"}
+    on_disk = world.raw_status(cid)
     for key in ("conversationId", "status", "toolName", "startedAt", "updatedAt", "attempts"):
         assert key in on_disk
     assert on_disk["errorHistory"] == []
-    job = json.loads((logs_dir / cid / "job.json").read_text())
+    job = world.raw_job(cid)
     assert job["request"] == {"searchQuery": "x"} and job["jobId"] == on_disk["jobId"]
     assert queue.status(cid) == status
     assert queue.pending_count() == 1
@@ -71,8 +154,8 @@ def test_enqueue_writes_job_and_pending_status_with_every_field(
     assert [getattr(r, "tool", None) for r in enqueued] == ["perplexity_deep_research"]
 
 
-def test_enqueue_refuses_bad_input_and_a_second_active_job(queue: JobQueue, logs_dir: Path) -> None:
-    cid = new_conversation(logs_dir)
+def test_enqueue_refuses_bad_input_and_a_second_active_job(queue: JobQueue, world: World) -> None:
+    cid = world.new_conversation()
     with pytest.raises(ValidationError):
         queue.enqueue("../etc", "t", {})
     with pytest.raises(ConversationNotFound):
@@ -92,10 +175,10 @@ def test_enqueue_refuses_bad_input_and_a_second_active_job(queue: JobQueue, logs
     assert queue.enqueue(cid, "t", {"again": True}).status == "pending"
 
 
-def test_claim_takes_highest_priority_first_then_oldest(queue: JobQueue, logs_dir: Path) -> None:
+def test_claim_takes_highest_priority_first_then_oldest(queue: JobQueue, world: World) -> None:
     plan = [("a", 0), ("b", 5), ("c", 0), ("d", -2), ("e", 5), ("f", 1)]
     for name, priority in plan:
-        queue.enqueue(new_conversation(logs_dir), "t", {"name": name}, priority=priority)
+        queue.enqueue(world.new_conversation(), "t", {"name": name}, priority=priority)
     order = []
     while (job := queue.claim("w")) is not None:
         order.append(job.request["name"])
@@ -105,9 +188,9 @@ def test_claim_takes_highest_priority_first_then_oldest(queue: JobQueue, logs_di
 
 
 def test_claim_flips_status_to_in_progress_with_worker_attempt_and_start_progress(
-    queue: JobQueue, logs_dir: Path
+    queue: JobQueue, world: World
 ) -> None:
-    cid = new_conversation(logs_dir)
+    cid = world.new_conversation()
     queued = queue.enqueue(cid, "perplexity_deep_research", {"q": 1}, priority=2)
     job = queue.claim("worker-1")
     assert job is not None
@@ -130,10 +213,8 @@ def test_claim_flips_status_to_in_progress_with_worker_attempt_and_start_progres
     assert queue.pending_count() == 0
 
 
-def test_threads_racing_to_claim_get_every_job_exactly_once(
-    queue: JobQueue, logs_dir: Path
-) -> None:
-    ids = [new_conversation(logs_dir) for _ in range(120)]
+def test_threads_racing_to_claim_get_every_job_exactly_once(queue: JobQueue, world: World) -> None:
+    ids = [world.new_conversation() for _ in range(120)]
     for cid in ids:
         queue.enqueue(cid, "t", {})
     claimed: list[str] = []
@@ -154,20 +235,20 @@ def test_threads_racing_to_claim_get_every_job_exactly_once(
     assert all(s.status == "completed" and s.attempts == 1 for s in queue.jobs())
 
 
-def test_completion_removes_job_json_and_keeps_status(queue: JobQueue, logs_dir: Path) -> None:
-    job = _claimed(queue, logs_dir)
+def test_completion_removes_job_json_and_keeps_status(queue: JobQueue, world: World) -> None:
+    job = _claimed(queue, world)
     cid = job.conversation_id
     status = queue.complete(job, tokens=120, cost=0.01)
     assert status.status == "completed" and status.completed_at
     assert status.progress is not None and status.progress.percentage == 100
-    assert _files(logs_dir, cid) == {"status.json"}
+    assert world.parts(cid) == {"status.json"}
     assert (status.model_extra or {}).get("result") == {"tokens": 120, "cost": 0.01}
 
 
 def test_failed_attempts_are_retried_then_the_job_fails_after_three(
-    queue: JobQueue, logs_dir: Path
+    queue: JobQueue, world: World
 ) -> None:
-    cid = new_conversation(logs_dir)
+    cid = world.new_conversation()
     queue.enqueue(cid, "t", {})
     for attempt in (1, 2):
         job = queue.claim("w")
@@ -182,31 +263,27 @@ def test_failed_attempts_are_retried_then_the_job_fails_after_three(
     assert status.status == "failed" and status.attempts == 3
     assert [e.message for e in status.error_history] == ["boom 1", "boom 2", "boom 3"]
     assert status.error is not None and status.error.code == "API_SERVER_ERROR"
-    assert _files(logs_dir, cid) == {"status.json"}
+    assert world.parts(cid) == {"status.json"}
     assert queue.claim("w") is None
 
 
-def test_an_error_that_cannot_succeed_on_retry_fails_at_once(
-    queue: JobQueue, logs_dir: Path
-) -> None:
-    job = _claimed(queue, logs_dir)
+def test_an_error_that_cannot_succeed_on_retry_fails_at_once(queue: JobQueue, world: World) -> None:
+    job = _claimed(queue, world)
     status = queue.fail(job, APIKeyInvalid("bad key"))
     assert status.status == "failed" and status.attempts == 1
 
 
-def test_retry_count_follows_the_setting(logs_dir: Path) -> None:
-    queue = JobQueue.from_settings(
-        Settings(conversation_logs_dir=logs_dir, max_job_retries=0, offline=True)
-    )
-    job = _claimed(queue, logs_dir)
+def test_retry_count_follows_the_setting(world: World) -> None:
+    queue = JobQueue.from_settings(world.settings(max_job_retries=0))
+    job = _claimed(queue, world)
     assert queue.fail(job, APIServerError("once")).status == "failed"
 
 
 def test_a_job_whose_worker_stopped_heartbeating_is_requeued_after_the_lease(
-    logs_dir: Path,
+    world: World,
 ) -> None:
-    queue = JobQueue(logs_dir, lease_seconds=0.3)
-    job = _claimed(queue, logs_dir, "dead-worker")
+    queue = world.queue(lease_seconds=0.3)
+    job = _claimed(queue, world, "dead-worker")
     cid = job.conversation_id
     assert queue.recover_stale() == 0
     time.sleep(0.4)
@@ -218,9 +295,9 @@ def test_a_job_whose_worker_stopped_heartbeating_is_requeued_after_the_lease(
     assert again is not None and again.attempt == 2 and again.job_id == job.job_id
 
 
-def test_heartbeats_keep_a_long_job_from_being_recovered(logs_dir: Path) -> None:
-    queue = JobQueue(logs_dir, lease_seconds=0.3)
-    job = _claimed(queue, logs_dir)
+def test_heartbeats_keep_a_long_job_from_being_recovered(world: World) -> None:
+    queue = world.queue(lease_seconds=0.3)
+    job = _claimed(queue, world)
     for _ in range(4):
         time.sleep(0.15)
         queue.heartbeat(job)
@@ -228,9 +305,9 @@ def test_heartbeats_keep_a_long_job_from_being_recovered(logs_dir: Path) -> None
     assert queue.complete(job).status == "completed"
 
 
-def test_a_worker_that_lost_its_lease_cannot_write_to_the_job(logs_dir: Path) -> None:
-    queue = JobQueue(logs_dir, lease_seconds=0.2)
-    stale = _claimed(queue, logs_dir, "slow")
+def test_a_worker_that_lost_its_lease_cannot_write_to_the_job(world: World) -> None:
+    queue = world.queue(lease_seconds=0.2)
+    stale = _claimed(queue, world, "slow")
     cid = stale.conversation_id
     time.sleep(0.3)
     queue.recover_stale()
@@ -253,17 +330,17 @@ def test_a_worker_that_lost_its_lease_cannot_write_to_the_job(logs_dir: Path) ->
         queue.complete(stale)
 
 
-def test_release_requeues_without_counting_the_attempt(queue: JobQueue, logs_dir: Path) -> None:
-    job = _claimed(queue, logs_dir)
+def test_release_requeues_without_counting_the_attempt(queue: JobQueue, world: World) -> None:
+    job = _claimed(queue, world)
     status = queue.release(job)
     assert status.status == "pending" and status.attempts == 0 and status.worker_id is None
     again = queue.claim("w2")
     assert again is not None and again.attempt == 1
 
 
-def test_remote_id_is_kept_for_the_next_attempt(logs_dir: Path) -> None:
-    queue = JobQueue(logs_dir, lease_seconds=0.2)
-    cid = new_conversation(logs_dir)
+def test_remote_id_is_kept_for_the_next_attempt(world: World) -> None:
+    queue = world.queue(lease_seconds=0.2)
+    cid = world.new_conversation()
     queue.enqueue(cid, "t", {})
     job = queue.claim("w")
     assert job is not None and job.remote_id is None
@@ -278,8 +355,8 @@ def test_remote_id_is_kept_for_the_next_attempt(logs_dir: Path) -> None:
     assert [e.code for e in status.error_history] == ["API_SERVER_ERROR", "JOB_LEASE_EXPIRED"]
 
 
-def test_cancel_ends_pending_and_running_jobs(queue: JobQueue, logs_dir: Path) -> None:
-    waiting, running = new_conversation(logs_dir), new_conversation(logs_dir)
+def test_cancel_ends_pending_and_running_jobs(queue: JobQueue, world: World) -> None:
+    waiting, running = world.new_conversation(), world.new_conversation()
     queue.enqueue(running, "t", {}, priority=1)
     queue.enqueue(waiting, "t", {})
     job = queue.claim("w")
@@ -287,24 +364,22 @@ def test_cancel_ends_pending_and_running_jobs(queue: JobQueue, logs_dir: Path) -
     for cid in (waiting, running):
         status = queue.cancel(cid)
         assert status is not None and status.status == "cancelled"
-        assert _files(logs_dir, cid) == {"status.json"}
+        assert world.parts(cid) == {"status.json"}
     with pytest.raises(LeaseLost):
         queue.heartbeat(job)
     assert queue.claim("w") is None
-    assert queue.cancel(new_conversation(logs_dir)) is None
+    assert queue.cancel(world.new_conversation()) is None
     with pytest.raises(ConversationNotFound):
         queue.cancel(id_from_ms(next(_ms)))
 
 
 def test_deleting_a_conversation_retires_its_jobs_quietly(
-    logs_dir: Path, caplog: pytest.LogCaptureFixture
+    world: World, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from pplx_nb.store import ConversationStore
-
-    store = ConversationStore(logs_dir)
-    queue = JobQueue(logs_dir, lease_seconds=0.05)
-    running = _claimed(queue, logs_dir)
-    waiting = new_conversation(logs_dir)
+    store = world.store()
+    queue = world.queue(lease_seconds=0.05)
+    running = _claimed(queue, world)
+    waiting = world.new_conversation()
     queue.enqueue(waiting, "t", {})
     store.delete(running.conversation_id)
     store.delete(waiting)
@@ -315,40 +390,38 @@ def test_deleting_a_conversation_retires_its_jobs_quietly(
         assert queue.recover_stale() == 0
         assert queue.claim("w") is None
     assert caplog.records == []
-    assert queue.pending_count() == 0 and list((logs_dir / ".jobs" / "claimed").iterdir()) == []
+    assert queue.pending_count() == 0 and world.claimed() == []
 
 
-def test_missing_markers_are_rebuilt_from_status_files(queue: JobQueue, logs_dir: Path) -> None:
-    cids = [new_conversation(logs_dir) for _ in range(3)]
+def test_missing_markers_are_rebuilt_from_status_files(queue: JobQueue, world: World) -> None:
+    cids = [world.new_conversation() for _ in range(3)]
     for cid in cids:
         queue.enqueue(cid, "t", {})
     running = queue.claim("w")
     assert running is not None
-    for marker in (logs_dir / ".jobs").rglob("*-*-*"):
-        if marker.is_file():
-            marker.unlink()
+    world.drop_index()
     assert queue.claim("w") is None
     assert queue.recover_stale() == 3
     claimed = {job.conversation_id for job in iter(lambda: queue.claim("w"), None)}
     assert claimed == set(cids) - {running.conversation_id}
-    assert (logs_dir / ".jobs" / "claimed" / running.marker).exists()
+    assert running.marker in world.claimed()
 
 
-def test_markers_of_ended_or_replaced_jobs_are_dropped(queue: JobQueue, logs_dir: Path) -> None:
-    cid = new_conversation(logs_dir)
+def test_markers_of_ended_or_replaced_jobs_are_dropped(queue: JobQueue, world: World) -> None:
+    cid = world.new_conversation()
     queue.enqueue(cid, "t", {})
-    status = json.loads((logs_dir / cid / "status.json").read_text())
+    status = world.raw_status(cid)
     status["status"] = "completed"
-    (logs_dir / cid / "status.json").write_text(json.dumps(status))
+    world.put_status(cid, json.dumps(status))
     assert queue.claim("w") is None
     assert queue.pending_count() == 0
 
 
 def test_jobs_lists_statuses_newest_first_and_filters_by_state(
-    queue: JobQueue, logs_dir: Path
+    queue: JobQueue, world: World
 ) -> None:
-    first, second = new_conversation(logs_dir), new_conversation(logs_dir)
-    new_conversation(logs_dir)
+    first, second = world.new_conversation(), world.new_conversation()
+    world.new_conversation()
     queue.enqueue(first, "t", {})
     time.sleep(0.002)
     queue.enqueue(second, "t", {})
@@ -359,30 +432,28 @@ def test_jobs_lists_statuses_newest_first_and_filters_by_state(
     assert [s.conversation_id for s in queue.jobs(states=("pending",))] == [second]
 
 
-def test_a_damaged_status_file_is_reported_as_corrupted(queue: JobQueue, logs_dir: Path) -> None:
+def test_a_damaged_status_file_is_reported_as_corrupted(queue: JobQueue, world: World) -> None:
     from pplx_nb._errors import ConversationCorrupted
 
-    cid = new_conversation(logs_dir)
-    (logs_dir / cid / "status.json").write_text("{not json")
+    cid = world.new_conversation()
+    world.put_status(cid, "{not json")
     with pytest.raises(ConversationCorrupted):
         queue.status(cid)
 
 
 def test_listing_jobs_skips_a_damaged_status_with_a_warning(
-    queue: JobQueue, logs_dir: Path, caplog: pytest.LogCaptureFixture
+    queue: JobQueue, world: World, caplog: pytest.LogCaptureFixture
 ) -> None:
-    fine, broken = new_conversation(logs_dir), new_conversation(logs_dir)
+    fine, broken = world.new_conversation(), world.new_conversation()
     queue.enqueue(fine, "t", {})
     queue.enqueue(broken, "t", {})
-    (logs_dir / broken / "status.json").write_text("{truncated")
+    world.put_status(broken, "{truncated")
     assert [s.conversation_id for s in queue.jobs()] == [fine]
     assert f"Skipping the job status of {broken}" in caplog.text
 
 
-def test_status_messages_name_the_state_progress_and_errors(
-    queue: JobQueue, logs_dir: Path
-) -> None:
-    cid = new_conversation(logs_dir)
+def test_status_messages_name_the_state_progress_and_errors(queue: JobQueue, world: World) -> None:
+    cid = world.new_conversation()
     pending = queue.enqueue(cid, "t", {})
     assert "queued" in format_status_message(pending)
     assert "Retry Attempt" not in format_status_message(pending)
@@ -398,35 +469,36 @@ def test_status_messages_name_the_state_progress_and_errors(
 
 
 def test_a_job_with_a_damaged_status_does_not_block_the_others(
-    queue: JobQueue, logs_dir: Path, caplog: pytest.LogCaptureFixture
+    queue: JobQueue, world: World, caplog: pytest.LogCaptureFixture
 ) -> None:
-    broken, fine = new_conversation(logs_dir), new_conversation(logs_dir)
+    broken, fine = world.new_conversation(), world.new_conversation()
     queue.enqueue(broken, "t", {}, priority=9)
     queue.enqueue(fine, "t", {})
-    (logs_dir / broken / "status.json").write_text("{truncated")
+    world.put_status(broken, "{truncated")
     job = queue.claim("w")
     assert job is not None and job.conversation_id == fine
+    caplog.clear()
     assert queue.recover_stale() == 0
-    assert any("cannot be recovered" in r.getMessage() for r in caplog.records)
+    # Files look at every claimed job, Redis at expired leases only: both keep reporting it.
+    assert any(f"Job {broken} cannot be" in r.getMessage() for r in caplog.records)
 
 
 @pytest.mark.parametrize(
     "damage", [{"status": None}, {"status": "exploded"}, {"attempts": "x"}, {"attempts": None}]
 )
 def test_a_status_without_a_valid_state_is_corrupted_not_a_crash(
-    logs_dir: Path, damage: dict[str, object], caplog: pytest.LogCaptureFixture
+    world: World, damage: dict[str, object], caplog: pytest.LogCaptureFixture
 ) -> None:
     from pplx_nb._errors import ConversationCorrupted
 
-    queue = JobQueue(logs_dir, lease_seconds=0.05)
-    claimed = _claimed(queue, logs_dir)
-    waiting = new_conversation(logs_dir)
+    queue = world.queue(lease_seconds=0.05)
+    claimed = _claimed(queue, world)
+    waiting = world.new_conversation()
     queue.enqueue(waiting, "t", {})
     for cid in (claimed.conversation_id, waiting):
-        path = logs_dir / cid / "status.json"
-        status = json.loads(path.read_text())
+        status = world.raw_status(cid)
         status.update(damage)
-        path.write_text(json.dumps(status))
+        world.put_status(cid, json.dumps(status))
     time.sleep(0.1)
     assert queue.recover_stale() == 0
     assert queue.claim("w") is None
@@ -435,9 +507,9 @@ def test_a_status_without_a_valid_state_is_corrupted_not_a_crash(
     assert sum("cannot be" in r.getMessage() for r in caplog.records) >= 2
 
 
-def test_an_answer_from_a_worker_that_lost_its_lease_is_not_stored(logs_dir: Path) -> None:
-    store = ConversationStore(logs_dir)
-    queue = JobQueue(logs_dir, lease_seconds=0.2)
+def test_an_answer_from_a_worker_that_lost_its_lease_is_not_stored(world: World) -> None:
+    store = world.store()
+    queue = world.queue(lease_seconds=0.2)
     cid = store.create([{"role": "user", "content": "Describe the json module"}]).conversation_id
     queue.enqueue(cid, "perplexity_deep_research", {})
     stale = queue.claim("slow")
@@ -456,23 +528,21 @@ def test_an_answer_from_a_worker_that_lost_its_lease_is_not_stored(logs_dir: Pat
     assert queue.complete(current).status == "completed"
 
 
-def test_a_request_with_numbers_that_are_not_json_is_refused(
-    queue: JobQueue, logs_dir: Path
-) -> None:
-    cid = new_conversation(logs_dir)
+def test_a_request_with_numbers_that_are_not_json_is_refused(queue: JobQueue, world: World) -> None:
+    cid = world.new_conversation()
     with pytest.raises(ValidationError, match="JSON"):
         queue.enqueue(cid, "t", {"opts": {"temperature": float("nan")}})
-    assert queue.status(cid) is None and _files(logs_dir, cid) == set()
+    assert queue.status(cid) is None and world.parts(cid) == set()
 
 
 def test_waiting_on_a_job_whose_last_lease_expired_raises_that_code(
-    settings: Settings, logs_dir: Path
+    settings: Settings, world: World
 ) -> None:
     from pplx_nb import Researcher
     from pplx_nb._errors import error_from_code
 
-    queue = JobQueue(logs_dir, max_job_retries=0, lease_seconds=0.2)
-    job = _claimed(queue, logs_dir, "dead-worker")
+    queue = world.queue(max_job_retries=0, lease_seconds=0.2)
+    job = _claimed(queue, world, "dead-worker")
     assert queue.recover_stale() == 0
     time.sleep(0.3)
     assert queue.recover_stale() == 1
@@ -481,9 +551,25 @@ def test_waiting_on_a_job_whose_last_lease_expired_raises_that_code(
     assert status.error.code == "JOB_LEASE_EXPIRED"
     assert isinstance(error_from_code(status.error.code, status.error.message), LeaseLost)
     with (
-        Researcher(settings, async_deep_research=False) as researcher,
+        Researcher(
+            settings.model_copy(update={"store_url": world.redis_url}), async_deep_research=False
+        ) as researcher,
         pytest.raises(LeaseLost) as caught,
     ):
         researcher.wait(job.conversation_id, timeout=30)
     assert caught.value.code == "JOB_LEASE_EXPIRED"
     assert "sent no heartbeat" in caught.value.message
+
+
+def test_job_states_answer_for_a_batch_with_none_for_no_job_and_a_damaged_one(
+    queue: JobQueue, world: World
+) -> None:
+    idle, waiting, running, broken = (world.new_conversation() for _ in range(4))
+    for cid in (waiting, running, broken):
+        queue.enqueue(cid, "t", {}, priority=1 if cid == running else 0)
+    assert queue.claim("w") is not None
+    world.put_status(broken, "{truncated")
+    ids = [idle, waiting, running, broken]
+    assert queue.job_states(ids) == [None, "pending", "in_progress", None]
+    assert queue.job_states(ids) == [queue.job_state(cid) for cid in ids]
+    assert queue.job_states([]) == []

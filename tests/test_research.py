@@ -522,6 +522,7 @@ PUBLIC_NAMES = {
     "history",
     "jobs",
     "metrics",
+    "queue",
     "retry",
     "search",
     "settings",

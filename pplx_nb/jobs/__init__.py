@@ -10,13 +10,15 @@
 
 Lifecycle: pending → in_progress → completed | failed | cancelled, in ``status.json`` (see
 DESIGN.md), as pure transitions over :class:`~pplx_nb.JobStatus` (:mod:`._transitions`). Claims
-are atomic renames of marker files, so a job runs on one worker at a time; a worker that stops
-heartbeating loses its lease, its job is requeued, and anything it writes afterwards is refused
-(:class:`LeaseLost`, ``JOB_LEASE_EXPIRED``).
+are atomic (renames of marker files, or a Lua script in Redis), so a job runs on one worker at a
+time; a worker that stops heartbeating loses its lease, its job is requeued, and anything it
+writes afterwards is refused (:class:`LeaseLost`, ``JOB_LEASE_EXPIRED``).
 
 Seams: statuses live behind :class:`JobStatusBackend` (:class:`FileStatusBackend` keeps them in
-each conversation's folder), and the queue asks the conversation store only through
-:class:`AnswerLookup` (``ConversationStore`` implements it).
+each conversation's folder, :class:`~pplx_nb.jobs._redis.RedisStatusBackend` in Redis), the claim
+index behind :class:`~pplx_nb.jobs._index.ClaimIndex`, and the queue asks the conversation store
+only through :class:`AnswerLookup` (``ConversationStore`` implements it). With ``PPLX_NB_STORE``
+set, :meth:`JobQueue.from_settings` is the queue in that Redis database.
 """
 
 from __future__ import annotations

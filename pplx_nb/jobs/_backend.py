@@ -1,7 +1,7 @@
 """The seams of the job side: where job statuses live, and what it asks the conversation store.
 
 :class:`JobStatusBackend` owns a conversation's job status and queued request (status.json and
-job.json for files; a Redis backend would keep them in a hash per conversation). The queue reads
+job.json for files; ``pplx_nb:conv:<id>:status`` and ``:job`` in Redis). The queue reads
 a status under the conversation's lock, applies a pure transition
 (:mod:`pplx_nb.jobs._transitions`) and writes the result back, so a backend stores typed values
 and decides nothing. :class:`AnswerLookup` is what the job side asks of the store: a job's stored
@@ -10,9 +10,11 @@ answer, and closing the question of a job that ended without one.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Protocol
 
+from pplx_nb._errors import ConversationCorrupted, FilesystemError
 from pplx_nb._models import JobRecord, JobState, JobStatus, Message
 
 __all__ = ["AnswerLookup", "JobStatusBackend"]
@@ -41,8 +43,19 @@ class JobStatusBackend(Protocol):
         """
         ...
 
+    def states(self, conversation_ids: Sequence[str]) -> list[JobState | None]:
+        """:meth:`state` of each id, in one go when the backend can (for listings): ``None``
+        without a status, or with one that cannot be read."""
+        ...
+
     def read(self, conversation_id: str) -> JobStatus | None:
         """The whole status, ``None`` if no job ever ran; CONVERSATION_CORRUPTED if damaged."""
+        ...
+
+    def read_many(
+        self, conversation_ids: Sequence[str]
+    ) -> list[JobStatus | ConversationCorrupted | FilesystemError | None]:
+        """:meth:`read` of each id, or the error reading it gave, in one go when possible."""
         ...
 
     def write(self, status: JobStatus) -> None:
@@ -71,6 +84,10 @@ class JobStatusBackend(Protocol):
 
     def has_job(self, conversation_id: str) -> bool:
         """Whether a queued request is stored (cheap: no parsing)."""
+        ...
+
+    def queued_ids(self) -> list[str]:
+        """The conversations that hold a queued request (what recovery re-indexes from)."""
         ...
 
     def job_link(self, conversation_id: str) -> str | None:

@@ -9,13 +9,11 @@ read-modify-write, so the store's appends and the queue's transitions never inte
 from __future__ import annotations
 
 import contextlib
-import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
-import pydantic
-
-from pplx_nb._errors import ConversationCorrupted, PplxError
+from pplx_nb._errors import ConversationCorrupted, FilesystemError, PplxError
 from pplx_nb._fs import (
     CONVERSATION_ID_RE,
     DEFAULT_MAX_FILE_BYTES,
@@ -29,8 +27,9 @@ from pplx_nb._fs import (
     validate_conversation_id,
 )
 from pplx_nb._layout import Layout
-from pplx_nb._models import JOB_STATES, JobRecord, JobState, JobStatus
+from pplx_nb._models import JobRecord, JobState, JobStatus
 from pplx_nb._reread import read_settled
+from pplx_nb.jobs._codec import encode, parse_record, parse_state, parse_status
 
 __all__ = ["FileStatusBackend"]
 
@@ -77,7 +76,17 @@ class FileStatusBackend:
         """
         path = self.layout.status_file(conversation_id)
         raw = self._bytes(path, in_real_folder=False)
-        return None if raw is None else _checked_state(_decoded(raw, path), path)
+        return None if raw is None else parse_state(raw, path)
+
+    def states(self, conversation_ids: Sequence[str]) -> list[JobState | None]:
+        """:meth:`state` of each, one file at a time; an unreadable one is ``None``."""
+        found: list[JobState | None] = []
+        for conversation_id in conversation_ids:
+            try:
+                found.append(self.state(conversation_id))
+            except (ConversationCorrupted, FilesystemError):
+                found.append(None)
+        return found
 
     def read(self, conversation_id: str) -> JobStatus | None:
         """status.json as a :class:`JobStatus`; ``None`` if no job ever ran for it."""
@@ -86,22 +95,24 @@ class FileStatusBackend:
 
     def _status(self, path: str) -> JobStatus | None:
         raw = self._bytes(path)
-        if raw is None:
-            return None
-        try:
-            return JobStatus.model_validate_json(raw)
-        except pydantic.ValidationError as exc:
-            _checked_state(_decoded(raw, path), path)
-            raise ConversationCorrupted(
-                f"{path} does not match the status schema: {exc}. Delete it to reset the job "
-                "state.",
-                path=path,
-            ) from exc
+        return None if raw is None else parse_status(raw, path)
+
+    def read_many(
+        self, conversation_ids: Sequence[str]
+    ) -> list[JobStatus | ConversationCorrupted | FilesystemError | None]:
+        """:meth:`read` of each, one file at a time."""
+        found: list[JobStatus | ConversationCorrupted | FilesystemError | None] = []
+        for conversation_id in conversation_ids:
+            try:
+                found.append(self.read(conversation_id))
+            except (ConversationCorrupted, FilesystemError) as exc:
+                found.append(exc)
+        return found
 
     def write(self, status: JobStatus) -> None:
         """Replace status.json (compact JSON, ``None`` fields left out)."""
         path = self.layout.status_file(status.conversation_id)
-        atomic_write_bytes(path, _encode(status))
+        atomic_write_bytes(path, encode(status))
 
     def snapshot(self, conversation_id: str) -> bytes | None:
         """status.json's bytes as they are, or ``None``."""
@@ -136,20 +147,11 @@ class FileStatusBackend:
 
     def _record(self, path: str) -> JobRecord | None:
         raw = self._bytes(path)
-        if raw is None:
-            return None
-        try:
-            return JobRecord.model_validate_json(raw)
-        except pydantic.ValidationError as exc:
-            _decoded(raw, path)
-            raise ConversationCorrupted(
-                f"{path} does not hold a queued job: {exc}. Delete it to reset the job state.",
-                path=path,
-            ) from exc
+        return None if raw is None else parse_record(raw, path)
 
     def write_job(self, record: JobRecord) -> None:
         """Write job.json."""
-        atomic_write_bytes(self.layout.job_file(record.conversation_id), _encode(record))
+        atomic_write_bytes(self.layout.job_file(record.conversation_id), encode(record))
 
     def remove_job(self, conversation_id: str) -> None:
         """Remove job.json (absent is fine)."""
@@ -160,6 +162,10 @@ class FileStatusBackend:
     def has_job(self, conversation_id: str) -> bool:
         """Whether job.json exists."""
         return os.path.exists(self.layout.job_file(conversation_id))
+
+    def queued_ids(self) -> list[str]:
+        """The conversations whose folder holds a job.json."""
+        return [cid for cid in self.conversation_ids() if self.has_job(cid)]
 
     def job_link(self, conversation_id: str) -> str:
         """job.json's path: the claim index hard-links its pending marker to it."""
@@ -176,35 +182,3 @@ class FileStatusBackend:
             return strip_bom(read_bytes(path, self.max_file_bytes))
         except FileNotFoundError:
             return None
-
-
-def _encode(model: pydantic.BaseModel) -> bytes:
-    # Compact JSON straight from pydantic-core: no dict in between, no pure-Python encoder.
-    return model.model_dump_json(by_alias=True, exclude_none=True).encode("utf-8")
-
-
-def _decoded(raw: bytes, path: str) -> dict[str, object]:
-    try:
-        data = json.loads(raw)
-    except (ValueError, RecursionError) as exc:
-        raise ConversationCorrupted(
-            f"{path} is not valid JSON ({exc}). Restore it from a backup or delete it to reset "
-            "the job state.",
-            path=path,
-        ) from exc
-    if not isinstance(data, dict):
-        raise ConversationCorrupted(
-            f"{path} does not hold a JSON object. Delete it to reset the job state.", path=path
-        )
-    return data
-
-
-def _checked_state(data: dict[str, object], path: str) -> JobState:
-    state, attempts = data.get("status"), data.get("attempts", 0)
-    if state not in JOB_STATES or not isinstance(attempts, int):
-        raise ConversationCorrupted(
-            f"{path} holds no valid job state (status {state!r}, attempts {attempts!r}). "
-            "Delete it to reset the job state.",
-            path=path,
-        )
-    return state

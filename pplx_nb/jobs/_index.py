@@ -16,6 +16,10 @@ names takes ≈4 ms to list and sort here. Claiming moves a marker into the flat
 one succeeds. A marker is a hard link to the job's job.json (a link is far cheaper than a new
 inode), or an empty file when rebuilt. ``.jobs`` never matches the conversation-id pattern, so
 the store's listing skips it.
+
+:class:`ClaimIndex` is the seam the queue and its recovery use; :class:`JobIndex` is the file
+index, :class:`~pplx_nb.jobs._redis.RedisClaimIndex` the one in Redis. The file index judges
+leases by this process's clock (:mod:`pplx_nb.jobs._lease`), the Redis one by the server's.
 """
 
 from __future__ import annotations
@@ -24,11 +28,13 @@ import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Protocol
 
 from pplx_nb._fs import ensure_dir, fs_errors, real_directory
 from pplx_nb._layout import Layout
+from pplx_nb.jobs._lease import LeaseClock
 
-__all__ = ["PRIORITY_MAX", "JobIndex", "marker_name"]
+__all__ = ["PRIORITY_MAX", "ClaimIndex", "JobIndex", "marker_name"]
 
 PRIORITY_MAX = 9999
 _LEVELS = 3
@@ -58,11 +64,73 @@ def _pending_subdirs(marker: str) -> tuple[str, str, str]:
     )
 
 
+class ClaimIndex(Protocol):
+    """Where queued jobs wait in claim order, and which are claimed: hints next to the statuses.
+
+    Markers are :func:`marker_name` strings. Every method but :meth:`claim_next` is idempotent.
+    """
+
+    location: str
+    """Where the index lives, for users (a folder, a Redis URL without credentials)."""
+
+    def add_pending(self, marker: str, link: str | None = None) -> None:
+        """Queue ``marker`` (``link``: a file a file index may hard-link it to)."""
+        ...
+
+    def add_claimed(self, marker: str) -> None:
+        """Record ``marker`` as claimed, its lease starting now (rebuilding the index)."""
+        ...
+
+    def claim_next(self) -> str | None:
+        """Claim the first pending marker in claim order; each one goes to exactly one caller."""
+        ...
+
+    def requeue(self, marker: str) -> None:
+        """Move a claimed marker back to pending (a retry, a release, a recovered job)."""
+        ...
+
+    def drop(self, marker: str) -> None:
+        """Remove the marker wherever it is (a finished or cancelled job)."""
+        ...
+
+    def indexed(self, marker: str) -> bool:
+        """Whether the marker is pending or claimed."""
+        ...
+
+    def pending(self) -> list[str]:
+        """Every pending marker, in claim order."""
+        ...
+
+    def claimed(self) -> list[str]:
+        """Every claimed marker (jobs in progress, or claimed by a worker that died)."""
+        ...
+
+    def recoverable(self, claimed: list[str]) -> list[str]:
+        """Those of ``claimed`` whose lease recovery must judge now."""
+        ...
+
+    def renew(self, marker: str, heartbeat: str | None) -> bool:
+        """Start the claimed marker's lease again (its job wrote ``heartbeat``); False when the
+        lease had already run out, so the write must be refused."""
+        ...
+
+    def lease_age(self, marker: str, heartbeat: str | None) -> float:
+        """Seconds the claimed marker's job has gone without renewing its lease (its status
+        says ``heartbeat``)."""
+        ...
+
+    def held(self, marker: str) -> bool:
+        """Whether the claimed marker's lease still runs (checked before an answer is stored)."""
+        ...
+
+
 class JobIndex:
     """The pending and claimed marker directories of one conversation-logs root."""
 
     def __init__(self, root: Path) -> None:
         layout = Layout(root)
+        self.location = str(root)
+        self._leases = LeaseClock()
         self.base = layout.index
         self.pending_dir = layout.pending
         self.claimed_dir = layout.claimed
@@ -93,23 +161,23 @@ class JobIndex:
     def _claimed_str(self, marker: str) -> str:
         return os.path.join(self._claimed, marker)
 
-    def add_pending(self, marker: str, job_file: str | None = None) -> None:
+    def add_pending(self, marker: str, link: str | None = None) -> None:
         """Create the pending marker (idempotent).
 
-        With ``job_file`` the marker is a hard link to it: creating an inode costs ≈0.5–1 ms on
-        a busy ext4 disk, a link a few microseconds.
+        With ``link`` (the job's job.json) the marker is a hard link to it: creating an inode
+        costs ≈0.5–1 ms on a busy ext4 disk, a link a few microseconds.
         """
         self._ensure()
         path = self._pending_str(marker)
-        for _ in range(8):
-            try:
-                _make_marker(path, job_file)
-                return
-            except FileNotFoundError:
-                # A claimer may remove an emptied directory between our mkdir and create.
-                ensure_dir(Path(path).parent)
-        with fs_errors(path, "create"):
-            _make_marker(path, job_file)
+        with fs_errors(path, "create the job marker"):
+            for _ in range(8):
+                try:
+                    _make_marker(path, link)
+                    return
+                except FileNotFoundError:
+                    # A claimer may remove an emptied directory between our mkdir and create.
+                    ensure_dir(Path(path).parent)
+            _make_marker(path, link)
 
     def add_claimed(self, marker: str) -> None:
         """Create the claimed marker (idempotent); used when rebuilding the index."""
@@ -154,6 +222,38 @@ class JobIndex:
             os.rename(self._pending_str(marker), self._claimed_str(marker))
         except FileNotFoundError:
             return False
+        return True
+
+    def claim_next(self) -> str | None:
+        """Walk the pending markers in claim order and claim the first one still there."""
+        for marker in self.candidates():
+            if self.claim(marker):
+                return marker
+        return None
+
+    def indexed(self, marker: str) -> bool:
+        """Whether the marker file is pending or claimed."""
+        return os.path.exists(self._pending_str(marker)) or os.path.exists(
+            self._claimed_str(marker)
+        )
+
+    def recoverable(self, claimed: list[str]) -> list[str]:
+        """All of them: a lease is judged by watching its heartbeat, so each is looked at."""
+        self._leases.keep_only(claimed)
+        return claimed
+
+    def renew(self, marker: str, heartbeat: str | None) -> bool:
+        """Note the heartbeat this process wrote (see :mod:`pplx_nb.jobs._lease`); always True:
+        a lease runs out only in the eyes of a process that watches it."""
+        self._leases.saw(marker, heartbeat)
+        return True
+
+    def lease_age(self, marker: str, heartbeat: str | None) -> float:
+        """For how long this process has seen ``heartbeat`` unchanged."""
+        return self._leases.saw(marker, heartbeat)
+
+    def held(self, marker: str) -> bool:
+        """Always True: see :meth:`renew`."""
         return True
 
     def pending(self) -> list[str]:

@@ -1,8 +1,9 @@
-"""JobQueue: deep-research jobs kept next to their conversations, claimed by atomic rename.
+"""JobQueue: deep-research jobs kept next to their conversations, each claimed by one worker.
 
 Each conversation may hold a queued request and a status (job.json and status.json, through a
 :class:`~pplx_nb.jobs._backend.JobStatusBackend`). A sortable marker index
-(:mod:`pplx_nb.jobs._index`) makes claiming independent of how many conversations exist. Every
+(:class:`~pplx_nb.jobs._index.ClaimIndex`: marker files claimed by rename, or sorted sets in
+Redis, :mod:`pplx_nb.jobs._redis`) makes claiming independent of how many conversations exist. Every
 read-modify-write of a status happens under the conversation's lock and applies one pure
 transition (:mod:`pplx_nb.jobs._transitions`); markers are only hints, so the index heals itself
 (:mod:`pplx_nb.jobs._recovery`).
@@ -21,7 +22,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pplx_nb._errors import (
     ConversationCorrupted,
@@ -31,7 +32,7 @@ from pplx_nb._errors import (
     PplxError,
     ValidationError,
 )
-from pplx_nb._fs import CONVERSATION_ID_RE, fs_errors, validate_conversation_id
+from pplx_nb._fs import CONVERSATION_ID_RE, validate_conversation_id
 from pplx_nb._models import (
     ACTIVE_JOB_STATES,
     JobRecord,
@@ -45,9 +46,8 @@ from pplx_nb.jobs import _transitions as transitions
 from pplx_nb.jobs._backend import AnswerLookup, JobStatusBackend
 from pplx_nb.jobs._events import logger, result_meta_of
 from pplx_nb.jobs._files import FileStatusBackend
-from pplx_nb.jobs._index import PRIORITY_MAX, JobIndex, conversation_of, marker_name
+from pplx_nb.jobs._index import PRIORITY_MAX, ClaimIndex, JobIndex, conversation_of, marker_name
 from pplx_nb.jobs._job import Job
-from pplx_nb.jobs._lease import LeaseClock
 from pplx_nb.jobs._recovery import Recovery
 from pplx_nb.jobs._transitions import NON_RETRYABLE
 
@@ -57,48 +57,58 @@ if TYPE_CHECKING:
 __all__ = ["NON_RETRYABLE", "JobQueue"]
 
 _Change = Callable[[JobStatus, str], JobStatus]
+_PAST_LEASE = "past its lease (no heartbeat reached the store in time)"
 
 
 class JobQueue:
-    """The job queue over one conversation-logs directory; safe across threads and processes.
+    """The job queue over one conversation-logs directory or one Redis database; safe across
+    threads, processes and (on Redis) machines.
 
     Args:
-        root: the conversation-logs directory (conversations are ``root/<conversationId>/``).
+        root: the conversation-logs directory (conversations are ``root/<conversationId>/``);
+            ``None`` with ``statuses`` and ``index`` given (Redis: :meth:`on_redis`).
         max_job_retries: retries after the first attempt (PERPLEXITY_MAX_JOB_RETRIES).
         lease_seconds: an in_progress job whose heartbeat this queue has seen unchanged for this
             long is requeued (PPLX_NB_JOB_LEASE_SECONDS; judged by this process's own clock,
             see :mod:`pplx_nb.jobs._lease`).
         statuses: where statuses and queued requests live (default: files under ``root``).
         answers: how to find the answer a job stored (default: the conversation store over
-            ``root``); used to log a completed job's tokens and cost and to refuse a second
-            answer.
+            ``root``, or the one ``settings`` name); used to log a completed job's tokens and
+            cost and to refuse a second answer.
+        index: the claim index (default: marker files under ``root``).
+        settings: what names the default conversation store when there is no ``root``.
     """
 
     def __init__(
         self,
-        root: Path,
+        root: Path | None = None,
         *,
         max_job_retries: int = 2,
         lease_seconds: float = 60.0,
         statuses: JobStatusBackend | None = None,
         answers: AnswerLookup | None = None,
+        index: ClaimIndex | None = None,
+        settings: Settings | None = None,
     ) -> None:
         if max_job_retries < 0 or lease_seconds <= 0:
             raise ValidationError(
                 "max_job_retries must be >= 0 and lease_seconds > 0 "
                 "(PERPLEXITY_MAX_JOB_RETRIES, PPLX_NB_JOB_LEASE_SECONDS)."
             )
-        self.root = Path(root)
+        if root is None and (statuses is None or index is None):
+            raise ValidationError("A JobQueue without a root needs its statuses and its index.")
+        self.root = Path(root) if root is not None else None
+        """The conversation-logs directory; ``None`` when the queue lives in Redis."""
         self.max_job_retries = max_job_retries
         self.lease_seconds = lease_seconds
-        self._statuses: JobStatusBackend = statuses or FileStatusBackend(self.root)
+        self._statuses: JobStatusBackend = statuses or FileStatusBackend(cast(Path, self.root))
         self._answers = answers
-        self._index = JobIndex(self.root)
-        self._leases = LeaseClock()
+        self._settings = settings
+        self._store_url: str | None = None
+        self._index: ClaimIndex = index or JobIndex(cast(Path, self.root))
         self._recovery = Recovery(
             self._statuses,
             self._index,
-            self._leases,
             lease_seconds=lease_seconds,
             max_job_retries=max_job_retries,
             ended=self._close_question,
@@ -106,18 +116,62 @@ class JobQueue:
 
     @classmethod
     def from_settings(cls, settings: Settings, *, answers: AnswerLookup | None = None) -> JobQueue:
-        """The queue over ``settings.logs_dir()`` with the configured retries and lease;
-        ``answers`` is the conversation store to ask (default: the one ``settings`` name)."""
+        """The queue ``settings`` name with the configured retries and lease: in the Redis
+        database of ``store_url`` (``PPLX_NB_STORE``) when set, else over ``logs_dir()``.
+
+        ``answers`` is the conversation store to ask (default: the one ``settings`` name).
+        """
+        if settings.store_url:
+            return cls.on_redis(
+                settings.store_url,
+                max_job_retries=settings.max_job_retries,
+                lease_seconds=settings.job_lease_seconds,
+                answers=answers,
+                settings=settings,
+            )
         return cls(
             settings.logs_dir(),
             max_job_retries=settings.max_job_retries,
             lease_seconds=settings.job_lease_seconds,
             answers=answers,
+            settings=settings,
         )
 
+    @classmethod
+    def on_redis(
+        cls,
+        url: str,
+        *,
+        max_job_retries: int = 2,
+        lease_seconds: float = 60.0,
+        answers: AnswerLookup | None = None,
+        settings: Settings | None = None,
+    ) -> JobQueue:
+        """The queue in the Redis database of ``url`` (see :mod:`pplx_nb.jobs._redis`); nothing
+        is written to any folder."""
+        from pplx_nb.jobs._redis import RedisClaimIndex, RedisStatusBackend
+
+        queue = cls(
+            None,
+            max_job_retries=max_job_retries,
+            lease_seconds=lease_seconds,
+            statuses=RedisStatusBackend(url),
+            answers=answers,
+            index=RedisClaimIndex(url, lease_seconds=lease_seconds),
+            settings=settings,
+        )
+        queue._store_url = url
+        return queue
+
+    @property
+    def location(self) -> str:
+        """Where the queue lives, for users: its folder, or the Redis URL (no credentials)."""
+        return self._index.location
+
     def __repr__(self) -> str:
+        where = "root" if self.root is not None else "url"
         return (
-            f"JobQueue(root={str(self.root)!r}, max_job_retries={self.max_job_retries}, "
+            f"JobQueue({where}={self.location!r}, max_job_retries={self.max_job_retries}, "
             f"lease_seconds={self.lease_seconds})"
         )
 
@@ -217,11 +271,10 @@ class JobQueue:
         try:
             statuses.write_job(record)
             statuses.write(status)
-            with fs_errors(self._index.pending_path(marker), "create the job marker"):
-                self._index.add_pending(marker, statuses.job_link(conversation_id))
+            self._index.add_pending(marker, statuses.job_link(conversation_id))
         except BaseException:
             # A job half-queued (a full disk, no inodes left) must not run later and bill.
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError, PplxError):
                 self._index.drop(marker)
             with contextlib.suppress(OSError, PplxError):
                 statuses.remove_job(conversation_id)
@@ -253,8 +306,14 @@ class JobQueue:
             return None
 
     def job_states(self, conversation_ids: Sequence[str]) -> list[JobState | None]:
-        """:meth:`job_state` of each conversation (what the store's listings ask)."""
-        return [self.job_state(conversation_id) for conversation_id in conversation_ids]
+        """:meth:`job_state` of each conversation (what the store's listings ask), in one round
+        trip on Redis."""
+        for conversation_id in conversation_ids:
+            validate_conversation_id(conversation_id)
+        try:
+            return self._statuses.states(conversation_ids)
+        except FilesystemError:
+            return [None] * len(conversation_ids)
 
     def check_idle(self, conversation_id: str) -> None:
         """Raise JobInProgress if the conversation has a pending or in_progress job.
@@ -279,6 +338,8 @@ class JobQueue:
         store append's ``check``) to fence a write by a worker whose lease may have expired.
         """
         transitions.check_owner(self._statuses.read(job.conversation_id), job)
+        if not self._index.held(job.marker):
+            raise transitions.lease_lost(job, _PAST_LEASE)
         if document is not None:
             answer = self._answer_lookup().job_answer(job.conversation_id, job.job_id, document)
             if answer is not None:
@@ -289,12 +350,10 @@ class JobQueue:
     def claim(self, worker_id: str) -> Job | None:
         """Claim the highest-priority, oldest pending job for ``worker_id``; None if there is none.
 
-        The marker rename decides between racing claimants; the winner then re-reads the status
+        The index decides between racing claimants; the winner then re-reads the status
         under the conversation lock and flips it from ``pending`` to ``in_progress``.
         """
-        for marker in self._index.candidates():
-            if not self._index.claim(marker):
-                continue
+        while (marker := self._index.claim_next()) is not None:
             try:
                 job = self._take(marker, worker_id)
             except PplxError as exc:
@@ -326,9 +385,12 @@ class JobQueue:
             if record is None or record.job_id != status.job_id:
                 self._end(transitions.lost_request(status, now), marker)
                 return None
+            if not self._index.renew(marker, now):
+                # Claimed, then held up past a whole lease: let the next claim have it.
+                self._index.requeue(marker)
+                return None
             status = transitions.start_attempt(status, worker_id, now)
             statuses.write(status)
-            self._leases.saw(marker, now)
         return Job(
             job_id=record.job_id,
             conversation_id=conversation_id,
@@ -475,13 +537,11 @@ class JobQueue:
         others.
         """
         found = []
-        for conversation_id in self._statuses.conversation_ids():
-            try:
-                status = self._statuses.read(conversation_id)
-            except (ConversationCorrupted, FilesystemError) as exc:
-                logger.warning("Skipping the job status of %s: %s", conversation_id, exc)
-                continue
-            if status is not None and (states is None or status.status in states):
+        ids = self._statuses.conversation_ids()
+        for conversation_id, status in zip(ids, self._statuses.read_many(ids), strict=True):
+            if isinstance(status, (ConversationCorrupted, FilesystemError)):
+                logger.warning("Skipping the job status of %s: %s", conversation_id, status)
+            elif status is not None and (states is None or status.status in states):
                 found.append(status)
         found.sort(key=lambda s: s.started_at, reverse=True)
         return found
@@ -510,8 +570,9 @@ class JobQueue:
         with statuses.locked(job.conversation_id):
             status = transitions.check_owner(statuses.read(job.conversation_id), job)
             status = change(status, now_iso())
+            if not self._index.renew(job.marker, status.heartbeat_at):
+                raise transitions.lease_lost(job, _PAST_LEASE)
             statuses.write(status)
-            self._leases.saw(job.marker, status.heartbeat_at)
             if status.done:
                 self._close_question(status)
                 self._clean_up(job.conversation_id, job.marker)
@@ -538,8 +599,19 @@ class JobQueue:
         if self._answers is None:
             from pplx_nb.store import ConversationStore
 
-            self._answers = ConversationStore(self.root, jobs=self)
+            if self.root is not None:
+                self._answers = ConversationStore(self.root, jobs=self)
+            else:
+                self._answers = ConversationStore(settings=self._redis_settings(), jobs=self)
         return self._answers
+
+    def _redis_settings(self) -> Settings:
+        """Settings naming this queue's Redis store (for the default conversation store)."""
+        from pplx_nb._config import Settings
+
+        if self._settings is not None and self._settings.store_url == self._store_url:
+            return self._settings
+        return Settings.from_env(store_url=self._store_url)
 
     def _answer_meta(self, job: Job) -> dict[str, Any]:
         try:

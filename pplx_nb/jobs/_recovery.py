@@ -7,8 +7,9 @@ job is dropped; a pending or running job without a marker gets one back. A job t
 perplexity-mcp-server queued (its fields, none of our ids) is taken over once it has stayed
 pending for a lease.
 
-Leases are judged by this process's own clock (:mod:`pplx_nb.jobs._lease`): a heartbeat counts
-as stale once this process has seen it unchanged for a lease.
+Leases are judged by the claim index: the file index by this process's own clock
+(:mod:`pplx_nb.jobs._lease`: a heartbeat counts as stale once this process has seen it unchanged
+for a lease), the Redis index by the deadline each renewal sets on the server's clock.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pplx_nb._models import JobStatus, now_iso
 from pplx_nb.jobs import _transitions as transitions
 from pplx_nb.jobs._backend import JobStatusBackend
 from pplx_nb.jobs._events import failed, logger
-from pplx_nb.jobs._index import PRIORITY_MAX, JobIndex, conversation_of, marker_name
+from pplx_nb.jobs._index import PRIORITY_MAX, ClaimIndex, conversation_of, marker_name
 from pplx_nb.jobs._lease import LeaseClock
 
 __all__ = ["Recovery"]
@@ -35,8 +36,7 @@ class Recovery:
 
     Args:
         statuses: where the statuses live.
-        index: the claim index.
-        leases: this process's view of every job's heartbeat.
+        index: the claim index (it judges the leases).
         lease_seconds: how long a heartbeat may stay unchanged.
         max_job_retries: retries after the first attempt (a lost attempt counts as failed).
         ended: called with the status of a job that failed for good (the lock held).
@@ -45,8 +45,7 @@ class Recovery:
     def __init__(
         self,
         statuses: JobStatusBackend,
-        index: JobIndex,
-        leases: LeaseClock,
+        index: ClaimIndex,
         *,
         lease_seconds: float,
         max_job_retries: int,
@@ -54,7 +53,6 @@ class Recovery:
     ) -> None:
         self._statuses = statuses
         self._index = index
-        self._leases = leases
         self.lease_seconds = lease_seconds
         self.max_job_retries = max_job_retries
         self._ended = ended
@@ -68,9 +66,8 @@ class Recovery:
         skipped, never a reason to stop.
         """
         claimed = self._index.claimed()
-        self._leases.keep_only(claimed)
         recovered = 0
-        for marker in claimed:
+        for marker in self._index.recoverable(claimed):
             try:
                 recovered += self._recover(marker)
             except PplxError as exc:
@@ -90,11 +87,11 @@ class Recovery:
                 return 0
             if status.status == "pending":
                 # A claimant died between renaming the marker and taking the job.
-                if self._leases.saw(marker, status.updated_at) <= self.lease_seconds:
+                if index.lease_age(marker, status.updated_at) <= self.lease_seconds:
                     return 0
                 index.requeue(marker)
                 return 1
-            age = self._leases.saw(marker, status.heartbeat_at or status.updated_at)
+            age = index.lease_age(marker, status.heartbeat_at or status.updated_at)
             if age <= self.lease_seconds:
                 return 0
             status, retry = transitions.expire_lease(
@@ -115,10 +112,8 @@ class Recovery:
         known = set(self._index.pending()) | claimed
         rebuilt = adopted = 0
         foreign: list[str] = []
-        for conversation_id in self._statuses.conversation_ids():
+        for conversation_id in self._statuses.queued_ids():
             try:
-                if not self._statuses.has_job(conversation_id):
-                    continue
                 status = self._statuses.read(conversation_id)
                 if status is not None and status.queue_key is None:
                     foreign.append(conversation_id)
@@ -176,7 +171,7 @@ class Recovery:
             status = statuses.read(conversation_id)
             if status is None or status.queue_key != marker:
                 return 0
-            if index.pending_path(marker).exists() or index.claimed_path(marker).exists():
+            if index.indexed(marker):
                 return 0
             if status.status == "pending":
                 index.add_pending(marker, statuses.job_link(conversation_id))

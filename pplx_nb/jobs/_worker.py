@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from pplx_nb._errors import LeaseLost, PplxError, ValidationError
+from pplx_nb._errors import LeaseLost, PplxError, StoreUnavailable, ValidationError
 from pplx_nb._logging import get_logger
 from pplx_nb.jobs._events import result_meta_of
 from pplx_nb.jobs._job import Job, JobContext, JobRunner
@@ -28,6 +28,9 @@ from pplx_nb.jobs._queue import JobQueue
 __all__ = ["Worker"]
 
 logger = get_logger("pplx_nb.jobs")
+
+_LONGEST_PAUSE = 30.0
+"""Seconds between tries at most while the store (Redis) cannot be reached."""
 
 
 class Worker:
@@ -68,6 +71,8 @@ class Worker:
         self._stop: asyncio.Event | None = None
         self._started = threading.Event()
         self._drain_cap = math.inf
+        self._pause = 0.0
+        self._resume_at = 0.0
 
     def __repr__(self) -> str:
         return f"Worker(id={self.worker_id!r}, concurrency={self.concurrency})"
@@ -122,12 +127,16 @@ class Worker:
         logger.info("Worker %s started (concurrency %d)", self.worker_id, self.concurrency)
         try:
             while not stop_event.is_set():
-                if time.monotonic() >= next_recovery:
+                if time.monotonic() >= max(next_recovery, self._resume_at):
                     next_recovery = time.monotonic() + self.queue.lease_seconds / 2
                     # Recovery looks into every conversation directory (≈0.1 s for 10,000):
                     # off the loop, so running jobs keep streaming and heartbeating meanwhile.
                     await asyncio.to_thread(self._recover)
-                while len(running) < self.concurrency and not stop_event.is_set():
+                while (
+                    len(running) < self.concurrency
+                    and not stop_event.is_set()
+                    and time.monotonic() >= self._resume_at
+                ):
                     job = self._claim()
                     if job is None:
                         break
@@ -135,6 +144,7 @@ class Worker:
                 full = len(running) >= self.concurrency
                 # When full, still wake up for the periodic recovery of other workers' jobs.
                 timeout = self.queue.lease_seconds / 2 if full else self.poll_interval
+                timeout = max(timeout, self._resume_at - time.monotonic())
                 await asyncio.wait(
                     {stopping, *running}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
                 )
@@ -154,16 +164,39 @@ class Worker:
 
     def _claim(self) -> Job | None:
         try:
-            return self.queue.claim(self.worker_id)
+            job = self.queue.claim(self.worker_id)
+        except StoreUnavailable as exc:
+            self._unreachable(exc)
+            return None
         except (PplxError, OSError) as exc:
             logger.error("Worker %s could not claim a job: %s", self.worker_id, exc)
             return None
+        self._reachable()
+        return job
 
     def _recover(self) -> None:
         try:
             self.queue.recover_stale()
+        except StoreUnavailable as exc:
+            self._unreachable(exc)
         except (PplxError, OSError) as exc:
             logger.error("Worker %s could not recover stale jobs: %s", self.worker_id, exc)
+
+    def _unreachable(self, exc: StoreUnavailable) -> None:
+        """Wait longer before the next try (1 s, doubling up to 30 s), and say so."""
+        self._pause = min(max(self._pause * 2, 1.0), _LONGEST_PAUSE)
+        self._resume_at = time.monotonic() + self._pause
+        logger.warning(
+            "Worker %s cannot reach the store: %s Trying again in %g s.",
+            self.worker_id,
+            exc,
+            self._pause,
+        )
+
+    def _reachable(self) -> None:
+        if self._pause:
+            self._pause = 0.0
+            logger.info("Worker %s reaches the store again", self.worker_id)
 
     # -- one job -------------------------------------------------------------------------------
 

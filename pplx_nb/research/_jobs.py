@@ -31,7 +31,7 @@ _UNCLAIMED_GRACE = 1.0
 
 
 class JobDesk:
-    """The job queue of a store's folder and the worker this process may run for it.
+    """The job queue beside a store and the worker this process may run for it.
 
     Args:
         settings: job retries and lease.
@@ -59,12 +59,15 @@ class JobDesk:
 
     @property
     def queue(self) -> JobQueue:
-        """The job queue over the store's directory (made on first use)."""
+        """The job queue beside the store: over its directory, or in its Redis database (made
+        on first use)."""
         if self._queue is None:
             from pplx_nb.jobs import JobQueue
 
             with self._lock:
-                if self._queue is None:
+                if self._queue is None and self._store.is_redis:
+                    self._queue = JobQueue.from_settings(self._settings, answers=self._store)
+                elif self._queue is None:
                     self._queue = JobQueue(
                         self._store.root,
                         max_job_retries=self._settings.max_job_retries,

@@ -29,7 +29,7 @@ from pplx_nb.research._web import WebSearcher
 if TYPE_CHECKING:
     from pplx_nb._web_results import WebResults
     from pplx_nb.api import AsyncClient
-    from pplx_nb.jobs import JobRunner, Worker
+    from pplx_nb.jobs import JobQueue, JobRunner, Worker
     from pplx_nb.store import ConversationStore
 
 __all__ = ["Researcher"]
@@ -107,6 +107,11 @@ class Researcher:
     def store(self) -> ConversationStore:
         """The conversation store every exchange lands in."""
         return self._store
+
+    @property
+    def queue(self) -> JobQueue:
+        """The job queue beside the store (in its Redis database with ``PPLX_NB_STORE``)."""
+        return self._jobs.queue
 
     @property
     def async_deep_research(self) -> bool:

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -43,7 +42,7 @@ from pplx_nb._errors import FilesystemError, PplxError, url_without_credentials
 from pplx_nb._fs import CONVERSATION_ID_RE, id_from_ms, validate_conversation_id
 from pplx_nb._layout import RedisKeys
 from pplx_nb._models import now_iso
-from pplx_nb._redis import RedisLock, client, redis_errors
+from pplx_nb._redis import HeldLocks, client, redis_errors
 from pplx_nb.store import _answering as answering
 from pplx_nb.store._answering import AnsweringMarker
 from pplx_nb.store._document import (
@@ -124,7 +123,7 @@ class RedisBackend:
         self.lock_seconds = lock_seconds
         self.lock_timeout = lock_timeout
         self._next_ms = 0
-        self._held = threading.local()
+        self._locks = HeldLocks(url, ttl=lock_seconds, timeout=lock_timeout)
         self._create_script: Any = None
         self._append_script: Any = None
 
@@ -256,13 +255,13 @@ class RedisBackend:
     def _push(
         self, conversation_id: str, length: int, fields: dict[str, bytes], lines: list[bytes]
     ) -> None:
-        token = getattr(self._held, "tokens", {}).get(conversation_id, "")
+        token = self._locks.token(conversation_id)
         keys = [
             self._key(conversation_id, "lock"),
             self._key(conversation_id, "meta"),
             self._key(conversation_id, "messages"),
         ]
-        args = [token, length, *fields.values(), *lines]
+        args: list[Any] = [token, length, *fields.values(), *lines]
         with self._errors("append to a conversation in"):
             script = self._append_script or self._redis.register_script(_APPEND)
             self._append_script = script
@@ -323,23 +322,9 @@ class RedisBackend:
 
     # -- the lock and the question being answered -------------------------------------------
 
-    @contextlib.contextmanager
-    def _lock(self, conversation_id: str) -> Iterator[None]:
+    def _lock(self, conversation_id: str) -> contextlib.AbstractContextManager[None]:
         """The conversation's RedisLock, its token remembered for this thread's writes."""
-        lock = RedisLock(
-            self.url,
-            self._key(conversation_id, "lock"),
-            ttl=self.lock_seconds,
-            timeout=self.lock_timeout,
-        )
-        lock.acquire()
-        tokens: dict[str, str] = self._held.__dict__.setdefault("tokens", {})
-        tokens[conversation_id] = lock.token or ""
-        try:
-            yield
-        finally:
-            tokens.pop(conversation_id, None)
-            lock.release()
+        return self._locks.hold(self._key(conversation_id, "lock"), conversation_id)
 
     @contextlib.contextmanager
     def locked(self, conversation_id: str) -> Iterator[None]:

@@ -26,7 +26,8 @@ logger = logging.getLogger("pplx_nb.jobs")
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m pplx_nb.worker",
-        description="Run queued deep-research jobs from CONVERSATION_LOGS_DIR until SIGTERM.",
+        description="Run queued deep-research jobs until SIGTERM, from the Redis store of "
+        "PPLX_NB_STORE when set (any machine that reaches it), else from CONVERSATION_LOGS_DIR.",
     )
     parser.add_argument("--concurrency", type=int, default=4, help="jobs run at once (default 4)")
     parser.add_argument(

@@ -9,7 +9,8 @@ there. Knobs in the job's request make it misbehave on purpose:
 - ``sleep: S`` — wait S seconds after the first progress report (to kill a worker mid-job);
 - ``only_on: worker_id`` — never finish on other workers, raise instead.
 
-Settings come from the environment (PERPLEXITY_BASE_URL, CONVERSATION_LOGS_DIR), as in a worker.
+Settings come from the environment (PERPLEXITY_BASE_URL, CONVERSATION_LOGS_DIR or PPLX_NB_STORE),
+as in a worker. The answer's append is fenced (``ctx.check_owner``) as a real runner's is.
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ async def _stream_answer(settings: Settings, query: str, ctx: JobContext) -> tup
 async def sim_runner(job: Job, ctx: JobContext) -> Message | None:
     """Answer the job's ``query`` from the simulator and append it to the conversation once."""
     settings = Settings.from_env()
-    store = ConversationStore(settings.logs_dir())
+    store = ConversationStore.from_settings(settings)
     if answered(store, job):
         return None
     request = job.request
@@ -92,5 +93,5 @@ async def sim_runner(job: Job, ctx: JobContext) -> Message | None:
     text, usage = await _stream_answer(settings, str(request.get("query", "asyncio")), ctx)
     fields = {"role": "assistant", "content": text, "tool": job.tool, "usage": usage}
     message = Message.model_validate({**fields, "jobId": job.job_id})
-    store.append(job.conversation_id, message)
+    store.append(job.conversation_id, message, check=ctx.check_owner)
     return message

@@ -1,0 +1,395 @@
+"""The job side in Redis (``PPLX_NB_STORE``): statuses, queued requests and the claim index.
+
+Keys (see :class:`~pplx_nb._layout.RedisKeys`)::
+
+    pplx_nb:conv:<id>:status     the job's status (the status.json shape, compact JSON)
+    pplx_nb:conv:<id>:job        its queued request while the job is active (the job.json shape)
+    pplx_nb:conv:<id>:lock       the conversation lock, the SAME key the store's appends take
+    pplx_nb:jobs:queued          set: the conversations holding a queued request
+    pplx_nb:jobs:pending         sorted set: queued markers, all scored 0
+    pplx_nb:jobs:claimed         sorted set: claimed markers, scored by their lease deadline
+
+The claim index is a sorted set and a few Lua scripts rather than a Stream with a consumer group.
+Markers (:func:`~pplx_nb.jobs._index.marker_name`) already sort as priority, then enqueue time,
+and members of equal score are ordered by their bytes, so ``ZPOPMIN`` on a set scored 0 is
+"highest priority, then oldest" in one command; a Stream is FIFO only, would need one stream per
+priority, and its pending-entries list cannot hold a job's lease across a requeue. A claim is one
+script that pops the first pending marker and adds it to ``claimed`` with a deadline of the
+server's ``TIME`` plus the lease, so exactly one caller gets each marker and no machine's clock
+matters. Every write a worker makes to its job renews the deadline in a script that first checks
+it has not passed (by the server's clock again): a worker whose lease ran out is refused
+(``JOB_LEASE_EXPIRED``) even before another process recovers the job, and recovery looks only at
+markers whose deadline has passed.
+
+As with files, markers are hints: the statuses decide, read and written under the conversation's
+lock, and a status write made while this process holds that lock checks in the same script that
+the lock is still its own (a holder paused past the lock's expiry writes nothing).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any, cast
+
+from pplx_nb._errors import (
+    ConversationCorrupted,
+    FilesystemError,
+    PplxError,
+    url_without_credentials,
+)
+from pplx_nb._fs import CONVERSATION_ID_RE, validate_conversation_id
+from pplx_nb._layout import RedisKeys
+from pplx_nb._models import JobRecord, JobState, JobStatus
+from pplx_nb._redis import HeldLocks, client, redis_errors
+from pplx_nb.jobs._codec import encode, parse_record, parse_state, parse_status
+
+if TYPE_CHECKING:
+    import redis
+
+__all__ = ["RedisClaimIndex", "RedisStatusBackend"]
+
+_BATCH = 512
+"""Statuses read per ``MGET`` in listings."""
+
+_NOW_MS = "local t = redis.call('time') local now = t[1] * 1000 + math.floor(t[2] / 1000)\n"
+
+_GUARDED_WRITE = """
+if ARGV[1] ~= '' and redis.call('get', KEYS[1]) ~= ARGV[1] then return -1 end
+if ARGV[2] == 'set' then
+  redis.call('set', KEYS[2], ARGV[3])
+  if KEYS[3] then redis.call('sadd', KEYS[3], ARGV[4]) end
+else
+  redis.call('del', KEYS[2])
+  if KEYS[3] then redis.call('srem', KEYS[3], ARGV[4]) end
+end
+return 1
+"""
+
+_CLAIM = (
+    _NOW_MS
+    + """
+local popped = redis.call('zpopmin', KEYS[1])
+if #popped == 0 then return false end
+redis.call('zadd', KEYS[2], now + tonumber(ARGV[1]), popped[1])
+return popped[1]
+"""
+)
+
+_ADD_CLAIMED = _NOW_MS + "redis.call('zadd', KEYS[1], now + tonumber(ARGV[2]), ARGV[1]) return 1"
+
+_RENEW = (
+    _NOW_MS
+    + """
+local deadline = redis.call('zscore', KEYS[1], ARGV[1])
+if not deadline or tonumber(deadline) < now then return 0 end
+redis.call('zadd', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+return 1
+"""
+)
+
+_REQUEUE = """
+redis.call('zrem', KEYS[2], ARGV[1])
+redis.call('zadd', KEYS[1], 0, ARGV[1])
+return 1
+"""
+
+_EXPIRED = _NOW_MS + "return {now, redis.call('zrangebyscore', KEYS[1], '-inf', '(' .. now)}"
+
+_AGE = _NOW_MS + "return {now, redis.call('zscore', KEYS[1], ARGV[1]) or false}"
+
+
+class _Scripts:
+    """Lua scripts registered once per client (``EVALSHA``, loaded again if the server forgot)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._scripts: dict[str, Any] = {}
+
+    def run(self, source: str, keys: list[str], args: list[Any]) -> Any:
+        script = self._scripts.get(source)
+        if script is None:
+            script = self._scripts[source] = client(self.url).register_script(source)
+        return script(keys=keys, args=args)
+
+
+class RedisStatusBackend:
+    """Job statuses and queued requests in the Redis database of ``url``.
+
+    Args:
+        url: the store's URL (``redis://HOST:PORT/DB``).
+        keys: the key layout (default: every key under ``pplx_nb:``).
+        lock_seconds: how long a conversation lock lives if its holder dies.
+        lock_timeout: how long taking a conversation lock may wait before FILESYSTEM_ERROR.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        keys: RedisKeys | None = None,
+        lock_seconds: float = 30.0,
+        lock_timeout: float = 30.0,
+    ) -> None:
+        self.url = url
+        self.keys = keys or RedisKeys()
+        self.shown_url = url_without_credentials(url)
+        self._locks = HeldLocks(url, ttl=lock_seconds, timeout=lock_timeout)
+        self._scripts = _Scripts(url)
+
+    def __repr__(self) -> str:
+        return f"RedisStatusBackend(url={self.shown_url!r})"
+
+    @property
+    def _redis(self) -> redis.Redis:
+        return client(self.url)
+
+    def _key(self, conversation_id: str, part: str) -> str:
+        return self.keys.conversation(validate_conversation_id(conversation_id), part)
+
+    def _where(self, conversation_id: str, part: str) -> str:
+        return self._shown(self._key(conversation_id, part))
+
+    def _shown(self, key: str) -> str:
+        """A key as users see it: the URL (no credentials) and the key."""
+        return f"{self.shown_url} {key}"
+
+    # -- the lock and what exists ---------------------------------------------------------------
+
+    def locked(self, conversation_id: str) -> contextlib.AbstractContextManager[None]:
+        """The conversation's lock (``pplx_nb:conv:<id>:lock``): the one the store takes."""
+        return self._locks.hold(self._key(conversation_id, "lock"), conversation_id)
+
+    def present(self, conversation_id: str) -> bool:
+        """Whether the conversation is stored (its meta hash exists)."""
+        key = self._key(conversation_id, "meta")
+        with redis_errors(self.url, "read"):
+            return bool(self._redis.exists(key))
+
+    def conversation_ids(self) -> list[str]:
+        """Every stored conversation's id (the store's index)."""
+        with redis_errors(self.url, "list the conversations in"):
+            found = cast(list[bytes], self._redis.zrange(self.keys.conversations, 0, -1))
+        ids = (raw.decode("ascii", "replace") for raw in found)
+        return [cid for cid in ids if CONVERSATION_ID_RE.match(cid)]
+
+    # -- the status -----------------------------------------------------------------------------
+
+    def state(self, conversation_id: str) -> JobState | None:
+        """The status's state, checked with its attempts; ``None`` without a status."""
+        raw = self.snapshot(conversation_id)
+        return None if raw is None else parse_state(raw, self._where(conversation_id, "status"))
+
+    def states(self, conversation_ids: Sequence[str]) -> list[JobState | None]:
+        """:meth:`state` of each, ``MGET`` by batches of :data:`_BATCH`; a damaged status is
+        ``None``."""
+        states: list[JobState | None] = []
+        for where, raw in self._raw_statuses(conversation_ids):
+            try:
+                states.append(None if raw is None else parse_state(raw, where))
+            except ConversationCorrupted:
+                states.append(None)
+        return states
+
+    def read(self, conversation_id: str) -> JobStatus | None:
+        """The whole status; ``None`` if no job ever ran for the conversation."""
+        raw = self.snapshot(conversation_id)
+        return None if raw is None else parse_status(raw, self._where(conversation_id, "status"))
+
+    def read_many(
+        self, conversation_ids: Sequence[str]
+    ) -> list[JobStatus | ConversationCorrupted | FilesystemError | None]:
+        """:meth:`read` of each (or its error), ``MGET`` by batches of :data:`_BATCH`."""
+        found: list[JobStatus | ConversationCorrupted | FilesystemError | None] = []
+        for where, raw in self._raw_statuses(conversation_ids):
+            try:
+                found.append(None if raw is None else parse_status(raw, where))
+            except ConversationCorrupted as exc:
+                found.append(exc)
+        return found
+
+    def _raw_statuses(self, conversation_ids: Sequence[str]) -> Iterator[tuple[str, bytes | None]]:
+        """Each status's place (for errors) and stored bytes, ``MGET`` by batches."""
+        for start in range(0, len(conversation_ids), _BATCH):
+            keys = [self._key(cid, "status") for cid in conversation_ids[start : start + _BATCH]]
+            with redis_errors(self.url, "read job statuses in"):
+                raws = cast(list[bytes | None], self._redis.mget(keys))
+            yield from zip(map(self._shown, keys), raws, strict=True)
+
+    def write(self, status: JobStatus) -> None:
+        """Replace the status (refused if this thread's lock on it expired meanwhile)."""
+        self._write(status.conversation_id, "status", encode(status))
+
+    def snapshot(self, conversation_id: str) -> bytes | None:
+        """The stored status as it is, or ``None``."""
+        return self._get(conversation_id, "status")
+
+    def restore(self, conversation_id: str, snapshot: bytes | None) -> None:
+        """Put the status back as :meth:`snapshot` found it; never raises."""
+        with contextlib.suppress(PplxError):
+            self._write(conversation_id, "status", snapshot)
+
+    # -- the queued request ---------------------------------------------------------------------
+
+    def read_job(self, conversation_id: str) -> JobRecord | None:
+        """The queued request, ``None`` if there is none."""
+        raw = self._get(conversation_id, "job")
+        return None if raw is None else parse_record(raw, self._where(conversation_id, "job"))
+
+    def write_job(self, record: JobRecord) -> None:
+        """Store the queued request and list its conversation in ``pplx_nb:jobs:queued``."""
+        self._write(record.conversation_id, "job", encode(record))
+
+    def remove_job(self, conversation_id: str) -> None:
+        """Remove the queued request (absent is fine)."""
+        self._write(conversation_id, "job", None)
+
+    def has_job(self, conversation_id: str) -> bool:
+        """Whether a queued request is stored."""
+        key = self._key(conversation_id, "job")
+        with redis_errors(self.url, "read"):
+            return bool(self._redis.exists(key))
+
+    def queued_ids(self) -> list[str]:
+        """The conversations listed in ``pplx_nb:jobs:queued`` (deleted ones are pruned)."""
+        queued = self.keys.jobs("queued")
+        with redis_errors(self.url, "list the queued jobs in"):
+            found = cast(set[bytes], self._redis.smembers(queued))
+            ids = sorted(
+                cid
+                for cid in (r.decode("ascii", "replace") for r in found)
+                if CONVERSATION_ID_RE.match(cid)
+            )
+            pipe = self._redis.pipeline(transaction=False)
+            for cid in ids:
+                pipe.exists(self._key(cid, "job"))
+            there = pipe.execute()
+            gone = [cid for cid, exists in zip(ids, there, strict=True) if not exists]
+            if gone:
+                self._redis.srem(queued, *gone)
+        return [cid for cid, exists in zip(ids, there, strict=True) if exists]
+
+    def job_link(self, conversation_id: str) -> None:
+        """Nothing to link to in Redis."""
+        return None
+
+    # -- helpers --------------------------------------------------------------------------------
+
+    def _get(self, conversation_id: str, part: str) -> bytes | None:
+        key = self._key(conversation_id, part)
+        with redis_errors(self.url, "read a job status in"):
+            return cast(bytes | None, self._redis.get(key))
+
+    def _write(self, conversation_id: str, part: str, value: bytes | None) -> None:
+        """Set (or with ``None`` delete) one part, checking this thread's lock token if any."""
+        token = self._locks.token(conversation_id)
+        keys = [self._key(conversation_id, "lock"), self._key(conversation_id, part)]
+        args: list[Any] = [token, "del" if value is None else "set", value or b""]
+        if part == "job":
+            keys.append(self.keys.jobs("queued"))
+            args.append(conversation_id)
+        with redis_errors(self.url, "write a job status in"):
+            written = self._scripts.run(_GUARDED_WRITE, keys, args)
+        if written != 1:
+            raise FilesystemError(
+                f"The job of conversation {conversation_id} was not updated in the Redis store "
+                f"at {self.shown_url}: its lock expired while this process held it. Try again.",
+                conversation_id=conversation_id,
+            )
+
+
+class RedisClaimIndex:
+    """The claim index in Redis: a pending sorted set in claim order, a claimed one by deadline.
+
+    Args:
+        url: the store's URL.
+        lease_seconds: how long a claim or a renewal holds a job (PPLX_NB_JOB_LEASE_SECONDS).
+        keys: the key layout.
+    """
+
+    def __init__(self, url: str, *, lease_seconds: float, keys: RedisKeys | None = None) -> None:
+        self.url = url
+        self.location = url_without_credentials(url)
+        self.lease_ms = max(1, int(lease_seconds * 1000))
+        keys = keys or RedisKeys()
+        self._pending = keys.jobs("pending")
+        self._claimed = keys.jobs("claimed")
+        self._scripts = _Scripts(url)
+
+    def __repr__(self) -> str:
+        return f"RedisClaimIndex(url={self.location!r})"
+
+    def _run(self, doing: str, source: str, keys: list[str], args: list[Any]) -> Any:
+        with redis_errors(self.url, doing):
+            return self._scripts.run(source, keys, args)
+
+    def add_pending(self, marker: str, link: str | None = None) -> None:
+        """``ZADD pending 0 marker``."""
+        with redis_errors(self.url, "queue a job in"):
+            client(self.url).zadd(self._pending, {marker: 0})
+
+    def add_claimed(self, marker: str) -> None:
+        """Add ``marker`` to ``claimed`` with a fresh lease."""
+        self._run("index a job in", _ADD_CLAIMED, [self._claimed], [marker, self.lease_ms])
+
+    def claim_next(self) -> str | None:
+        """Pop the first pending marker into ``claimed``, its deadline by the server's clock."""
+        found = self._run("claim a job in", _CLAIM, [self._pending, self._claimed], [self.lease_ms])
+        return None if found is None else bytes(found).decode()
+
+    def requeue(self, marker: str) -> None:
+        """Move ``marker`` from ``claimed`` back to ``pending``."""
+        self._run("requeue a job in", _REQUEUE, [self._pending, self._claimed], [marker])
+
+    def drop(self, marker: str) -> None:
+        """Remove ``marker`` from both sets."""
+        with redis_errors(self.url, "remove a job from"):
+            pipe = client(self.url).pipeline(transaction=True)
+            pipe.zrem(self._pending, marker)
+            pipe.zrem(self._claimed, marker)
+            pipe.execute()
+
+    def indexed(self, marker: str) -> bool:
+        """Whether ``marker`` is in either set."""
+        with redis_errors(self.url, "read the job index in"):
+            pipe = client(self.url).pipeline(transaction=False)
+            pipe.zscore(self._pending, marker)
+            pipe.zscore(self._claimed, marker)
+            return any(score is not None for score in pipe.execute())
+
+    def pending(self) -> list[str]:
+        """Every pending marker in claim order."""
+        return self._members(self._pending)
+
+    def claimed(self) -> list[str]:
+        """Every claimed marker, earliest deadline first."""
+        return self._members(self._claimed)
+
+    def _members(self, key: str) -> list[str]:
+        with redis_errors(self.url, "read the job index in"):
+            found = cast(list[bytes], client(self.url).zrange(key, 0, -1))
+        return [raw.decode() for raw in found]
+
+    def recoverable(self, claimed: list[str]) -> list[str]:
+        """The claimed markers whose deadline has passed by the server's clock."""
+        _, expired = self._run("read the job index in", _EXPIRED, [self._claimed], [])
+        return [raw.decode() for raw in expired]
+
+    def renew(self, marker: str, heartbeat: str | None) -> bool:
+        """Push the deadline a lease ahead unless it has passed (or the marker is not claimed)."""
+        renewed = self._run(
+            "renew a job's lease in", _RENEW, [self._claimed], [marker, self.lease_ms]
+        )
+        return bool(renewed)
+
+    def held(self, marker: str) -> bool:
+        """Whether ``marker`` is claimed and its deadline has not passed."""
+        now, deadline = self._run("read the job index in", _AGE, [self._claimed], [marker])
+        return deadline is not None and float(deadline) >= int(now)
+
+    def lease_age(self, marker: str, heartbeat: str | None) -> float:
+        """Seconds since the last renewal, by the server's clock (0 when not claimed)."""
+        now, deadline = self._run("read the job index in", _AGE, [self._claimed], [marker])
+        if deadline is None:
+            return 0.0
+        return max(0.0, (int(now) - float(deadline) + self.lease_ms) / 1000)
