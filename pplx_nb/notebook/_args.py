@@ -184,7 +184,12 @@ def search_options(func: F) -> F:
     return _apply(
         func,
         [
-            argument("-m", "--model", help="model, e.g. sonar, sonar-pro, sonar-reasoning-pro"),
+            argument(
+                "-m",
+                "--model",
+                help="model: a preset (fast, low, medium, high, xhigh), perplexity/sonar or "
+                "a provider model",
+            ),
             *_filter_arguments(),
             argument("--related", action="store_true", help="ask for related questions"),
             argument("--images", action="store_true", help="ask for images"),

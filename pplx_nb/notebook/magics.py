@@ -253,7 +253,7 @@ class PplxMagics(CellMagics):
           %%pplx --related
           How do I cancel an asyncio task?
 
-          %pplx -m sonar-pro --recency month -o answer what is new in asyncio?
+          %pplx -m medium --recency month -o answer what is new in asyncio?
 
         %pplx_help lists every magic.
         """
