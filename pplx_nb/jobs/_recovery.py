@@ -112,9 +112,11 @@ class Recovery:
         known = set(self._index.pending()) | claimed
         rebuilt = adopted = 0
         foreign: list[str] = []
-        for conversation_id in self._statuses.queued_ids():
+        ids = self._statuses.queued_ids()
+        for conversation_id, status in zip(ids, self._statuses.read_many(ids), strict=True):
             try:
-                status = self._statuses.read(conversation_id)
+                if isinstance(status, PplxError):
+                    raise status
                 if status is not None and status.queue_key is None:
                     foreign.append(conversation_id)
                     adopted += self._adopt(conversation_id, status)
