@@ -37,13 +37,13 @@ from pplx_nb._sync import iterate_sync, run_sync
 from pplx_nb._web_results import WebResults
 from pplx_nb.api._activity import Activity
 from pplx_nb.api._adapter import Adapter, Call
+from pplx_nb.api._body import paced_lines, read_capped
 from pplx_nb.api._failures import (
     from_status,
     submission_unknown,
-    too_large,
     transport_errors,
 )
-from pplx_nb.api._sse import Event, events, is_progress
+from pplx_nb.api._sse import Event, events
 from pplx_nb.api._throttle import RateLimitHeaders, throttle_for
 from pplx_nb.api.agent import AgentAdapter
 from pplx_nb.api.cache import ResponseCache, cache_key
@@ -426,7 +426,7 @@ class AsyncClient:
                             call.method, call.path, content=call.body, timeout=timeout
                         ) as response,
                     ):
-                        body = await _read_capped(response, self._max_bytes, what)
+                        body = await read_capped(response, self._max_bytes, what)
                 await self.throttle.observe(response.status_code, response.headers)
                 if response.status_code < 300:
                     return body
@@ -499,7 +499,7 @@ class AsyncClient:
                 await self.throttle.observe(response.status_code, response.headers)
                 if response.status_code >= 300:
                     async with asyncio.timeout_at(deadline):
-                        body = await _read_capped(response, self._max_bytes, what)
+                        body = await read_capped(response, self._max_bytes, what)
                     raise from_status(
                         response.status_code,
                         body,
@@ -514,7 +514,7 @@ class AsyncClient:
                         f"{what} answered with {kind or 'no content type'}, not an event "
                         "stream: this server does not stream runs."
                     )
-                lines = _paced_lines(response, what, deadline, idle, self._max_bytes)
+                lines = paced_lines(response, what, deadline, idle, self._max_bytes)
                 async with aclosing(lines):
                     async for event in events(lines):
                         yield event
@@ -529,66 +529,6 @@ def _resumable(error: APIError) -> bool:
     if status is None:
         return isinstance(error, NetworkError | APITimeoutError)
     return status in (408, 429) or status >= 500
-
-
-async def _read_capped(response: httpx2.Response, limit: int, what: str) -> bytes:
-    """The whole body of ``response``, refused unread once it is over ``limit`` bytes."""
-    declared = response.headers.get("content-length")
-    if declared is not None and declared.isdigit():
-        if int(declared) > limit:
-            raise too_large(what, limit)
-        if "content-encoding" not in response.headers:
-            return await response.aread()  # its length is known and within the cap
-    chunks: list[bytes] = []
-    size = 0
-    # Decoded bytes: a compressed body is capped by what it expands to.
-    async for chunk in response.aiter_bytes():
-        size += len(chunk)
-        if size > limit:
-            raise too_large(what, limit)
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-async def _paced_lines(
-    response: httpx2.Response, what: str, deadline: float, idle: float, limit: int
-) -> AsyncGenerator[str, None]:
-    """The lines of a streamed response, ended by the call's deadline or ``idle`` seconds
-    without progress (a line carrying an event; comments and blank lines do not count), and
-    refused past ``limit`` bytes."""
-    loop = asyncio.get_running_loop()
-    lines = aiter(response.aiter_lines())
-    size = 0
-    last_progress = loop.time()
-    while True:
-        now = loop.time()
-        wait = min(deadline, last_progress + idle) - now
-        try:
-            if wait <= 0:
-                raise TimeoutError
-            async with asyncio.timeout(wait):
-                line = await anext(lines)
-        except StopAsyncIteration:
-            return
-        except TimeoutError:
-            if loop.time() >= deadline:
-                raise APITimeoutError(
-                    f"{what} did not finish its answer within the call's timeout. Allow more "
-                    "time with PERPLEXITY_TIMEOUT (PERPLEXITY_DEEP_RESEARCH_TIMEOUT for deep "
-                    "research), milliseconds.",
-                    reason="deadline",
-                ) from None
-            raise APITimeoutError(
-                f"{what} sent nothing new for {idle:g} s (PERPLEXITY_TIMEOUT); the stream was "
-                "closed. Retry, or allow more time with PERPLEXITY_TIMEOUT (milliseconds).",
-                reason="idle",
-            ) from None
-        size += len(line) + 1
-        if size > limit:
-            raise too_large(what, limit)
-        if is_progress(line):
-            last_progress = loop.time()
-        yield line
 
 
 def _split_credentials(url: str) -> tuple[str, httpx2.BasicAuth | None]:
