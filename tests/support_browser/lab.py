@@ -35,6 +35,8 @@ CHROMIUM_ARGS = [
     "--disable-quic",
 ]
 _NOTIFICATIONS = {"checkForUpdates": False, "fetchNews": "false", "doNotDisturbMode": True}
+# Every cell rendered, scrolled into view or not, so a test reads the whole notebook's text.
+_TRACKER = {"windowingMode": "none"}
 
 
 def chromium_path() -> str | None:
@@ -98,6 +100,9 @@ def running_lab(root: Path, env: Mapping[str, str], timeout: float = 60) -> Iter
     settings = home / "settings" / "@jupyterlab" / "apputils-extension"
     settings.mkdir(parents=True, exist_ok=True)
     (settings / "notification.jupyterlab-settings").write_text(json.dumps(_NOTIFICATIONS))
+    tracker = home / "settings" / "@jupyterlab" / "notebook-extension"
+    tracker.mkdir(parents=True, exist_ok=True)
+    (tracker / "tracker.jupyterlab-settings").write_text(json.dumps(_TRACKER))
     log = root.parent / "jupyterlab.log"
     full_env = {
         **os.environ,
