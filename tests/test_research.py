@@ -138,6 +138,21 @@ def test_async_deep_research_queues_then_completes_and_blocks_followups_meanwhil
     assert roles == ["user", "assistant", "user", "assistant"]
 
 
+def test_wait_returns_the_jobs_report_after_the_conversation_moved_on(
+    async_researcher: Researcher,
+) -> None:
+    """A monitor that reads the result late (follow-ups already answered) still gets the
+    report its job stored, not the newest answer."""
+    queued = async_researcher.deep_research("Explain the asyncio event loop in depth")
+    assert isinstance(queued, JobStatus)
+    cid = queued.conversation_id
+    report = async_researcher.wait(cid, timeout=30)
+    later = async_researcher.followup(cid, "What is a coroutine?")
+    assert later.text != report.text
+    again = async_researcher.wait(cid, timeout=5)
+    assert (again.text, again.model) == (report.text, report.model)
+
+
 def _resume_after_a_crash(r: Researcher, remote_id: str) -> tuple[str, Answer]:
     """Queue a job, let a worker that then crashes claim it with ``remote_id`` recorded, and
     run it on a fresh worker; the conversation id and the report."""

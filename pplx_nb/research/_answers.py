@@ -54,9 +54,14 @@ def assistant_message(
     )
 
 
-def stored_answer(conversation: Conversation, path: str) -> Answer:
-    """The conversation's last answer as an :class:`Answer` (``path``: where it is stored)."""
-    message = conversation.last_answer()
+def stored_answer(conversation: Conversation, path: str, job_id: str | None = None) -> Answer:
+    """The conversation's last answer as an :class:`Answer` (``path``: where it is stored).
+
+    With ``job_id``, the answer that job stored (tagged ``jobId``) when there is one: the
+    conversation may have moved on with follow-ups since the job ended.
+    """
+    message = _job_answer(conversation, job_id) if job_id else None
+    message = message or conversation.last_answer()
     if message is None:
         raise PplxError(
             f"Conversation {conversation.conversation_id} has no answer yet. "
@@ -92,6 +97,19 @@ def _previous_user(conversation: Conversation, answer: Message) -> str | None:
         if message.role == "user":
             return message.reformulated_query
     return None
+
+
+def _job_answer(conversation: Conversation, job_id: str) -> Message | None:
+    return next(
+        (
+            message
+            for message in reversed(conversation.messages)
+            if message.role == "assistant"
+            and message.model_extra
+            and message.model_extra.get("jobId") == job_id
+        ),
+        None,
+    )
 
 
 def _rekeyed(image: dict[str, Any], convert: Callable[[str], str]) -> dict[str, Any]:

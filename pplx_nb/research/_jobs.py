@@ -185,7 +185,7 @@ class JobDesk:
 
     def _finished(self, status: JobStatus) -> Answer:
         if status.status == "completed":
-            return self._answer(status.conversation_id)
+            return self._answer(status.conversation_id, status.job_id)
         if status.error is not None:
             raise error_from_code(status.error.code, status.error.message)
         raise PplxError(
@@ -193,6 +193,7 @@ class JobDesk:
             "Start it again with a follow-up in research mode."
         )
 
-    def _answer(self, conversation_id: str) -> Answer:
+    def _answer(self, conversation_id: str, job_id: str | None = None) -> Answer:
         conversation = self._store.load(conversation_id)
-        return stored_answer(conversation, self._store.conversation_location(conversation_id))
+        where = self._store.conversation_location(conversation_id)
+        return stored_answer(conversation, where, job_id)
