@@ -43,12 +43,16 @@ class _Demo:
         self.process = process
         self.lines: list[str] = []
         self._queue: queue.SimpleQueue[str] = queue.SimpleQueue()
-        threading.Thread(target=self._read, daemon=True).start()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
 
     def _read(self) -> None:
         assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self._queue.put(line)
+        try:
+            for line in self.process.stdout:
+                self._queue.put(line)
+        except ValueError:
+            return  # closed by the teardown while this thread was still reading
 
     def wait_for_url(self, timeout: float) -> str:
         deadline = time.monotonic() + timeout
@@ -85,8 +89,9 @@ def _make_demo(**env: str) -> Iterator[_Demo]:
         text=True,
         start_new_session=True,
     )
+    demo = _Demo(process)
     try:
-        yield _Demo(process)
+        yield demo
     finally:
         os.killpg(process.pid, signal.SIGTERM)
         try:
@@ -94,6 +99,9 @@ def _make_demo(**env: str) -> Iterator[_Demo]:
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+        # The group is gone, so the pipe ends: let the reader see its end before closing it
+        # (a busy machine may not have run the thread yet).
+        demo.reader.join(timeout=30)
         if process.stdout is not None:
             process.stdout.close()
 

@@ -524,8 +524,11 @@ def _raw_lines(process: subprocess.Popen[bytes]) -> queue.Queue[bytes]:
 
     def pump() -> None:
         assert process.stdout is not None
-        for line in process.stdout:
-            lines.put(line)
+        try:
+            for line in process.stdout:
+                lines.put(line)
+        except ValueError:
+            return  # the test closed the pipe while this thread was still reading
 
     threading.Thread(target=pump, daemon=True).start()
     return lines
