@@ -261,7 +261,7 @@ def _conversations(docs: Iterable[_Doc]) -> pd.DataFrame:
     tools: list[list[str]] = []
     tokens: list[int | None] = []
     costs: list[float | None] = []
-    states: list[str | None] = []
+    held: list[tuple[str, ConversationStore | None]] = []
     for doc in docs:
         messages = doc.document["messages"]
         used: list[str] = []
@@ -291,7 +291,8 @@ def _conversations(docs: Iterable[_Doc]) -> pd.DataFrame:
         tools.append(used)
         tokens.append(token_sum)
         costs.append(cost_sum)
-        states.append(doc.job_state())
+        held.append((doc.conversation_id, doc.store))  # not the document: it may be large
+    states = _job_states(held)
     return pd.DataFrame(
         {
             "conversation_id": pd.Series(ids, dtype="str"),
@@ -305,6 +306,24 @@ def _conversations(docs: Iterable[_Doc]) -> pd.DataFrame:
             "job_status": pd.Categorical(states, categories=list(JOB_STATES)),
         }
     )
+
+
+def _job_states(held: list[tuple[str, ConversationStore | None]]) -> list[str | None]:
+    """Each conversation's job state, asked of its store in one batch per store (on Redis one
+    round trip per batch, not one per conversation)."""
+    states: list[str | None] = [None] * len(held)
+    batches: dict[int, tuple[ConversationStore, list[int]]] = {}
+    for index, (_, store) in enumerate(held):
+        if store is not None:
+            batches.setdefault(id(store), (store, []))[1].append(index)
+    for store, indexes in batches.values():
+        try:
+            found: list[str | None] = [*store.job_states([held[i][0] for i in indexes])]
+        except PplxValidationError:  # a Conversation built by hand, with an id no store holds
+            found = [_Doc(held[i][0], {}, store).job_state() for i in indexes]
+        for index, state in zip(indexes, found, strict=True):
+            states[index] = state
+    return states
 
 
 def _sources(docs: Iterable[_Doc]) -> pd.DataFrame:

@@ -400,6 +400,10 @@ class ConversationStore:
         one; asked of the job side, as :meth:`list` does."""
         return self._job_side.job_state(validate_conversation_id(conversation_id))
 
+    def job_states(self, conversation_ids: Sequence[str]) -> builtins.list[JobState | None]:
+        """:meth:`job_state` of each conversation, asked in one batch (one round trip on Redis)."""
+        return self._job_side.job_states([validate_conversation_id(c) for c in conversation_ids])
+
     def job_answer(
         self, conversation_id: str, job_id: str, document: bytes | None = None
     ) -> Message | None:
