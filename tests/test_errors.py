@@ -64,3 +64,26 @@ def test_redact_removes_given_and_key_shaped_secrets() -> None:
     assert "abcdefghijklmnop" not in cleaned
     assert "pplx-1234567890abcdef" not in cleaned
     assert "custom-secret" not in cleaned
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("redis://h:6379/3?password=TopSecret99", "redis://h:6379/3?password=***"),
+        ("redis://bob:Top@Secret99@h:6379/4", "redis://***@h:6379/4"),
+        ("redis://:ab/cd@h/0", "redis://***@h/0"),
+        ("redis://h/0?username=u&password=Top@Secret99", "redis://h/0?username=u&password=***"),
+        ("redis://h/0?TopSecret99#TopSecret99", "redis://h/0?***#***"),
+        ("rediss://h/0?ssl_password=TopSecret99&db=2", "rediss://h/0?ssl_password=***&db=2"),
+        (
+            "unix:///run/r.sock?db=3&pass%77ord=TopSecret99",
+            "unix:///run/r.sock?db=3&pass%77ord=***",
+        ),
+        ("https://u:TopSecret99@proxy/v1?api_key=TopSecret99", "https://***@proxy/v1?api_key=***"),
+        ("at 'redis://:p@TopSecret99@h/0' now", "at 'redis://***@h/0' now"),
+        ("see https://medium.com/@someone/post", "see https://medium.com/@someone/post"),
+    ],
+)
+def test_urls_are_shown_without_any_password_whatever_its_form(text: str, shown: str) -> None:
+    assert errors.url_without_credentials(text) == shown
+    assert errors.redact(text) == shown

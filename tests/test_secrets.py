@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx2
 import pytest
+from support.redis_server import RedisServer
 
 from pplx_nb import Settings
 from pplx_nb._errors import PplxError
@@ -308,3 +309,42 @@ def test_the_mcp_server_at_debug_logs_only_pplx_nb_and_no_credentials(tmp_path: 
     assert "DEBUG pplx_nb.api" in done.stderr  # pplx_nb's own loggers do follow LOG_LEVEL
     assert "httpcore" not in done.stderr and "receive_response_headers" not in done.stderr
     assert not _credential_leaks(done.stderr) and KEY not in done.stderr
+
+
+@pytest.mark.parametrize("form", ["query", "userinfo"])
+def test_a_store_password_is_hidden_wherever_the_store_is_named(
+    redis_server: RedisServer, redis_url: str, form: str
+) -> None:
+    from pplx_nb._redis import client
+    from pplx_nb.jobs import JobQueue
+    from pplx_nb.store import ConversationStore
+
+    user, password = f"tester_{form}", "Top@URLCANARY-99"
+    where = redis_url.removeprefix("redis://")
+    host, db = where.split("/")
+    urls = {
+        "query": f"redis://{host}/{db}?username={user}&password={password}",
+        "userinfo": f"redis://{user}:{password}@{host}/{db}",
+    }
+    admin = client(redis_server.url(0))
+    admin.acl_setuser(
+        user, enabled=True, passwords=[f"+{password}"], keys=["*"], commands=["+@all"]
+    )
+    seen: list[str] = []
+    try:
+        settings = Settings(store_url=urls[form])
+        store = ConversationStore(settings=settings)
+        conversation = store.create([{"role": "user", "content": "q"}])
+        queue = JobQueue.from_settings(settings)
+        seen += [repr(settings), str(settings.redacted()), repr(store), store.location]
+        seen += [str(conversation.path), repr(queue), queue.location]
+        wrong = ConversationStore(settings=Settings(store_url=urls[form].replace("99", "11")))
+        for failing in (lambda: store.load("20200101-1577836800000"), wrong.ids):
+            with pytest.raises(PplxError) as caught:
+                failing()
+            seen += error_views(caught.value)
+    finally:
+        admin.acl_deluser(user)
+    assert f"{host}/{db}" in store.location
+    for text in seen:
+        assert "URLCANARY" not in text and "Top@" not in text, text
