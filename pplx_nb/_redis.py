@@ -18,7 +18,8 @@ import uuid
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from pplx_nb._errors import StoreUnavailable, redact, url_without_credentials
+from pplx_nb._config import check_store_url
+from pplx_nb._errors import StoreUnavailable, ValidationError, redact, url_without_credentials
 
 if TYPE_CHECKING:
     import redis
@@ -37,20 +38,36 @@ _clients_lock = threading.Lock()
 
 
 def client(url: str) -> redis.Redis:
-    """The client for ``url`` in this process (created on first use; sockets time out)."""
+    """The client for ``url`` in this process (created on first use; sockets time out).
+
+    A URL :func:`~pplx_nb._config.check_store_url` refuses, or that redis-py cannot read, is a
+    VALIDATION_ERROR naming PPLX_NB_STORE (never a TypeError or ValueError from redis-py).
+    """
     import redis
 
     key = (os.getpid(), url)
     with _clients_lock:
         found = _clients.get(key)
         if found is None:
+            try:
+                checked = check_store_url(url)
+            except ValueError as exc:
+                raise ValidationError(str(exc)) from None
             with redis_errors(url, "connect to"):
-                found = redis.Redis.from_url(
-                    url,
-                    socket_connect_timeout=CONNECT_SECONDS,
-                    socket_timeout=_READ_SECONDS,
-                    health_check_interval=30,
-                )
+                try:
+                    found = redis.Redis.from_url(
+                        checked,
+                        socket_connect_timeout=CONNECT_SECONDS,
+                        socket_timeout=_READ_SECONDS,
+                        health_check_interval=30,
+                    )
+                except (TypeError, ValueError) as exc:
+                    shown = url_without_credentials(url)
+                    raise ValidationError(
+                        f"PPLX_NB_STORE {shown!r} cannot be used ({redact(str(exc), url)}). "
+                        "Correct it, such as redis://localhost:6379/0, or unset it to keep "
+                        "conversations as files."
+                    ) from None
             _clients[key] = found
         return found
 

@@ -168,3 +168,54 @@ def test_online_the_configured_url_and_key_are_used_as_they_are() -> None:
     assert endpoint.api_key is not None and endpoint.api_key.get_secret_value() == KEY
     with pytest.raises(APIKeyInvalid, match="PERPLEXITY_API_KEY"):
         resolve_endpoint(Settings(api_key=None, offline=False))
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://h:6379/1/2",
+        "redis://h:6379/abc",
+        "redis://h:6379/5/extra",
+        "redis://h:6379/-1",
+        "redis://h:6379/5?db=6",
+        "redis://h:6379/0?db=x",
+        "redis://h:6379/0?foo=bar",
+        "redis://h:6379/0?socket_timeout=abc",
+        "redis://h:6379/0?db=1&db=1",
+        "redis://h:6379/0?TopSecret99",
+        "redis://h:6379/0#frag",
+        "redis://h:6379/0?ssl_cert_reqs=none",
+        "rediss://h:6379/0?ssl_cert_reqs=maybe",
+        "redis://h:6379/0?client_name=a%20b",
+        "unix://h/run/redis.sock",
+        "unix://",
+        "http://h:6379/0",
+        "redis://h:port/0",
+    ],
+)
+def test_a_store_url_redis_would_misread_is_refused_naming_the_variable_and_the_forms(
+    url: str,
+) -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="PPLX_NB_STORE") as caught:
+        Settings(store_url=url + "&password=TopSecret99" if "?" in url else url)
+    assert "redis://HOST:PORT/DB" in str(caught.value)
+    assert "TopSecret99" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "kept"),
+    [
+        (" REDIS://h:6379/3 ", "redis://h:6379/3"),
+        ("redis://h:6379/5?db=5", "redis://h:6379/5?db=5"),
+        ("redis://h:6379?db=7&password=p", "redis://h:6379?db=7&password=p"),
+        ("redis://h:6379/", "redis://h:6379/"),
+        ("rediss://u:p@h:6380/2?ssl_cert_reqs=none", "rediss://u:p@h:6380/2?ssl_cert_reqs=none"),
+        ("unix:///run/redis.sock?db=3&password=p", "unix:///run/redis.sock?db=3&password=p"),
+    ],
+)
+def test_a_store_url_redis_reads_as_written_is_kept_with_its_scheme_in_lower_case(
+    url: str, kept: str
+) -> None:
+    assert Settings(store_url=url).store_url == kept

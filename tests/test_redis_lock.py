@@ -6,8 +6,10 @@ import pickle
 import time
 
 import pytest
+from support.redis_server import RedisServer
 
-from pplx_nb._errors import FilesystemError, StoreUnavailable
+from pplx_nb import Settings
+from pplx_nb._errors import FilesystemError, StoreUnavailable, ValidationError
 from pplx_nb._redis import RedisLock, client, redis_errors
 
 DOWN = "redis://user:hunter2secret@127.0.0.1:1/0"
@@ -43,3 +45,29 @@ def test_an_unreachable_store_is_a_clear_error_within_seconds_without_credential
     assert "127.0.0.1:1" in str(error) and "PPLX_NB_STORE" in str(error)
     for text in (str(error), repr(error), repr(pickle.loads(pickle.dumps(error)).details)):
         assert "hunter2secret" not in text
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://127.0.0.1:1/0?foo=bar&password=TopSecret99",
+        "redis://127.0.0.1:1/0?socket_timeout=abc",
+        "REDIS://127.0.0.1:1/1/2",
+    ],
+)
+def test_a_url_redis_cannot_read_is_a_validation_error_not_a_redis_py_exception(url: str) -> None:
+    with pytest.raises(ValidationError, match="PPLX_NB_STORE") as caught:
+        client(url)
+    assert caught.value.code == "VALIDATION_ERROR"
+    assert "TopSecret99" not in str(caught.value)
+
+
+def test_the_database_of_the_url_is_the_one_written_whether_in_path_or_query(
+    redis_server: RedisServer,
+) -> None:
+    for given, db in (("/9?db=9", 9), ("?db=10", 10), ("/11", 11), ("", 0)):
+        redis_server.flush(db)
+        url = Settings(store_url=f"redis://127.0.0.1:{redis_server.port}{given}").store_url
+        assert url is not None
+        client(url).set("pplx_nb:test:db", given)
+        assert client(redis_server.url(db)).get("pplx_nb:test:db") == given.encode()
