@@ -122,6 +122,29 @@ def test_a_worker_whose_lease_ran_out_is_refused_before_anyone_recovers_the_job(
     assert [e.code for e in status.error_history] == ["JOB_LEASE_EXPIRED"]
 
 
+def test_a_marker_that_is_not_text_is_dropped_and_the_queue_goes_on(
+    redis_url: str, logs_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    raw = redis.Redis.from_url(redis_url)
+    damaged = b"\x00\xff\xfe-not-utf8"  # sorts before every real marker
+    queue = JobQueue.on_redis(redis_url, lease_seconds=0.3)
+    cid = _ask(_store(redis_url, logs_dir))
+    queue.enqueue(cid, "t", {})
+    raw.zadd(KEYS.jobs("pending"), {damaged: 0})
+    raw.zadd(KEYS.jobs("claimed"), {damaged + b"-old": 0})
+    with caplog.at_level(logging.WARNING, logger="pplx_nb.jobs"):
+        assert queue.recover_stale() == 0
+        assert queue.pending_count() == 1
+        job = queue.claim("w")
+    assert job is not None and job.conversation_id == cid
+    assert raw.zrange(KEYS.jobs("pending"), 0, -1) == []
+    assert damaged not in raw.zrange(KEYS.jobs("claimed"), 0, -1)
+    assert "damaged entry" in caplog.text
+    raw.zadd(KEYS.jobs("claimed"), {damaged: 0})  # its deadline long past: recovery sees it
+    queue.recover_stale()
+    assert damaged not in raw.zrange(KEYS.jobs("claimed"), 0, -1)
+
+
 def test_a_claim_held_up_past_its_lease_is_claimed_afresh_not_lost(
     redis_url: str, logs_dir: Path
 ) -> None:

@@ -40,6 +40,7 @@ from pplx_nb._errors import (
 )
 from pplx_nb._fs import CONVERSATION_ID_RE, validate_conversation_id
 from pplx_nb._layout import RedisKeys
+from pplx_nb._logging import get_logger
 from pplx_nb._models import JobRecord, JobState, JobStatus
 from pplx_nb._redis import HeldLocks, client, redis_errors
 from pplx_nb.jobs._codec import encode, parse_record, parse_state, parse_status
@@ -48,6 +49,8 @@ if TYPE_CHECKING:
     import redis
 
 __all__ = ["RedisClaimIndex", "RedisStatusBackend"]
+
+logger = get_logger("pplx_nb.jobs")
 
 _BATCH = 512
 """Statuses read per ``MGET`` in listings."""
@@ -333,9 +336,20 @@ class RedisClaimIndex:
         self._run("index a job in", _ADD_CLAIMED, [self._claimed], [marker, self.lease_ms])
 
     def claim_next(self) -> str | None:
-        """Pop the first pending marker into ``claimed``, its deadline by the server's clock."""
-        found = self._run("claim a job in", _CLAIM, [self._pending, self._claimed], [self.lease_ms])
-        return None if found is None else bytes(found).decode()
+        """Pop the first pending marker into ``claimed``, its deadline by the server's clock.
+
+        A marker that is not UTF-8 text (no marker pplx_nb writes) is dropped with a warning
+        and the next one claimed.
+        """
+        while True:
+            found = self._run(
+                "claim a job in", _CLAIM, [self._pending, self._claimed], [self.lease_ms]
+            )
+            if found is None:
+                return None
+            marker = self._decoded(bytes(found), self._claimed)
+            if marker is not None:
+                return marker
 
     def requeue(self, marker: str) -> None:
         """Move ``marker`` from ``claimed`` back to ``pending``."""
@@ -368,12 +382,32 @@ class RedisClaimIndex:
     def _members(self, key: str) -> list[str]:
         with redis_errors(self.url, "read the job index in"):
             found = cast(list[bytes], client(self.url).zrange(key, 0, -1))
-        return [raw.decode() for raw in found]
+        return [marker for raw in found if (marker := self._decoded(raw, key)) is not None]
 
     def recoverable(self, claimed: list[str]) -> list[str]:
         """The claimed markers whose deadline has passed by the server's clock."""
         _, expired = self._run("read the job index in", _EXPIRED, [self._claimed], [])
-        return [raw.decode() for raw in expired]
+        decoded = (self._decoded(bytes(raw), self._claimed) for raw in expired)
+        return [marker for marker in decoded if marker is not None]
+
+    def _decoded(self, raw: bytes, key: str) -> str | None:
+        """``raw`` as text; a damaged marker (not UTF-8) is removed from ``key`` with a warning.
+
+        Markers are hints: nothing is lost with it, since recovery rebuilds the marker of any
+        pending or running job from its status.
+        """
+        try:
+            return raw.decode()
+        except UnicodeDecodeError:
+            logger.warning(
+                "Dropped a damaged entry %r (not UTF-8 text) from %s in the Redis store at %s",
+                raw[:80],
+                key,
+                self.location,
+            )
+            with redis_errors(self.url, "remove a damaged job marker from"):
+                client(self.url).zrem(key, raw)
+            return None
 
     def renew(self, marker: str, heartbeat: str | None) -> bool:
         """Push the deadline a lease ahead unless it has passed (or the marker is not claimed)."""
