@@ -5,7 +5,8 @@ rate limit) connects through :func:`client` and wraps its calls in :func:`redis_
 unreachable server is a :class:`~pplx_nb._errors.StoreUnavailable` naming the URL (without its
 credentials) within seconds, never a hang or a redis-py traceback. :class:`RedisLock` is the
 conversation lock both the store and the job side take (``SET NX PX`` with a token, released
-and extended only by its holder).
+and extended only by its holder; a key there that no holder of ours can have left, one without
+an expiry or not a string, is taken over with a warning).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from pplx_nb._config import check_store_url
 from pplx_nb._errors import StoreUnavailable, ValidationError, redact, url_without_credentials
+from pplx_nb._logging import get_logger
 
 if TYPE_CHECKING:
     import redis
@@ -31,6 +33,8 @@ KEY_PREFIX = "pplx_nb"
 
 CONNECT_SECONDS = 3.0
 """How long connecting may take before the store is called unreachable."""
+
+logger = get_logger("pplx_nb.store")
 
 _READ_SECONDS = 10.0
 _clients: dict[tuple[int, str], redis.Redis] = {}
@@ -96,6 +100,17 @@ def redis_errors(url: str, doing: str = "use") -> Iterator[None]:
         ) from None
 
 
+_ACQUIRE = """
+if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
+if redis.call('type', KEYS[1]).ok ~= 'string' or redis.call('pttl', KEYS[1]) == -1 then
+  redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 2
+end
+return 0
+"""
+"""Take the lock ``KEYS[1]`` for the token ``ARGV[1]`` for ``ARGV[2]`` ms: 1 taken, 0 held by
+another, 2 taken over from a key no live holder can have left (every lock of ours carries an
+expiry, so one without, or a key of another type, would block every writer forever)."""
 _RELEASE = """
 if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
 return 0
@@ -130,7 +145,7 @@ class RedisLock:
         pause = 0.002
         with redis_errors(self.url, "lock a conversation in"):
             redis_client = client(self.url)
-            while not redis_client.set(self.key, token, nx=True, px=int(self.ttl * 1000)):
+            while not (taken := redis_client.eval(_ACQUIRE, 1, self.key, token, self._ttl_ms)):
                 if time.monotonic() >= deadline:
                     raise StoreUnavailable(
                         f"Another process has held the lock {self.key} in the Redis store at "
@@ -140,16 +155,25 @@ class RedisLock:
                     )
                 time.sleep(pause)
                 pause = min(pause * 2, 0.05)
+        if taken == 2:
+            logger.warning(
+                "The lock %s in the Redis store at %s had no expiry or was not a lock, so no "
+                "pplx_nb process held it (something else wrote it): taken over",
+                self.key,
+                url_without_credentials(self.url),
+            )
         self.token = token
+
+    @property
+    def _ttl_ms(self) -> int:
+        return max(1, int(self.ttl * 1000))
 
     def extend(self) -> bool:
         """Push the expiry ``ttl`` ahead; False if the lock is no longer this holder's."""
         if self.token is None:
             return False
         with redis_errors(self.url, "extend a lock in"):
-            return bool(
-                client(self.url).eval(_EXTEND, 1, self.key, self.token, int(self.ttl * 1000))
-            )
+            return bool(client(self.url).eval(_EXTEND, 1, self.key, self.token, self._ttl_ms))
 
     def release(self) -> None:
         """Let go (only if still held by this token; an expired lock is left to its new holder)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import pickle
 import time
 
@@ -71,3 +72,24 @@ def test_the_database_of_the_url_is_the_one_written_whether_in_path_or_query(
         assert url is not None
         client(url).set("pplx_nb:test:db", given)
         assert client(redis_server.url(db)).get("pplx_nb:test:db") == given.encode()
+
+
+@pytest.mark.parametrize("left", ["string without expiry", "hash"])
+def test_a_lock_key_no_holder_can_have_left_is_taken_over_at_once_with_a_warning(
+    redis_url: str, left: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    key = "pplx_nb:test:lock"
+    if left == "hash":
+        client(redis_url).hset(key, "x", "y")
+    else:
+        client(redis_url).set(key, "left by a tool")
+    started = time.monotonic()
+    with (
+        caplog.at_level(logging.WARNING, logger="pplx_nb.store"),
+        RedisLock(redis_url, key, ttl=5.0, timeout=3.0) as lock,
+    ):
+        assert client(redis_url).get(key) == (lock.token or "").encode()
+        assert 0 < client(redis_url).pttl(key) <= 5000
+    assert time.monotonic() - started < 1
+    assert client(redis_url).exists(key) == 0
+    assert key in caplog.text and "taken over" in caplog.text
