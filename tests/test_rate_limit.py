@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import math
 import os
 import re
@@ -254,6 +255,51 @@ def test_a_hold_moves_out_never_in(kind: type[Throttle], redis_url: str) -> None
     assert turn.granted and turn.cause == "hold"
     assert 0.8 - elapsed - 0.01 <= turn.wait <= 0.8
     assert throttle.reserve(60).at == pytest.approx(turn.at, abs=1e-6)  # no window: no queue
+
+
+@pytest.mark.parametrize(
+    ("window", "hold"),
+    [
+        (None, "abc"),
+        (None, "1e30"),
+        (None, "99999999999999999999999"),
+        (None, "nan"),
+        (["garbage"] * 6, None),
+        (["1e30"] * 6, None),
+        ({"not": "a list"}, {"not": "a string"}),
+    ],
+)
+def test_a_damaged_shared_limit_counts_as_empty_and_is_repaired(
+    redis_url: str,
+    window: list[str] | dict[str, str] | None,
+    hold: str | dict[str, str] | None,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    throttle = RedisThrottle(redis_url, "5/s")
+    db = redis.Redis.from_url(redis_url)
+    slots, held = throttle.keys
+    for key, value in ((slots, window), (held, hold)):
+        if isinstance(value, list):
+            db.rpush(key, *value)
+        elif isinstance(value, dict):
+            db.hset(key, mapping=value)
+        elif value is not None:
+            db.set(key, value)
+    with caplog.at_level(logging.WARNING, logger="pplx_nb.api"):
+        turn = throttle.reserve(1.0)
+    assert turn.granted and turn.wait == 0 and turn.cause == "none"
+    assert "damaged" in caplog.text
+    assert db.type(held) in (b"none", b"string") and db.llen(slots) == 1
+    throttle.hold(0.5)  # a pause can be shared again over what was there
+    assert 0 < throttle.reserve(60).wait <= 0.5
+
+
+def test_a_pause_longer_than_max_hold_is_cut_to_it(redis_url: str) -> None:
+    throttle = RedisThrottle(redis_url, None)
+    throttle.hold(1e30)
+    turn = throttle.reserve(1.0)
+    assert not turn.granted and turn.cause == "hold"
+    assert MAX_HOLD - 5 < turn.wait <= MAX_HOLD
 
 
 def test_redis_keys_expire_and_stay_in_their_database(

@@ -298,44 +298,93 @@ class LocalThrottle(Throttle):
             self._hold_until = max(self._hold_until, time.monotonic() + seconds)
 
 
-_RESERVE = """
+_MAX_AHEAD = 7 * 86400.0
+"""The furthest ahead a turn is ever reserved (a longer wait is refused as too late), so a stored
+instant further ahead than this, or a hold longer than MAX_HOLD, is damage, not a turn."""
+
+_SANE = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local function sane(value, ahead)
+  local number = tonumber(value)
+  if number and number == number and number > -1e18 and number <= now + ahead then
+    return number
+  end
+  return nil
+end
+local function readable(key, kind)
+  local found = redis.call('TYPE', key).ok
+  if found == kind or found == 'none' then return true end
+  redis.call('DEL', key)
+  return false
+end
+"""
+"""What both scripts share: ``now`` (server clock, µs); ``sane(value, ahead)``, a stored instant
+as a number or nil when it is not a number or lies over ``ahead`` µs ahead; ``readable(key,
+kind)``, false after deleting a key of another type."""
+
+_RESERVE = (
+    _SANE
+    + """
 local count = tonumber(ARGV[1])
 local period = tonumber(ARGV[2])
-local slot, cause = now, 0
-if count > 0 and redis.call('LLEN', KEYS[1]) >= count then
-  local edge = tonumber(redis.call('LINDEX', KEYS[1], -count)) + period
-  if edge > slot then slot, cause = edge, 1 end
+local slot, cause, repaired = now, 0, 0
+if count > 0 then
+  if not readable(KEYS[1], 'list') then
+    repaired = 1
+  elseif redis.call('LLEN', KEYS[1]) >= count then
+    local oldest = sane(redis.call('LINDEX', KEYS[1], -count), tonumber(ARGV[4]))
+    if oldest == nil then
+      redis.call('DEL', KEYS[1])
+      repaired = 1
+    elseif oldest + period > slot then
+      slot, cause = oldest + period, 1
+    end
+  end
 end
-local hold = tonumber(redis.call('GET', KEYS[2]) or '0')
+local hold = 0
+if not readable(KEYS[2], 'string') then
+  repaired = repaired + 2
+else
+  local stored = redis.call('GET', KEYS[2])
+  hold = stored and sane(stored, tonumber(ARGV[5]))
+  if stored and not hold then redis.call('DEL', KEYS[2]) repaired = repaired + 2 end
+  hold = hold or 0
+end
 if hold > slot then slot, cause = hold, 2 end
 local wait = slot - now
 local at = string.format('%.0f', slot)
-if wait > tonumber(ARGV[3]) then return {0, wait, cause, at} end
+if wait > tonumber(ARGV[3]) then return {0, wait, cause, at, repaired} end
 if count > 0 then
   redis.call('RPUSH', KEYS[1], at)
   redis.call('LTRIM', KEYS[1], -count, -1)
   redis.call('PEXPIRE', KEYS[1], math.ceil((wait + period) / 1000) + 1000)
 end
-return {1, wait, cause, at}
+return {1, wait, cause, at, repaired}
 """
+)
 """KEYS: the window's reservations (a list of server-clock µs, oldest first), the hold (µs).
-ARGV: N (0: no window), the period and the longest wait (µs).
-Returns {granted, wait µs, cause (0 none, 1 rate, 2 hold), the turn's instant in µs (text)}.
+ARGV: N (0: no window), the period, the longest wait, the furthest a reservation may lie ahead
+and the longest hold (µs).
+Returns {granted, wait µs, cause (0 none, 1 rate, 2 hold), the turn's instant in µs (text),
+repaired (1: the window was damaged, 2: the hold, 3: both; each is deleted, as if absent)}.
 """
 
-_HOLD = """
-local t = redis.call('TIME')
+_HOLD = (
+    _SANE
+    + """
 local length = tonumber(ARGV[1])
-local ends = tonumber(t[1]) * 1000000 + tonumber(t[2]) + length
-if ends > tonumber(redis.call('GET', KEYS[1]) or '0') then
+local ends = now + length
+local current = readable(KEYS[1], 'string') and sane(redis.call('GET', KEYS[1]), tonumber(ARGV[2]))
+if ends > (current or 0) then
   redis.call('SET', KEYS[1], string.format('%.0f', ends), 'PX', math.ceil(length / 1000) + 1)
   return 1
 end
 return 0
 """
-"""KEYS: the hold. ARGV: its length (µs). Pushes the hold's end out, never in."""
+)
+"""KEYS: the hold. ARGV: its length and the longest hold (µs). Pushes the hold's end out, never
+in; a damaged hold (not a number, or further ahead than the longest hold) is replaced."""
 
 
 class RedisThrottle(Throttle):
@@ -371,10 +420,20 @@ class RedisThrottle(Throttle):
         """Reserve the next turn (blocking; Redis server clock) unless it is over ``max_wait``
         away."""
         count, period = self.window if self.window else (0, 0.0)
+        args = [count, round(period * 1e6), round(min(max_wait, _MAX_AHEAD) * 1e6)]
         with redis_errors(self.url, "pace API requests through"):
-            granted, wait, cause, at = self._script(0)(
-                keys=self.keys,
-                args=[count, round(period * 1e6), round(min(max_wait, 1e9) * 1e6)],
+            granted, wait, cause, at, repaired = self._script(0)(
+                keys=self.keys, args=[*args, round(_MAX_AHEAD * 1e6), round(MAX_HOLD * 1e6)]
+            )
+        if repaired:
+            damaged = [
+                key for bit, key in zip((1, 2), self.keys, strict=True) if int(repaired) & bit
+            ]
+            logger.warning(
+                "The shared rate limit in the Redis store at %s held a damaged value (%s); it was "
+                "deleted and counts as empty",
+                url_without_credentials(self.url),
+                " and ".join(damaged),
             )
         return _Turn(bool(granted), int(wait) / 1e6, _CAUSES[int(cause)], int(at) / 1e6)
 
@@ -382,9 +441,10 @@ class RedisThrottle(Throttle):
         await asyncio.to_thread(self.hold, seconds)
 
     def hold(self, seconds: float) -> None:
-        """Hold every process's requests for ``seconds`` from now (blocking)."""
+        """Hold every process's requests for ``seconds`` (at most MAX_HOLD) from now (blocking)."""
+        length = round(min(max(seconds, 0.0), MAX_HOLD) * 1e6)
         with redis_errors(self.url, "share a rate-limit pause through"):
-            self._script(1)(keys=self.keys[1:], args=[round(seconds * 1e6)])
+            self._script(1)(keys=self.keys[1:], args=[length, round(MAX_HOLD * 1e6)])
 
 
 _throttles: dict[tuple[int, str, str | None, str | None], Throttle] = {}
