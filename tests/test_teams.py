@@ -284,6 +284,27 @@ def test_migrate_reports_a_conflict_and_never_overwrites_it(
     assert (target / taken / "conversation.json").read_bytes() == kept
 
 
+def test_migrate_leaves_behind_job_statuses_that_name_no_state_and_goes_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = ConversationStore(tmp_path / "source")
+    _fill(source, 4)
+    statuses = [b'{"status": ["completed"]}', b"[" * 100_000 + b"]" * 100_000, b'"completed"']
+    odd, ended = source.ids()[:3], source.ids()[3]
+    for conversation_id, status in zip(odd, statuses, strict=True):
+        (source.path(conversation_id) / "status.json").write_bytes(status)
+    (source.path(ended) / "status.json").write_text('{"status": "completed"}')
+    target = tmp_path / "target"
+
+    assert store_main(["migrate", str(source.root), str(target)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.strip() == "migrated 4, skipped 0, conflicts 0, job statuses 1"
+    assert [f"job status of {c} not copied" in captured.err for c in odd] == [True] * 3
+    assert "Traceback" not in captured.err
+    assert sorted(p.name for p in target.glob("*/status.json")) == ["status.json"]
+    assert (target / ended / "status.json").is_file()
+
+
 @pytest.mark.parametrize(
     ("source", "target", "says"),
     [
