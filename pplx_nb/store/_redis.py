@@ -22,9 +22,10 @@ summary together. The lock is held only for one read-modify-write (as the file b
 is), far below its expiry; a holder that dies frees it when it expires.
 
 A value that is not what the store writes (a message that is not JSON, a meta hash without its
-fields) makes that conversation CONVERSATION_CORRUPTED and no other. Every Redis call goes
-through :func:`~pplx_nb._redis.redis_errors`: an unreachable server is a FILESYSTEM_ERROR naming
-the URL (without credentials) within seconds.
+fields, a key holding another type of value) makes that conversation CONVERSATION_CORRUPTED and
+no other: batch reads take each reply on its own, so listings and exports skip it. Every Redis
+call goes through :func:`~pplx_nb._redis.redis_errors`: an unreachable server is a
+FILESYSTEM_ERROR naming the URL (without credentials) within seconds.
 """
 
 from __future__ import annotations
@@ -68,6 +69,8 @@ _REQUIRED = ("conversationId", "createdAt", "updatedAt", "messageCount")
 _SUMMARY_FIELDS = (*_REQUIRED, "parentConversationId", SUMMARY_KEY)
 _CHUNK = 1000
 """Messages pushed per RPUSH inside a script (Lua's ``unpack`` has a stack limit)."""
+_TYPES = {"meta": "hash", "messages": "list"}
+"""The Redis type of each key :meth:`RedisBackend.read` reads."""
 
 _CREATE = f"""
 if redis.call('zscore', KEYS[1], ARGV[2]) or redis.call('exists', KEYS[2]) == 1 then
@@ -367,8 +370,15 @@ class RedisBackend:
             self._redis.set(key, dumps(fields), px=max(1, int(seconds * 1000)))
 
     def _mark(self, conversation_id: str) -> dict[str, Any] | None:
+        import redis
+
         with self._errors("read a conversation in"):
-            raw = self._redis.get(self._key(conversation_id, "answering"))
+            try:
+                raw = self._redis.get(self._key(conversation_id, "answering"))
+            except redis.ResponseError as exc:
+                if not _wrong_type(exc):
+                    raise
+                raw = None  # another type of value: as damaged as a mark that is not JSON
         try:
             found = json.loads(raw) if raw is not None else None
         except (ValueError, RecursionError):
@@ -387,10 +397,35 @@ class RedisBackend:
             pipe = self._redis.pipeline(transaction=True)
             pipe.hgetall(self._key(conversation_id, "meta"))
             pipe.lrange(self._key(conversation_id, "messages"), 0, -1)
-            meta, lines = pipe.execute()
+            found = self._replies(pipe, "read a conversation in")
+        meta = self._reply(conversation_id, "meta", found[0])
         if not meta:
             raise not_found(conversation_id, self.shown_url)
-        return meta, lines
+        return meta, self._reply(conversation_id, "messages", found[1])
+
+    def _replies(self, pipe: redis.client.Pipeline, doing: str) -> list[Any]:
+        """The replies of ``pipe``, each key of another type than the store writes left in
+        place as its error (see :meth:`_reply`); any other refusal is FILESYSTEM_ERROR."""
+        import redis
+
+        found: list[Any] = pipe.execute(raise_on_error=False)
+        for reply in found:
+            if isinstance(reply, redis.ResponseError) and not _wrong_type(reply):
+                with self._errors(doing):
+                    raise reply
+        return found
+
+    def _reply(self, conversation_id: str, part: str, reply: Any) -> Any:
+        """``reply`` from the conversation's ``part`` key; CONVERSATION_CORRUPTED for that
+        conversation alone if the key holds another type of value than the store writes."""
+        if isinstance(reply, Exception):
+            key = self._key(conversation_id, part)
+            raise corrupted(
+                conversation_id,
+                self.document_location(conversation_id),
+                f"its key {key} holds another type of value than a {_TYPES[part]}",
+            )
+        return reply
 
     def _assemble(
         self, conversation_id: str, meta: dict[bytes, bytes], lines: list[bytes]
@@ -472,16 +507,11 @@ class RedisBackend:
             for conversation_id in conversation_ids:
                 key = self._key(validate_conversation_id(conversation_id), "meta")
                 pipe.hmget(key, _SUMMARY_FIELDS)
-            found: list[list[bytes | None]] = pipe.execute()
-        results: list[dict[str, Any] | PplxError] = []
-        for conversation_id, values in zip(conversation_ids, found, strict=True):
-            meta = {
-                name.encode(): value
-                for name, value in zip(_SUMMARY_FIELDS, values, strict=True)
-                if value is not None
-            }
-            results.append(or_error(partial(self._summary_of, meta=meta), conversation_id))
-        return results
+            found = self._replies(pipe, "read conversations in")
+        return [
+            or_error(partial(self._summary_of, values=values), conversation_id)
+            for conversation_id, values in zip(conversation_ids, found, strict=True)
+        ]
 
     def read_many(self, conversation_ids: Sequence[str]) -> list[bytes | PplxError]:
         """Each conversation's document (or its error), one transaction for all of them."""
@@ -491,23 +521,29 @@ class RedisBackend:
                 validate_conversation_id(conversation_id)
                 pipe.hgetall(self._key(conversation_id, "meta"))
                 pipe.lrange(self._key(conversation_id, "messages"), 0, -1)
-            found = pipe.execute()
+            found = self._replies(pipe, "read conversations in")
         results: list[bytes | PplxError] = []
         for n, conversation_id in enumerate(conversation_ids):
             meta, lines = found[2 * n], found[2 * n + 1]
 
-            def document(
-                cid: str, meta: dict[bytes, bytes] = meta, lines: list[bytes] = lines
-            ) -> bytes:
+            def document(cid: str, meta: Any = meta, lines: Any = lines) -> bytes:
+                meta = self._reply(cid, "meta", meta)
                 if not meta:
                     raise not_found(cid, self.shown_url)
-                return self._assemble(cid, meta, lines)
+                return self._assemble(cid, meta, self._reply(cid, "messages", lines))
 
             results.append(or_error(document, conversation_id))
         return results
 
-    def _summary_of(self, conversation_id: str, meta: dict[bytes, bytes]) -> dict[str, Any]:
-        """The light summary of a conversation whose meta fields are ``meta`` (already read)."""
+    def _summary_of(self, conversation_id: str, values: Any) -> dict[str, Any]:
+        """The light summary of a conversation whose meta fields :data:`_SUMMARY_FIELDS` hold
+        ``values`` (the reply of an ``HMGET``)."""
+        found: list[bytes | None] = self._reply(conversation_id, "meta", values)
+        meta = {
+            name.encode(): value
+            for name, value in zip(_SUMMARY_FIELDS, found, strict=True)
+            if value is not None
+        }
         if not meta:
             raise not_found(conversation_id, self.shown_url)
         decoded = self._decoded(conversation_id, meta, _SUMMARY_FIELDS)
@@ -524,6 +560,11 @@ class RedisBackend:
             summary = summarize(parse(self.read(conversation_id), conversation_id, where))
         summary["path"] = self.location(conversation_id)
         return summary
+
+
+def _wrong_type(error: redis.ResponseError) -> bool:
+    """Whether Redis refused a command because its key holds another type of value."""
+    return str(error).startswith("WRONGTYPE")
 
 
 def _name(conversation_id: str, key: bytes, backend: RedisBackend) -> str:
