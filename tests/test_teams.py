@@ -284,6 +284,35 @@ def test_migrate_reports_a_conflict_and_never_overwrites_it(
     assert (target / taken / "conversation.json").read_bytes() == kept
 
 
+@pytest.mark.parametrize("leftover", ["messages-list", "messages-string", "status"])
+def test_migrate_reports_a_leftover_key_at_the_target_as_a_conflict_and_writes_nothing(
+    redis_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], leftover: str
+) -> None:
+    source = ConversationStore(tmp_path / "source")
+    _fill(source, 2)
+    taken = source.ids()[0]
+    client = redis.Redis.from_url(redis_url)
+    try:
+        if leftover == "messages-list":
+            client.rpush(f"pplx_nb:conv:{taken}:messages", b'{"role": "user", "content": "old"}')
+        elif leftover == "messages-string":
+            client.set(f"pplx_nb:conv:{taken}:messages", b"junk")
+        else:
+            client.set(f"pplx_nb:conv:{taken}:status", b'{"status": "pending"}')
+    finally:
+        client.close()
+    before = {key: value for key, value in _keys(redis_url).items() if taken.encode() in key}
+
+    for _ in range(2):
+        assert store_main(["migrate", str(source.root), redis_url]) == 1
+        captured = capsys.readouterr()
+        assert f"conflict {taken}" in captured.err
+        assert captured.out.strip().endswith("conflicts 1, job statuses 0")
+        assert {k: v for k, v in _keys(redis_url).items() if taken.encode() in k} == before
+    target = ConversationStore(settings=Settings(store_url=redis_url))
+    assert [s.conversation_id for s in target.list()] == [source.ids()[1]]
+
+
 def test_migrate_leaves_behind_job_statuses_that_name_no_state_and_goes_on(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

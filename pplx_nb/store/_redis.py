@@ -13,9 +13,11 @@ backend, assembled from the stored JSON pieces without decoding them, so the sto
 conversation once whichever backend holds it. The meta hash carries the listing summary
 (``pplxSummary``), so a summary costs one ``HGETALL``.
 
-Creating claims the id and writes the conversation in one Lua script (``ZADD NX`` on the index:
-the next millisecond on a collision), so a reader never sees half a conversation. Appends run
-under the conversation's lock and write in one script that checks the lock is still this
+Creating claims the id and writes the conversation in one Lua script, so a reader never sees
+half a conversation. An id is taken while the index or any key of the conversation holds it (the
+next millisecond on a collision; for ``migrate``, a conflict): a leftover is never written into.
+
+Appends run under the conversation's lock and write in one script that checks the lock is still this
 holder's and that the list has the length that was read (a holder paused past the lock's expiry
 writes nothing), then pushes the messages and updates ``updatedAt``, ``messageCount`` and the
 summary together. The lock is held only for one read-modify-write (as the file backend's flock
@@ -69,11 +71,14 @@ _REQUIRED = ("conversationId", "createdAt", "updatedAt", "messageCount")
 _SUMMARY_FIELDS = (*_REQUIRED, "parentConversationId", SUMMARY_KEY)
 _CHUNK = 1000
 """Messages pushed per RPUSH inside a script (Lua's ``unpack`` has a stack limit)."""
+_LEFTOVERS = ("status", "job", "answering")
+"""Keys of a conversation besides its meta and messages that make its id taken (not its lock,
+which a process holds for a moment, conversation or not)."""
 _TYPES = {"meta": "hash", "messages": "list"}
 """The Redis type of each key :meth:`RedisBackend.read` reads."""
 
 _CREATE = f"""
-if redis.call('zscore', KEYS[1], ARGV[2]) or redis.call('exists', KEYS[2]) == 1 then
+if redis.call('zscore', KEYS[1], ARGV[2]) or redis.call('exists', unpack(KEYS, 2)) > 0 then
   return 0
 end
 redis.call('zadd', KEYS[1], ARGV[1], ARGV[2])
@@ -193,12 +198,17 @@ class RedisBackend:
     def _store_new(
         self, conversation_id: str, fields: list[tuple[str, bytes]], lines: list[bytes]
     ) -> bool:
-        """Claim ``conversation_id`` and write its fields and messages, in one script."""
+        """Claim ``conversation_id`` and write its fields and messages, in one script.
+
+        The id is taken while the index or any key of the conversation holds it, whatever its
+        type: a leftover is never merged into (nor a key of another type written half-way).
+        """
         flat = [part for field in fields for part in field]
         keys = [
             self.keys.conversations,
             self._key(conversation_id, "meta"),
             self._key(conversation_id, "messages"),
+            *(self._key(conversation_id, part) for part in _LEFTOVERS),
         ]
         args = [int(conversation_id[9:]), conversation_id, len(fields), *flat, *lines]
         with self._errors("store a conversation in"):
