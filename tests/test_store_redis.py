@@ -228,6 +228,41 @@ def test_a_mark_of_another_type_guards_nothing_and_a_new_one_replaces_it(
     assert store.answering(cid) is not None
 
 
+@pytest.mark.parametrize(
+    ("damage", "says"),
+    [
+        ("robot", "message 0"),
+        ("spliced", "one message each"),
+        ("two-lines", "spans several lines"),
+        ("list-gone", "messageCount 2, its messages list holds 0"),
+    ],
+)
+def test_damaged_messages_are_corrupted_and_an_append_writes_nothing(
+    store: ConversationStore, db: redis.Redis, damage: str, says: str
+) -> None:
+    cid = store.create([user("question"), user("second")]).conversation_id
+    store.append(cid, Message(role="assistant", content="an answer"))
+    key = f"pplx_nb:conv:{cid}:messages"
+    if damage == "robot":
+        db.lset(key, 0, b'{"role": "robot", "content": "q"}')
+    elif damage == "spliced":
+        db.lset(key, 2, b'{"role": "assistant", "content": "a"}], "x": [1')
+    elif damage == "two-lines":
+        db.lset(key, 0, b'{"role": "user",\n"content": "q"}')
+    else:
+        db.delete(key)
+        db.hset(f"pplx_nb:conv:{cid}:meta", "messageCount", b"2")
+    before = _keys_of(db, cid)
+    for read in (store.load, store.read_raw, lambda c: store.append(c, user("hidden"))):
+        with pytest.raises(ConversationCorrupted, match=says):
+            read(cid)
+    assert _keys_of(db, cid) == before
+
+
+def _keys_of(db: redis.Redis, cid: str) -> dict[bytes, Any]:
+    return {key: db.dump(key) for key in db.keys(f"*{cid}*")}
+
+
 def test_a_listing_skips_index_entries_that_are_not_conversations(
     store: ConversationStore, db: redis.Redis
 ) -> None:

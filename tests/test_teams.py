@@ -313,6 +313,21 @@ def test_migrate_reports_a_leftover_key_at_the_target_as_a_conflict_and_writes_n
     assert [s.conversation_id for s in target.list()] == [source.ids()[1]]
 
 
+def test_migrate_counts_the_messages_of_a_file_whose_count_is_stale(
+    redis_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    document = json.loads((DATA / "ts_server_conversation.json").read_text())
+    document["messageCount"] = 9
+    (tmp_path / "source" / TS_ID).mkdir(parents=True)
+    (tmp_path / "source" / TS_ID / "conversation.json").write_text(json.dumps(document))
+
+    for summary in ("migrated 1, skipped 0", "migrated 0, skipped 1"):
+        assert store_main(["migrate", str(tmp_path / "source"), redis_url]) == 0
+        assert capsys.readouterr().out.startswith(summary)
+    target = ConversationStore(settings=Settings(store_url=redis_url))
+    assert target.load(TS_ID).message_count == len(document["messages"]) == 5
+
+
 def test_migrate_leaves_behind_job_statuses_that_name_no_state_and_goes_on(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -146,10 +146,17 @@ def migrate(
 
 
 def _same(target: ConversationStore, conversation_id: str, document: dict[str, Any]) -> bool:
+    """Whether the target holds ``document`` (its messages counted anew: Redis stores the count
+    of the messages it holds, whatever a file said)."""
     try:
-        return target.read_raw(conversation_id) == document
+        stored = target.read_raw(conversation_id)
     except (ConversationCorrupted, ConversationNotFound):
         return False
+    return _counted(stored) == _counted(document)
+
+
+def _counted(document: dict[str, Any]) -> dict[str, Any]:
+    return {**document, "messageCount": len(document["messages"])}
 
 
 def _backend(store: ConversationStore) -> FileBackend | RedisBackend:

@@ -187,9 +187,10 @@ class RedisBackend:
         whether it was stored."""
         validate_conversation_id(conversation_id)
         messages = document["messages"]
+        counted = {**document, "messageCount": len(messages)}  # a stale count would be corrupted
         fields = [
             (name, dumps(value))
-            for name, value in document.items()
+            for name, value in counted.items()
             if name not in ("messages", SUMMARY_KEY)
         ]
         fields.append((SUMMARY_KEY, dumps(summary_field({}, messages))))
@@ -263,7 +264,7 @@ class RedisBackend:
             except BaseException:
                 self._undo(conversation_id, len(lines), before)
                 raise
-        return self._assemble(conversation_id, meta, [*lines, *new_lines])
+        return assemble(self._fields(conversation_id, meta), [*lines, *new_lines])
 
     def _push(
         self, conversation_id: str, length: int, fields: dict[str, bytes], lines: list[bytes]
@@ -440,7 +441,20 @@ class RedisBackend:
     def _assemble(
         self, conversation_id: str, meta: dict[bytes, bytes], lines: list[bytes]
     ) -> bytes:
+        """The canonical document of ``meta`` and ``lines``: CONVERSATION_CORRUPTED unless the
+        meta hash counts the lines and each is one line (as the store writes them), so that
+        the store can tell each line holds one message."""
         fields = self._fields(conversation_id, meta)
+        count = self._decoded(conversation_id, meta, ("messageCount",))["messageCount"]
+        problem = None
+        if count != len(lines):
+            problem = (
+                f"its meta hash says messageCount {count}, its messages list holds {len(lines)}"
+            )
+        elif b"\n" in b"".join(lines):
+            problem = "a message in its messages list spans several lines"
+        if problem is not None:
+            raise corrupted(conversation_id, self.document_location(conversation_id), problem)
         return assemble(fields, lines)
 
     def _fields(self, conversation_id: str, meta: dict[bytes, bytes]) -> list[tuple[str, bytes]]:
