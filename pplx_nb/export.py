@@ -326,6 +326,14 @@ def _job_states(held: list[tuple[str, ConversationStore | None]]) -> list[str | 
     return states
 
 
+def _domain(url: str) -> str:
+    """The host of ``url`` without ``www.``; empty for a URL that does not parse (its row stays)."""
+    try:
+        return (urlsplit(url).hostname or "").removeprefix("www.")
+    except ValueError:  # an unclosed IPv6 bracket, say
+        return ""
+
+
 def _sources(docs: Iterable[_Doc]) -> pd.DataFrame:
     import pandas as pd
 
@@ -347,7 +355,7 @@ def _sources(docs: Iterable[_Doc]) -> pd.DataFrame:
                 ids.append(doc.conversation_id)
                 turns.append(turn)
                 urls.append(url)
-                domains.append((urlsplit(url).hostname or "").removeprefix("www."))
+                domains.append(_domain(url))
                 titles.append(_text(source.get("title")))
                 dates.append(_text(source.get("date")))
     return pd.DataFrame(

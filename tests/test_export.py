@@ -229,6 +229,22 @@ def test_sources_level_has_one_row_per_cited_source(
     assert set(frame["conversation_id"]) == {researched.conversation_id}
 
 
+def test_a_source_url_that_does_not_parse_keeps_its_row_without_a_domain(
+    store: ConversationStore,
+) -> None:
+    cited = Message(
+        role="assistant",
+        content="a [1]",
+        sources=[Source(url="http://[bad-ipv6/x", title="t"), Source(url="https://www.a.example/")],
+    )
+    store.create([Message(role="user", content="q"), cited])
+
+    frame = to_dataframe(store, level="sources")
+
+    assert frame["url"].tolist() == ["http://[bad-ipv6/x", "https://www.a.example/"]
+    assert frame["domain"].tolist() == ["", "a.example"]
+
+
 def test_ids_read_from_the_default_store_and_conversations_directly(
     store: ConversationStore,
     researched: Conversation,

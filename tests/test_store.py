@@ -813,6 +813,56 @@ def test_append_to_a_conversation_with_a_damaged_header_writes_nothing(
         assert path.read_bytes() == damaged
 
 
+@pytest.mark.parametrize(
+    ("damage", "says"),
+    [
+        ((b'"role": "user"', b'"role": "robot"'), "message 0"),
+        ((b'"content": "answer"', b'"content": "answer", "sources": 5'), "sources"),
+    ],
+)
+@pytest.mark.parametrize("writer", ["the same store", "another process"])
+def test_append_to_a_conversation_whose_history_does_not_validate_writes_nothing(
+    store: ConversationStore, damage: tuple[bytes, bytes], says: str, writer: str
+) -> None:
+    cid = store.create([user("question"), assistant("answer")]).conversation_id
+    store.append(cid, user("follow-up"))  # its history is known to validate
+    path = conversation_file(store, cid)
+    damaged = path.read_bytes().replace(*damage, 1)
+    path.write_bytes(damaged)
+    appender = store if writer == "the same store" else ConversationStore(store.root)
+    for _ in range(2):
+        with pytest.raises(ConversationCorrupted, match=says):
+            appender.append(cid, user("retried"))
+    assert path.read_bytes() == damaged
+
+
+def test_a_message_line_holding_more_than_one_message_is_corrupted(
+    store: ConversationStore,
+) -> None:
+    cid = store.create([user("question"), assistant("answer")]).conversation_id
+    path = conversation_file(store, cid)
+    head, first, last, tail = path.read_bytes().split(b"\n", 3)
+    for spliced in (b'], "x": [1', b', {"role": "user", "content": "two"}'):
+        damaged = b"\n".join((head, first, last + spliced, tail))
+        path.write_bytes(damaged)
+        for read in (store.load, store.read_raw, lambda c: store.append(c, user("hidden"))):
+            with pytest.raises(ConversationCorrupted, match="one message each"):
+                read(cid)
+        assert path.read_bytes() == damaged
+
+
+def test_messages_that_do_not_validate_on_first_use_are_corrupted() -> None:
+    from pplx_nb.store._lazy import LazyConversation
+
+    cid = "20250124-1706102400123"
+    stamp = "2025-01-24T15:00:00Z"
+    fields = {"conversationId": cid, "createdAt": stamp, "updatedAt": stamp, "messageCount": 1}
+    document = json.dumps({**fields, "messages": [{"role": "robot", "content": "x"}]}).encode()
+    lazy = LazyConversation.from_header(fields, document, None, "the document")
+    with pytest.raises(ConversationCorrupted, match=r"the document: messages\.0\.role"):
+        _ = lazy.messages
+
+
 def test_a_write_that_fails_on_a_full_disk_leaves_no_temp_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

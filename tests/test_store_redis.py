@@ -39,6 +39,8 @@ from pplx_nb import (
     Settings,
 )
 from pplx_nb._redis import RedisLock
+from pplx_nb.export import to_dataframe
+from pplx_nb.store.__main__ import main as store_main
 from pplx_nb.store._redis import RedisBackend
 
 PARTS = ("meta", "messages")
@@ -179,6 +181,86 @@ def test_a_corrupted_value_is_corrupted_for_that_conversation_only(
     ]
     assert store.load(healthy).messages[0].content == "healthy"
     store.append(healthy, user("still writable"))
+
+
+@pytest.mark.parametrize("part", PARTS)
+def test_a_key_of_another_type_is_corrupted_for_that_conversation_only(
+    store: ConversationStore,
+    db: redis.Redis,
+    redis_url: str,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    part: str,
+) -> None:
+    healthy = store.create([user("healthy")]).conversation_id
+    broken = store.create([user("broken")]).conversation_id
+    key = f"pplx_nb:conv:{broken}:{part}"
+    db.delete(key)
+    if part == "meta":
+        db.set(key, "a string")
+    else:
+        db.sadd(key, "a set")
+    with pytest.raises(ConversationCorrupted, match=key):
+        store.load(broken)
+    with pytest.raises(ConversationCorrupted):
+        store.append(broken, user("refused"))
+    with caplog.at_level(logging.WARNING, logger="pplx_nb.store"):
+        listed = store.list(text="e")
+    assert [s.conversation_id for s in listed] == [healthy]
+    assert [e.details["conversation_id"] for e in store.last_skipped] == [broken]
+    assert healthy in [s.conversation_id for s in store.list()]
+    assert [type(d).__name__ for _, d in store.documents()] == ["ConversationCorrupted", "dict"]
+    assert to_dataframe(store)["conversation_id"].tolist() == [healthy]
+    assert store_main(["migrate", redis_url, str(tmp_path / "copy")]) == 1
+    assert ConversationStore(tmp_path / "copy").ids() == [healthy]
+    store.delete(broken)
+    assert db.keys(f"*{broken}*") == []
+
+
+def test_a_mark_of_another_type_guards_nothing_and_a_new_one_replaces_it(
+    store: ConversationStore, db: redis.Redis
+) -> None:
+    cid = store.create([user("marked by something else")]).conversation_id
+    db.hset(f"pplx_nb:conv:{cid}:answering", "not", "a mark")
+    assert store.answering(cid) is None
+    with store.locked(cid):
+        store.mark_answering(cid, 60)
+    assert store.answering(cid) is not None
+
+
+@pytest.mark.parametrize(
+    ("damage", "says"),
+    [
+        ("robot", "message 0"),
+        ("spliced", "one message each"),
+        ("two-lines", "spans several lines"),
+        ("list-gone", "messageCount 2, its messages list holds 0"),
+    ],
+)
+def test_damaged_messages_are_corrupted_and_an_append_writes_nothing(
+    store: ConversationStore, db: redis.Redis, damage: str, says: str
+) -> None:
+    cid = store.create([user("question"), user("second")]).conversation_id
+    store.append(cid, Message(role="assistant", content="an answer"))
+    key = f"pplx_nb:conv:{cid}:messages"
+    if damage == "robot":
+        db.lset(key, 0, b'{"role": "robot", "content": "q"}')
+    elif damage == "spliced":
+        db.lset(key, 2, b'{"role": "assistant", "content": "a"}], "x": [1')
+    elif damage == "two-lines":
+        db.lset(key, 0, b'{"role": "user",\n"content": "q"}')
+    else:
+        db.delete(key)
+        db.hset(f"pplx_nb:conv:{cid}:meta", "messageCount", b"2")
+    before = _keys_of(db, cid)
+    for read in (store.load, store.read_raw, lambda c: store.append(c, user("hidden"))):
+        with pytest.raises(ConversationCorrupted, match=says):
+            read(cid)
+    assert _keys_of(db, cid) == before
+
+
+def _keys_of(db: redis.Redis, cid: str) -> dict[bytes, Any]:
+    return {key: db.dump(key) for key in db.keys(f"*{cid}*")}
 
 
 def test_a_listing_skips_index_entries_that_are_not_conversations(

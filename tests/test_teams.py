@@ -284,6 +284,71 @@ def test_migrate_reports_a_conflict_and_never_overwrites_it(
     assert (target / taken / "conversation.json").read_bytes() == kept
 
 
+@pytest.mark.parametrize("leftover", ["messages-list", "messages-string", "status"])
+def test_migrate_reports_a_leftover_key_at_the_target_as_a_conflict_and_writes_nothing(
+    redis_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], leftover: str
+) -> None:
+    source = ConversationStore(tmp_path / "source")
+    _fill(source, 2)
+    taken = source.ids()[0]
+    client = redis.Redis.from_url(redis_url)
+    try:
+        if leftover == "messages-list":
+            client.rpush(f"pplx_nb:conv:{taken}:messages", b'{"role": "user", "content": "old"}')
+        elif leftover == "messages-string":
+            client.set(f"pplx_nb:conv:{taken}:messages", b"junk")
+        else:
+            client.set(f"pplx_nb:conv:{taken}:status", b'{"status": "pending"}')
+    finally:
+        client.close()
+    before = {key: value for key, value in _keys(redis_url).items() if taken.encode() in key}
+
+    for _ in range(2):
+        assert store_main(["migrate", str(source.root), redis_url]) == 1
+        captured = capsys.readouterr()
+        assert f"conflict {taken}" in captured.err
+        assert captured.out.strip().endswith("conflicts 1, job statuses 0")
+        assert {k: v for k, v in _keys(redis_url).items() if taken.encode() in k} == before
+    target = ConversationStore(settings=Settings(store_url=redis_url))
+    assert [s.conversation_id for s in target.list()] == [source.ids()[1]]
+
+
+def test_migrate_counts_the_messages_of_a_file_whose_count_is_stale(
+    redis_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    document = json.loads((DATA / "ts_server_conversation.json").read_text())
+    document["messageCount"] = 9
+    (tmp_path / "source" / TS_ID).mkdir(parents=True)
+    (tmp_path / "source" / TS_ID / "conversation.json").write_text(json.dumps(document))
+
+    for summary in ("migrated 1, skipped 0", "migrated 0, skipped 1"):
+        assert store_main(["migrate", str(tmp_path / "source"), redis_url]) == 0
+        assert capsys.readouterr().out.startswith(summary)
+    target = ConversationStore(settings=Settings(store_url=redis_url))
+    assert target.load(TS_ID).message_count == len(document["messages"]) == 5
+
+
+def test_migrate_leaves_behind_job_statuses_that_name_no_state_and_goes_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = ConversationStore(tmp_path / "source")
+    _fill(source, 4)
+    statuses = [b'{"status": ["completed"]}', b"[" * 100_000 + b"]" * 100_000, b'"completed"']
+    odd, ended = source.ids()[:3], source.ids()[3]
+    for conversation_id, status in zip(odd, statuses, strict=True):
+        (source.path(conversation_id) / "status.json").write_bytes(status)
+    (source.path(ended) / "status.json").write_text('{"status": "completed"}')
+    target = tmp_path / "target"
+
+    assert store_main(["migrate", str(source.root), str(target)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.strip() == "migrated 4, skipped 0, conflicts 0, job statuses 1"
+    assert [f"job status of {c} not copied" in captured.err for c in odd] == [True] * 3
+    assert "Traceback" not in captured.err
+    assert sorted(p.name for p in target.glob("*/status.json")) == ["status.json"]
+    assert (target / ended / "status.json").is_file()
+
+
 @pytest.mark.parametrize(
     ("source", "target", "says"),
     [

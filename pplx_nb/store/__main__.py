@@ -146,10 +146,17 @@ def migrate(
 
 
 def _same(target: ConversationStore, conversation_id: str, document: dict[str, Any]) -> bool:
+    """Whether the target holds ``document`` (its messages counted anew: Redis stores the count
+    of the messages it holds, whatever a file said)."""
     try:
-        return target.read_raw(conversation_id) == document
+        stored = target.read_raw(conversation_id)
     except (ConversationCorrupted, ConversationNotFound):
         return False
+    return _counted(stored) == _counted(document)
+
+
+def _counted(document: dict[str, Any]) -> dict[str, Any]:
+    return {**document, "messageCount": len(document["messages"])}
 
 
 def _backend(store: ConversationStore) -> FileBackend | RedisBackend:
@@ -198,15 +205,19 @@ def _copy_status(
     """Copy the conversation's job status if its job has ended and the target has none."""
     try:
         snapshot = source.snapshot(conversation_id)
+        if snapshot is None or target.snapshot(conversation_id) is not None:
+            return 0
     except PplxError as exc:
         progress(f"job status of {conversation_id} not copied: {exc}")
         return 0
-    if snapshot is None or target.snapshot(conversation_id) is not None:
-        return 0
     try:
-        state = json.loads(snapshot).get("status")
-    except (ValueError, AttributeError):
+        status = json.loads(snapshot)
+    except (ValueError, RecursionError):
         progress(f"job status of {conversation_id} not copied: it is not valid JSON")
+        return 0
+    state = status.get("status") if isinstance(status, dict) else None
+    if not isinstance(state, str):
+        progress(f"job status of {conversation_id} not copied: it names no job state")
         return 0
     if state in ACTIVE_JOB_STATES:
         progress(

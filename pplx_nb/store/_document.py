@@ -24,9 +24,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pplx_nb._errors import ConversationCorrupted, ValidationError, not_unicode
+
+if TYPE_CHECKING:
+    import pydantic
 
 __all__ = [
     "SUMMARY_KEY",
@@ -34,9 +37,12 @@ __all__ = [
     "Canonical",
     "append_messages",
     "assemble",
+    "body",
+    "check_lines",
     "corrupted",
     "dumps",
     "encode",
+    "first_problem",
     "fresh_summary_field",
     "header",
     "last_role",
@@ -119,20 +125,25 @@ def split(data: bytes) -> Canonical | None:
     Nothing is copied: the message lines stay in ``data``, located by offsets.
     """
     decoded = header(data)
-    if decoded is None:
+    span = None if decoded is None else body(data)
+    if decoded is None or span is None:
         return None
-    start = data.find(b"\n") + 1
-    if data.endswith(_EMPTY_REST) and len(data) - start == len(_EMPTY_REST):
-        end = start
-        count = 0
-    elif data.endswith(TAIL) and len(data) - start > len(TAIL):
-        end = len(data) - len(TAIL)
-        count = data.count(b"\n", start, end) + 1
-    else:
-        return None
+    start, end = span
+    count = data.count(b"\n", start, end) + 1 if end > start else 0
     if decoded.get("messageCount") != count:
         return None
     return Canonical(decoded, data, start, end, count)
+
+
+def body(data: bytes) -> tuple[int, int] | None:
+    """Where the message lines of a document laid out as canonical documents are (from the line
+    after the first to the closing ``]}``), or ``None``; neither line is counted nor decoded."""
+    start = data.find(b"\n") + 1
+    if data.endswith(_EMPTY_REST) and len(data) - start == len(_EMPTY_REST):
+        return (start, start)
+    if start and data.endswith(TAIL) and len(data) - start > len(TAIL):
+        return (start, len(data) - len(TAIL))
+    return None
 
 
 def append_messages(
@@ -195,7 +206,40 @@ def parse(data: bytes, conversation_id: str, where: str) -> dict[str, Any]:
                 where,
                 f"message {number} lacks a role (system|user|assistant) or a string content",
             )
+    check_lines(split(data), document, len(messages), conversation_id, where)
     return document
+
+
+def check_lines(
+    canonical: Canonical | None,
+    keys: Iterable[str],
+    message_count: int,
+    conversation_id: str,
+    where: str,
+) -> None:
+    """CONVERSATION_CORRUPTED unless each message line of a canonical document (``canonical``,
+    its decoded top-level ``keys``, ``message_count`` messages) held exactly one message.
+
+    A line holding two values, or one that closes the list and opens a key, still parses, but
+    the messages after it would be read as something else and an append would vanish.
+    """
+    if canonical is None:
+        return
+    if message_count != canonical.message_count or not set(keys) <= {*canonical.header, "messages"}:
+        raise corrupted(
+            conversation_id,
+            where,
+            f"its {canonical.message_count} message lines do not hold one message each (a line "
+            "holds more than one JSON value, or closes the list of messages)",
+        )
+
+
+def first_problem(exc: pydantic.ValidationError) -> str:
+    """Where a document failed validation and why, in one line (and how many more problems)."""
+    error = exc.errors()[0]
+    place = ".".join(str(part) for part in error["loc"]) or "document"
+    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return f"{place}: {error['msg']}{more}"
 
 
 def corrupted(conversation_id: str, where: str, problem: str) -> ConversationCorrupted:

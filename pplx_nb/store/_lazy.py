@@ -19,9 +19,11 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any
 
+import pydantic
 from pydantic import PrivateAttr, SerializerFunctionWrapHandler, model_serializer
 
 from pplx_nb._models import Conversation
+from pplx_nb.store._document import corrupted, first_problem
 
 __all__ = ["LazyConversation"]
 
@@ -32,15 +34,19 @@ class LazyConversation(Conversation):
     """A :class:`Conversation` built from a stored document, its messages validated on demand."""
 
     _document: bytes = PrivateAttr(default=b"")
+    _where: str = PrivateAttr(default="")
 
     @classmethod
     def from_header(
-        cls, header: dict[str, Any], document: bytes, path: str | None
+        cls, header: dict[str, Any], document: bytes, path: str | None, where: str
     ) -> LazyConversation:
-        """The conversation of ``document``, validating only ``header`` (its non-message keys)."""
+        """The conversation of ``document``, validating only ``header`` (its non-message keys);
+        ``where`` names the document in the CONVERSATION_CORRUPTED of messages that do not
+        validate."""
         conversation = cls.model_validate({**header, "messages": []})
         conversation.path = path
         conversation._document = document
+        conversation._where = where
         del vars(conversation)["messages"]
         return conversation
 
@@ -55,7 +61,10 @@ class LazyConversation(Conversation):
         state = vars(self)
         if "messages" in state:
             return
-        messages = Conversation.model_validate_json(self._document).messages
+        try:
+            messages = Conversation.model_validate_json(self._document).messages
+        except pydantic.ValidationError as exc:
+            raise corrupted(self.conversation_id, self._where, first_problem(exc)) from exc
         rest = dict(state)
         state.clear()
         for name in _FIELDS:

@@ -13,18 +13,21 @@ backend, assembled from the stored JSON pieces without decoding them, so the sto
 conversation once whichever backend holds it. The meta hash carries the listing summary
 (``pplxSummary``), so a summary costs one ``HGETALL``.
 
-Creating claims the id and writes the conversation in one Lua script (``ZADD NX`` on the index:
-the next millisecond on a collision), so a reader never sees half a conversation. Appends run
-under the conversation's lock and write in one script that checks the lock is still this
+Creating claims the id and writes the conversation in one Lua script, so a reader never sees
+half a conversation. An id is taken while the index or any key of the conversation holds it (the
+next millisecond on a collision; for ``migrate``, a conflict): a leftover is never written into.
+
+Appends run under the conversation's lock and write in one script that checks the lock is still this
 holder's and that the list has the length that was read (a holder paused past the lock's expiry
 writes nothing), then pushes the messages and updates ``updatedAt``, ``messageCount`` and the
 summary together. The lock is held only for one read-modify-write (as the file backend's flock
 is), far below its expiry; a holder that dies frees it when it expires.
 
 A value that is not what the store writes (a message that is not JSON, a meta hash without its
-fields) makes that conversation CONVERSATION_CORRUPTED and no other. Every Redis call goes
-through :func:`~pplx_nb._redis.redis_errors`: an unreachable server is a FILESYSTEM_ERROR naming
-the URL (without credentials) within seconds.
+fields, a key holding another type of value) makes that conversation CONVERSATION_CORRUPTED and
+no other: batch reads take each reply on its own, so listings and exports skip it. Every Redis
+call goes through :func:`~pplx_nb._redis.redis_errors`: an unreachable server is a
+FILESYSTEM_ERROR naming the URL (without credentials) within seconds.
 """
 
 from __future__ import annotations
@@ -68,9 +71,14 @@ _REQUIRED = ("conversationId", "createdAt", "updatedAt", "messageCount")
 _SUMMARY_FIELDS = (*_REQUIRED, "parentConversationId", SUMMARY_KEY)
 _CHUNK = 1000
 """Messages pushed per RPUSH inside a script (Lua's ``unpack`` has a stack limit)."""
+_LEFTOVERS = ("status", "job", "answering")
+"""Keys of a conversation besides its meta and messages that make its id taken (not its lock,
+which a process holds for a moment, conversation or not)."""
+_TYPES = {"meta": "hash", "messages": "list"}
+"""The Redis type of each key :meth:`RedisBackend.read` reads."""
 
 _CREATE = f"""
-if redis.call('zscore', KEYS[1], ARGV[2]) or redis.call('exists', KEYS[2]) == 1 then
+if redis.call('zscore', KEYS[1], ARGV[2]) or redis.call('exists', unpack(KEYS, 2)) > 0 then
   return 0
 end
 redis.call('zadd', KEYS[1], ARGV[1], ARGV[2])
@@ -179,9 +187,10 @@ class RedisBackend:
         whether it was stored."""
         validate_conversation_id(conversation_id)
         messages = document["messages"]
+        counted = {**document, "messageCount": len(messages)}  # a stale count would be corrupted
         fields = [
             (name, dumps(value))
-            for name, value in document.items()
+            for name, value in counted.items()
             if name not in ("messages", SUMMARY_KEY)
         ]
         fields.append((SUMMARY_KEY, dumps(summary_field({}, messages))))
@@ -190,12 +199,17 @@ class RedisBackend:
     def _store_new(
         self, conversation_id: str, fields: list[tuple[str, bytes]], lines: list[bytes]
     ) -> bool:
-        """Claim ``conversation_id`` and write its fields and messages, in one script."""
+        """Claim ``conversation_id`` and write its fields and messages, in one script.
+
+        The id is taken while the index or any key of the conversation holds it, whatever its
+        type: a leftover is never merged into (nor a key of another type written half-way).
+        """
         flat = [part for field in fields for part in field]
         keys = [
             self.keys.conversations,
             self._key(conversation_id, "meta"),
             self._key(conversation_id, "messages"),
+            *(self._key(conversation_id, part) for part in _LEFTOVERS),
         ]
         args = [int(conversation_id[9:]), conversation_id, len(fields), *flat, *lines]
         with self._errors("store a conversation in"):
@@ -250,7 +264,7 @@ class RedisBackend:
             except BaseException:
                 self._undo(conversation_id, len(lines), before)
                 raise
-        return self._assemble(conversation_id, meta, [*lines, *new_lines])
+        return assemble(self._fields(conversation_id, meta), [*lines, *new_lines])
 
     def _push(
         self, conversation_id: str, length: int, fields: dict[str, bytes], lines: list[bytes]
@@ -367,8 +381,15 @@ class RedisBackend:
             self._redis.set(key, dumps(fields), px=max(1, int(seconds * 1000)))
 
     def _mark(self, conversation_id: str) -> dict[str, Any] | None:
+        import redis
+
         with self._errors("read a conversation in"):
-            raw = self._redis.get(self._key(conversation_id, "answering"))
+            try:
+                raw = self._redis.get(self._key(conversation_id, "answering"))
+            except redis.ResponseError as exc:
+                if not _wrong_type(exc):
+                    raise
+                raw = None  # another type of value: as damaged as a mark that is not JSON
         try:
             found = json.loads(raw) if raw is not None else None
         except (ValueError, RecursionError):
@@ -387,15 +408,53 @@ class RedisBackend:
             pipe = self._redis.pipeline(transaction=True)
             pipe.hgetall(self._key(conversation_id, "meta"))
             pipe.lrange(self._key(conversation_id, "messages"), 0, -1)
-            meta, lines = pipe.execute()
+            found = self._replies(pipe, "read a conversation in")
+        meta = self._reply(conversation_id, "meta", found[0])
         if not meta:
             raise not_found(conversation_id, self.shown_url)
-        return meta, lines
+        return meta, self._reply(conversation_id, "messages", found[1])
+
+    def _replies(self, pipe: redis.client.Pipeline, doing: str) -> list[Any]:
+        """The replies of ``pipe``, each key of another type than the store writes left in
+        place as its error (see :meth:`_reply`); any other refusal is FILESYSTEM_ERROR."""
+        import redis
+
+        found: list[Any] = pipe.execute(raise_on_error=False)
+        for reply in found:
+            if isinstance(reply, redis.ResponseError) and not _wrong_type(reply):
+                with self._errors(doing):
+                    raise reply
+        return found
+
+    def _reply(self, conversation_id: str, part: str, reply: Any) -> Any:
+        """``reply`` from the conversation's ``part`` key; CONVERSATION_CORRUPTED for that
+        conversation alone if the key holds another type of value than the store writes."""
+        if isinstance(reply, Exception):
+            key = self._key(conversation_id, part)
+            raise corrupted(
+                conversation_id,
+                self.document_location(conversation_id),
+                f"its key {key} holds another type of value than a {_TYPES[part]}",
+            )
+        return reply
 
     def _assemble(
         self, conversation_id: str, meta: dict[bytes, bytes], lines: list[bytes]
     ) -> bytes:
+        """The canonical document of ``meta`` and ``lines``: CONVERSATION_CORRUPTED unless the
+        meta hash counts the lines and each is one line (as the store writes them), so that
+        the store can tell each line holds one message."""
         fields = self._fields(conversation_id, meta)
+        count = self._decoded(conversation_id, meta, ("messageCount",))["messageCount"]
+        problem = None
+        if count != len(lines):
+            problem = (
+                f"its meta hash says messageCount {count}, its messages list holds {len(lines)}"
+            )
+        elif b"\n" in b"".join(lines):
+            problem = "a message in its messages list spans several lines"
+        if problem is not None:
+            raise corrupted(conversation_id, self.document_location(conversation_id), problem)
         return assemble(fields, lines)
 
     def _fields(self, conversation_id: str, meta: dict[bytes, bytes]) -> list[tuple[str, bytes]]:
@@ -472,16 +531,11 @@ class RedisBackend:
             for conversation_id in conversation_ids:
                 key = self._key(validate_conversation_id(conversation_id), "meta")
                 pipe.hmget(key, _SUMMARY_FIELDS)
-            found: list[list[bytes | None]] = pipe.execute()
-        results: list[dict[str, Any] | PplxError] = []
-        for conversation_id, values in zip(conversation_ids, found, strict=True):
-            meta = {
-                name.encode(): value
-                for name, value in zip(_SUMMARY_FIELDS, values, strict=True)
-                if value is not None
-            }
-            results.append(or_error(partial(self._summary_of, meta=meta), conversation_id))
-        return results
+            found = self._replies(pipe, "read conversations in")
+        return [
+            or_error(partial(self._summary_of, values=values), conversation_id)
+            for conversation_id, values in zip(conversation_ids, found, strict=True)
+        ]
 
     def read_many(self, conversation_ids: Sequence[str]) -> list[bytes | PplxError]:
         """Each conversation's document (or its error), one transaction for all of them."""
@@ -491,23 +545,29 @@ class RedisBackend:
                 validate_conversation_id(conversation_id)
                 pipe.hgetall(self._key(conversation_id, "meta"))
                 pipe.lrange(self._key(conversation_id, "messages"), 0, -1)
-            found = pipe.execute()
+            found = self._replies(pipe, "read conversations in")
         results: list[bytes | PplxError] = []
         for n, conversation_id in enumerate(conversation_ids):
             meta, lines = found[2 * n], found[2 * n + 1]
 
-            def document(
-                cid: str, meta: dict[bytes, bytes] = meta, lines: list[bytes] = lines
-            ) -> bytes:
+            def document(cid: str, meta: Any = meta, lines: Any = lines) -> bytes:
+                meta = self._reply(cid, "meta", meta)
                 if not meta:
                     raise not_found(cid, self.shown_url)
-                return self._assemble(cid, meta, lines)
+                return self._assemble(cid, meta, self._reply(cid, "messages", lines))
 
             results.append(or_error(document, conversation_id))
         return results
 
-    def _summary_of(self, conversation_id: str, meta: dict[bytes, bytes]) -> dict[str, Any]:
-        """The light summary of a conversation whose meta fields are ``meta`` (already read)."""
+    def _summary_of(self, conversation_id: str, values: Any) -> dict[str, Any]:
+        """The light summary of a conversation whose meta fields :data:`_SUMMARY_FIELDS` hold
+        ``values`` (the reply of an ``HMGET``)."""
+        found: list[bytes | None] = self._reply(conversation_id, "meta", values)
+        meta = {
+            name.encode(): value
+            for name, value in zip(_SUMMARY_FIELDS, found, strict=True)
+            if value is not None
+        }
         if not meta:
             raise not_found(conversation_id, self.shown_url)
         decoded = self._decoded(conversation_id, meta, _SUMMARY_FIELDS)
@@ -524,6 +584,11 @@ class RedisBackend:
             summary = summarize(parse(self.read(conversation_id), conversation_id, where))
         summary["path"] = self.location(conversation_id)
         return summary
+
+
+def _wrong_type(error: redis.ResponseError) -> bool:
+    """Whether Redis refused a command because its key holds another type of value."""
+    return str(error).startswith("WRONGTYPE")
 
 
 def _name(conversation_id: str, key: bytes, backend: RedisBackend) -> str:

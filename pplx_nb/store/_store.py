@@ -14,6 +14,7 @@ import builtins
 import contextlib
 import json
 import os
+import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta
@@ -42,7 +43,17 @@ from pplx_nb._models import (
 from pplx_nb._reread import read_settled
 from pplx_nb.store._answering import AnsweringMarker
 from pplx_nb.store._base import JobStates, StoreBackend
-from pplx_nb.store._document import SUMMARY_KEY, corrupted, header, last_role, parse
+from pplx_nb.store._document import (
+    SUMMARY_KEY,
+    body,
+    check_lines,
+    corrupted,
+    first_problem,
+    header,
+    last_role,
+    parse,
+    split,
+)
 from pplx_nb.store._file import FileBackend
 from pplx_nb.store._lazy import LazyConversation
 from pplx_nb.store._redis import RedisBackend
@@ -58,6 +69,8 @@ logger = get_logger("pplx_nb.store")
 _RESERVED = frozenset(
     ("conversationId", "createdAt", "updatedAt", "messageCount", "messages", SUMMARY_KEY)
 )
+_SEALS = 1024
+"""How many conversations' validated histories a store remembers (see ``_check_history``)."""
 
 
 class ConversationStore:
@@ -107,6 +120,7 @@ class ConversationStore:
         self._max_file_bytes = limit
         self._jobs = jobs
         self.last_skipped: builtins.list[PplxError] = []
+        self._seals: dict[str, tuple[int, int]] = {}
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ConversationStore:
@@ -198,15 +212,59 @@ class ConversationStore:
                 "store.append(conversation_id, {'role': 'user', 'content': '...'}).",
             )
 
+        seen: builtins.list[int] = []
+
         def checked(stored: bytes) -> None:
             # A document the store cannot return must be refused before the append, or a
             # retry after CONVERSATION_CORRUPTED would store the messages twice.
-            self._appended(stored, conversation_id)
+            appended = self._appended(stored, conversation_id)
+            if isinstance(appended, LazyConversation):  # else validated whole already
+                seen[:] = self._check_history(stored, conversation_id, appended.message_count)
             if check is not None:
                 check(stored)
 
-        data = append(conversation_id, _message_dicts(messages), check=checked, then=then)
+        new = _message_dicts(messages)
+        data = append(conversation_id, new, check=checked, then=then)
+        span = body(data)
+        if seen and span is not None:
+            # The history as validated, then the lines just written (validated Messages): if
+            # the bytes are anything else, the next append will not find them sealed.
+            count, length, crc = seen
+            tail = memoryview(data)[span[0] + length : span[1]]
+            self._seal(conversation_id, count + len(new), zlib.crc32(tail, crc))
         return self._appended(data, conversation_id)
+
+    def _check_history(
+        self, data: bytes, conversation_id: str, message_count: int
+    ) -> builtins.list[int]:
+        """CONVERSATION_CORRUPTED unless every message of the stored document ``data`` (whose
+        header says ``message_count``) validates; for a canonical document, its count and the
+        length and CRC-32 of its message lines.
+
+        Validating a long history costs several times an append, so the histories this store
+        validated (loaded, created or appended to) are remembered by their count and CRC-32:
+        an append then only checks that the bytes are still those (well under a millisecond
+        per megabyte). Nothing else is remembered: the store is still read every time.
+        """
+        span = body(data)
+        if span is None:
+            self._conversation(data, conversation_id)
+            return []
+        lines = memoryview(data)[span[0] : span[1]]
+        seal = (message_count, zlib.crc32(lines))
+        if self._seals.get(conversation_id) != seal:
+            self._conversation(data, conversation_id)  # seals a canonical document
+            if self._seals.get(conversation_id) != seal:
+                return []
+        return [message_count, len(lines), seal[1]]
+
+    def _seal(self, conversation_id: str, message_count: int, crc: int) -> None:
+        """Remember that the conversation's ``message_count`` message lines with CRC-32 ``crc``
+        validate (the oldest remembered is forgotten past :data:`_SEALS`)."""
+        self._seals.pop(conversation_id, None)
+        self._seals[conversation_id] = (message_count, crc)
+        if len(self._seals) > _SEALS:
+            del self._seals[next(iter(self._seals))]
 
     def close_question(
         self,
@@ -261,7 +319,10 @@ class ConversationStore:
         fields.pop(SUMMARY_KEY, None)
         try:
             return LazyConversation.from_header(
-                fields, data, self._backend.location(conversation_id)
+                fields,
+                data,
+                self._backend.location(conversation_id),
+                self._backend.document_location(conversation_id),
             )
         except pydantic.ValidationError:
             return self._conversation(data, conversation_id)
@@ -550,7 +611,7 @@ class ConversationStore:
             return ConversationSummary.model_validate(summary)
         except pydantic.ValidationError as exc:
             where = self._backend.document_location(conversation_id)
-            raise corrupted(conversation_id, where, _first_problem(exc)) from exc
+            raise corrupted(conversation_id, where, first_problem(exc)) from exc
 
     def _check_id(self, inner: object, conversation_id: str) -> None:
         """CONVERSATION_CORRUPTED when the document names another conversation than its folder.
@@ -575,9 +636,17 @@ class ConversationStore:
             cid = conversation_id or "?"
             where = self._backend.document_location(cid) if conversation_id else str(self._root)
             parse(data, cid, where)  # names a JSON syntax error precisely
-            raise corrupted(cid, where, _first_problem(exc)) from exc
+            raise corrupted(cid, where, first_problem(exc)) from exc
         if conversation_id is not None:
             self._check_id(conversation.conversation_id, conversation_id)
+        canonical = split(data)
+        if canonical is not None:
+            cid = conversation.conversation_id
+            where = self._backend.document_location(cid)
+            extra = conversation.__pydantic_extra__ or {}
+            check_lines(canonical, extra, len(conversation.messages), cid, where)
+            lines = memoryview(data)[canonical.body_start : canonical.body_end]
+            self._seal(cid, canonical.message_count, zlib.crc32(lines))
         if conversation.__pydantic_extra__:
             conversation.__pydantic_extra__.pop(SUMMARY_KEY, None)
         conversation.message_count = len(conversation.messages)
@@ -600,13 +669,6 @@ def _chunks(ids: Sequence[str], limit: int | None) -> Iterator[Sequence[str]]:
         size = min(size * 4, _LARGEST_BATCH)
 
 
-def _first_problem(exc: pydantic.ValidationError) -> str:
-    error = exc.errors()[0]
-    place = ".".join(str(part) for part in error["loc"]) or "document"
-    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-    return f"{place}: {error['msg']}{more}"
-
-
 def _message_dicts(messages: Iterable[Message | Mapping[str, Any]]) -> list[dict[str, Any]]:
     result = []
     for number, message in enumerate(messages):
@@ -622,7 +684,7 @@ def _message_dicts(messages: Iterable[Message | Mapping[str, Any]]) -> list[dict
             result.append(Message.model_validate(message).to_json_dict())
         except pydantic.ValidationError as exc:
             raise ValidationError(
-                f"Message {number} is invalid: {_first_problem(exc)}. A message needs a role "
+                f"Message {number} is invalid: {first_problem(exc)}. A message needs a role "
                 "(system, user or assistant) and a string content.",
             ) from exc
     return result
