@@ -370,6 +370,7 @@ BAD_CALLS = [
     ("cancel_deep_research", {"conversationId": UNKNOWN_ID}, "CONVERSATION_NOT_FOUND", ""),
     ("perplexity_web_search", {"query": "q", "max_results": 21}, INVALID, "max_results"),
     ("perplexity_web_search", {"query": "q", "country": "USA"}, INVALID, "country"),
+    ("perplexity_web_search", {"query": "q", "max_results": 3.5}, INVALID, "max_results"),
     ("perplexity_search", {"query": 5}, INVALID, "query: Input should be a valid string"),
     ("get_conversation_histories", {"conversationIds": []}, INVALID, "conversationIds"),
     ("get_conversation_histories", {"conversationIds": ["../x"]}, INVALID, "conversationIds"),
@@ -407,6 +408,14 @@ def test_an_unknown_tool_is_a_jsonrpc_error_naming_the_tools(client: McpClient) 
     assert "Unknown tool: no_such_tool" in caught.value.message
     assert all(name in caught.value.message for name in TOOLS)
     assert client.alive()
+
+
+def test_a_whole_number_sent_as_a_float_counts_as_an_integer(client: McpClient) -> None:
+    found = client.call("perplexity_web_search", {"query": "asyncio gather", "max_results": 3.0})
+    assert not found.is_error, _text(found)
+    assert 1 <= _data(found)["count"] <= 3
+    listed = client.call("list_conversations", {"limit": 2.0})
+    assert not listed.is_error, _text(listed)
 
 
 def test_a_string_that_looks_like_json_stays_a_string(client: McpClient) -> None:
