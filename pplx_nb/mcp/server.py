@@ -112,6 +112,22 @@ class PplxMCPServer(MCPServer[Any]):
         if not self._backend.attachments:
             tool.parameters.get("properties", {}).pop("files", None)
 
+    async def run_stdio_async(self) -> None:
+        """Serve over stdin and stdout, as the SDK does, but reply to every request: one the
+        transport cannot parse (a lone surrogate in a string) is answered, not dropped
+        (:mod:`pplx_nb.mcp._stdio`)."""
+        from mcp.server.stdio import stdio_server
+
+        from pplx_nb.mcp._stdio import AnsweringReader
+
+        lowlevel = self._lowlevel_server
+        async with stdio_server() as (read_stream, write_stream):
+            await lowlevel.run(
+                AnsweringReader(read_stream, write_stream),
+                write_stream,
+                lowlevel.create_initialization_options(),
+            )
+
     async def list_tools(self) -> list[Tool]:
         """The tools with their input and output schemas."""
         self.load_tools()
