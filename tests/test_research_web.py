@@ -55,6 +55,25 @@ def test_filters_reach_the_api_and_bad_ones_are_refused_before_anything_is_bille
     assert stats(sim_url)["searches"] == 1
 
 
+def test_a_list_of_queries_is_searched_in_one_request(settings: Settings, sim_url: str) -> None:
+    with Researcher(settings) as r:
+        results = r.web_search(["json encoder", "pathlib glob"], max_results=2, save=True)
+        assert results.query == "json encoder · pathlib glob"
+        assert {"json", "pathlib"} <= {s.url.split("/")[-1].split(".")[0] for s in results}
+        assert results.conversation_id is not None
+        asked = r.history(results.conversation_id).messages[0].content
+        assert asked == "json encoder · pathlib glob"
+        for bad, hint in [
+            ([], "empty"),
+            (["a"] * 6, "at most 5"),
+            (["json", None], "Query 2 of the list is None"),
+            (["json", "  "], "Query 2 of the list is '  '"),
+        ]:
+            with pytest.raises(ValidationError, match=hint):
+                r.web_search(bad)
+    assert stats(sim_url)["searches"] == 1
+
+
 def test_saved_results_become_a_conversation_that_takes_follow_ups(
     settings: Settings, sim_url: str
 ) -> None:
