@@ -595,6 +595,12 @@ def test_notebook_errors_name_magics_not_mcp_tools(
             assert tool not in text, f"{tool} in {text}"
 
 
+def test_wait_refuses_a_timeout_that_is_not_above_zero(shell: InteractiveShell) -> None:
+    for timeout in ("-1", "0", "nan"):
+        wait = Run(shell, f"%pplx_wait --timeout {timeout}").last["text/plain"]
+        assert f"argument --timeout: '{timeout}' is not a number of seconds above 0" in wait
+
+
 def test_a_bad_output_name_is_refused_before_any_request(
     shell: InteractiveShell, settings: Settings
 ) -> None:
