@@ -2,7 +2,8 @@
 
 One set of rules serves both the Python API (:func:`check_options`, called by the Researcher) and
 the MCP input schemas (the ``Literal`` types, :data:`MAX_DOMAINS` and :func:`parse_date`), so a
-value refused in one place is refused in the other, with the same explanation.
+value refused in one place is refused in the other, with the same explanation. Each refusal names
+the option as the surface it came from names it (:mod:`pplx_nb._option_names`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from datetime import datetime
 from typing import Any, Literal, get_args
 
 from pplx_nb._errors import ValidationError
+from pplx_nb._option_names import option_error
 
 __all__ = [
     "DATE_FORMAT",
@@ -26,6 +28,8 @@ __all__ = [
     "RecencyValue",
     "SearchModeValue",
     "check_options",
+    "choice",
+    "date_option",
     "parse_date",
 ]
 
@@ -58,56 +62,72 @@ def parse_date(value: str) -> str:
     return value
 
 
-def _choice(choices: tuple[str, ...]) -> Callable[[str, Any], Any]:
+def choice(choices: tuple[str, ...]) -> Callable[[str, Any], Any]:
+    """The rule for an option that takes one of ``choices``: ``rule(name, value)``."""
+
     def check(name: str, value: Any) -> Any:
         if value not in choices:
-            raise ValidationError(
-                f"{name}={value!r} is not accepted; use one of {', '.join(choices)}."
+            raise option_error(
+                "{given} is not accepted; use one of {choices}.",
+                name,
+                value,
+                choices=", ".join(choices),
             )
         return value
 
     return check
 
 
-def _date(name: str, value: Any) -> str:
-    if not isinstance(value, str):
-        raise ValidationError(f"{name}={value!r} is not a date: {_DATE_HINT}.")
-    try:
-        return parse_date(value)
-    except ValidationError:
-        raise ValidationError(f"{name}={value!r} is not a date: {_DATE_HINT}.") from None
+def date_option(name: str, value: Any) -> str:
+    """``value`` of the date option ``name``, if it is a real MM/DD/YYYY date."""
+    if isinstance(value, str):
+        try:
+            return parse_date(value)
+        except ValidationError:
+            pass
+    raise option_error(f"{{given}} is not a date: {_DATE_HINT}.", name, value)
 
 
 def _domains(name: str, value: Any) -> list[str]:
     if isinstance(value, str) or not isinstance(value, list | tuple):
-        raise ValidationError(
-            f"{name} must be a list of domains, e.g. ['python.org', '-pinterest.com']; "
-            f"got {value!r}."
+        raise option_error(
+            "{option} must be a list of domains, e.g. ['python.org', '-pinterest.com']; "
+            "got {value}.",
+            name,
+            value,
         )
     if len(value) > MAX_DOMAINS:
-        raise ValidationError(
-            f"{name} has {len(value)} domains; at most {MAX_DOMAINS} are accepted. Keep the "
-            "ones that matter most."
+        raise option_error(
+            "{count} domains given with {option}; at most {most} are accepted. Keep the ones "
+            "that matter most.",
+            name,
+            value,
+            count=len(value),
+            most=MAX_DOMAINS,
         )
-    for domain in value:
-        if not isinstance(domain, str) or not 0 < len(domain) <= MAX_DOMAIN_CHARS:
-            raise ValidationError(
-                f"{name} holds {domain!r}; each domain must be a name of 1 to "
-                f"{MAX_DOMAIN_CHARS} characters, e.g. 'python.org'."
+    for entry in value:
+        if not isinstance(entry, str) or not 0 < len(entry) <= MAX_DOMAIN_CHARS:
+            raise option_error(
+                "{given} is not a domain: give a name of 1 to {most} characters, e.g. "
+                "'python.org', or '-pinterest.com' to leave a site out.",
+                name,
+                entry,
+                item=True,
+                most=MAX_DOMAIN_CHARS,
             )
     return list(value)
 
 
 def _flag(name: str, value: Any) -> bool:
     if not isinstance(value, bool):
-        raise ValidationError(f"{name}={value!r} is not accepted; use True or False.")
+        raise option_error("{given} is not accepted; use True or False.", name, value)
     return value
 
 
 def _model(name: str, value: Any) -> str:
     if not isinstance(value, str) or not value.strip():
-        raise ValidationError(
-            f"{name}={value!r} is not a model name, e.g. 'low' or 'perplexity/sonar'."
+        raise option_error(
+            "{given} is not a model name, e.g. 'low' or 'perplexity/sonar'.", name, value
         )
     return value
 
@@ -115,13 +135,13 @@ def _model(name: str, value: Any) -> str:
 _RULES: dict[str, Callable[[str, Any], Any]] = {
     "model": _model,
     "search_domain_filter": _domains,
-    "search_recency_filter": _choice(RECENCY_FILTERS),
-    "search_after_date_filter": _date,
-    "search_before_date_filter": _date,
-    "search_mode": _choice(SEARCH_MODES),
+    "search_recency_filter": choice(RECENCY_FILTERS),
+    "search_after_date_filter": date_option,
+    "search_before_date_filter": date_option,
+    "search_mode": choice(SEARCH_MODES),
     "return_related_questions": _flag,
     "return_images": _flag,
-    "reasoning_effort": _choice(REASONING_EFFORTS),
+    "reasoning_effort": choice(REASONING_EFFORTS),
     "show_thinking": _flag,
     "use_cache": _flag,
 }

@@ -203,7 +203,7 @@ BAD_OPTION_VALUES = [
     ("search_recency_filter", "decade", "one of hour, day, week, month, year"),
     ("search_domain_filter", ["a.com"] * 25, "at most 20"),
     ("search_domain_filter", "python.org", "must be a list of domains"),
-    ("search_domain_filter", ["python.org", ""], "1 to 253 characters"),
+    ("search_domain_filter", ["python.org", ""], "'' in search_domain_filter is not a domain"),
     ("search_after_date_filter", "2025-01-01", "use MM/DD/YYYY, e.g. 01/31/2025"),
     ("search_before_date_filter", "13/45/2025", "use MM/DD/YYYY"),
     ("search_before_date_filter", "01/31/\u0662\u0660\u0662\u0665", "use MM/DD/YYYY"),

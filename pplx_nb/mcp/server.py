@@ -38,6 +38,7 @@ from pydantic import ValidationError as PydanticValidationError
 from pplx_nb import __version__
 from pplx_nb._config import Settings
 from pplx_nb._errors import PplxError, ValidationError
+from pplx_nb._option_names import worded
 from pplx_nb.mcp._backend import Backend
 
 if TYPE_CHECKING:
@@ -206,7 +207,7 @@ def _error_result(name: str, cause: BaseException) -> CallToolResult:
 
     if isinstance(cause, PplxError):
         logger.info("Tool %s failed: %s", name, cause.code)
-        return error_result(cause)
+        return error_result(_in_tool_words(cause))
     if isinstance(cause, PydanticValidationError):
         logger.info("Tool %s rejected its arguments", name)
         return error_result(ValidationError(validation_message(name, cause)))
@@ -217,6 +218,14 @@ def _error_result(name: str, cause: BaseException) -> CallToolResult:
             "has the details; retry, and report it if it happens again."
         )
     )
+
+
+def _in_tool_words(error: PplxError) -> PplxError:
+    """``error`` naming the options it is about as the tools name them (``showThinking``)."""
+    message = worded(error, "mcp")
+    if message == error.message:
+        return error
+    return type(error)(message, **error.details)
 
 
 def create_server(
