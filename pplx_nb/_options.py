@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Literal, get_args
+from urllib.parse import urlsplit
 
 from pplx_nb._errors import ValidationError
 from pplx_nb._option_names import option_error
@@ -30,6 +31,7 @@ __all__ = [
     "check_options",
     "choice",
     "date_option",
+    "domain_name",
     "parse_date",
 ]
 
@@ -44,6 +46,7 @@ MAX_DOMAIN_CHARS = 253
 DATE_FORMAT = "%m/%d/%Y"
 _DATE_HINT = "use MM/DD/YYYY, e.g. 01/31/2025"
 _ASCII_DATE = re.compile(r"[0-9]{1,2}/[0-9]{1,2}/[0-9]{4}")
+_LABEL = re.compile(r"[^\W_](?:[\w-]{0,61}[^\W_])?")
 
 
 def parse_date(value: str) -> str:
@@ -88,6 +91,32 @@ def date_option(name: str, value: Any) -> str:
     raise option_error(f"{{given}} is not a date: {_DATE_HINT}.", name, value)
 
 
+def domain_name(entry: object) -> str | None:
+    """``entry`` as the domain filter takes it, or None when it names no domain.
+
+    Whitespace around it goes, a leading ``-`` (exclude) stays, and a web address is cut to its
+    host, as a user means it: ``https://docs.python.org/3/`` is ``docs.python.org``.
+    """
+    if not isinstance(entry, str):
+        return None
+    text = entry.strip()
+    sign = "-" if text.startswith("-") else ""
+    text = text[len(sign) :].strip()
+    scheme, sep, _ = text.partition("://")
+    if sep and scheme.lower() not in ("http", "https"):
+        return None
+    try:
+        parts = urlsplit(text if sep else f"//{text}")
+        parts.port  # noqa: B018 - a port that is not a number raises ValueError
+    except ValueError:
+        return None
+    host = (parts.hostname or "").rstrip(".")
+    labels = host.removeprefix(".").split(".")
+    if not 0 < len(host) <= MAX_DOMAIN_CHARS or not all(_LABEL.fullmatch(x) for x in labels):
+        return None
+    return sign + host
+
+
 def _domains(name: str, value: Any) -> list[str]:
     if isinstance(value, str) or not isinstance(value, list | tuple):
         raise option_error(
@@ -105,17 +134,19 @@ def _domains(name: str, value: Any) -> list[str]:
             count=len(value),
             most=MAX_DOMAINS,
         )
+    domains = []
     for entry in value:
-        if not isinstance(entry, str) or not 0 < len(entry) <= MAX_DOMAIN_CHARS:
+        domain = domain_name(entry)
+        if domain is None:
             raise option_error(
-                "{given} is not a domain: give a name of 1 to {most} characters, e.g. "
-                "'python.org', or '-pinterest.com' to leave a site out.",
+                "{given} is not a domain: give a site's name, e.g. 'python.org' (a web address is "
+                "cut to its site), or '-pinterest.com' to leave a site out.",
                 name,
                 entry,
                 item=True,
-                most=MAX_DOMAIN_CHARS,
             )
-    return list(value)
+        domains.append(domain)
+    return domains
 
 
 def _flag(name: str, value: Any) -> bool:

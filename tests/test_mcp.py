@@ -371,6 +371,12 @@ BAD_CALLS = [
     ("perplexity_web_search", {"query": "q", "max_results": 21}, INVALID, "max_results"),
     ("perplexity_web_search", {"query": "q", "country": "USA"}, INVALID, "country"),
     ("perplexity_web_search", {"query": "q", "max_results": 3.5}, INVALID, "max_results"),
+    (
+        "perplexity_search",
+        {"query": "q", "search_domain_filter": ["docs.python.org", "-"]},
+        INVALID,
+        '"-" in search_domain_filter is not a domain',
+    ),
     ("perplexity_search", {"query": 5}, INVALID, "query: Input should be a valid string"),
     ("get_conversation_histories", {"conversationIds": []}, INVALID, "conversationIds"),
     ("get_conversation_histories", {"conversationIds": ["../x"]}, INVALID, "conversationIds"),

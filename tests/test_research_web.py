@@ -46,6 +46,8 @@ def test_filters_reach_the_api_and_bad_ones_are_refused_before_anything_is_bille
             {"search_after_date_filter": "2025-01-31"},
             {"country": "United States"},
             {"answer_length": 3},
+            {"search_domain_filter": ["-"]},
+            {"search_domain_filter": ["javascript:alert(1)"]},
         ]
         for bad in refused:
             with pytest.raises(ValidationError):
