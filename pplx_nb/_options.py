@@ -28,6 +28,7 @@ __all__ = [
     "ReasoningEffortValue",
     "RecencyValue",
     "SearchModeValue",
+    "check_date_order",
     "check_options",
     "choice",
     "date_option",
@@ -163,6 +164,21 @@ def _model(name: str, value: Any) -> str:
     return value
 
 
+def check_date_order(checked: dict[str, Any], after: str, before: str) -> None:
+    """VALIDATION_ERROR when the date of ``after`` in ``checked`` is later than ``before``'s."""
+    if after in checked and before in checked:
+        start = datetime.strptime(checked[after], DATE_FORMAT)
+        end = datetime.strptime(checked[before], DATE_FORMAT)
+        if start > end:
+            raise option_error(
+                "{given} is later than {given2}: no page is published after the first and "
+                "before the second. Swap the dates, or drop one.",
+                after,
+                checked[after],
+                other=(before, checked[before]),
+            )
+
+
 _RULES: dict[str, Callable[[str, Any], Any]] = {
     "model": _model,
     "search_domain_filter": _domains,
@@ -191,4 +207,6 @@ def check_options(opts: dict[str, Any]) -> dict[str, Any]:
             f"Unknown option(s) {', '.join(sorted(unknown))}; valid options are "
             f"{', '.join(sorted(SEARCH_OPTIONS))}."
         )
-    return {key: _RULES[key](key, value) for key, value in opts.items() if value is not None}
+    checked = {key: _RULES[key](key, value) for key, value in opts.items() if value is not None}
+    check_date_order(checked, "search_after_date_filter", "search_before_date_filter")
+    return checked

@@ -79,6 +79,11 @@ def test_a_web_address_in_the_domain_filter_is_sent_as_its_site() -> None:
         ("q", {"search_language_filter": "en"}, "ISO 639-1"),
         ("q", {"search_domain_filter": ["-"]}, "'-' in search_domain_filter is not a domain"),
         ("q", {"search_domain_filter": ["javascript:alert(1)"]}, "is not a domain"),
+        (
+            "q",
+            {"last_updated_after_filter": "02/01/2025", "last_updated_before_filter": "1/31/2025"},
+            "last_updated_after_filter='02/01/2025' is later than last_updated_before_filter",
+        ),
         ("q", {"max_tokens": -1}, "max_tokens"),
         ("q", {"search_context_size": "huge"}, "low, medium, high"),
         ("q", {"model": "sonar"}, "Unknown search filter"),

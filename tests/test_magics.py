@@ -642,6 +642,12 @@ def test_more_domains_than_accepted_name_the_flag(shell: InteractiveShell) -> No
     assert "25 domains given with --domain; at most 20 are accepted" in many
 
 
+def test_dates_out_of_order_are_refused_naming_both_flags(shell: InteractiveShell) -> None:
+    for magic in ("%%pplx", "%%pplx_research --wait", "%%pplx_web"):
+        order = Run(shell, f"{magic} --after 2025-02-01 --before 2025-01-31\nasyncio")
+        assert "--after 02/01/2025 is later than --before 01/31/2025" in order.last["text/plain"]
+
+
 def test_wait_refuses_a_timeout_that_is_not_above_zero(shell: InteractiveShell) -> None:
     for timeout in ("-1", "0", "nan"):
         wait = Run(shell, f"%pplx_wait --timeout {timeout}").last["text/plain"]

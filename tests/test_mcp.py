@@ -377,6 +377,28 @@ BAD_CALLS = [
         INVALID,
         '"-" in search_domain_filter is not a domain',
     ),
+    (
+        "perplexity_web_search",
+        {
+            "query": "q",
+            "search_after_date_filter": "02/01/2025",
+            "search_before_date_filter": "01/31/2025",
+        },
+        INVALID,
+        'search_after_date_filter="02/01/2025" is later than '
+        'search_before_date_filter="01/31/2025"',
+    ),
+    (
+        "perplexity_deep_research_followup",
+        {
+            "conversationId": UNKNOWN_ID,
+            "query": "q",
+            "search_after_date_filter": "02/01/2025",
+            "search_before_date_filter": "01/31/2025",
+        },
+        INVALID,
+        'search_after_date_filter="02/01/2025" is later than',
+    ),
     ("perplexity_search", {"query": 5}, INVALID, "query: Input should be a valid string"),
     ("get_conversation_histories", {"conversationIds": []}, INVALID, "conversationIds"),
     ("get_conversation_histories", {"conversationIds": ["../x"]}, INVALID, "conversationIds"),

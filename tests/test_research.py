@@ -237,6 +237,26 @@ def test_bad_input_is_refused_before_any_call(researcher: Researcher, sim_url: s
     assert stats(sim_url)["generations"] == 0
 
 
+def test_an_after_date_later_than_the_before_date_is_refused_naming_both(
+    researcher: Researcher, sim_url: str
+) -> None:
+    dates = {"search_after_date_filter": "02/01/2025", "search_before_date_filter": "01/31/2025"}
+    for ask in (researcher.search, researcher.stream_search):
+        with pytest.raises(ValidationError) as refused:
+            result = ask("hello", **dates)
+            if not isinstance(result, Answer):
+                list(result)  # a stream is checked when it starts
+        assert str(refused.value).startswith(
+            "search_after_date_filter='02/01/2025' is later than "
+            "search_before_date_filter='01/31/2025'"
+        )
+    with pytest.raises(ValidationError, match="is later than"):
+        researcher.deep_research("hello", wait=True, **dates)
+    assert stats(sim_url)["generations"] == 0
+    same_day = {"search_after_date_filter": "01/31/2025", "search_before_date_filter": "1/31/2025"}
+    assert researcher.search("What is asyncio.gather?", **same_day).text
+
+
 def test_a_web_address_in_the_domain_filter_is_cut_to_its_site(researcher: Researcher) -> None:
     answer = researcher.search(
         "What is asyncio.gather?",

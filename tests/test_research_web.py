@@ -48,6 +48,8 @@ def test_filters_reach_the_api_and_bad_ones_are_refused_before_anything_is_bille
             {"answer_length": 3},
             {"search_domain_filter": ["-"]},
             {"search_domain_filter": ["javascript:alert(1)"]},
+            {"search_after_date_filter": "01/01/2025", "search_before_date_filter": "01/01/2024"},
+            {"last_updated_after_filter": "03/01/2025", "last_updated_before_filter": "02/01/2025"},
         ]
         for bad in refused:
             with pytest.raises(ValidationError):
@@ -74,6 +76,23 @@ def test_a_list_of_queries_is_searched_in_one_request(settings: Settings, sim_ur
             with pytest.raises(ValidationError, match=hint):
                 r.web_search(bad)
     assert stats(sim_url)["searches"] == 1
+
+
+def test_a_date_range_that_ends_before_it_starts_is_refused_naming_both_options(
+    settings: Settings, sim_url: str
+) -> None:
+    with Researcher(settings) as r, pytest.raises(ValidationError) as refused:
+        r.web_search(
+            "json encoder",
+            last_updated_after_filter="03/01/2025",
+            last_updated_before_filter="02/01/2025",
+        )
+    assert str(refused.value) == (
+        "last_updated_after_filter='03/01/2025' is later than "
+        "last_updated_before_filter='02/01/2025': no page is published after the first and "
+        "before the second. Swap the dates, or drop one."
+    )
+    assert stats(sim_url)["searches"] == 0
 
 
 def test_saved_results_become_a_conversation_that_takes_follow_ups(

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict
 from pplx_nb._errors import ValidationError
 from pplx_nb._models import Source
 from pplx_nb._option_names import option_error
-from pplx_nb._options import check_options, choice, date_option
+from pplx_nb._options import check_date_order, check_options, choice, date_option
 from pplx_nb.api._adapter import Call, SearchResults, encode, read_wire
 
 __all__ = [
@@ -113,6 +113,7 @@ def _filters(filters: Mapping[str, Any]) -> dict[str, Any]:
     for key, value in given.items():
         if key in _RULES:
             checked[key] = _RULES[key](key, value)
+    check_date_order(checked, "last_updated_after_filter", "last_updated_before_filter")
     return checked
 
 
