@@ -59,9 +59,11 @@ def test_a_web_address_in_the_domain_filter_is_sent_as_its_site() -> None:
     call = search_call(
         "q",
         search_domain_filter=["https://Docs.Python.org/3/library/", " -www.pinterest.com/pin/1 "],
+        search_language_filter=["EN"],
     )
     body = json.loads(call.body or b"")
     assert body["search_domain_filter"] == ["docs.python.org", "-www.pinterest.com"]
+    assert body["search_language_filter"] == ["en"]
 
 
 @pytest.mark.parametrize(
@@ -77,6 +79,9 @@ def test_a_web_address_in_the_domain_filter_is_sent_as_its_site() -> None:
         ("q", {"last_updated_after_filter": "2025-01-31"}, "MM/DD/YYYY"),
         ("q", {"country": "GBR"}, "two-letter"),
         ("q", {"search_language_filter": "en"}, "ISO 639-1"),
+        ("q", {"search_language_filter": ["en", None]}, "None in search_language_filter"),
+        ("q", {"search_language_filter": ["en", 5]}, "5 in search_language_filter"),
+        ("q", {"search_language_filter": ["english"]}, "not a language code"),
         ("q", {"search_domain_filter": ["-"]}, "'-' in search_domain_filter is not a domain"),
         ("q", {"search_domain_filter": ["javascript:alert(1)"]}, "is not a domain"),
         (

@@ -46,6 +46,8 @@ def test_filters_reach_the_api_and_bad_ones_are_refused_before_anything_is_bille
             {"search_after_date_filter": "2025-01-31"},
             {"country": "United States"},
             {"answer_length": 3},
+            {"search_language_filter": ["en", None, 5]},
+            {"search_language_filter": ["english"]},
             {"search_domain_filter": ["-"]},
             {"search_domain_filter": ["javascript:alert(1)"]},
             {"search_after_date_filter": "01/01/2025", "search_before_date_filter": "01/01/2024"},
@@ -93,6 +95,14 @@ def test_a_date_range_that_ends_before_it_starts_is_refused_naming_both_options(
         "before the second. Swap the dates, or drop one."
     )
     assert stats(sim_url)["searches"] == 0
+
+
+def test_language_codes_must_be_two_letter_strings(settings: Settings, sim_url: str) -> None:
+    with Researcher(settings) as r:
+        with pytest.raises(ValidationError, match=r"None in search_language_filter"):
+            r.web_search("json encoder", search_language_filter=["en", None, 5])
+        assert stats(sim_url)["searches"] == 0
+        assert r.web_search("json encoder", search_language_filter=["EN", "fr"])
 
 
 def test_saved_results_become_a_conversation_that_takes_follow_ups(

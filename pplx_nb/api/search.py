@@ -8,6 +8,7 @@ idempotent request. Filters are top-level fields, as the API takes them; the sha
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -44,6 +45,7 @@ _SHARED = frozenset(
 _DATES = frozenset({"last_updated_after_filter", "last_updated_before_filter"})
 _COUNTS = frozenset({"max_tokens", "max_tokens_per_page"})
 _CONTEXT_SIZES = ("low", "medium", "high")
+_LANGUAGE = re.compile(r"[A-Za-z]{2}")
 SEARCH_FILTERS = frozenset(
     {*_SHARED, *_DATES, *_COUNTS, "country", "search_language_filter", "search_context_size"}
 )
@@ -86,7 +88,15 @@ def _languages(name: str, value: object) -> list[str]:
             name,
             value,
         )
-    return [str(code) for code in value]
+    for code in value:
+        if not isinstance(code, str) or not _LANGUAGE.fullmatch(code):
+            raise option_error(
+                "{given} is not a language code: give two-letter ISO 639-1 codes, e.g. 'en', 'fr'.",
+                name,
+                code,
+                item=True,
+            )
+    return [code.lower() for code in value]
 
 
 _RULES: dict[str, Callable[[str, Any], Any]] = {
