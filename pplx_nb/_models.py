@@ -141,6 +141,9 @@ class Unanswered(_Stored):
     state: UnansweredState
     code: str | None = None
     message: str | None = None
+    cost_unknown: bool | None = None
+    """True when a run was (or may have been) started for the question and reported no cost: a
+    cancelled deep research, a submission whose reply was lost. Left out otherwise."""
 
 
 class Message(_Stored):
@@ -178,19 +181,27 @@ class Message(_Stored):
 
 
 def closing_turn(
-    state: UnansweredState, code: str | None = None, message: str | None = None
+    state: UnansweredState,
+    code: str | None = None,
+    message: str | None = None,
+    *,
+    cost_unknown: bool = False,
 ) -> Message:
     """The assistant turn that closes a question left without an answer, saying why.
 
     ``code`` and ``message`` are the error that ended it, if any (``message`` must already be
-    free of secrets: it is stored).
+    free of secrets: it is stored). ``cost_unknown``: a run was started for it and reported no
+    cost; a SUBMISSION_UNKNOWN failure counts as one (it may have been billed).
     """
     reason = _NOT_ANSWERED[state] + (f" ({code})" if code else "")
+    unknown = cost_unknown or code == "SUBMISSION_UNKNOWN"
     return Message(
         role="assistant",
         content=f"This question was not answered: {reason}. Ask it again to get an answer.",
         timestamp=now_iso(),
-        unanswered=Unanswered(state=state, code=code, message=message),
+        unanswered=Unanswered(
+            state=state, code=code, message=message, cost_unknown=True if unknown else None
+        ),
     )
 
 

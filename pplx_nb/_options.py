@@ -2,7 +2,8 @@
 
 One set of rules serves both the Python API (:func:`check_options`, called by the Researcher) and
 the MCP input schemas (the ``Literal`` types, :data:`MAX_DOMAINS` and :func:`parse_date`), so a
-value refused in one place is refused in the other, with the same explanation.
+value refused in one place is refused in the other, with the same explanation. Each refusal names
+the option as the surface it came from names it (:mod:`pplx_nb._option_names`).
 """
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ import re
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Literal, get_args
+from urllib.parse import urlsplit
 
 from pplx_nb._errors import ValidationError
+from pplx_nb._option_names import option_error
 
 __all__ = [
     "DATE_FORMAT",
@@ -25,7 +28,11 @@ __all__ = [
     "ReasoningEffortValue",
     "RecencyValue",
     "SearchModeValue",
+    "check_date_order",
     "check_options",
+    "choice",
+    "date_option",
+    "domain_name",
     "parse_date",
 ]
 
@@ -40,6 +47,7 @@ MAX_DOMAIN_CHARS = 253
 DATE_FORMAT = "%m/%d/%Y"
 _DATE_HINT = "use MM/DD/YYYY, e.g. 01/31/2025"
 _ASCII_DATE = re.compile(r"[0-9]{1,2}/[0-9]{1,2}/[0-9]{4}")
+_LABEL = re.compile(r"[^\W_](?:[\w-]{0,61}[^\W_])?")
 
 
 def parse_date(value: str) -> str:
@@ -58,70 +66,129 @@ def parse_date(value: str) -> str:
     return value
 
 
-def _choice(choices: tuple[str, ...]) -> Callable[[str, Any], Any]:
+def choice(choices: tuple[str, ...]) -> Callable[[str, Any], Any]:
+    """The rule for an option that takes one of ``choices``: ``rule(name, value)``."""
+
     def check(name: str, value: Any) -> Any:
         if value not in choices:
-            raise ValidationError(
-                f"{name}={value!r} is not accepted; use one of {', '.join(choices)}."
+            raise option_error(
+                "{given} is not accepted; use one of {choices}.",
+                name,
+                value,
+                choices=", ".join(choices),
             )
         return value
 
     return check
 
 
-def _date(name: str, value: Any) -> str:
-    if not isinstance(value, str):
-        raise ValidationError(f"{name}={value!r} is not a date: {_DATE_HINT}.")
+def date_option(name: str, value: Any) -> str:
+    """``value`` of the date option ``name``, if it is a real MM/DD/YYYY date."""
+    if isinstance(value, str):
+        try:
+            return parse_date(value)
+        except ValidationError:
+            pass
+    raise option_error(f"{{given}} is not a date: {_DATE_HINT}.", name, value)
+
+
+def domain_name(entry: object) -> str | None:
+    """``entry`` as the domain filter takes it, or None when it names no domain.
+
+    Whitespace around it goes, a leading ``-`` (exclude) stays, and a web address is cut to its
+    host, as a user means it: ``https://docs.python.org/3/`` is ``docs.python.org``.
+    """
+    if not isinstance(entry, str):
+        return None
+    text = entry.strip()
+    sign = "-" if text.startswith("-") else ""
+    text = text[len(sign) :].strip()
+    scheme, sep, _ = text.partition("://")
+    if sep and scheme.lower() not in ("http", "https"):
+        return None
     try:
-        return parse_date(value)
-    except ValidationError:
-        raise ValidationError(f"{name}={value!r} is not a date: {_DATE_HINT}.") from None
+        parts = urlsplit(text if sep else f"//{text}")
+        parts.port  # noqa: B018 - a port that is not a number raises ValueError
+    except ValueError:
+        return None
+    host = (parts.hostname or "").rstrip(".")
+    labels = host.removeprefix(".").split(".")
+    if not 0 < len(host) <= MAX_DOMAIN_CHARS or not all(_LABEL.fullmatch(x) for x in labels):
+        return None
+    return sign + host
 
 
 def _domains(name: str, value: Any) -> list[str]:
     if isinstance(value, str) or not isinstance(value, list | tuple):
-        raise ValidationError(
-            f"{name} must be a list of domains, e.g. ['python.org', '-pinterest.com']; "
-            f"got {value!r}."
+        raise option_error(
+            "{option} must be a list of domains, e.g. ['python.org', '-pinterest.com']; "
+            "got {value}.",
+            name,
+            value,
         )
     if len(value) > MAX_DOMAINS:
-        raise ValidationError(
-            f"{name} has {len(value)} domains; at most {MAX_DOMAINS} are accepted. Keep the "
-            "ones that matter most."
+        raise option_error(
+            "{count} domains given with {option}; at most {most} are accepted. Keep the ones "
+            "that matter most.",
+            name,
+            value,
+            count=len(value),
+            most=MAX_DOMAINS,
         )
-    for domain in value:
-        if not isinstance(domain, str) or not 0 < len(domain) <= MAX_DOMAIN_CHARS:
-            raise ValidationError(
-                f"{name} holds {domain!r}; each domain must be a name of 1 to "
-                f"{MAX_DOMAIN_CHARS} characters, e.g. 'python.org'."
+    domains = []
+    for entry in value:
+        domain = domain_name(entry)
+        if domain is None:
+            raise option_error(
+                "{given} is not a domain: give a site's name, e.g. 'python.org' (a web address is "
+                "cut to its site), or '-pinterest.com' to leave a site out.",
+                name,
+                entry,
+                item=True,
             )
-    return list(value)
+        domains.append(domain)
+    return domains
 
 
 def _flag(name: str, value: Any) -> bool:
     if not isinstance(value, bool):
-        raise ValidationError(f"{name}={value!r} is not accepted; use True or False.")
+        raise option_error("{given} is not accepted; use True or False.", name, value)
     return value
 
 
 def _model(name: str, value: Any) -> str:
     if not isinstance(value, str) or not value.strip():
-        raise ValidationError(
-            f"{name}={value!r} is not a model name, e.g. 'low' or 'perplexity/sonar'."
+        raise option_error(
+            "{given} is not a model name, e.g. 'low' or 'perplexity/sonar'.", name, value
         )
     return value
+
+
+def check_date_order(checked: dict[str, Any], after: str, before: str) -> None:
+    """VALIDATION_ERROR when the date of ``after`` in ``checked`` is later than ``before``'s."""
+    if after in checked and before in checked:
+        start = datetime.strptime(checked[after], DATE_FORMAT)
+        end = datetime.strptime(checked[before], DATE_FORMAT)
+        if start > end:
+            raise option_error(
+                "{given} is later than {given2}: no page is published after the first and "
+                "before the second. Swap the dates, or drop one.",
+                after,
+                checked[after],
+                other=(before, checked[before]),
+            )
 
 
 _RULES: dict[str, Callable[[str, Any], Any]] = {
     "model": _model,
     "search_domain_filter": _domains,
-    "search_recency_filter": _choice(RECENCY_FILTERS),
-    "search_after_date_filter": _date,
-    "search_before_date_filter": _date,
-    "search_mode": _choice(SEARCH_MODES),
+    "search_recency_filter": choice(RECENCY_FILTERS),
+    "search_after_date_filter": date_option,
+    "search_before_date_filter": date_option,
+    "search_mode": choice(SEARCH_MODES),
     "return_related_questions": _flag,
     "return_images": _flag,
-    "reasoning_effort": _choice(REASONING_EFFORTS),
+    "reasoning_effort": choice(REASONING_EFFORTS),
     "show_thinking": _flag,
     "use_cache": _flag,
 }
@@ -140,4 +207,6 @@ def check_options(opts: dict[str, Any]) -> dict[str, Any]:
             f"Unknown option(s) {', '.join(sorted(unknown))}; valid options are "
             f"{', '.join(sorted(SEARCH_OPTIONS))}."
         )
-    return {key: _RULES[key](key, value) for key, value in opts.items() if value is not None}
+    checked = {key: _RULES[key](key, value) for key, value in opts.items() if value is not None}
+    check_date_order(checked, "search_after_date_filter", "search_before_date_filter")
+    return checked

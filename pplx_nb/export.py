@@ -11,16 +11,25 @@ Column types (``str`` columns hold NaN where a value is missing)::
                    completion_tokens Int64, cost_usd float64, n_sources int64,
                    parent_conversation_id str, reasoning_tokens Int64,
                    cached_input_tokens Int64, web_searches Int64, tool_calls Int64,
-                   tool_calls_cost_usd float64, cache_cost_usd float64
+                   tool_calls_cost_usd float64, cache_cost_usd float64, cost_unknown bool
     conversations  conversation_id str, created_at / updated_at datetime64[ns, UTC],
                    message_count int64, first_query str, tools object (list of str),
-                   total_tokens Int64, total_cost_usd float64, job_status category
+                   total_tokens Int64, total_cost_usd float64, job_status category,
+                   known_cost_usd float64, unknown_costs int64
     sources        conversation_id str, turn int64, url str, domain str, title str, date str
 
 ``turn`` is the message's index in ``Conversation.messages``. ``web_searches`` counts the
 answer's web searches (Agent API ``search_web`` calls, Sonar ``num_search_queries``);
 ``tool_calls`` all its tool calls, ``tool_calls_cost_usd`` what they cost and
 ``cache_cost_usd`` the prompt-cache reads and writes: missing where the API did not say.
+
+Some runs are paid for but report no cost: a cancelled deep research (the API reports no usage
+for it) or a submission whose reply was lost (SUBMISSION_UNKNOWN: it may have been billed). The
+turn that closes such a question has ``cost_unknown`` True. At the conversations level
+``unknown_costs`` counts those turns, ``known_cost_usd`` sums the costs that are known, and
+``total_cost_usd`` is that sum only when nothing is unknown: NaN otherwise, since the total is not
+known. ``df.total_cost_usd.sum()`` skips NaN as pandas always does; sum ``known_cost_usd`` for
+what was spent at least, and filter on ``unknown_costs > 0`` for the conversations it leaves out.
 """
 
 from __future__ import annotations
@@ -83,6 +92,10 @@ def to_dataframe(source: Exportable, level: Level = "messages") -> pd.DataFrame:
             store), a list of :class:`Conversation` objects, or one Conversation.
         level: ``"messages"`` (one row per message), ``"conversations"`` (one row each) or
             ``"sources"`` (one row per cited source).
+
+    A conversation with a paid run whose cost is unknown (a cancelled deep research) has
+    ``total_cost_usd`` NaN, ``unknown_costs`` above 0 and the costs that are known in
+    ``known_cost_usd``; the turn closing that run has ``cost_unknown`` True.
     """
     builders = {"messages": _messages, "conversations": _conversations, "sources": _sources}
     if level not in builders:
@@ -176,6 +189,7 @@ def _messages(docs: Iterable[_Doc]) -> pd.DataFrame:
     counts: list[int] = []
     parents: list[str | None] = []
     details: list[dict[str, Any]] = []
+    unknown: list[bool] = []
     for doc in docs:
         parent = _text(doc.document.get("parentConversationId"))
         for turn, message in enumerate(doc.document["messages"]):
@@ -196,6 +210,7 @@ def _messages(docs: Iterable[_Doc]) -> pd.DataFrame:
             counts.append(len(sources) if isinstance(sources, list) else 0)
             parents.append(parent)
             details.append(_usage_details(usage, cost if isinstance(cost, dict) else {}))
+            unknown.append(_cost_unknown(message))
     detail = {key: [row[key] for row in details] for key in _DETAIL_TYPES}
     return pd.DataFrame(
         {
@@ -212,8 +227,16 @@ def _messages(docs: Iterable[_Doc]) -> pd.DataFrame:
             "n_sources": pd.Series(counts, dtype="int64"),
             "parent_conversation_id": pd.Series(parents, dtype="str"),
             **{key: pd.Series(detail[key], dtype=kind) for key, kind in _DETAIL_TYPES.items()},
+            "cost_unknown": pd.Series(unknown, dtype="bool"),
         }
     )
+
+
+def _cost_unknown(message: dict[str, Any]) -> bool:
+    """Whether ``message`` closes a question whose run was (or may have been) paid for and
+    reported no cost: a cancelled deep research, a submission whose reply was lost."""
+    unanswered = message.get("unanswered")
+    return isinstance(unanswered, dict) and unanswered.get("costUnknown") is True
 
 
 _DETAIL_TYPES = {
@@ -261,12 +284,14 @@ def _conversations(docs: Iterable[_Doc]) -> pd.DataFrame:
     tools: list[list[str]] = []
     tokens: list[int | None] = []
     costs: list[float | None] = []
+    unknowns: list[int] = []
     held: list[tuple[str, ConversationStore | None]] = []
     for doc in docs:
         messages = doc.document["messages"]
         used: list[str] = []
         token_sum: int | None = None
         cost_sum: float | None = None
+        unknown = 0
         for message in messages:
             tool = message.get("tool")
             if isinstance(tool, str) and tool not in used:
@@ -283,6 +308,7 @@ def _conversations(docs: Iterable[_Doc]) -> pd.DataFrame:
             value = _float(cost.get("totalCost")) if isinstance(cost, dict) else None
             if value is not None:
                 cost_sum = (cost_sum or 0.0) + value
+            unknown += _cost_unknown(message)
         ids.append(doc.conversation_id)
         created.append(doc.document.get("createdAt"))
         updated.append(doc.document.get("updatedAt"))
@@ -291,8 +317,11 @@ def _conversations(docs: Iterable[_Doc]) -> pd.DataFrame:
         tools.append(used)
         tokens.append(token_sum)
         costs.append(cost_sum)
+        unknowns.append(unknown)
         held.append((doc.conversation_id, doc.store))  # not the document: it may be large
     states = _job_states(held)
+    known = pd.Series(costs, dtype="float64")
+    unknown_costs = pd.Series(unknowns, dtype="int64")
     return pd.DataFrame(
         {
             "conversation_id": pd.Series(ids, dtype="str"),
@@ -302,8 +331,10 @@ def _conversations(docs: Iterable[_Doc]) -> pd.DataFrame:
             "first_query": pd.Series(firsts, dtype="str"),
             "tools": pd.Series(tools, dtype="object"),
             "total_tokens": pd.Series(tokens, dtype="Int64"),
-            "total_cost_usd": pd.Series(costs, dtype="float64"),
+            "total_cost_usd": known.where(unknown_costs == 0),
             "job_status": pd.Categorical(states, categories=list(JOB_STATES)),
+            "known_cost_usd": known,
+            "unknown_costs": unknown_costs,
         }
     )
 

@@ -55,6 +55,17 @@ def test_the_request_is_what_the_official_sdk_defines_with_filters_at_the_top() 
     assert several["query"] == ["gather", "wait"]
 
 
+def test_a_web_address_in_the_domain_filter_is_sent_as_its_site() -> None:
+    call = search_call(
+        "q",
+        search_domain_filter=["https://Docs.Python.org/3/library/", " -www.pinterest.com/pin/1 "],
+        search_language_filter=["EN"],
+    )
+    body = json.loads(call.body or b"")
+    assert body["search_domain_filter"] == ["docs.python.org", "-www.pinterest.com"]
+    assert body["search_language_filter"] == ["en"]
+
+
 @pytest.mark.parametrize(
     ("query", "options", "hint"),
     [
@@ -68,6 +79,16 @@ def test_the_request_is_what_the_official_sdk_defines_with_filters_at_the_top() 
         ("q", {"last_updated_after_filter": "2025-01-31"}, "MM/DD/YYYY"),
         ("q", {"country": "GBR"}, "two-letter"),
         ("q", {"search_language_filter": "en"}, "ISO 639-1"),
+        ("q", {"search_language_filter": ["en", None]}, "None in search_language_filter"),
+        ("q", {"search_language_filter": ["en", 5]}, "5 in search_language_filter"),
+        ("q", {"search_language_filter": ["english"]}, "not a language code"),
+        ("q", {"search_domain_filter": ["-"]}, "'-' in search_domain_filter is not a domain"),
+        ("q", {"search_domain_filter": ["javascript:alert(1)"]}, "is not a domain"),
+        (
+            "q",
+            {"last_updated_after_filter": "02/01/2025", "last_updated_before_filter": "1/31/2025"},
+            "last_updated_after_filter='02/01/2025' is later than last_updated_before_filter",
+        ),
         ("q", {"max_tokens": -1}, "max_tokens"),
         ("q", {"search_context_size": "huge"}, "low, medium, high"),
         ("q", {"model": "sonar"}, "Unknown search filter"),

@@ -22,6 +22,7 @@ from pplx_nb import (
     Usage,
     ValidationError,
 )
+from pplx_nb._models import closing_turn
 from pplx_nb.export import to_dataframe, to_json, to_markdown
 from pplx_nb.sim import stats
 
@@ -47,6 +48,7 @@ MESSAGE_COLUMNS = [
     "tool_calls",
     "tool_calls_cost_usd",
     "cache_cost_usd",
+    "cost_unknown",
 ]
 CONVERSATION_COLUMNS = [
     "conversation_id",
@@ -58,6 +60,8 @@ CONVERSATION_COLUMNS = [
     "total_tokens",
     "total_cost_usd",
     "job_status",
+    "known_cost_usd",
+    "unknown_costs",
 ]
 SOURCE_COLUMNS = ["conversation_id", "turn", "url", "domain", "title", "date"]
 
@@ -133,6 +137,7 @@ def test_messages_level_has_one_row_per_message_with_exact_dtypes(
     assert frame["prompt_tokens"].dtype == "Int64"
     assert frame["completion_tokens"].dtype == "Int64"
     assert frame["cost_usd"].dtype == "float64"
+    assert frame["cost_unknown"].dtype == "bool" and not frame["cost_unknown"].any()
     for column in ("conversation_id", "content", "tool", "model", "parent_conversation_id"):
         assert pd.api.types.is_string_dtype(frame[column].dtype), column
 
@@ -205,6 +210,7 @@ def test_conversations_level_sums_tokens_and_cost_and_reads_job_status(
     assert ours["tools"] == ["perplexity_search"]
     assert ours["total_tokens"] == 30
     assert ours["total_cost_usd"] == pytest.approx(0.75)
+    assert ours["known_cost_usd"] == pytest.approx(0.75) and ours["unknown_costs"] == 0
     assert ours["job_status"] == "completed"
     assert ours["updated_at"] >= ours["created_at"]
     theirs = frame.loc[plain]
@@ -212,6 +218,51 @@ def test_conversations_level_sums_tokens_and_cost_and_reads_job_status(
     assert pd.isna(theirs["total_tokens"])
     assert pd.isna(theirs["total_cost_usd"])
     assert pd.isna(theirs["job_status"])
+
+
+def test_a_run_whose_cost_is_unknown_leaves_the_total_unknown_and_is_counted(
+    store: ConversationStore,
+) -> None:
+    cancelled = store.create(
+        [
+            Message(role="system", content="Cite sources."),
+            Message(role="user", content="Compare asyncio and trio"),
+            closing_turn("cancelled", cost_unknown=True),
+            Message(role="user", content="What is asyncio.gather?"),
+            answer("It runs awaitables concurrently.", tokens=5, cost=0.25, urls=[]),
+        ]
+    )
+    lost = store.create(
+        [
+            Message(role="user", content="Compare asyncio and curio"),
+            closing_turn("failed", "SUBMISSION_UNKNOWN", "The reply was lost."),
+        ]
+    )
+    unpaid = store.create(
+        [
+            Message(role="user", content="Compare trio and curio"),
+            closing_turn("cancelled"),
+            Message(role="user", content="What is a nursery?"),
+            answer("A scope for tasks.", tokens=5, cost=0.5, urls=[]),
+        ]
+    )
+
+    rows = to_dataframe(store, level="conversations").set_index("conversation_id")
+    assert rows["known_cost_usd"].dtype == "float64" and rows["unknown_costs"].dtype == "int64"
+    first = rows.loc[cancelled.conversation_id]
+    assert pd.isna(first["total_cost_usd"])
+    assert first["known_cost_usd"] == pytest.approx(0.25) and first["unknown_costs"] == 1
+    second = rows.loc[lost.conversation_id]
+    assert pd.isna(second["total_cost_usd"]) and pd.isna(second["known_cost_usd"])
+    assert second["unknown_costs"] == 1
+    third = rows.loc[unpaid.conversation_id]
+    assert third["total_cost_usd"] == pytest.approx(0.5) and third["unknown_costs"] == 0
+    messages = to_dataframe(store, level="messages")
+    flagged = messages[messages["cost_unknown"]]
+    assert sorted(flagged["conversation_id"]) == sorted(
+        [cancelled.conversation_id, lost.conversation_id]
+    )
+    assert (flagged["role"] == "assistant").all() and flagged["cost_usd"].isna().all()
 
 
 def test_sources_level_has_one_row_per_cited_source(

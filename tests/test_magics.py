@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from html import escape
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from pplx_nb import Answer, Conversation, JobStatus, Researcher, Settings
 from pplx_nb.notebook import magics
 from pplx_nb.notebook._args import search_opts, split_conversation_id, unquote
 from pplx_nb.notebook._interpolate import interpolate
+from pplx_nb.sim import stats
 
 # -- interpolation ------------------------------------------------------------------------------
 
@@ -593,6 +595,63 @@ def test_notebook_errors_name_magics_not_mcp_tools(
         text = shown["text/html"] + shown["text/plain"]
         for tool in ("perplexity_", "get_conversation_history", "in_progress"):
             assert tool not in text, f"{tool} in {text}"
+
+
+OPTION_ERRORS = [
+    ("%pplx_web -n 0 asyncio", "-n 0", "is not accepted; ask for 1 to 20 results"),
+    ("%pplx_web --country USA asyncio", "--country USA", "two-letter ISO code"),
+    ("%pplx_web --domain '' asyncio", "--domain ''", "is not a domain"),
+    ("%pplx_web --domain javascript:alert(1) asyncio", "--domain javascript:alert(1)", "domain"),
+    ("%%pplx --domain ''\nasyncio", "--domain ''", "is not a domain"),
+    ("%%pplx -m ' '\nasyncio", "--model ' '", "is not a model name"),
+    ("%%pplx_research --domain -\nasyncio", "--domain -", "is not a domain"),
+    ("%%pplx_followup --domain ''\nand trio?", "--domain ''", "is not a domain"),
+    ("%%pplx_followup --research --domain ''\nand trio?", "--domain ''", "is not a domain"),
+    ("%pplx_conversations --limit -3", "--limit -3", "a whole number of 0 or more"),
+    ("%pplx_conversations --since yesterday", "--since yesterday", "ISO 8601"),
+]
+
+
+@pytest.mark.parametrize(("line", "given", "hint"), OPTION_ERRORS)
+def test_option_errors_name_the_magics_flags(
+    shell: InteractiveShell, sim_url: str, line: str, given: str, hint: str
+) -> None:
+    if "followup" in line:
+        Run(shell, "%pplx What is asyncio?")
+    before = stats(sim_url)
+    shown = Run(shell, line).last
+    html, plain = shown["text/html"], shown["text/plain"]
+    assert "VALIDATION_ERROR" in plain and hint in plain, plain
+    assert f"<code>{escape(given)}</code>" in html, html
+    for api_name in (
+        "search_domain_filter",
+        "max_results",
+        "country=",
+        "model=",
+        "limit=",
+        "since=",
+    ):
+        assert api_name not in plain, plain
+    after = stats(sim_url)
+    assert after["searches"] == before["searches"]
+    assert after["generations"] == before["generations"]
+
+
+def test_more_domains_than_accepted_name_the_flag(shell: InteractiveShell) -> None:
+    many = Run(shell, "%pplx_web " + "--domain a.com " * 25 + "asyncio").last["text/plain"]
+    assert "25 domains given with --domain; at most 20 are accepted" in many
+
+
+def test_dates_out_of_order_are_refused_naming_both_flags(shell: InteractiveShell) -> None:
+    for magic in ("%%pplx", "%%pplx_research --wait", "%%pplx_web"):
+        order = Run(shell, f"{magic} --after 2025-02-01 --before 2025-01-31\nasyncio")
+        assert "--after 02/01/2025 is later than --before 01/31/2025" in order.last["text/plain"]
+
+
+def test_wait_refuses_a_timeout_that_is_not_above_zero(shell: InteractiveShell) -> None:
+    for timeout in ("-1", "0", "nan"):
+        wait = Run(shell, f"%pplx_wait --timeout {timeout}").last["text/plain"]
+        assert f"argument --timeout: '{timeout}' is not a number of seconds above 0" in wait
 
 
 def test_a_bad_output_name_is_refused_before_any_request(

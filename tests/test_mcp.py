@@ -370,6 +370,35 @@ BAD_CALLS = [
     ("cancel_deep_research", {"conversationId": UNKNOWN_ID}, "CONVERSATION_NOT_FOUND", ""),
     ("perplexity_web_search", {"query": "q", "max_results": 21}, INVALID, "max_results"),
     ("perplexity_web_search", {"query": "q", "country": "USA"}, INVALID, "country"),
+    ("perplexity_web_search", {"query": "q", "max_results": 3.5}, INVALID, "max_results"),
+    (
+        "perplexity_search",
+        {"query": "q", "search_domain_filter": ["docs.python.org", "-"]},
+        INVALID,
+        '"-" in search_domain_filter is not a domain',
+    ),
+    (
+        "perplexity_web_search",
+        {
+            "query": "q",
+            "search_after_date_filter": "02/01/2025",
+            "search_before_date_filter": "01/31/2025",
+        },
+        INVALID,
+        'search_after_date_filter="02/01/2025" is later than '
+        'search_before_date_filter="01/31/2025"',
+    ),
+    (
+        "perplexity_deep_research_followup",
+        {
+            "conversationId": UNKNOWN_ID,
+            "query": "q",
+            "search_after_date_filter": "02/01/2025",
+            "search_before_date_filter": "01/31/2025",
+        },
+        INVALID,
+        'search_after_date_filter="02/01/2025" is later than',
+    ),
     ("perplexity_search", {"query": 5}, INVALID, "query: Input should be a valid string"),
     ("get_conversation_histories", {"conversationIds": []}, INVALID, "conversationIds"),
     ("get_conversation_histories", {"conversationIds": ["../x"]}, INVALID, "conversationIds"),
@@ -407,6 +436,14 @@ def test_an_unknown_tool_is_a_jsonrpc_error_naming_the_tools(client: McpClient) 
     assert "Unknown tool: no_such_tool" in caught.value.message
     assert all(name in caught.value.message for name in TOOLS)
     assert client.alive()
+
+
+def test_a_whole_number_sent_as_a_float_counts_as_an_integer(client: McpClient) -> None:
+    found = client.call("perplexity_web_search", {"query": "asyncio gather", "max_results": 3.0})
+    assert not found.is_error, _text(found)
+    assert 1 <= _data(found)["count"] <= 3
+    listed = client.call("list_conversations", {"limit": 2.0})
+    assert not listed.is_error, _text(listed)
 
 
 def test_a_string_that_looks_like_json_stays_a_string(client: McpClient) -> None:
@@ -637,6 +674,64 @@ def test_malformed_jsonrpc_lines_do_not_stop_the_server_and_stdout_is_only_jsonr
     logged = stderr.read_text()
     assert "stray print during a call" in logged and "stray print from a thread" in logged
     assert "Async deep research: disabled" in logged
+
+
+def test_a_request_holding_a_lone_surrogate_gets_a_reply_over_stdio(tmp_path: Path) -> None:
+    env = {**os.environ, **server_env(tmp_path / "logs")}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pplx_nb.mcp"],
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    assert process.stdin is not None
+    lines = _raw_lines(process)
+    seen: list[bytes] = []
+
+    def send(line: str) -> None:
+        assert process.stdin is not None
+        process.stdin.write(line.encode() + b"\n")
+        process.stdin.flush()
+
+    def call(request_id: int, arguments: str) -> str:
+        return (
+            f'{{"jsonrpc":"2.0","id":{request_id},"method":"tools/call","params":'
+            f'{{"name":"perplexity_web_search","arguments":{arguments}}}}}'
+        )
+
+    try:
+        send(json.dumps(INITIALIZE))
+        assert "result" in _response(lines, 1, seen)
+        send('{"jsonrpc":"2.0","method":"notifications/initialized"}')
+        send(call(2, '{"query":"\\ud800 asyncio"}'))
+        send(call(3, '{"query":"asyncio","search_domain_filter":["python.org","\\udc00.org"]}'))
+        send(call(4, '{"query":"asyncio","\\ud800":1}'))
+        send('{"jsonrpc":"2.0","id":5,"method":"resources/read","params":{"uri":"\\ud800"}}')
+        send('{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"x":"\\ud800"}}')
+        send(call(6, '{"query":"asyncio"}'))
+        replies = {n: _response(lines, n, seen) for n in range(2, 7)}
+    finally:
+        process.stdin.close()
+        process.wait(timeout=10)
+        if process.stdout is not None:
+            process.stdout.close()
+    texts = {
+        n: reply["result"]["content"][0]["text"]
+        for n, reply in replies.items()
+        if reply.get("result", {}).get("isError")
+    }
+    assert texts[2].startswith(
+        "VALIDATION_ERROR: The argument query holds a lone surrogate at character 0"
+    )
+    assert "The argument search_domain_filter[1] holds a lone surrogate" in texts[3]
+    assert "An argument's name holds a lone surrogate" in texts[4]
+    assert replies[5]["error"]["code"] == -32602
+    assert "params.uri holds a lone surrogate" in replies[5]["error"]["message"]
+    assert not replies[6]["result"].get("isError") and replies[6]["result"]["structuredContent"]
+    answered = [json.loads(line).get("id") for line in seen]
+    assert sorted(i for i in answered if i is not None) == [1, 2, 3, 4, 5, 6], "one reply each"
 
 
 def test_progress_relay_sends_a_heartbeat_that_always_increases() -> None:

@@ -203,7 +203,10 @@ BAD_OPTION_VALUES = [
     ("search_recency_filter", "decade", "one of hour, day, week, month, year"),
     ("search_domain_filter", ["a.com"] * 25, "at most 20"),
     ("search_domain_filter", "python.org", "must be a list of domains"),
-    ("search_domain_filter", ["python.org", ""], "1 to 253 characters"),
+    ("search_domain_filter", ["python.org", ""], "'' in search_domain_filter is not a domain"),
+    ("search_domain_filter", ["-"], "'-' in search_domain_filter is not a domain"),
+    ("search_domain_filter", ["javascript:alert(1)"], "is not a domain"),
+    ("search_domain_filter", ["a b c"], "is not a domain"),
     ("search_after_date_filter", "2025-01-01", "use MM/DD/YYYY, e.g. 01/31/2025"),
     ("search_before_date_filter", "13/45/2025", "use MM/DD/YYYY"),
     ("search_before_date_filter", "01/31/\u0662\u0660\u0662\u0665", "use MM/DD/YYYY"),
@@ -232,6 +235,37 @@ def test_bad_input_is_refused_before_any_call(researcher: Researcher, sim_url: s
         researcher.followup("20250124-1706102400123", "hi")
     assert "perplexity_search" in str(info.value)
     assert stats(sim_url)["generations"] == 0
+
+
+def test_an_after_date_later_than_the_before_date_is_refused_naming_both(
+    researcher: Researcher, sim_url: str
+) -> None:
+    dates = {"search_after_date_filter": "02/01/2025", "search_before_date_filter": "01/31/2025"}
+    for ask in (researcher.search, researcher.stream_search):
+        with pytest.raises(ValidationError) as refused:
+            result = ask("hello", **dates)
+            if not isinstance(result, Answer):
+                list(result)  # a stream is checked when it starts
+        assert str(refused.value).startswith(
+            "search_after_date_filter='02/01/2025' is later than "
+            "search_before_date_filter='01/31/2025'"
+        )
+    with pytest.raises(ValidationError, match="is later than"):
+        researcher.deep_research("hello", wait=True, **dates)
+    assert stats(sim_url)["generations"] == 0
+    same_day = {"search_after_date_filter": "01/31/2025", "search_before_date_filter": "1/31/2025"}
+    assert researcher.search("What is asyncio.gather?", **same_day).text
+
+
+def test_a_web_address_in_the_domain_filter_is_cut_to_its_site(researcher: Researcher) -> None:
+    answer = researcher.search(
+        "What is asyncio.gather?",
+        search_domain_filter=[
+            " https://Docs.Python.org/3/library/ ",
+            "-https://www.pinterest.com/x",
+        ],
+    )
+    assert answer.sources and all(s.domain == "docs.python.org" for s in answer.sources)
 
 
 def test_good_option_values_pass(researcher: Researcher) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
+import pandas as pd
 import pytest
 from conftest import TEST_KEY
 
@@ -82,6 +83,8 @@ def test_a_pending_job_leaves_the_queue_unpaid_and_the_conversation_takes_a_foll
         assert r._jobs.queue.pending_count() == 0
         assert not (settings.logs_dir() / cid / "job.json").exists()
         assert _closed_as_cancelled(r, cid)
+        closing = r.history(cid).messages[-1].unanswered
+        assert closing is not None and closing.cost_unknown is None
         again = r.cancel(cid)
         assert again is not None and again.status == "cancelled"
         assert again.completed_at == stored.completed_at
@@ -113,6 +116,27 @@ def test_a_running_job_is_cancelled_here_and_at_the_api(slow_sim: str, logs_dir:
     assert (stored.model_extra or {})["result"]["costUnknown"] is True
     billed = stats(slow_sim)
     assert billed["background_runs"] == 1 and billed["cancels"] == 1
+
+
+def test_a_cancelled_runs_unknown_cost_is_recorded_and_the_export_total_says_so(
+    slow_sim: str, logs_dir: Path
+) -> None:
+    from pplx_nb.export import to_dataframe
+
+    with Researcher(_settings(slow_sim, logs_dir), async_deep_research=True) as r:
+        job = r.deep_research(QUESTION, wait=False)
+        assert isinstance(job, JobStatus)
+        cid = job.conversation_id
+        _until(lambda: (s := r.status(cid)) and s.remote_id, "the run's id")
+        r.cancel(cid)
+        assert _closed_as_cancelled(r, cid)
+        closing = r.history(cid).messages[-1].unanswered
+        assert closing is not None and closing.cost_unknown is True
+        answer = r.followup(cid, "What does asyncio.Task.cancel do?")
+        assert isinstance(answer, Answer) and answer.cost is not None
+        row = to_dataframe(r.store, level="conversations").set_index("conversation_id").loc[cid]
+    assert pd.isna(row["total_cost_usd"]) and row["unknown_costs"] == 1
+    assert row["known_cost_usd"] == pytest.approx(answer.cost.total_cost)
 
 
 def test_the_worker_cancels_the_run_when_the_canceller_cannot_reach_the_api(

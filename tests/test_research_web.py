@@ -46,6 +46,12 @@ def test_filters_reach_the_api_and_bad_ones_are_refused_before_anything_is_bille
             {"search_after_date_filter": "2025-01-31"},
             {"country": "United States"},
             {"answer_length": 3},
+            {"search_language_filter": ["en", None, 5]},
+            {"search_language_filter": ["english"]},
+            {"search_domain_filter": ["-"]},
+            {"search_domain_filter": ["javascript:alert(1)"]},
+            {"search_after_date_filter": "01/01/2025", "search_before_date_filter": "01/01/2024"},
+            {"last_updated_after_filter": "03/01/2025", "last_updated_before_filter": "02/01/2025"},
         ]
         for bad in refused:
             with pytest.raises(ValidationError):
@@ -53,6 +59,50 @@ def test_filters_reach_the_api_and_bad_ones_are_refused_before_anything_is_bille
         with pytest.raises(ValidationError, match="empty"):
             r.web_search("   ")
     assert stats(sim_url)["searches"] == 1
+
+
+def test_a_list_of_queries_is_searched_in_one_request(settings: Settings, sim_url: str) -> None:
+    with Researcher(settings) as r:
+        results = r.web_search(["json encoder", "pathlib glob"], max_results=2, save=True)
+        assert results.query == "json encoder · pathlib glob"
+        assert {"json", "pathlib"} <= {s.url.split("/")[-1].split(".")[0] for s in results}
+        assert results.conversation_id is not None
+        asked = r.history(results.conversation_id).messages[0].content
+        assert asked == "json encoder · pathlib glob"
+        for bad, hint in [
+            ([], "empty"),
+            (["a"] * 6, "at most 5"),
+            (["json", None], "Query 2 of the list is None"),
+            (["json", "  "], "Query 2 of the list is '  '"),
+        ]:
+            with pytest.raises(ValidationError, match=hint):
+                r.web_search(bad)
+    assert stats(sim_url)["searches"] == 1
+
+
+def test_a_date_range_that_ends_before_it_starts_is_refused_naming_both_options(
+    settings: Settings, sim_url: str
+) -> None:
+    with Researcher(settings) as r, pytest.raises(ValidationError) as refused:
+        r.web_search(
+            "json encoder",
+            last_updated_after_filter="03/01/2025",
+            last_updated_before_filter="02/01/2025",
+        )
+    assert str(refused.value) == (
+        "last_updated_after_filter='03/01/2025' is later than "
+        "last_updated_before_filter='02/01/2025': no page is published after the first and "
+        "before the second. Swap the dates, or drop one."
+    )
+    assert stats(sim_url)["searches"] == 0
+
+
+def test_language_codes_must_be_two_letter_strings(settings: Settings, sim_url: str) -> None:
+    with Researcher(settings) as r:
+        with pytest.raises(ValidationError, match=r"None in search_language_filter"):
+            r.web_search("json encoder", search_language_filter=["en", None, 5])
+        assert stats(sim_url)["searches"] == 0
+        assert r.web_search("json encoder", search_language_filter=["EN", "fr"])
 
 
 def test_saved_results_become_a_conversation_that_takes_follow_ups(

@@ -8,14 +8,16 @@ idempotent request. Filters are top-level fields, as the API takes them; the sha
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from pplx_nb._errors import ValidationError
 from pplx_nb._models import Source
-from pplx_nb._options import check_options, parse_date
+from pplx_nb._option_names import option_error
+from pplx_nb._options import check_date_order, check_options, choice, date_option
 from pplx_nb.api._adapter import Call, SearchResults, encode, read_wire
 
 __all__ = [
@@ -43,6 +45,7 @@ _SHARED = frozenset(
 _DATES = frozenset({"last_updated_after_filter", "last_updated_before_filter"})
 _COUNTS = frozenset({"max_tokens", "max_tokens_per_page"})
 _CONTEXT_SIZES = ("low", "medium", "high")
+_LANGUAGE = re.compile(r"[A-Za-z]{2}")
 SEARCH_FILTERS = frozenset(
     {*_SHARED, *_DATES, *_COUNTS, "country", "search_language_filter", "search_context_size"}
 )
@@ -66,8 +69,45 @@ def _queries(query: object) -> str | list[str]:
 
 def _positive(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValidationError(f"{name}={value!r} is not accepted; give a whole number above 0.")
+        raise option_error("{given} is not accepted; give a whole number above 0.", name, value)
     return value
+
+
+def _country(name: str, value: object) -> str:
+    if not isinstance(value, str) or len(value) != 2 or not value.isascii() or not value.isalpha():
+        raise option_error(
+            "{given} is not accepted; give a two-letter ISO code, e.g. 'US'.", name, value
+        )
+    return value.upper()
+
+
+def _languages(name: str, value: object) -> list[str]:
+    if isinstance(value, str) or not isinstance(value, list | tuple):
+        raise option_error(
+            "{option} must be a list of ISO 639-1 codes, e.g. ['en', 'fr']; got {value}.",
+            name,
+            value,
+        )
+    for code in value:
+        if not isinstance(code, str) or not _LANGUAGE.fullmatch(code):
+            raise option_error(
+                "{given} is not a language code: give two-letter ISO 639-1 codes, e.g. 'en', 'fr'.",
+                name,
+                code,
+                item=True,
+            )
+    return [code.lower() for code in value]
+
+
+_RULES: dict[str, Callable[[str, Any], Any]] = {
+    "last_updated_after_filter": date_option,
+    "last_updated_before_filter": date_option,
+    "max_tokens": _positive,
+    "max_tokens_per_page": _positive,
+    "country": _country,
+    "search_language_filter": _languages,
+    "search_context_size": choice(_CONTEXT_SIZES),
+}
 
 
 def _filters(filters: Mapping[str, Any]) -> dict[str, Any]:
@@ -80,38 +120,10 @@ def _filters(filters: Mapping[str, Any]) -> dict[str, Any]:
         )
     given = {key: value for key, value in filters.items() if value is not None}
     checked = check_options({k: v for k, v in given.items() if k in _SHARED})
-    for key in _DATES & set(given):
-        try:
-            checked[key] = parse_date(given[key])
-        except (ValidationError, TypeError):
-            raise ValidationError(
-                f"{key}={given[key]!r} is not a date: use MM/DD/YYYY, e.g. 01/31/2025."
-            ) from None
-    for key in _COUNTS & set(given):
-        checked[key] = _positive(key, given[key])
-    if "country" in given:
-        country = given["country"]
-        if not isinstance(country, str) or len(country) != 2 or not country.isalpha():
-            raise ValidationError(
-                f"country={country!r} is not accepted; give a two-letter ISO code, e.g. 'US'."
-            )
-        checked["country"] = country.upper()
-    if "search_language_filter" in given:
-        languages = given["search_language_filter"]
-        if isinstance(languages, str) or not isinstance(languages, list | tuple):
-            raise ValidationError(
-                "search_language_filter must be a list of ISO 639-1 codes, e.g. ['en', 'fr']; "
-                f"got {languages!r}."
-            )
-        checked["search_language_filter"] = [str(code) for code in languages]
-    if "search_context_size" in given:
-        size = given["search_context_size"]
-        if size not in _CONTEXT_SIZES:
-            raise ValidationError(
-                f"search_context_size={size!r} is not accepted; use one of "
-                f"{', '.join(_CONTEXT_SIZES)}."
-            )
-        checked["search_context_size"] = size
+    for key, value in given.items():
+        if key in _RULES:
+            checked[key] = _RULES[key](key, value)
+    check_date_order(checked, "last_updated_after_filter", "last_updated_before_filter")
     return checked
 
 
@@ -121,10 +133,16 @@ def search_call(query: str | list[str], *, max_results: int = 10, **filters: Any
     ``max_results`` is 1 to :data:`MAX_RESULTS`; ``filters`` are named as the API names them
     (:data:`SEARCH_FILTERS`).
     """
-    if _positive("max_results", max_results) > MAX_RESULTS:
-        raise ValidationError(
-            f"max_results={max_results} is more than the Search API returns; ask for 1 to "
-            f"{MAX_RESULTS}."
+    if (
+        isinstance(max_results, bool)
+        or not isinstance(max_results, int)
+        or not 1 <= max_results <= MAX_RESULTS
+    ):
+        raise option_error(
+            "{given} is not accepted; ask for 1 to {most} results.",
+            "max_results",
+            max_results,
+            most=MAX_RESULTS,
         )
     body = {"query": _queries(query), "max_results": max_results, **_filters(filters)}
     return Call("POST", "/search", encode(body))

@@ -628,10 +628,12 @@ def _close_unanswered(answers: AnswerLookup, status: JobStatus) -> None:
     if status.status not in ("failed", "cancelled"):
         return
     error = status.error
+    result = (status.model_extra or {}).get("result")
     closing = closing_turn(
         "failed" if status.status == "failed" else "cancelled",
         error.code if error else None,
         error.message if error else None,
+        cost_unknown=isinstance(result, dict) and result.get("costUnknown") is True,
     )
     try:
         answers.close_question_locked(status.conversation_id, closing)

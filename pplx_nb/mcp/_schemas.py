@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
 from pplx_nb._options import (
     MAX_DOMAIN_CHARS,
@@ -68,6 +68,14 @@ MAX_WAIT_SECONDS = 3600
 
 def _date(value: str | None) -> str | None:
     return None if value is None else parse_date(value)
+
+
+def _whole(value: object) -> object:
+    """A number without a fraction (``3.0``) as the integer it is: JSON Schema's ``integer``
+    counts it as one, and clients that compute a count may send it so."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
 
 
 Query = Annotated[
@@ -170,7 +178,11 @@ Files = Annotated[
 IncludeSystemPrompt = Annotated[
     bool, Field(description="Include the system prompt in the returned history.")
 ]
-Limit = Annotated[int, Field(ge=1, le=200, description="At most this many conversations.")]
+Limit = Annotated[
+    int,
+    BeforeValidator(_whole),
+    Field(ge=1, le=200, description="At most this many conversations."),
+]
 ListText = Annotated[
     str | None,
     Field(
@@ -208,10 +220,13 @@ ToolName = Annotated[
 ]
 
 MaxResults = Annotated[
-    int, Field(ge=1, le=20, description="How many results to return (1 to 20, default 10).")
+    int,
+    BeforeValidator(_whole),
+    Field(ge=1, le=20, description="How many results to return (1 to 20, default 10)."),
 ]
 MaxTokensPerPage = Annotated[
     int | None,
+    BeforeValidator(_whole),
     Field(
         ge=256,
         le=2048,

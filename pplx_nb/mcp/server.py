@@ -38,6 +38,7 @@ from pydantic import ValidationError as PydanticValidationError
 from pplx_nb import __version__
 from pplx_nb._config import Settings
 from pplx_nb._errors import PplxError, ValidationError
+from pplx_nb._option_names import worded
 from pplx_nb.mcp._backend import Backend
 
 if TYPE_CHECKING:
@@ -111,6 +112,22 @@ class PplxMCPServer(MCPServer[Any]):
         tool.parameters["additionalProperties"] = False
         if not self._backend.attachments:
             tool.parameters.get("properties", {}).pop("files", None)
+
+    async def run_stdio_async(self) -> None:
+        """Serve over stdin and stdout, as the SDK does, but reply to every request: one the
+        transport cannot parse (a lone surrogate in a string) is answered, not dropped
+        (:mod:`pplx_nb.mcp._stdio`)."""
+        from mcp.server.stdio import stdio_server
+
+        from pplx_nb.mcp._stdio import AnsweringReader
+
+        lowlevel = self._lowlevel_server
+        async with stdio_server() as (read_stream, write_stream):
+            await lowlevel.run(
+                AnsweringReader(read_stream, write_stream),
+                write_stream,
+                lowlevel.create_initialization_options(),
+            )
 
     async def list_tools(self) -> list[Tool]:
         """The tools with their input and output schemas."""
@@ -190,7 +207,7 @@ def _error_result(name: str, cause: BaseException) -> CallToolResult:
 
     if isinstance(cause, PplxError):
         logger.info("Tool %s failed: %s", name, cause.code)
-        return error_result(cause)
+        return error_result(_in_tool_words(cause))
     if isinstance(cause, PydanticValidationError):
         logger.info("Tool %s rejected its arguments", name)
         return error_result(ValidationError(validation_message(name, cause)))
@@ -201,6 +218,14 @@ def _error_result(name: str, cause: BaseException) -> CallToolResult:
             "has the details; retry, and report it if it happens again."
         )
     )
+
+
+def _in_tool_words(error: PplxError) -> PplxError:
+    """``error`` naming the options it is about as the tools name them (``showThinking``)."""
+    message = worded(error, "mcp")
+    if message == error.message:
+        return error
+    return type(error)(message, **error.details)
 
 
 def create_server(

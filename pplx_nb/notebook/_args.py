@@ -7,6 +7,7 @@ break parsing); :func:`unquote` strips the quotes a user put around an option va
 from __future__ import annotations
 
 import argparse
+import math
 import re
 from collections.abc import Callable
 from datetime import date
@@ -25,6 +26,7 @@ __all__ = [
     "parse_argstring",
     "search_options",
     "search_opts",
+    "seconds",
     "split_conversation_id",
     "unquote",
     "web_options",
@@ -89,6 +91,19 @@ def _api_date(value: str) -> str:
             f"{value!r} is not a date: write it as YYYY-MM-DD (or MM/DD/YYYY)"
         ) from None
     return parsed.strftime("%m/%d/%Y")
+
+
+def seconds(value: str) -> float:
+    """A number of seconds above 0 (the type of ``--timeout``): ``-1`` or ``nan`` is refused."""
+    try:
+        number = float(unquote(value.strip()))
+    except ValueError:
+        number = math.nan
+    if not (math.isfinite(number) and number > 0):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a number of seconds above 0, e.g. 600"
+        ) from None
+    return number
 
 
 def _apply(func: F, decorators: list[Callable[[F], F]]) -> F:

@@ -1,8 +1,11 @@
-"""Error messages in a notebook's words: magics where the core names MCP tools.
+"""Error messages in a notebook's words: magics where the core names MCP tools, flags where it
+names options.
 
 The core's errors keep their class and stable code; only the text a notebook shows changes.
 The store and the queue word their next steps for every surface ("start one with
-`perplexity_search`"); here those steps name the magic that does the same thing.
+`perplexity_search`"); here those steps name the magic that does the same thing. An option's
+error carries its notebook wording (``--domain`` for ``search_domain_filter``, see
+:mod:`pplx_nb._option_names`).
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import re
 
 from pplx_nb._errors import ConversationNotFound, JobInProgress, PplxError
+from pplx_nb._option_names import worded
 
 __all__ = ["MAGIC_FOR_TOOL", "notebook_message"]
 
@@ -48,7 +52,7 @@ def notebook_message(error: PplxError) -> str:
             f"Conversation {cid} has a research job that is {state}. `%pplx_wait {cid}` "
             "waits for it to end (`%pplx_jobs` lists the jobs); then follow up."
         )
-    message = _IN_A_NOTEBOOK.sub("", error.message)
+    message = _IN_A_NOTEBOOK.sub("", worded(error, "notebook"))
     message = _TOOL.sub(lambda m: f"`{MAGIC_FOR_TOOL[m.group(1)]}`", message)
     for state, words in _STATES.items():
         message = re.sub(rf"\b{state}\b", words, message)

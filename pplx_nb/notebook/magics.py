@@ -28,6 +28,7 @@ from pplx_nb.notebook._args import (
     output_options,
     search_options,
     search_opts,
+    seconds,
     split_conversation_id,
     unquote,
     web_options,
@@ -426,7 +427,7 @@ class PplxMagics(CellMagics):
     @no_var_expand
     @magic_arguments()
     @argument("id", nargs="?", help="conversation ID (default: the last one)")
-    @argument("--timeout", type=float, metavar="S", help="give up waiting after S seconds")
+    @argument("--timeout", type=seconds, metavar="S", help="give up waiting after S seconds")
     @output_options
     @line_magic
     def pplx_wait(self, line: str) -> Answer | None:

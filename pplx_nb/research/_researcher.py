@@ -286,7 +286,7 @@ class Researcher:
 
     async def aweb_search(
         self,
-        query: str,
+        query: str | list[str],
         *,
         max_results: int = 10,
         save: bool = False,
@@ -294,11 +294,13 @@ class Researcher:
     ) -> WebResults:
         """Ranked web results from the Search API: no answer is generated, nothing is stored.
 
-        Billed per request ($5 per 1,000), not per token. ``filters`` take the API's names:
-        ``search_domain_filter``, ``search_recency_filter``, ``search_after_date_filter``,
-        ``search_before_date_filter``, ``last_updated_after_filter``,
-        ``last_updated_before_filter``, ``search_mode``, ``country``, ``search_language_filter``,
-        ``max_tokens``, ``max_tokens_per_page``, ``search_context_size``. ``save=True`` also
+        ``query`` is a question, or a list of up to 5 searched in one request (their results
+        together, each page once). Billed per request ($5 per 1,000), not per token.
+        ``filters`` take the API's names: ``search_domain_filter``, ``search_recency_filter``,
+        ``search_after_date_filter``, ``search_before_date_filter``,
+        ``last_updated_after_filter``, ``last_updated_before_filter``, ``search_mode``,
+        ``country``, ``search_language_filter``, ``max_tokens``, ``max_tokens_per_page``,
+        ``search_context_size``. ``save=True`` also
         stores the query and the results as a NEW conversation (``conversation_id`` of the
         result), which follow-ups can continue. The result is a list of
         :class:`~pplx_nb._models.Source`, best first, that renders as a table.

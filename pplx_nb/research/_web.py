@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from pplx_nb._errors import ValidationError
 from pplx_nb._metrics import Metrics
 from pplx_nb._models import Cost, Message, now_iso
 from pplx_nb._web_results import SEARCH_PRICE_USD, WebResults
@@ -39,12 +40,13 @@ class WebSearcher:
         self._metrics = metrics
 
     async def search(
-        self, query: str, max_results: int, save: bool, filters: dict[str, Any]
+        self, query: str | list[str], max_results: int, save: bool, filters: dict[str, Any]
     ) -> WebResults:
-        """The results for ``query``; with ``save``, stored as a new conversation first."""
+        """The results for ``query`` (or a list of queries); with ``save``, stored as a new
+        conversation first."""
         started = time.perf_counter()
         try:
-            query, _ = check_query(query)
+            query = _checked(query)
             if save:
                 self._store.check_writable()
             results = await self._clients.current().web_search(
@@ -60,12 +62,35 @@ class WebSearcher:
             conversation = self._store.create(
                 [
                     Message(role="system", content=SYSTEM_PROMPT, timestamp=now_iso()),
-                    Message(role="user", content=query, timestamp=now_iso()),
+                    Message(role="user", content=results.query, timestamp=now_iso()),
                     results_message(results),
                 ]
             )
             results.conversation_id = conversation.conversation_id
         return results
+
+
+def _checked(query: object) -> str | list[str]:
+    """The query, or each query of a list, as :func:`check_query` passes it."""
+    if not isinstance(query, list | tuple):
+        return check_query(query)[0]
+    from pplx_nb.api.search import MAX_QUERIES
+
+    if not query:
+        raise ValidationError(f"The list of queries is empty: give 1 to {MAX_QUERIES} of them.")
+    if len(query) > MAX_QUERIES:
+        raise ValidationError(
+            f"The list holds {len(query)} queries; one request searches at most {MAX_QUERIES}. "
+            "Search the others in another call."
+        )
+    checked = []
+    for number, each in enumerate(query, 1):
+        if not isinstance(each, str) or not each.strip():
+            raise ValidationError(
+                f"Query {number} of the list is {each!r}: give each query in words."
+            )
+        checked.append(check_query(each)[0])
+    return checked
 
 
 def results_message(results: WebResults) -> Message:

@@ -40,6 +40,7 @@ from pplx_nb._models import (
     JobState,
     Message,
 )
+from pplx_nb._option_names import option_error
 from pplx_nb._reread import read_settled
 from pplx_nb.store._answering import AnsweringMarker
 from pplx_nb.store._base import JobStates, StoreBackend
@@ -530,7 +531,9 @@ class ConversationStore:
         high = _to_ms(until, "until")
         needle = text.casefold() if text else None
         if limit is not None and (not isinstance(limit, int) or limit < 0):
-            raise ValidationError(f"limit must be a non-negative integer, got {limit!r}.")
+            raise option_error(
+                "{given} is not accepted; give a whole number of 0 or more.", "limit", limit
+            )
         candidates: builtins.list[str] = []
         for conversation_id in self._backend.ids():
             created_ms = int(conversation_id[9:])
@@ -718,8 +721,8 @@ def _parse_instant(value: object, name: str) -> datetime:
         try:
             moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
         except ValueError as exc:
-            raise ValidationError(
-                f"{name}={value!r} is not an ISO 8601 instant, e.g. 2025-01-24T15:00:00Z.",
+            raise option_error(
+                "{given} is not an ISO 8601 instant, e.g. 2025-01-24T15:00:00Z.", name, value
             ) from exc
     else:
         raise ValidationError(
