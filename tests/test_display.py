@@ -152,6 +152,22 @@ def test_streaming_bundle_shows_text_with_cursor_and_hides_think_block() -> None
     assert after["text/markdown"].endswith("The answer▌")
 
 
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("Binary marker \x009\x00 in the file [1].", "Binary marker \ufffd9\ufffd in the file"),
+        ("Use `\x000\x00` as the separator.", "<code>\ufffd0\ufffd</code>"),
+        ("**\x000\x00** [x](https://a.example/\x001\x00)", "<strong>\ufffd0\ufffd</strong>"),
+    ],
+)
+def test_nul_characters_in_text_cannot_pose_as_the_converters_placeholders(
+    text: str, shown: str
+) -> None:
+    assert shown in markdown_to_html(text)
+    assert shown in display.answer_html(make_answer(text=text))
+
+
 def test_error_is_one_styled_line_with_code_and_next_step() -> None:
     error = ConversationNotFound(f"Conversation {CID} does not exist. Start one with %%pplx.")
     bundle = display.error_bundle(error)
