@@ -4,8 +4,9 @@
 tools' text cite sources the same way. An answer's text is kept as the API wrote it, and its
 citation markers (:data:`CITATION`) are resolved against the answer's sources when it is shown:
 
-- ``[n]``, n from 1: the n-th source (the search result with ``id`` n; ids count from 1 in order);
-- ``[web:N]``, N from 0: the source at position N (``[web:0]`` is the first, shown as ``[1]``);
+- ``[n]``, n from 1: the source of the search result with ``id`` n (by position, the n-th, when
+  the sources carry no ids or an id names two pages: stored answers from before ids were kept);
+- ``[web:N]``, N from 0: the result at position N, whose ``id`` is N + 1;
 - a Markdown link ``[text](url)``: the source with that URL (already a link; left as it is).
 
 A marker that names no source stays as text. A numbered **Sources** list follows the text; when the
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import html
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -57,24 +58,46 @@ def _same_page(url: str) -> str:
     return url.split("#", 1)[0].rstrip("/")
 
 
-def _cited(match: re.Match[str], sources: Sequence[Source]) -> int | None:
-    """The position in ``sources`` of the source a :data:`CITATION` match names, if any."""
-    url = match.group("url")
-    if url is not None:
-        same = [i for i, s in enumerate(sources) if s.url == url] or [
-            i for i, s in enumerate(sources) if _same_page(s.url) == _same_page(url)
-        ]
-        return same[0] if same else None
-    number = match.group("number")
-    index = int(number) - 1 if number is not None else int(match.group("web"))
-    return index if 0 <= index < len(sources) else None
+def _by_id(sources: Sequence[Source]) -> dict[int, int] | None:
+    """The position of the source each search-result id names, or ``None`` when the ids cannot
+    be used: a source has none (stored before ids were kept) or one id names two pages."""
+    positions: dict[int, int] = {}
+    for index, source in enumerate(sources):
+        if not source.ids:
+            return None
+        for ident in source.ids:
+            if positions.setdefault(ident, index) != index:
+                return None
+    return positions
+
+
+def _resolver(sources: Sequence[Source]) -> Callable[[re.Match[str]], int | None]:
+    """A function giving the position in ``sources`` of the source a :data:`CITATION` match
+    names, if any."""
+    by_id = _by_id(sources)
+
+    def cited(match: re.Match[str]) -> int | None:
+        url = match.group("url")
+        if url is not None:
+            same = [i for i, s in enumerate(sources) if s.url == url] or [
+                i for i, s in enumerate(sources) if _same_page(s.url) == _same_page(url)
+            ]
+            return same[0] if same else None
+        number = match.group("number")
+        ident = int(number) if number is not None else int(match.group("web")) + 1
+        if by_id is not None:
+            return by_id.get(ident)
+        return ident - 1 if 1 <= ident <= len(sources) else None
+
+    return cited
 
 
 def cited_sources(text: str, sources: Sequence[Source]) -> list[int]:
     """The positions in ``sources`` that ``text`` cites, in order, each once (any marker form)."""
+    cited = _resolver(sources)
     found: dict[int, None] = {}
     for match in CITATION.finditer(text):
-        index = _cited(match, sources)
+        index = cited(match)
         if index is not None:
             found.setdefault(index)
     return list(found)
@@ -87,9 +110,10 @@ def link_citations(text: str, sources: Sequence[Source], *, titles: bool = False
     ``titles`` adds the source's title (or domain) as the link title, shown on hover. A marker
     that names no source, and a Markdown link (already one), are left as they are.
     """
+    cited = _resolver(sources)
 
     def link(match: re.Match[str]) -> str:
-        index = None if match.group("url") is not None else _cited(match, sources)
+        index = None if match.group("url") is not None else cited(match)
         if index is None:
             return match.group(0)
         source = sources[index]

@@ -83,6 +83,10 @@ class Source(_Stored):
     date: str | None = None
     snippet: str | None = None
     last_updated: str | None = None
+    ids: list[int] | None = None
+    """The ``id`` of each search result that was this page (a later search may find a page
+    again under a new id); the answer's ``[n]`` markers name them. ``None``: the API gave none,
+    or the answer was stored before ids were kept, and ``[n]`` is the n-th source."""
 
     @property
     def domain(self) -> str:

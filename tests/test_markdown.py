@@ -156,3 +156,54 @@ def test_markers_out_of_range_or_of_unknown_pages_stay_text_and_cite_nothing() -
         "[web:2]",
         "[a](https://x.org/a_(b))",
     ]
+
+
+CROSSED = [
+    Source(url="https://a.example/1", title="A1", ids=[1, 3]),
+    Source(url="https://a.example/2", title="A2", ids=[2]),
+    Source(url="https://b.example/4", title="B4", ids=[4]),
+]
+"""Two search rounds as the API numbers them: ids 1-2 then 3-4, id 3 finding A1 again."""
+
+
+def test_markers_name_search_result_ids_not_positions() -> None:
+    text = "Claim from B4 [4]. Claim from A2 [2]. A1 again [3]; [web:3] is B4, [5] nothing."
+    assert cited_sources(text, CROSSED) == [2, 1, 0]
+    linked = link_citations(text, CROSSED)
+    assert "B4 [[3]](https://b.example/4)" in linked
+    assert "A2 [[2]](https://a.example/2)" in linked
+    assert "again [[1]](https://a.example/1)" in linked
+    assert "[web:3]" not in linked and "[5] nothing" in linked
+    assert "Also consulted" not in sources_markdown(CROSSED, text)
+    only_b4 = sources_markdown(CROSSED, "Claim from B4 [4].")
+    assert only_b4.split("**Also consulted**")[0].count("](") == 1
+    assert "- **3.** [B4](https://b.example/4)" in only_b4
+
+
+def test_sources_stored_without_ids_are_numbered_by_position_as_before() -> None:
+    stored = Conversation.model_validate(
+        {
+            "conversationId": "20250124-1706102400123",
+            "createdAt": "2025-01-24T10:00:00.000Z",
+            "updatedAt": "2025-01-24T10:00:00.000Z",
+            "messages": [
+                {"role": "user", "content": "q"},
+                {
+                    "role": "assistant",
+                    "content": "Two [2] and three [3].",
+                    "sources": [{"url": s.url, "title": s.title} for s in CROSSED],
+                },
+            ],
+        }
+    )
+    message = stored.messages[1]
+    assert message.sources is not None and message.sources[0].ids is None
+    assert cited_sources(message.content, message.sources) == [1, 2]
+    assert "three [[3]](https://b.example/4)" in export.to_markdown(stored)
+    # One id on two pages cannot be trusted either: positions again.
+    clash = [CROSSED[0], Source(url="https://c.example/", ids=[1])]
+    assert cited_sources("[2]", clash) == [1]
+    # Ids are kept when an answer is stored, and read back.
+    kept = Message(role="assistant", content="x", sources=CROSSED).to_json_dict()
+    assert kept["sources"][0]["ids"] == [1, 3]
+    assert Message.model_validate(kept).sources == CROSSED
