@@ -9,17 +9,18 @@ citation markers (:data:`CITATION`) are resolved against the answer's sources wh
 - ``[web:N]``, N from 0: the result at position N, whose ``id`` is N + 1;
 - a Markdown link ``[text](url)``: the source with that URL (already a link; left as it is).
 
-A marker that names no source stays as text. A numbered **Sources** list follows the text; when the
-text cites some sources and not others, the ones it never cites are listed apart under **Also
-consulted**. Text that comes from the web (titles, related questions) is escaped so it cannot break
-the Markdown around it; notes carry the user's file names and are HTML-escaped.
+A marker that names no source, or sits in code (a fenced block or an inline span), stays as text.
+A numbered **Sources** list follows the text; when the text cites some sources and not others,
+the ones it never cites are listed apart under **Also consulted**. Text that comes from the web
+(titles, related questions) is escaped so it cannot break the Markdown around it; notes carry the
+user's file names and are HTML-escaped.
 """
 
 from __future__ import annotations
 
 import html
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -32,6 +33,7 @@ __all__ = [
     "job_status_markdown",
     "link_citations",
     "notes_markdown",
+    "outside_code",
     "quote_block",
     "related_markdown",
     "source_references",
@@ -40,11 +42,23 @@ __all__ = [
 
 CITATION = re.compile(
     r"\[(?:(?P<number>\d{1,3})|web:(?P<web>\d{1,3}))\]"
-    r"|\[(?P<label>[^\[\]\n]*)\]\((?P<url>https?://(?:[^\s()]|\([^\s()]*\))+)\)"
+    r"|\[(?P<label>(?:[^\[\]\n]|\[[^\[\]\n]*\])*)\]"
+    r"\((?P<url>https?://(?:[^\s()]|\([^\s()]*\))+)\)"
 )
 """A citation marker in answer text: ``[1]`` to ``[999]`` (group ``number``, counting from 1),
 ``[web:0]`` to ``[web:999]`` (group ``web``, counting from 0) or a Markdown link to a web page
-(groups ``label`` and ``url``; one level of parentheses in the URL, as Wikipedia's have)."""
+(groups ``label`` and ``url``; one level of brackets in the label, so the markers inside
+``[see [1]](url)`` belong to the link, and one level of parentheses in the URL, as Wikipedia's
+have)."""
+
+_CODE = re.compile(
+    r"^[ \t>]*(?P<backticks>`{3,})[^`\n]*(?:\n.*?)??(?:\n[ \t>]*(?P=backticks)`*[ \t]*$|\Z)"
+    r"|^[ \t>]*(?P<tildes>~{3,})[^\n]*(?:\n.*?)??(?:\n[ \t>]*(?P=tildes)~*[ \t]*$|\Z)"
+    r"|(?<![`\\])(?P<ticks>`+)(?!`)(?:(?!\n[ \t]*\n|\n[ \t>]*(?:```|~~~)).)+?(?<!`)(?P=ticks)(?!`)",
+    re.MULTILINE | re.DOTALL,
+)
+"""Code in Markdown: a fenced block (``` or ~~~, to its closing fence or the end of the text, as
+a block still streaming in) or an inline code span (its run of backticks to the same run)."""
 
 _SPECIAL = re.compile(r"([\[\]*_`<>])")
 
@@ -52,6 +66,23 @@ _SPECIAL = re.compile(r"([\[\]*_`<>])")
 def escape(text: str) -> str:
     """``text`` with the characters that open links, emphasis, code or HTML backslash-escaped."""
     return _SPECIAL.sub(r"\\\1", text)
+
+
+def _parts(text: str) -> Iterator[tuple[str, bool]]:
+    """``text`` cut into pieces, each with whether it is code (see :data:`_CODE`)."""
+    start = 0
+    for match in _CODE.finditer(text):
+        if match.start() > start:
+            yield text[start : match.start()], False
+        yield match.group(0), True
+        start = match.end()
+    if start < len(text):
+        yield text[start:], False
+
+
+def outside_code(text: str, change: Callable[[str], str]) -> str:
+    """``text`` with ``change`` applied to its prose; fenced code and code spans stay as is."""
+    return "".join(part if code else change(part) for part, code in _parts(text))
 
 
 def _same_page(url: str) -> str:
@@ -93,13 +124,16 @@ def _resolver(sources: Sequence[Source]) -> Callable[[re.Match[str]], int | None
 
 
 def cited_sources(text: str, sources: Sequence[Source]) -> list[int]:
-    """The positions in ``sources`` that ``text`` cites, in order, each once (any marker form)."""
+    """The positions in ``sources`` that ``text`` cites outside code, in order, each once."""
     cited = _resolver(sources)
     found: dict[int, None] = {}
-    for match in CITATION.finditer(text):
-        index = cited(match)
-        if index is not None:
-            found.setdefault(index)
+    for part, code in _parts(text):
+        if code:
+            continue
+        for match in CITATION.finditer(part):
+            index = cited(match)
+            if index is not None:
+                found.setdefault(index)
     return list(found)
 
 
@@ -108,7 +142,8 @@ def link_citations(text: str, sources: Sequence[Source], *, titles: bool = False
     ``[[n]](url)``, numbered as the **Sources** list numbers it (``[web:0]`` shows as ``[1]``).
 
     ``titles`` adds the source's title (or domain) as the link title, shown on hover. A marker
-    that names no source, and a Markdown link (already one), are left as they are.
+    that names no source, one in code, a Markdown link (already one) and the markers inside
+    its text are left as they are.
     """
     cited = _resolver(sources)
 
@@ -122,7 +157,7 @@ def link_citations(text: str, sources: Sequence[Source], *, titles: bool = False
         title = (source.title or source.domain).replace('"', "'")
         return f'[[{index + 1}]]({source.url} "{title}")'
 
-    return CITATION.sub(link, text)
+    return outside_code(text, lambda prose: CITATION.sub(link, prose))
 
 
 def _split(sources: Sequence[Source], text: str | None) -> tuple[list[int], list[int]]:

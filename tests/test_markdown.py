@@ -29,6 +29,16 @@ SOURCES = [
 TEXT = "Use wait_for [1], or see [2]; [3] names no source."
 
 
+def _conversation(*messages: Message) -> Conversation:
+    """A stored conversation holding ``messages``."""
+    return Conversation(
+        conversation_id="20250124-1706102400123",
+        created_at="2025-01-24T10:00:00.000Z",
+        updated_at="2025-01-24T10:00:00.000Z",
+        messages=list(messages),
+    )
+
+
 def test_the_sources_list_is_the_same_markdown_everywhere() -> None:
     listed = sources_markdown(SOURCES)
     assert listed.splitlines() == [
@@ -39,14 +49,9 @@ def test_the_sources_list_is_the_same_markdown_everywhere() -> None:
         "2. [\\[Draft\\] \\*new\\* \\<b\\>](https://example.org/a_(b)) — example.org",
     ]
     answer = Answer(text=TEXT, sources=SOURCES, conversation_id="20250124-1706102400123")
-    conversation = Conversation(
-        conversation_id="20250124-1706102400123",
-        created_at="2025-01-24T10:00:00.000Z",
-        updated_at="2025-01-24T10:00:00.000Z",
-        messages=[
-            Message(role="user", content="How?"),
-            Message(role="assistant", content=TEXT, sources=SOURCES),
-        ],
+    conversation = _conversation(
+        Message(role="user", content="How?"),
+        Message(role="assistant", content=TEXT, sources=SOURCES),
     )
     assert listed in answer.to_markdown()
     assert listed in answer._repr_markdown_()
@@ -156,6 +161,64 @@ def test_markers_out_of_range_or_of_unknown_pages_stay_text_and_cite_nothing() -
         "[web:2]",
         "[a](https://x.org/a_(b))",
     ]
+
+
+def _stored(answer: Answer) -> Conversation:
+    """A conversation holding ``answer`` as its one reply."""
+    return _conversation(
+        Message(role="user", content="How?"),
+        Message(
+            role="assistant",
+            content=answer.text,
+            sources=answer.sources or None,
+            thinking=answer.thinking,
+        ),
+    )
+
+
+def _surfaces(answer: Answer) -> dict[str, str]:
+    """Every Markdown rendering of ``answer``: Answer, notebook, MCP text, export transcript."""
+    conversation = _stored(answer)
+    mcp = answer_result(answer, followup=False, show_thinking=True).content[0]
+    return {
+        "to_markdown": answer.to_markdown(),
+        "notebook": display.answer_markdown(answer),
+        "mcp": mcp.text,  # type: ignore[union-attr]
+        "export": export.to_markdown(conversation),
+        "history": display.conversation_bundle(conversation)["text/markdown"],
+    }
+
+
+CODE = (
+    "Index a list from zero [1]:\n\n```python\nitems = ['a', 'b', 'c']\nsecond = items[1]\n"
+    "last = items[2]\n```\n\n~~~\nitems[web:2]\n~~~\n\nOr use `items[3]` or ``x[`1`]``, which "
+    "raise IndexError [2]."
+)
+
+
+def test_citation_markers_in_code_stay_code_and_cite_nothing() -> None:
+    assert cited_sources(CODE, THREE) == [0, 1]
+    linked = link_citations(CODE, THREE)
+    assert "second = items[1]\nlast = items[2]\n" in linked and "items[web:2]" in linked
+    assert "`items[3]`" in linked and "``x[`1`]``" in linked
+    assert linked.count("](https://") == 2
+    answer = Answer(text=CODE, sources=THREE)
+    for name, shown in _surfaces(answer).items():
+        assert "second = items[1]\n" in shown and "`items[3]`" in shown, name
+        assert "asyncio queues" in shown.split("Also consulted", 1)[1], name
+    widget = display.answer_html(answer)
+    assert "second = items[1]" in widget and "<code>items[3]</code>" in widget
+    assert widget.count('href="https://docs.python.org/3/library/asyncio-task.html"') == 2
+
+
+def test_a_code_block_still_streaming_in_is_code() -> None:
+    assert link_citations("See [1].\n\n```\nx = a[1]", THREE).endswith("```\nx = a[1]")
+
+
+def test_markers_inside_a_links_text_are_not_linked_again() -> None:
+    text = "[see [1]](https://docs.python.org/3/library/asyncio-sync.html) and [[1]](https://x.org)"
+    assert link_citations(text, THREE) == text
+    assert cited_sources(text, THREE) == [1]
 
 
 CROSSED = [

@@ -20,6 +20,7 @@ from pplx_nb._errors import PplxError, redact
 from pplx_nb._markdown import (
     link_citations,
     notes_markdown,
+    outside_code,
     quote_block,
     related_markdown,
     source_references,
@@ -56,7 +57,6 @@ __all__ = [
 
 Bundle = dict[str, str]
 
-_CODE = re.compile(r"(```.*?(?:```|\Z)|~~~.*?(?:~~~|\Z)|`[^`\n]*`)", re.S)
 _HEADING = re.compile(r"^(#{1,6})(\s)", re.M)
 # A dunder name, perhaps dotted (object.__getattr__), not inside a URL or a word.
 _DUNDER = re.compile(r"(?<![\w/#.`\\])((?:[A-Za-z_]\w*\.)*__[A-Za-z]\w*?__(?:\(\))?)(?![\w`])")
@@ -83,12 +83,7 @@ def answer_text(text: str, *, demote: int = 2) -> str:
     Its headings go ``demote`` levels down (a report's ``##`` must not read like the notebook's
     own sections) and dunder names outside code (``__getattr__``) become code, not bold.
     """
-    parts = _CODE.split(text)
-    # re.split with one group alternates prose (even indexes) and code (odd indexes).
-    return "".join(
-        part if index % 2 else _DUNDER.sub(r"`\1`", _demoted(part, demote))
-        for index, part in enumerate(parts)
-    )
+    return outside_code(text, lambda prose: _DUNDER.sub(r"`\1`", _demoted(prose, demote)))
 
 
 def _demoted(text: str, levels: int) -> str:
