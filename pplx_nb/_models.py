@@ -334,7 +334,7 @@ class Answer(BaseModel):
     """Notes about the question, e.g. an attached file already in the conversation history."""
 
     def linked_text(self) -> str:
-        """The text with its ``[n]`` / ``[web:N]`` markers linked to their sources."""
+        """The text as safe Markdown, its ``[n]`` / ``[web:N]`` markers linked to their sources."""
         return link_citations(self.text, self.sources)
 
     def to_markdown(self) -> str:

@@ -152,6 +152,27 @@ def test_streaming_bundle_shows_text_with_cursor_and_hides_think_block() -> None
     assert after["text/markdown"].endswith("The answer▌")
 
 
+def test_streaming_text_shows_raw_html_as_text() -> None:
+    bundle = display.streaming_bundle("Partial <img src=x onerror=alert(1)> [x](javascript:y)")
+    shown = "Partial \\<img src=x onerror=alert(1)> [x\\](javascript:y)▌"
+    assert bundle["text/markdown"].endswith(shown)
+
+
+def test_the_widget_html_shows_hostile_answers_as_text_and_links_only_web_pages() -> None:
+    answer = make_answer(
+        text="A <b>tag</b> [1] [2], `a[1]` and [x](javascript:alert(1)).",
+        sources=[
+            Source(url="javascript:alert(2)", title="bad"),
+            Source(url="https://ok.example/x)<b>", title='say "hi"'),
+        ],
+    )
+    page = display.answer_html(answer)
+    assert 'A &lt;b&gt;tag&lt;/b&gt; [1] <a href="https://ok.example/x%29%3Cb%3E"' in page
+    assert 'title="say &#x27;hi&#x27;"' in page
+    assert "<code>a[1]</code>" in page and "[x](javascript:alert(1))" in page
+    assert "javascript:alert(2)" not in page and 'href="javascript' not in page
+
+
 @pytest.mark.timeout(10)
 @pytest.mark.parametrize(
     ("text", "shown"),

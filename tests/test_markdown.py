@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from pplx_nb import export
 from pplx_nb._markdown import (
     CITATION,
     cited_sources,
+    defuse,
     escape,
     link_citations,
     related_markdown,
@@ -15,7 +18,7 @@ from pplx_nb._markdown import (
     sources_markdown,
 )
 from pplx_nb._models import Answer, Conversation, Message, Source
-from pplx_nb.mcp._render import answer_result
+from pplx_nb.mcp._render import answer_result, history_result
 from pplx_nb.notebook import display
 
 SOURCES = [
@@ -46,7 +49,7 @@ def test_the_sources_list_is_the_same_markdown_everywhere() -> None:
         "",
         "1. [asyncio.wait\\_for](https://docs.python.org/3/library/asyncio.html)"
         " — docs.python.org · 2024-05-01",
-        "2. [\\[Draft\\] \\*new\\* \\<b\\>](https://example.org/a_(b)) — example.org",
+        "2. [\\[Draft\\] \\*new\\* \\<b\\>](https://example.org/a_%28b%29) — example.org",
     ]
     answer = Answer(text=TEXT, sources=SOURCES, conversation_id="20250124-1706102400123")
     conversation = _conversation(
@@ -77,7 +80,7 @@ def test_the_mcp_text_keeps_the_seed_servers_reference_lines() -> None:
     references = source_references(SOURCES)
     assert references.splitlines() == [
         "[1] asyncio.wait_for (2024-05-01): https://docs.python.org/3/library/asyncio.html",
-        "[2] [Draft] *new* <b>: https://example.org/a_(b)",
+        "[2] [Draft] *new* \\<b>: https://example.org/a_(b)",  # MCP clients render Markdown
     ]
     answer = Answer(text=TEXT, sources=SOURCES, conversation_id="20250124-1706102400123")
     result = answer_result(answer, followup=False, show_thinking=False)
@@ -163,6 +166,18 @@ def test_markers_out_of_range_or_of_unknown_pages_stay_text_and_cite_nothing() -
     ]
 
 
+RAW_HTML = re.compile(r"(?<!\\)(?:\\\\)*<(?:img|script|javascript|T>)")
+"""Hostile HTML the tests send that is not escaped (an even run of backslashes escapes nothing)."""
+LIVE_SCRIPT_LINK = re.compile(r"(?<!\\)(?:\\\\)*\](?:\(\s*<?|:\s*)javascript")
+"""A link or link definition to a ``javascript:`` URL that would still be one."""
+
+HOSTILE = [
+    Source(url="javascript:alert(document.cookie)", title="Click me", date="2025-01-01"),
+    Source(url="https://evil.example/x)<img src=x onerror=alert(2)>", title='T2 "quoted"'),
+    Source(url="https://ok.example/a b", title="x\\<img src=x onerror=alert(3)>"),
+]
+
+
 def _stored(answer: Answer) -> Conversation:
     """A conversation holding ``answer`` as its one reply."""
     return _conversation(
@@ -187,6 +202,60 @@ def _surfaces(answer: Answer) -> dict[str, str]:
         "export": export.to_markdown(conversation),
         "history": display.conversation_bundle(conversation)["text/markdown"],
     }
+
+
+def test_only_http_sources_become_links_and_their_urls_cannot_end_the_link() -> None:
+    answer = Answer(text="See [1], [2] and [3].", sources=HOSTILE)
+    for name, shown in _surfaces(answer).items():
+        assert not RAW_HTML.search(shown) and not LIVE_SCRIPT_LINK.search(shown), name
+        assert "(javascript:" not in shown, name
+    shown = display.answer_markdown(answer)
+    assert "See [1], [[2]](https://evil.example/x%29%3Cimg%20src=x%20onerror=alert%282%29%3E" in (
+        shown
+    )
+    assert "\"T2 'quoted'\")" in shown
+    assert "[[3]](https://ok.example/a%20b" in shown
+    assert "1. Click me — 2025-01-01" in sources_markdown(HOSTILE)
+    # A backslash in a title cannot undo the escape of the "<" after it.
+    assert "x\\\\\\<img" in sources_markdown(HOSTILE)
+
+
+def test_answer_html_and_links_that_are_not_http_show_as_text_and_markdown_stays() -> None:
+    text = (
+        "**Answer** <img src=x onerror=alert(1)> [1], [x](javascript:alert(2)), "
+        "[y](<javascript:alert(3)>), <javascript:alert(4)> and [z][bad].\n\n"
+        "[bad]: javascript:alert(5)\n\n"
+        "Kept: [docs](https://docs.python.org/3/), <https://ok.example/> and `a <b> c`:\n\n"
+        "```html\n<b>code</b>\n```"
+    )
+    answer = Answer(text=text, sources=THREE, thinking="plan <img src=x onerror=alert(6)>")
+    for name, shown in _surfaces(answer).items():
+        assert not RAW_HTML.search(shown) and not LIVE_SCRIPT_LINK.search(shown), name
+        assert "**Answer** \\<img src=x onerror=alert(1)>" in shown, name
+        assert "[docs](https://docs.python.org/3/)" in shown, name
+        assert "<https://ok.example/>" in shown and "`a <b> c`" in shown, name
+        assert "```html\n<b>code</b>\n```" in shown, name
+    assert "plan \\<img" in display.answer_markdown(answer)
+    history = history_result(_stored(answer), "", None).content[0].text  # type: ignore[union-attr]
+    assert not RAW_HTML.search(history) and not LIVE_SCRIPT_LINK.search(history)
+    assert defuse("[a](#x) [b](/y) [c](HTTPS://ok.example/)") == (
+        "[a\\](#x) [b\\](/y) [c](HTTPS://ok.example/)"
+    )
+    # Already escaped: left as it is, so defusing twice changes nothing.
+    assert defuse(defuse(text)) == defuse(text)
+    assert defuse("a\\\\<b>") == "a\\\\\\<b>"
+
+
+def test_a_conversation_without_sources_is_exported_without_raw_html() -> None:
+    conversation = _conversation(
+        Message(role="user", content="What is <T>?"),
+        Message(role="assistant", content="Hi <img src=x onerror=alert(1)>"),
+    )
+    for shown in (
+        export.to_markdown(conversation),
+        display.conversation_bundle(conversation)["text/markdown"],
+    ):
+        assert not RAW_HTML.search(shown)
 
 
 CODE = (

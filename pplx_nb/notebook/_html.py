@@ -23,7 +23,7 @@ _LINK = re.compile(
     r"\[([^\]\n]*(?:\[[^\]\n]*\][^\]\n]*)*)\]"
     r"\(((?:https?://|mailto:)[^)\s]+)(?:\s+\"([^\"\n]*)\")?\)"
 )
-_ESCAPE = re.compile(r"\\([\\`*_{}\[\]()#+\-.!<>|])")
+_ESCAPE = re.compile(r"\\([!-/:-@\[-`{-~])")
 _BOLD = re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*|__(?=\S)(.+?)(?<=\S)__")
 _ITALIC = re.compile(r"(?<![\w*])\*(?=\S)(.+?)(?<=\S)\*(?!\*)|(?<!\w)_(?=\S)(.+?)(?<=\S)_(?!\w)")
 # Fragments already converted wait behind NUL-delimited tokens; the input has no NUL (CommonMark

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from pplx_nb._errors import PplxError, redact
 from pplx_nb._markdown import (
+    defuse,
     link_citations,
     notes_markdown,
     outside_code,
@@ -145,7 +146,8 @@ def answer_markdown(
         parts.append(f"<sub>Searched for: {html.escape(answer.reformulated_query)}</sub>")
     if answer.thinking:
         parts.append(
-            f"<details><summary>Thinking</summary>\n\n{quote_block(answer.thinking)}\n\n</details>"
+            "<details><summary>Thinking</summary>\n\n"
+            f"{quote_block(defuse(answer.thinking))}\n\n</details>"
         )
     parts.append(linked_text(answer_text(answer.text), answer.sources))
     parts.append(notes_markdown(answer.notes))
@@ -258,7 +260,7 @@ def streaming_bundle(
             status = "Thinking"
     clock = f" · {elapsed:.1f} s" if elapsed is not None else ""
     line = f"<sub>⏳ {status}…{clock}</sub>"
-    body = f"{text}▌" if text else ""
+    body = f"{defuse(text)}▌" if text else ""
     return {
         "text/markdown": f"{line}\n\n{body}" if body else line,
         "text/plain": text or f"{status}…",
@@ -288,7 +290,7 @@ def conversation_bundle(conversation: Conversation) -> Bundle:
             else ""
         )
         if message.role == "user":
-            parts.append(f"**🧑 Question**{stamp}\n\n{quote_block(message.content)}")
+            parts.append(f"**🧑 Question**{stamp}\n\n{quote_block(defuse(message.content))}")
         elif message.role == "assistant":
             sources = list(message.sources or [])
             model = f" <sub>{html.escape(message.model)}</sub>" if message.model else ""
