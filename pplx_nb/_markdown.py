@@ -4,22 +4,29 @@
 tools' text cite sources the same way. An answer's text is kept as the API wrote it, and its
 citation markers (:data:`CITATION`) are resolved against the answer's sources when it is shown:
 
-- ``[n]``, n from 1: the n-th source (the search result with ``id`` n; ids count from 1 in order);
-- ``[web:N]``, N from 0: the source at position N (``[web:0]`` is the first, shown as ``[1]``);
+- ``[n]``, n from 1: the source of the search result with ``id`` n (by position, the n-th, when
+  the sources carry no ids or an id names two pages: stored answers from before ids were kept);
+- ``[web:N]``, N from 0: the result at position N, whose ``id`` is N + 1;
 - a Markdown link ``[text](url)``: the source with that URL (already a link; left as it is).
 
-A marker that names no source stays as text. A numbered **Sources** list follows the text; when the
-text cites some sources and not others, the ones it never cites are listed apart under **Also
-consulted**. Text that comes from the web (titles, related questions) is escaped so it cannot break
-the Markdown around it; notes carry the user's file names and are HTML-escaped.
+A marker that names no source, or sits in code (a fenced block or an inline span), stays as text.
+A numbered **Sources** list follows the text; when the text cites some sources and not others,
+the ones it never cites are listed apart under **Also consulted**.
+
+Everything from the web is made safe when it is rendered, never when it is stored: answer text
+and reasoning keep their Markdown but lose raw HTML and links that are not http(s)
+(:func:`defuse`); short web text (titles, snippets, related questions) is escaped outright
+(:func:`escape`); only http(s) URLs become links, percent-encoded so they cannot end the link
+(:func:`web_url`). Notes carry the user's file names and are HTML-escaped.
 """
 
 from __future__ import annotations
 
 import html
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
+from urllib.parse import quote, urlsplit
 
 if TYPE_CHECKING:
     from pplx_nb._models import JobStatus, Source
@@ -27,78 +34,190 @@ if TYPE_CHECKING:
 __all__ = [
     "CITATION",
     "cited_sources",
+    "defuse",
     "escape",
     "job_status_markdown",
     "link_citations",
+    "markdown_link",
     "notes_markdown",
+    "outside_code",
     "quote_block",
     "related_markdown",
     "source_references",
     "sources_markdown",
+    "web_url",
 ]
 
 CITATION = re.compile(
     r"\[(?:(?P<number>\d{1,3})|web:(?P<web>\d{1,3}))\]"
-    r"|\[(?P<label>[^\[\]\n]*)\]\((?P<url>https?://(?:[^\s()]|\([^\s()]*\))+)\)"
+    r"|\[(?P<label>(?:[^\[\]\n]|\[[^\[\]\n]*\])*)\]"
+    r"\((?P<url>https?://(?:[^\s()]|\([^\s()]*\))+)\)"
 )
 """A citation marker in answer text: ``[1]`` to ``[999]`` (group ``number``, counting from 1),
 ``[web:0]`` to ``[web:999]`` (group ``web``, counting from 0) or a Markdown link to a web page
-(groups ``label`` and ``url``; one level of parentheses in the URL, as Wikipedia's have)."""
+(groups ``label`` and ``url``; one level of brackets in the label, so the markers inside
+``[see [1]](url)`` belong to the link, and one level of parentheses in the URL, as Wikipedia's
+have)."""
 
-_SPECIAL = re.compile(r"([\[\]*_`<>])")
+_CODE = re.compile(
+    r"^[ \t>]*(?P<backticks>`{3,})[^`\n]*(?:\n.*?)??(?:\n[ \t>]*(?P=backticks)`*[ \t]*$|\Z)"
+    r"|^[ \t>]*(?P<tildes>~{3,})[^\n]*(?:\n.*?)??(?:\n[ \t>]*(?P=tildes)~*[ \t]*$|\Z)"
+    r"|(?<![`\\])(?P<ticks>`+)(?!`)(?:(?!\n[ \t]*\n|\n[ \t>]*(?:```|~~~)).)+?(?<!`)(?P=ticks)(?!`)",
+    re.MULTILINE | re.DOTALL,
+)
+"""Code in Markdown: a fenced block (``` or ~~~, to its closing fence or the end of the text, as
+a block still streaming in) or an inline code span (its run of backticks to the same run)."""
+
+# Raw HTML starts with "<" and a letter, "/", "!" or "?"; an http(s) autolink is kept.
+_TAG = re.compile(r"(?<!\\)((?:\\\\)*)<(?=[A-Za-z/!?])(?!https?://)", re.IGNORECASE)
+# The "]" that ends a link's text, "[text](target)", or a link definition, "[name]: target".
+_LINK_END = re.compile(r"(?<!\\)((?:\\\\)*)\]([(:])\s*<?([^\s<>()]*)")
+_WEB = re.compile(r"https?://", re.IGNORECASE)
+_SPECIAL = re.compile(r"([\\\[\]*_`<>|&])")
+# Characters a URL may hold that would end a Markdown link destination or an HTML attribute.
+_URL_SAFE = ":/?#@!$&'*+,;=%~[]"
+
+
+def web_url(value: object) -> str | None:
+    """``value`` as an http(s) URL safe inside a Markdown link or an HTML attribute (spaces,
+    parentheses, quotes and angle brackets percent-encoded), or ``None`` for any other value:
+    a ``javascript:`` or ``data:`` address must never become a link."""
+    if not isinstance(value, str):
+        return None
+    url = value.strip()
+    try:
+        scheme = urlsplit(url).scheme.lower()
+    except ValueError:
+        return None
+    return quote(url, safe=_URL_SAFE) if scheme in ("http", "https") else None
 
 
 def escape(text: str) -> str:
-    """``text`` with the characters that open links, emphasis, code or HTML backslash-escaped."""
+    """``text`` shown as written: the characters that open links, emphasis, code, HTML,
+    entities or table cells backslash-escaped (for titles, snippets and questions)."""
     return _SPECIAL.sub(r"\\\1", text)
+
+
+def markdown_link(label: str, url: str, title: str | None = None) -> str:
+    """``[label](url "title")`` when ``url`` is an http(s) address; otherwise ``label`` alone.
+
+    ``label`` is Markdown already (escape web text first); ``title`` is shown on hover.
+    """
+    target = web_url(url)
+    if target is None:
+        return label
+    if title is None:
+        return f"[{label}]({target})"
+    hover = " ".join(title.split()).replace("\\", "\\\\").replace('"', "'")
+    return f'[{label}]({target} "{hover}")'
+
+
+def _parts(text: str) -> Iterator[tuple[str, bool]]:
+    """``text`` cut into pieces, each with whether it is code (see :data:`_CODE`)."""
+    start = 0
+    for match in _CODE.finditer(text):
+        if match.start() > start:
+            yield text[start : match.start()], False
+        yield match.group(0), True
+        start = match.end()
+    if start < len(text):
+        yield text[start:], False
+
+
+def outside_code(text: str, change: Callable[[str], str]) -> str:
+    """``text`` with ``change`` applied to its prose; fenced code and code spans stay as is."""
+    return "".join(part if code else change(part) for part, code in _parts(text))
+
+
+def _defuse_prose(text: str) -> str:
+    def link_end(match: re.Match[str]) -> str:
+        if _WEB.match(match.group(3)):
+            return match.group(0)
+        slashes = match.group(1)
+        return f"{slashes}\\{match.group(0)[len(slashes) :]}"
+
+    return _LINK_END.sub(link_end, _TAG.sub(r"\1\\<", text))
+
+
+def defuse(text: str) -> str:
+    """Markdown from the API made safe to render, its formatting kept: raw HTML tags are
+    escaped (shown as text), and a link or link definition whose target is not an http(s) URL
+    (``[x](javascript:...)``) is shown as text. Code is left as it is: it renders as text."""
+    return outside_code(text, _defuse_prose)
 
 
 def _same_page(url: str) -> str:
     return url.split("#", 1)[0].rstrip("/")
 
 
-def _cited(match: re.Match[str], sources: Sequence[Source]) -> int | None:
-    """The position in ``sources`` of the source a :data:`CITATION` match names, if any."""
-    url = match.group("url")
-    if url is not None:
-        same = [i for i, s in enumerate(sources) if s.url == url] or [
-            i for i, s in enumerate(sources) if _same_page(s.url) == _same_page(url)
-        ]
-        return same[0] if same else None
-    number = match.group("number")
-    index = int(number) - 1 if number is not None else int(match.group("web"))
-    return index if 0 <= index < len(sources) else None
+def _by_id(sources: Sequence[Source]) -> dict[int, int] | None:
+    """The position of the source each search-result id names, or ``None`` when the ids cannot
+    be used: a source has none (stored before ids were kept) or one id names two pages."""
+    positions: dict[int, int] = {}
+    for index, source in enumerate(sources):
+        if not source.ids:
+            return None
+        for ident in source.ids:
+            if positions.setdefault(ident, index) != index:
+                return None
+    return positions
+
+
+def _resolver(sources: Sequence[Source]) -> Callable[[re.Match[str]], int | None]:
+    """A function giving the position in ``sources`` of the source a :data:`CITATION` match
+    names, if any."""
+    by_id = _by_id(sources)
+
+    def cited(match: re.Match[str]) -> int | None:
+        url = match.group("url")
+        if url is not None:
+            same = [i for i, s in enumerate(sources) if s.url == url] or [
+                i for i, s in enumerate(sources) if _same_page(s.url) == _same_page(url)
+            ]
+            return same[0] if same else None
+        number = match.group("number")
+        ident = int(number) if number is not None else int(match.group("web")) + 1
+        if by_id is not None:
+            return by_id.get(ident)
+        return ident - 1 if 1 <= ident <= len(sources) else None
+
+    return cited
 
 
 def cited_sources(text: str, sources: Sequence[Source]) -> list[int]:
-    """The positions in ``sources`` that ``text`` cites, in order, each once (any marker form)."""
+    """The positions in ``sources`` that ``text`` cites outside code, in order, each once."""
+    cited = _resolver(sources)
     found: dict[int, None] = {}
-    for match in CITATION.finditer(text):
-        index = _cited(match, sources)
-        if index is not None:
-            found.setdefault(index)
+    for part, code in _parts(text):
+        if code:
+            continue
+        for match in CITATION.finditer(part):
+            index = cited(match)
+            if index is not None:
+                found.setdefault(index)
     return list(found)
 
 
 def link_citations(text: str, sources: Sequence[Source], *, titles: bool = False) -> str:
-    """``text`` with every ``[n]`` or ``[web:N]`` that names a source turned into a link
-    ``[[n]](url)``, numbered as the **Sources** list numbers it (``[web:0]`` shows as ``[1]``).
+    """An answer's text as safe Markdown (:func:`defuse`) with every ``[n]`` or ``[web:N]``
+    that names a source turned into a link ``[[n]](url)``, numbered as the **Sources** list
+    numbers it (``[web:0]`` shows as ``[1]``).
 
     ``titles`` adds the source's title (or domain) as the link title, shown on hover. A marker
-    that names no source, and a Markdown link (already one), are left as they are.
+    that names no source, one in code, a Markdown link (already one) and the markers inside
+    its text are left as they are; so is a marker whose source is not an http(s) page.
     """
+    cited = _resolver(sources)
 
     def link(match: re.Match[str]) -> str:
-        index = None if match.group("url") is not None else _cited(match, sources)
+        index = None if match.group("url") is not None else cited(match)
         if index is None:
             return match.group(0)
         source = sources[index]
-        if not titles:
-            return f"[[{index + 1}]]({source.url})"
-        title = (source.title or source.domain).replace('"', "'")
-        return f'[[{index + 1}]]({source.url} "{title}")'
+        title = (source.title or source.domain) if titles else None
+        return markdown_link(f"[{index + 1}]", source.url, title)
 
-    return CITATION.sub(link, text)
+    return outside_code(text, lambda prose: _defuse_prose(CITATION.sub(link, prose)))
 
 
 def _split(sources: Sequence[Source], text: str | None) -> tuple[list[int], list[int]]:
@@ -112,8 +231,8 @@ def _split(sources: Sequence[Source], text: str | None) -> tuple[list[int], list
 
 def _source_line(source: Source) -> str:
     title = escape(source.title or source.url)
-    extra = " · ".join(x for x in (source.domain, source.date) if x)
-    return f"[{title}]({source.url})" + (f" — {extra}" if extra else "")
+    extra = " · ".join(escape(x) for x in (source.domain, source.date) if x)
+    return markdown_link(title, source.url) + (f" — {extra}" if extra else "")
 
 
 def sources_markdown(sources: Sequence[Source], text: str | None = None) -> str:
@@ -143,16 +262,18 @@ def source_references(
     """The sources as plain reference lines, ``[n] title (date): url`` (``[n] url`` without
     ``titles``): what the seed MCP server sends and what a terminal shows.
 
-    Given the answer's ``text``, sources it never cites follow under **Also consulted**.
+    Given the answer's ``text``, sources it never cites follow under **Also consulted**. The
+    lines are read as Markdown too (MCP clients render it), so what they quote is defused.
     """
     cited, rest = _split(sources, text)
 
     def line(index: int) -> str:
         source = sources[index]
+        url = defuse(source.url)
         if not titles:
-            return f"[{index + 1}] {source.url}"
-        date = f" ({source.date})" if source.date else ""
-        return f"[{index + 1}] {source.title or source.url}{date}: {source.url}"
+            return f"[{index + 1}] {url}"
+        date = f" ({defuse(source.date)})" if source.date else ""
+        return f"[{index + 1}] {defuse(source.title or source.url)}{date}: {url}"
 
     lines = [line(i) for i in cited]
     if rest:

@@ -83,6 +83,10 @@ class Source(_Stored):
     date: str | None = None
     snippet: str | None = None
     last_updated: str | None = None
+    ids: list[int] | None = None
+    """The ``id`` of each search result that was this page (a later search may find a page
+    again under a new id); the answer's ``[n]`` markers name them. ``None``: the API gave none,
+    or the answer was stored before ids were kept, and ``[n]`` is the n-th source."""
 
     @property
     def domain(self) -> str:
@@ -341,7 +345,7 @@ class Answer(BaseModel):
     """Notes about the question, e.g. an attached file already in the conversation history."""
 
     def linked_text(self) -> str:
-        """The text with its ``[n]`` / ``[web:N]`` markers linked to their sources."""
+        """The text as safe Markdown, its ``[n]`` / ``[web:N]`` markers linked to their sources."""
         return link_citations(self.text, self.sources)
 
     def to_markdown(self) -> str:

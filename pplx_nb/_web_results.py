@@ -6,9 +6,9 @@ Researcher may note the conversation it was saved in, notebooks and MCP show it.
 
 from __future__ import annotations
 
-import html
 from typing import TYPE_CHECKING
 
+from pplx_nb._markdown import escape, markdown_link
 from pplx_nb._models import Source
 
 if TYPE_CHECKING:
@@ -48,20 +48,22 @@ class WebResults(list[Source]):
         if not self:
             return f"No results for *{_cell(self.query)}*."
         rows = [
-            f"| {n} | [{_cell(s.title or s.url)}]({s.url}) | {_cell(s.date or '')} | "
+            f"| {n} | {markdown_link(_cell(s.title or s.url), s.url)} | {_cell(s.date or '')} | "
             f"{_cell(_short(s.snippet or ''))} |"
             for n, s in enumerate(self, 1)
         ]
         return "| # | title | date | snippet |\n|---|---|---|---|\n" + "\n".join(rows)
 
     def to_list(self) -> str:
-        """A numbered Markdown list: the title linked to its page, the date, the full snippet."""
+        """A numbered Markdown list: the title linked to its page, the date, the full snippet
+        (escaped as the table's cells are)."""
         lines = []
         for n, source in enumerate(self, 1):
-            date = f" ({source.date})" if source.date else ""
-            lines.append(f"{n}. [{_cell(source.title or source.url)}]({source.url}){date}")
+            title = markdown_link(_cell(source.title or source.url), source.url)
+            date = f" ({_cell(source.date)})" if source.date else ""
+            lines.append(f"{n}. {title}{date}")
             if source.snippet:
-                lines.append(f"   {' '.join(source.snippet.split())}")
+                lines.append(f"   {_cell(source.snippet)}")
         return "\n".join(lines)
 
     def to_text(self) -> str:
@@ -103,6 +105,5 @@ def _short(text: str) -> str:
 
 
 def _cell(text: str) -> str:
-    """``text`` safe inside a Markdown table cell: no pipes, brackets or HTML break it."""
-    text = html.escape(" ".join(text.split()), quote=False)
-    return text.replace("|", "\\|").replace("[", "\\[").replace("]", "\\]")
+    """Web text on one line, shown as written: safe in a Markdown table cell or list item."""
+    return escape(" ".join(text.split()))

@@ -43,7 +43,7 @@ from urllib.parse import urlsplit
 from pplx_nb._errors import ConversationNotFound, PplxError
 from pplx_nb._errors import ValidationError as PplxValidationError
 from pplx_nb._logging import get_logger
-from pplx_nb._markdown import link_citations, sources_markdown
+from pplx_nb._markdown import defuse, link_citations, sources_markdown
 from pplx_nb._models import JOB_STATES, Conversation, Message
 from pplx_nb._think import split_think
 from pplx_nb.store import ConversationStore, is_redis_location
@@ -412,7 +412,7 @@ def to_markdown(conversation: Conversation, *, include_system: bool = False) -> 
     ]
     if conversation.parent_conversation_id:
         facts.append(f"forked from `{conversation.parent_conversation_id}`")
-    parts = [f"# {title}", " · ".join(facts)]
+    parts = [f"# {defuse(title)}", " · ".join(facts)]
     for message in conversation.messages:
         if message.role == "system" and not include_system:
             continue
@@ -425,7 +425,7 @@ def _turn_markdown(message: Message) -> str:
     about = [x for x in (message.model, message.tool, message.timestamp) if x]
     heading = f"## {label}" + (f" · {' · '.join(about)}" if about else "")
     if message.role != "assistant" or not message.sources:
-        return f"{heading}\n\n{message.answer_text}"
+        return f"{heading}\n\n{defuse(message.answer_text)}"
     text = link_citations(message.answer_text, message.sources)
     return f"{heading}\n\n{text}\n\n{sources_markdown(message.sources, message.answer_text)}"
 

@@ -267,6 +267,35 @@ def test_completed_response_maps_text_sources_usage_and_cost() -> None:
     assert answer.cost.request_cost == 0.3 and answer.cost.estimated is False
 
 
+def test_sources_keep_every_search_result_id_they_were_found_under() -> None:
+    rounds = [
+        [
+            {"id": 1, "url": "https://a.example/1", "title": "A1", "snippet": "s"},
+            {"id": 2, "url": "https://a.example/2", "title": "A2", "snippet": "s"},
+        ],
+        [
+            {"id": 3, "url": "https://a.example/1", "title": "A1 again", "snippet": "s"},
+            {"id": 4, "url": "https://b.example/4", "title": "B4", "snippet": "s"},
+            {"id": "5", "url": "https://c.example/5", "title": "odd id", "snippet": "s"},
+            {"url": "https://d.example/6", "title": "no id", "snippet": "s"},
+        ],
+    ]
+    body = response(text="Claim from B4 [4]. Claim from A2 [2].")
+    body["output"][:1] = [
+        {"type": "search_results", "queries": [f"q{n}"], "results": results}
+        for n, results in enumerate(rounds)
+    ]
+    answer = ADAPTER.parse(json.dumps(body).encode(), question(), "sonar")
+    assert [(s.title, s.ids) for s in answer.sources] == [
+        ("A1", [1, 3]),
+        ("A2", [2]),
+        ("B4", [4]),
+        ("odd id", None),
+        ("no id", None),
+    ]
+    assert answer.sources[0].to_json_dict().get("id") is None
+
+
 def test_detailed_usage_is_read_into_usage_and_cost() -> None:
     usage = {
         "input_tokens": 400,

@@ -43,6 +43,7 @@ def test_each_form_is_kept_as_written_and_shown_linked_with_its_sources(
     assert MARKERS[form].search(answer.text), answer.text
     stored = json.loads(Path(answer.conversation_path or "", "conversation.json").read_text())
     assert stored["messages"][-1]["content"] == answer.text  # the API's text, as it came
+    assert all(source.ids for source in answer.sources)  # [n] names these ids
     used = cited_sources(answer.text, answer.sources)
     assert used, answer.text
     markdown = display.answer_markdown(answer)

@@ -152,6 +152,43 @@ def test_streaming_bundle_shows_text_with_cursor_and_hides_think_block() -> None
     assert after["text/markdown"].endswith("The answer▌")
 
 
+def test_streaming_text_shows_raw_html_as_text() -> None:
+    bundle = display.streaming_bundle("Partial <img src=x onerror=alert(1)> [x](javascript:y)")
+    shown = "Partial \\<img src=x onerror=alert(1)> [x\\](javascript:y)▌"
+    assert bundle["text/markdown"].endswith(shown)
+
+
+def test_the_widget_html_shows_hostile_answers_as_text_and_links_only_web_pages() -> None:
+    answer = make_answer(
+        text="A <b>tag</b> [1] [2], `a[1]` and [x](javascript:alert(1)).",
+        sources=[
+            Source(url="javascript:alert(2)", title="bad"),
+            Source(url="https://ok.example/x)<b>", title='say "hi"'),
+        ],
+    )
+    page = display.answer_html(answer)
+    assert 'A &lt;b&gt;tag&lt;/b&gt; [1] <a href="https://ok.example/x%29%3Cb%3E"' in page
+    assert 'title="say &#x27;hi&#x27;"' in page
+    assert "<code>a[1]</code>" in page and "[x](javascript:alert(1))" in page
+    assert "javascript:alert(2)" not in page and 'href="javascript' not in page
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("Binary marker \x009\x00 in the file [1].", "Binary marker \ufffd9\ufffd in the file"),
+        ("Use `\x000\x00` as the separator.", "<code>\ufffd0\ufffd</code>"),
+        ("**\x000\x00** [x](https://a.example/\x001\x00)", "<strong>\ufffd0\ufffd</strong>"),
+    ],
+)
+def test_nul_characters_in_text_cannot_pose_as_the_converters_placeholders(
+    text: str, shown: str
+) -> None:
+    assert shown in markdown_to_html(text)
+    assert shown in display.answer_html(make_answer(text=text))
+
+
 def test_error_is_one_styled_line_with_code_and_next_step() -> None:
     error = ConversationNotFound(f"Conversation {CID} does not exist. Start one with %%pplx.")
     bundle = display.error_bundle(error)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from pplx_nb import export
 from pplx_nb._markdown import (
     CITATION,
     cited_sources,
+    defuse,
     escape,
     link_citations,
     related_markdown,
@@ -15,7 +18,7 @@ from pplx_nb._markdown import (
     sources_markdown,
 )
 from pplx_nb._models import Answer, Conversation, Message, Source
-from pplx_nb.mcp._render import answer_result
+from pplx_nb.mcp._render import answer_result, history_result
 from pplx_nb.notebook import display
 
 SOURCES = [
@@ -29,6 +32,16 @@ SOURCES = [
 TEXT = "Use wait_for [1], or see [2]; [3] names no source."
 
 
+def _conversation(*messages: Message) -> Conversation:
+    """A stored conversation holding ``messages``."""
+    return Conversation(
+        conversation_id="20250124-1706102400123",
+        created_at="2025-01-24T10:00:00.000Z",
+        updated_at="2025-01-24T10:00:00.000Z",
+        messages=list(messages),
+    )
+
+
 def test_the_sources_list_is_the_same_markdown_everywhere() -> None:
     listed = sources_markdown(SOURCES)
     assert listed.splitlines() == [
@@ -36,17 +49,12 @@ def test_the_sources_list_is_the_same_markdown_everywhere() -> None:
         "",
         "1. [asyncio.wait\\_for](https://docs.python.org/3/library/asyncio.html)"
         " — docs.python.org · 2024-05-01",
-        "2. [\\[Draft\\] \\*new\\* \\<b\\>](https://example.org/a_(b)) — example.org",
+        "2. [\\[Draft\\] \\*new\\* \\<b\\>](https://example.org/a_%28b%29) — example.org",
     ]
     answer = Answer(text=TEXT, sources=SOURCES, conversation_id="20250124-1706102400123")
-    conversation = Conversation(
-        conversation_id="20250124-1706102400123",
-        created_at="2025-01-24T10:00:00.000Z",
-        updated_at="2025-01-24T10:00:00.000Z",
-        messages=[
-            Message(role="user", content="How?"),
-            Message(role="assistant", content=TEXT, sources=SOURCES),
-        ],
+    conversation = _conversation(
+        Message(role="user", content="How?"),
+        Message(role="assistant", content=TEXT, sources=SOURCES),
     )
     assert listed in answer.to_markdown()
     assert listed in answer._repr_markdown_()
@@ -72,7 +80,7 @@ def test_the_mcp_text_keeps_the_seed_servers_reference_lines() -> None:
     references = source_references(SOURCES)
     assert references.splitlines() == [
         "[1] asyncio.wait_for (2024-05-01): https://docs.python.org/3/library/asyncio.html",
-        "[2] [Draft] *new* <b>: https://example.org/a_(b)",
+        "[2] [Draft] *new* \\<b>: https://example.org/a_(b)",  # MCP clients render Markdown
     ]
     answer = Answer(text=TEXT, sources=SOURCES, conversation_id="20250124-1706102400123")
     result = answer_result(answer, followup=False, show_thinking=False)
@@ -156,3 +164,178 @@ def test_markers_out_of_range_or_of_unknown_pages_stay_text_and_cite_nothing() -
         "[web:2]",
         "[a](https://x.org/a_(b))",
     ]
+
+
+RAW_HTML = re.compile(r"(?<!\\)(?:\\\\)*<(?:img|script|javascript|T>)")
+"""Hostile HTML the tests send that is not escaped (an even run of backslashes escapes nothing)."""
+LIVE_SCRIPT_LINK = re.compile(r"(?<!\\)(?:\\\\)*\](?:\(\s*<?|:\s*)javascript")
+"""A link or link definition to a ``javascript:`` URL that would still be one."""
+
+HOSTILE = [
+    Source(url="javascript:alert(document.cookie)", title="Click me", date="2025-01-01"),
+    Source(url="https://evil.example/x)<img src=x onerror=alert(2)>", title='T2 "quoted"'),
+    Source(url="https://ok.example/a b", title="x\\<img src=x onerror=alert(3)>"),
+]
+
+
+def _stored(answer: Answer) -> Conversation:
+    """A conversation holding ``answer`` as its one reply."""
+    return _conversation(
+        Message(role="user", content="How?"),
+        Message(
+            role="assistant",
+            content=answer.text,
+            sources=answer.sources or None,
+            thinking=answer.thinking,
+        ),
+    )
+
+
+def _surfaces(answer: Answer) -> dict[str, str]:
+    """Every Markdown rendering of ``answer``: Answer, notebook, MCP text, export transcript."""
+    conversation = _stored(answer)
+    mcp = answer_result(answer, followup=False, show_thinking=True).content[0]
+    return {
+        "to_markdown": answer.to_markdown(),
+        "notebook": display.answer_markdown(answer),
+        "mcp": mcp.text,  # type: ignore[union-attr]
+        "export": export.to_markdown(conversation),
+        "history": display.conversation_bundle(conversation)["text/markdown"],
+    }
+
+
+def test_only_http_sources_become_links_and_their_urls_cannot_end_the_link() -> None:
+    answer = Answer(text="See [1], [2] and [3].", sources=HOSTILE)
+    for name, shown in _surfaces(answer).items():
+        assert not RAW_HTML.search(shown) and not LIVE_SCRIPT_LINK.search(shown), name
+        assert "(javascript:" not in shown, name
+    shown = display.answer_markdown(answer)
+    assert "See [1], [[2]](https://evil.example/x%29%3Cimg%20src=x%20onerror=alert%282%29%3E" in (
+        shown
+    )
+    assert "\"T2 'quoted'\")" in shown
+    assert "[[3]](https://ok.example/a%20b" in shown
+    assert "1. Click me — 2025-01-01" in sources_markdown(HOSTILE)
+    # A backslash in a title cannot undo the escape of the "<" after it.
+    assert "x\\\\\\<img" in sources_markdown(HOSTILE)
+
+
+def test_answer_html_and_links_that_are_not_http_show_as_text_and_markdown_stays() -> None:
+    text = (
+        "**Answer** <img src=x onerror=alert(1)> [1], [x](javascript:alert(2)), "
+        "[y](<javascript:alert(3)>), <javascript:alert(4)> and [z][bad].\n\n"
+        "[bad]: javascript:alert(5)\n\n"
+        "Kept: [docs](https://docs.python.org/3/), <https://ok.example/> and `a <b> c`:\n\n"
+        "```html\n<b>code</b>\n```"
+    )
+    answer = Answer(text=text, sources=THREE, thinking="plan <img src=x onerror=alert(6)>")
+    for name, shown in _surfaces(answer).items():
+        assert not RAW_HTML.search(shown) and not LIVE_SCRIPT_LINK.search(shown), name
+        assert "**Answer** \\<img src=x onerror=alert(1)>" in shown, name
+        assert "[docs](https://docs.python.org/3/)" in shown, name
+        assert "<https://ok.example/>" in shown and "`a <b> c`" in shown, name
+        assert "```html\n<b>code</b>\n```" in shown, name
+    assert "plan \\<img" in display.answer_markdown(answer)
+    history = history_result(_stored(answer), "", None).content[0].text  # type: ignore[union-attr]
+    assert not RAW_HTML.search(history) and not LIVE_SCRIPT_LINK.search(history)
+    assert defuse("[a](#x) [b](/y) [c](HTTPS://ok.example/)") == (
+        "[a\\](#x) [b\\](/y) [c](HTTPS://ok.example/)"
+    )
+    # Already escaped: left as it is, so defusing twice changes nothing.
+    assert defuse(defuse(text)) == defuse(text)
+    assert defuse("a\\\\<b>") == "a\\\\\\<b>"
+
+
+def test_a_conversation_without_sources_is_exported_without_raw_html() -> None:
+    conversation = _conversation(
+        Message(role="user", content="What is <T>?"),
+        Message(role="assistant", content="Hi <img src=x onerror=alert(1)>"),
+    )
+    for shown in (
+        export.to_markdown(conversation),
+        display.conversation_bundle(conversation)["text/markdown"],
+    ):
+        assert not RAW_HTML.search(shown)
+
+
+CODE = (
+    "Index a list from zero [1]:\n\n```python\nitems = ['a', 'b', 'c']\nsecond = items[1]\n"
+    "last = items[2]\n```\n\n~~~\nitems[web:2]\n~~~\n\nOr use `items[3]` or ``x[`1`]``, which "
+    "raise IndexError [2]."
+)
+
+
+def test_citation_markers_in_code_stay_code_and_cite_nothing() -> None:
+    assert cited_sources(CODE, THREE) == [0, 1]
+    linked = link_citations(CODE, THREE)
+    assert "second = items[1]\nlast = items[2]\n" in linked and "items[web:2]" in linked
+    assert "`items[3]`" in linked and "``x[`1`]``" in linked
+    assert linked.count("](https://") == 2
+    answer = Answer(text=CODE, sources=THREE)
+    for name, shown in _surfaces(answer).items():
+        assert "second = items[1]\n" in shown and "`items[3]`" in shown, name
+        assert "asyncio queues" in shown.split("Also consulted", 1)[1], name
+    widget = display.answer_html(answer)
+    assert "second = items[1]" in widget and "<code>items[3]</code>" in widget
+    assert widget.count('href="https://docs.python.org/3/library/asyncio-task.html"') == 2
+
+
+def test_a_code_block_still_streaming_in_is_code() -> None:
+    assert link_citations("See [1].\n\n```\nx = a[1]", THREE).endswith("```\nx = a[1]")
+
+
+def test_markers_inside_a_links_text_are_not_linked_again() -> None:
+    text = "[see [1]](https://docs.python.org/3/library/asyncio-sync.html) and [[1]](https://x.org)"
+    assert link_citations(text, THREE) == text
+    assert cited_sources(text, THREE) == [1]
+
+
+CROSSED = [
+    Source(url="https://a.example/1", title="A1", ids=[1, 3]),
+    Source(url="https://a.example/2", title="A2", ids=[2]),
+    Source(url="https://b.example/4", title="B4", ids=[4]),
+]
+"""Two search rounds as the API numbers them: ids 1-2 then 3-4, id 3 finding A1 again."""
+
+
+def test_markers_name_search_result_ids_not_positions() -> None:
+    text = "Claim from B4 [4]. Claim from A2 [2]. A1 again [3]; [web:3] is B4, [5] nothing."
+    assert cited_sources(text, CROSSED) == [2, 1, 0]
+    linked = link_citations(text, CROSSED)
+    assert "B4 [[3]](https://b.example/4)" in linked
+    assert "A2 [[2]](https://a.example/2)" in linked
+    assert "again [[1]](https://a.example/1)" in linked
+    assert "[web:3]" not in linked and "[5] nothing" in linked
+    assert "Also consulted" not in sources_markdown(CROSSED, text)
+    only_b4 = sources_markdown(CROSSED, "Claim from B4 [4].")
+    assert only_b4.split("**Also consulted**")[0].count("](") == 1
+    assert "- **3.** [B4](https://b.example/4)" in only_b4
+
+
+def test_sources_stored_without_ids_are_numbered_by_position_as_before() -> None:
+    stored = Conversation.model_validate(
+        {
+            "conversationId": "20250124-1706102400123",
+            "createdAt": "2025-01-24T10:00:00.000Z",
+            "updatedAt": "2025-01-24T10:00:00.000Z",
+            "messages": [
+                {"role": "user", "content": "q"},
+                {
+                    "role": "assistant",
+                    "content": "Two [2] and three [3].",
+                    "sources": [{"url": s.url, "title": s.title} for s in CROSSED],
+                },
+            ],
+        }
+    )
+    message = stored.messages[1]
+    assert message.sources is not None and message.sources[0].ids is None
+    assert cited_sources(message.content, message.sources) == [1, 2]
+    assert "three [[3]](https://b.example/4)" in export.to_markdown(stored)
+    # One id on two pages cannot be trusted either: positions again.
+    clash = [CROSSED[0], Source(url="https://c.example/", ids=[1])]
+    assert cited_sources("[2]", clash) == [1]
+    # Ids are kept when an answer is stored, and read back.
+    kept = Message(role="assistant", content="x", sources=CROSSED).to_json_dict()
+    assert kept["sources"][0]["ids"] == [1, 3]
+    assert Message.model_validate(kept).sources == CROSSED

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from pplx_nb import Researcher, Settings
+from pplx_nb import Researcher, Settings, export
 from pplx_nb._errors import ValidationError
-from pplx_nb._models import Answer, Source
+from pplx_nb._models import Answer, Conversation, Message, Source
+from pplx_nb.mcp._render import web_search_result
+from pplx_nb.notebook import display
+from pplx_nb.notebook._tables import web_results_bundle
 from pplx_nb.research import WebResults
+from pplx_nb.research._web import results_message
 from pplx_nb.sim import inject_faults, stats
 
 
@@ -133,3 +137,38 @@ def test_a_server_error_is_retried_since_a_search_generates_nothing(
         results = r.web_search("asyncio gather")
     assert results
     assert stats(sim_url)["requests"]["POST /search"] == 2
+
+
+def test_web_text_in_results_is_shown_as_text_on_every_surface_and_stored_as_sent() -> None:
+    snippet = "Intro <img src=x onerror=alert(1)> <script>alert(2)</script> a|b &amp; end"
+    results = WebResults(
+        [
+            Source(url="https://a.example/1", title="<b>T</b>", date="2025-01-01", snippet=snippet),
+            Source(url="javascript:alert(3)", title="Click", snippet="s"),
+            Source(url="https://evil.example/x)<img src=x>", title="T3"),
+        ],
+        query="anything",
+    )
+    saved = results_message(results)
+    conversation = Conversation(
+        conversation_id="20250124-1706102400123",
+        created_at="2025-01-24T10:00:00.000Z",
+        updated_at="2025-01-24T10:00:00.000Z",
+        messages=[Message(role="user", content="anything"), saved],
+    )
+    mcp = web_search_result(results, None).content[0]
+    surfaces = {
+        "table": web_results_bundle(results)["text/markdown"],
+        "list": results.to_list(),
+        "mcp": mcp.text,  # type: ignore[union-attr]
+        "history": display.conversation_bundle(conversation)["text/markdown"],
+        "export": export.to_markdown(conversation),
+    }
+    for name, shown in surfaces.items():
+        assert "<img" not in shown.replace("\\<img", ""), name
+        assert "<script" not in shown.replace("\\<script", ""), name
+        assert "(javascript:" not in shown and "](https://evil.example/x)" not in shown, name
+        assert "\\<b\\>T\\</b\\>" in shown and "\\&amp;" in shown, name
+    assert "1. [\\<b\\>T\\</b\\>](https://a.example/1) (2025-01-01)" in results.to_list()
+    assert "| 2 | Click | " in surfaces["table"] and "a\\|b" in surfaces["table"]
+    assert saved.sources is not None and saved.sources[0].snippet == snippet

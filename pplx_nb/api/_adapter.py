@@ -66,24 +66,38 @@ def read_wire(model: type[M], raw: bytes | str, what: str) -> M:
 
 
 class SearchResult(TypedDict, total=False):
-    """One search result as both protocols send it; validated into a Source by the Answer."""
+    """One search result as both protocols send it; validated into a Source by the Answer.
+
+    ``id`` (Agent API, from 1) is what the answer's ``[n]`` markers name.
+    """
 
     url: Required[str]
+    id: int
     title: str | None
     date: str | None
     snippet: str | None
     last_updated: str | None
 
 
+def _usable(result: Any) -> Any:
+    """``result`` without an ``id`` that is not a whole number (it could name no marker)."""
+    if not isinstance(result, dict) or "id" not in result:
+        return result
+    ident = result["id"]
+    if isinstance(ident, int) and not isinstance(ident, bool):
+        return result
+    return {key: value for key, value in result.items() if key != "id"}
+
+
 def _with_url(results: Any) -> Any:
     """Drop results without a URL: there is nothing to cite (``url: null`` does happen)."""
     if not isinstance(results, list):
         return results
-    return [r for r in results if not isinstance(r, dict) or isinstance(r.get("url"), str)]
+    return [_usable(r) for r in results if not isinstance(r, dict) or isinstance(r.get("url"), str)]
 
 
 SearchResults = Annotated[list[SearchResult], BeforeValidator(_with_url)]
-"""A ``search_results`` list; entries without a URL are skipped."""
+"""A ``search_results`` list; entries without a URL are skipped, unusable ids dropped."""
 
 
 def stream_cut_short() -> NetworkError:

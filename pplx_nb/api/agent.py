@@ -145,17 +145,25 @@ def _error_text(error: _Error | str | None) -> str | None:
     return error.message if isinstance(error, _Error) else error
 
 
-def _sources(response: _Response) -> list[SearchResult]:
-    seen: set[str] = set()
-    sources = []
+def _sources(response: _Response) -> list[dict[str, Any]]:
+    """The results of every search round, each page once, with every ``id`` it was found
+    under (a later round may find a page again under a new id, and ``[n]`` names ids)."""
+    pages: dict[str, dict[str, Any]] = {}
     for item in response.output:
         if item.type != "search_results":
             continue
         for result in item.results or ():
-            if result["url"] not in seen:
-                seen.add(result["url"])
-                sources.append(result)
-    return sources
+            source = pages.setdefault(result["url"], _source(result))
+            if "id" in result and source["ids"] is not None:
+                source["ids"].append(result["id"])
+    return list(pages.values())
+
+
+def _source(result: SearchResult) -> dict[str, Any]:
+    """A source's fields from its first search result; ``ids`` is ``None`` if it has no id."""
+    fields: dict[str, Any] = {key: value for key, value in result.items() if key != "id"}
+    fields["ids"] = [] if "id" in result else None
+    return fields
 
 
 def _text(response: _Response) -> str:

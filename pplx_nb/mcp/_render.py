@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from mcp_types import CallToolResult, TextContent
 
 from pplx_nb._cancel import cancel_facts, cancel_outcome
-from pplx_nb._markdown import job_status_markdown, link_citations, source_references
+from pplx_nb._markdown import defuse, job_status_markdown, link_citations, source_references
 from pplx_nb.mcp._schemas import (
     AskResult,
     CancelResult,
@@ -73,16 +73,17 @@ def answer_result(answer: Answer, *, followup: bool, show_thinking: bool) -> Cal
     if answer.model:
         parts.append(f"_Answered by {answer.model}_")
     if answer.reformulated_query:
-        parts.append(f"_Searched as: {answer.reformulated_query}_")
-    parts.extend(f"_Note: {note}_" for note in answer.notes)
+        parts.append(f"_Searched as: {defuse(answer.reformulated_query)}_")
+    parts.extend(f"_Note: {defuse(note)}_" for note in answer.notes)
     if show_thinking and answer.thinking:
-        parts.append("**Reasoning**\n\n" + answer.thinking.strip())
+        parts.append("**Reasoning**\n\n" + defuse(answer.thinking.strip()))
     parts.append(link_citations(answer.text, answer.sources))
     if answer.sources:
         parts.append("**Sources**\n" + source_references(answer.sources, text=answer.text))
     if answer.related_questions:
         parts.append(
-            "**Related questions**\n" + "\n".join(f"• {q}" for q in answer.related_questions)
+            "**Related questions**\n"
+            + "\n".join(f"• {defuse(q)}" for q in answer.related_questions)
         )
     structured = AskResult(
         conversationId=conversation_id,
@@ -183,7 +184,7 @@ def _message_text(index: int, role: str, content: str, meta: dict[str, Any]) -> 
         if value
     )
     head = f"### {index}. {role}" + (f" ({details})" if details else "")
-    return f"{head}\n\n{content}"
+    return f"{head}\n\n{defuse(content)}"
 
 
 def history_result(
@@ -286,7 +287,7 @@ def _entry_text(conversation_id: str, entry: HistoryEntry) -> str:
     if entry.status == "failed" and job_error:
         line += f"\nError: {job_error.get('code')}: {job_error.get('message')}"
     if entry.report:
-        line += "\n\n" + entry.report
+        line += "\n\n" + defuse(entry.report)
     return line
 
 

@@ -23,9 +23,11 @@ _LINK = re.compile(
     r"\[([^\]\n]*(?:\[[^\]\n]*\][^\]\n]*)*)\]"
     r"\(((?:https?://|mailto:)[^)\s]+)(?:\s+\"([^\"\n]*)\")?\)"
 )
-_ESCAPE = re.compile(r"\\([\\`*_{}\[\]()#+\-.!<>|])")
+_ESCAPE = re.compile(r"\\([!-/:-@\[-`{-~])")
 _BOLD = re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*|__(?=\S)(.+?)(?<=\S)__")
 _ITALIC = re.compile(r"(?<![\w*])\*(?=\S)(.+?)(?<=\S)\*(?!\*)|(?<!\w)_(?=\S)(.+?)(?<=\S)_(?!\w)")
+# Fragments already converted wait behind NUL-delimited tokens; the input has no NUL (CommonMark
+# replaces it with U+FFFD), so no text can pose as a token.
 _TOKEN = "\x00{}\x00"
 _TOKEN_RE = re.compile("\x00(\\d+)\x00")
 
@@ -34,7 +36,7 @@ def markdown_to_html(text: str, *, heading_offset: int = 0) -> str:
     """Convert the Markdown in ``text`` to safe HTML; ``heading_offset`` demotes headings."""
     out: list[str] = []
     paragraph: list[str] = []
-    lines = text.replace("\r\n", "\n").split("\n")
+    lines = text.replace("\x00", "\ufffd").replace("\r\n", "\n").split("\n")
     index = 0
 
     def flush() -> None:

@@ -9,15 +9,13 @@ from __future__ import annotations
 import html
 from collections.abc import Mapping, Sequence
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import urlsplit
 
-from pplx_nb._markdown import escape
+from pplx_nb._markdown import escape, web_url
 
 __all__ = ["images_html", "images_markdown"]
 
 _THUMB_STYLE = "max-height:120px;max-width:200px;margin:0 6px 6px 0;vertical-align:top"
-# Characters a URL may hold that would end a Markdown link destination or an HTML attribute.
-_URL_SAFE = ":/?#@!$&'*+,;=%~"
 
 
 def images_markdown(images: Sequence[Mapping[str, Any]]) -> str:
@@ -46,22 +44,10 @@ def _image_links(images: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, st
     """
     links: list[tuple[str, str, str]] = []
     for image in images:
-        url = _web_url(image.get("image_url") or image.get("imageUrl"))
+        url = web_url(image.get("image_url") or image.get("imageUrl"))
         if url is None:
             continue
-        page = _web_url(image.get("origin_url") or image.get("originUrl")) or url
+        page = web_url(image.get("origin_url") or image.get("originUrl")) or url
         title = " ".join(str(image.get("title") or "").split())
         links.append((title or urlsplit(page).hostname or "image", url, page))
     return links
-
-
-def _web_url(value: object) -> str | None:
-    """``value`` as an http(s) URL safe inside a Markdown link or an HTML attribute, or ``None``."""
-    if not isinstance(value, str):
-        return None
-    url = value.strip()
-    try:
-        scheme = urlsplit(url).scheme.lower()
-    except ValueError:
-        return None
-    return quote(url, safe=_URL_SAFE) if scheme in ("http", "https") else None

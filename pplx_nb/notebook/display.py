@@ -18,8 +18,10 @@ from typing import TYPE_CHECKING
 
 from pplx_nb._errors import PplxError, redact
 from pplx_nb._markdown import (
+    defuse,
     link_citations,
     notes_markdown,
+    outside_code,
     quote_block,
     related_markdown,
     source_references,
@@ -56,7 +58,6 @@ __all__ = [
 
 Bundle = dict[str, str]
 
-_CODE = re.compile(r"(```.*?(?:```|\Z)|~~~.*?(?:~~~|\Z)|`[^`\n]*`)", re.S)
 _HEADING = re.compile(r"^(#{1,6})(\s)", re.M)
 # A dunder name, perhaps dotted (object.__getattr__), not inside a URL or a word.
 _DUNDER = re.compile(r"(?<![\w/#.`\\])((?:[A-Za-z_]\w*\.)*__[A-Za-z]\w*?__(?:\(\))?)(?![\w`])")
@@ -83,12 +84,7 @@ def answer_text(text: str, *, demote: int = 2) -> str:
     Its headings go ``demote`` levels down (a report's ``##`` must not read like the notebook's
     own sections) and dunder names outside code (``__getattr__``) become code, not bold.
     """
-    parts = _CODE.split(text)
-    # re.split with one group alternates prose (even indexes) and code (odd indexes).
-    return "".join(
-        part if index % 2 else _DUNDER.sub(r"`\1`", _demoted(part, demote))
-        for index, part in enumerate(parts)
-    )
+    return outside_code(text, lambda prose: _DUNDER.sub(r"`\1`", _demoted(prose, demote)))
 
 
 def _demoted(text: str, levels: int) -> str:
@@ -150,7 +146,8 @@ def answer_markdown(
         parts.append(f"<sub>Searched for: {html.escape(answer.reformulated_query)}</sub>")
     if answer.thinking:
         parts.append(
-            f"<details><summary>Thinking</summary>\n\n{quote_block(answer.thinking)}\n\n</details>"
+            "<details><summary>Thinking</summary>\n\n"
+            f"{quote_block(defuse(answer.thinking))}\n\n</details>"
         )
     parts.append(linked_text(answer_text(answer.text), answer.sources))
     parts.append(notes_markdown(answer.notes))
@@ -263,7 +260,7 @@ def streaming_bundle(
             status = "Thinking"
     clock = f" · {elapsed:.1f} s" if elapsed is not None else ""
     line = f"<sub>⏳ {status}…{clock}</sub>"
-    body = f"{text}▌" if text else ""
+    body = f"{defuse(text)}▌" if text else ""
     return {
         "text/markdown": f"{line}\n\n{body}" if body else line,
         "text/plain": text or f"{status}…",
@@ -293,7 +290,7 @@ def conversation_bundle(conversation: Conversation) -> Bundle:
             else ""
         )
         if message.role == "user":
-            parts.append(f"**🧑 Question**{stamp}\n\n{quote_block(message.content)}")
+            parts.append(f"**🧑 Question**{stamp}\n\n{quote_block(defuse(message.content))}")
         elif message.role == "assistant":
             sources = list(message.sources or [])
             model = f" <sub>{html.escape(message.model)}</sub>" if message.model else ""
