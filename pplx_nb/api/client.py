@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import ssl
-from collections.abc import AsyncGenerator, Callable, Generator
+from collections.abc import AsyncGenerator, Callable, Generator, Mapping
 from contextlib import aclosing
 from types import TracebackType
 from typing import Any
@@ -32,7 +32,7 @@ from pplx_nb._errors import (
 )
 from pplx_nb._logging import get_logger
 from pplx_nb._models import Answer
-from pplx_nb._pricing import estimate_cost
+from pplx_nb._pricing import Price, finite_cost, storable_cost
 from pplx_nb._sync import iterate_sync, run_sync
 from pplx_nb._web_results import WebResults
 from pplx_nb.api._activity import Activity
@@ -357,11 +357,21 @@ class AsyncClient:
 
     async def _priced(self, answer: Answer, model: str) -> Answer:
         """``answer`` with its cost estimated from the model prices when the API reported
-        usage but no cost (an answer without usage keeps its cost unknown)."""
-        if answer.cost is None and answer.usage is not None:
-            answer.cost = estimate_cost(
-                answer.model or model, answer.usage, await self.prices.get()
-            )
+        usage but no cost (an answer without usage keeps its cost unknown).
+
+        Never raises: the answer is paid for by now. A reported cost that is not a finite
+        number is estimated instead; prices that cannot be read give way to the static table,
+        and an estimate that cannot be made leaves the cost unknown.
+        """
+        if answer.cost is not None and finite_cost(answer.cost):
+            return answer
+        prices: Mapping[str, Price] = {}
+        if answer.usage is not None:
+            try:
+                prices = await self.prices.get()
+            except Exception as exc:
+                logger.warning("Model prices unreadable (%s); using the static table", exc)
+        answer.cost = storable_cost(answer.cost, answer.model or model, answer.usage, prices)
         return answer
 
     async def _models_body(self, timeout: float) -> bytes:
