@@ -7,13 +7,13 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pplx_nb._models import JobStatus
 
-__all__ = ["cancel_facts", "cancel_outcome"]
+__all__ = ["cancel_facts", "cancel_outcome", "cancelled_now"]
 
 
 def cancel_facts(status: JobStatus | None) -> dict[str, Any]:
     """``remoteCancelled`` (None when no run was asked to stop) and ``costUnknown`` of a status
     returned by ``Researcher.cancel``."""
-    result = ((status.model_extra or {}).get("result") if status else None) or {}
+    result = _result(status) if status else {}
     remote = result.get("remoteCancelled")
     return {
         "remoteCancelled": remote if isinstance(remote, bool) else None,
@@ -21,10 +21,33 @@ def cancel_facts(status: JobStatus | None) -> dict[str, Any]:
     }
 
 
+def cancelled_now(status: JobStatus | None) -> bool:
+    """Whether the cancel that returned ``status`` cancelled the research (not one that had
+    ended before it, a cancelled one included)."""
+    return (
+        status is not None
+        and status.status == "cancelled"
+        and not _result(status).get("alreadyEnded")
+    )
+
+
 def cancel_outcome(conversation_id: str, status: JobStatus | None) -> str:
     """One or two sentences: what the cancel of ``conversation_id``'s research did."""
     if status is None:
         return f"Conversation {conversation_id} has no research job: there was nothing to cancel."
+    if status.status == "completed":
+        cost = _result(status).get("cost")
+        paid = f"${cost:.4f}" if isinstance(cost, int | float) else "its cost is unknown"
+        return (
+            f"The research of conversation {conversation_id} had already finished: its report "
+            f"is stored ({paid}). Nothing was cancelled."
+        )
+    if status.status == "cancelled" and not cancelled_now(status):
+        when = f" at {status.completed_at}" if status.completed_at else ""
+        return (
+            f"The research of conversation {conversation_id} was already cancelled{when}: "
+            "nothing was sent now."
+        )
     if status.status != "cancelled":
         return (
             f"The research of conversation {conversation_id} had already ended "
@@ -46,3 +69,8 @@ def cancel_outcome(conversation_id: str, status: JobStatus | None) -> str:
     else:
         said += " It had not started a run: nothing was billed."
     return said
+
+
+def _result(status: JobStatus) -> dict[str, Any]:
+    result = (status.model_extra or {}).get("result")
+    return result if isinstance(result, dict) else {}

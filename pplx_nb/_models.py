@@ -190,15 +190,19 @@ def closing_turn(
     message: str | None = None,
     *,
     cost_unknown: bool = False,
+    job_id: str | None = None,
 ) -> Message:
     """The assistant turn that closes a question left without an answer, saying why.
 
     ``code`` and ``message`` are the error that ended it, if any (``message`` must already be
     free of secrets: it is stored). ``cost_unknown``: a run was started for it and reported no
-    cost; a SUBMISSION_UNKNOWN failure counts as one (it may have been billed).
+    cost; a SUBMISSION_UNKNOWN failure counts as one (it may have been billed). ``job_id``
+    names the job that ended without an answer (``closesJob``): a report its run delivers
+    after all takes this turn's place.
     """
     reason = _NOT_ANSWERED[state] + (f" ({code})" if code else "")
     unknown = cost_unknown or code == "SUBMISSION_UNKNOWN"
+    tagged = {"closesJob": job_id} if job_id else {}
     return Message(
         role="assistant",
         content=f"This question was not answered: {reason}. Ask it again to get an answer.",
@@ -206,6 +210,7 @@ def closing_turn(
         unanswered=Unanswered(
             state=state, code=code, message=message, cost_unknown=True if unknown else None
         ),
+        **tagged,
     )
 
 

@@ -9,12 +9,21 @@ servers that still speak it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import NamedTuple
 
 from pplx_nb._models import Cost, Usage
 
-__all__ = ["PRICES", "TOOL_FEES", "Price", "estimate_cost", "price_for"]
+__all__ = [
+    "PRICES",
+    "TOOL_FEES",
+    "Price",
+    "estimate_cost",
+    "finite_cost",
+    "price_for",
+    "safe_estimate",
+]
 
 
 class Price(NamedTuple):
@@ -120,3 +129,48 @@ def estimate_cost(
         tool_calls_cost=round(sum(tool_costs.values()), 6) if tool_costs else None,
         tool_costs=tool_costs or None,
     )
+
+
+def finite_cost(cost: Cost) -> bool:
+    """Whether every amount in ``cost`` is a finite number: what a conversation can store
+    (JSON has no NaN or Infinity)."""
+    amounts = [
+        cost.input_cost,
+        cost.output_cost,
+        cost.request_cost,
+        cost.total_cost,
+        cost.cache_read_cost,
+        cost.cache_creation_cost,
+        cost.tool_calls_cost,
+        *(cost.tool_costs or {}).values(),
+    ]
+    return all(amount is None or math.isfinite(amount) for amount in amounts)
+
+
+def safe_estimate(
+    model: str | None, usage: Usage | None, prices: Mapping[str, Price] | None = None
+) -> Cost | None:
+    """:func:`estimate_cost` that never fails: with ``prices``, else with the static table;
+    ``None`` (the cost is unknown) when neither gives a finite cost. An answer is paid for
+    whatever its estimate does, so nothing here may keep it from being stored."""
+    for table in (prices, None) if prices else (None,):
+        try:
+            cost = estimate_cost(model, usage, table)
+        except (ArithmeticError, ValueError, TypeError):
+            continue
+        if finite_cost(cost):
+            return cost
+    return None
+
+
+def storable_cost(
+    reported: Cost | None,
+    model: str | None,
+    usage: Usage | None,
+    prices: Mapping[str, Price] | None = None,
+) -> Cost | None:
+    """The cost to keep for an answer: ``reported`` by the API when it is finite, else the
+    :func:`safe_estimate` from ``usage``; ``None`` (unknown) without usage. Never raises."""
+    if reported is not None and finite_cost(reported):
+        return reported
+    return None if usage is None else safe_estimate(model, usage, prices)

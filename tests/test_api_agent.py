@@ -43,6 +43,7 @@ AGENT_FIELDS = {
     "reasoning",
     "response_format",
     "background",
+    "store",
     "previous_response_id",
     "metadata",
     "max_steps",
@@ -442,6 +443,10 @@ def test_background_submit_and_poll_states() -> None:
     assert call.body is not None
     body = json.loads(call.body)
     assert body["background"] is True and body["preset"] == "medium"
+    assert body["store"] is True, "a run that is not stored cannot be polled"
+    for model, stored in (("sonar-deep-research", True), ("sonar-pro", False)):
+        streamed = json.loads(ADAPTER.chat(question(), model, stream=True).body or b"")
+        assert streamed.get("store", False) is stored, "a paid stream can be read back by id"
     assert ADAPTER.submitted(json.dumps(response("queued", output=[])).encode()) == "resp_1"
     assert ADAPTER.poll("resp_1").path == "/v1/responses/resp_1"
     assert ADAPTER.polled(json.dumps(response("in_progress", output=[])).encode()) is None

@@ -216,6 +216,23 @@ def test_a_job_cancelled_after_its_run_was_submitted_records_its_cost_as_unknown
         assert cancelled.remote_id == submitted.remote_id  # the canceller stops that run
 
 
+def test_a_cancelled_job_whose_run_had_finished_completes_with_its_result() -> None:
+    status, _ = claimed()
+    submitted = t.record_remote_id(t.begin_submission(status, T1), "resp_1", T1)
+    cancelled = t.cancel(submitted, T2)
+    finished = t.finish_cancelled(cancelled, {"tokens": 15, "cost": 0.0126}, T3)
+    assert finished.status == "completed" and finished.completed_at == T3
+    assert (finished.model_extra or {})["result"] == {
+        "tokens": 15,
+        "cost": 0.0126,
+        "finishedBeforeCancel": True,
+    }
+    assert finished.progress is not None and finished.progress.elapsed_ms == 3000
+    assert finished.remote_id == "resp_1"
+    for other in (status, queued(), finished):
+        assert t.finish_cancelled(other, {"cost": 1.0}, T3) is other
+
+
 def test_the_retry_policy_counts_retries_after_the_first_attempt() -> None:
     error = APIServerError("x")
     assert [t.retryable(error, attempt, 2) for attempt in (1, 2, 3)] == [True, True, False]

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import redis
 
-from pplx_nb import ConversationStore, Settings
+from pplx_nb import ConversationStore, Message, Settings
 from pplx_nb._errors import (
     APIKeyInvalid,
     APIServerError,
@@ -573,3 +573,74 @@ def test_job_states_answer_for_a_batch_with_none_for_no_job_and_a_damaged_one(
     assert queue.job_states(ids) == [None, "pending", "in_progress", None]
     assert queue.job_states(ids) == [queue.job_state(cid) for cid in ids]
     assert queue.job_states([]) == []
+
+
+def _running_research(world: World, queue: JobQueue) -> tuple[ConversationStore, Job]:
+    store = world.store()
+    cid = store.create([{"role": "user", "content": "Describe the json module"}]).conversation_id
+    queue.enqueue(cid, "perplexity_deep_research", {})
+    job = queue.claim("w")
+    assert job is not None
+    return store, job
+
+
+def _report(job: Job) -> dict[str, Any]:
+    return {
+        "role": "assistant",
+        "content": "the report",
+        "jobId": job.job_id,
+        "usage": {"promptTokens": 10, "completionTokens": 5, "totalTokens": 15},
+        "cost": {"totalCost": 0.0126},
+    }
+
+
+def test_a_cancel_after_the_worker_stored_its_answer_completes_the_job(world: World) -> None:
+    """The worker stored the report and was about to say so when the cancel came: the job is
+    completed with its cost, its question is not closed a second time."""
+    queue = world.queue()
+    store, job = _running_research(world, queue)
+    store.append(job.conversation_id, _report(job), check=JobContext(queue, job).check_owner)
+    status = queue.cancel(job.conversation_id)
+    assert status is not None and status.status == "completed"
+    assert (status.model_extra or {})["result"] == {"tokens": 15, "cost": 0.0126}
+    assert world.parts(job.conversation_id) == {"status.json"}
+    assert [m.role for m in store.load(job.conversation_id).messages] == ["user", "assistant"]
+    with pytest.raises(LeaseLost, match="completed"):
+        queue.complete(job)
+
+
+def test_a_late_report_completes_its_cancelled_job_once_in_place_of_the_notice(
+    world: World,
+) -> None:
+    queue = world.queue()
+    store, job = _running_research(world, queue)
+    cid = job.conversation_id
+
+    def late() -> bool:
+        return store.answer_closed(
+            cid,
+            Message.model_validate(_report(job)),
+            job.job_id,
+            check=lambda document: queue.check_cancelled(cid, job.job_id, document),
+            then=lambda: queue.finish_cancelled_locked(cid, job.job_id),
+        )
+
+    with pytest.raises(LeaseLost, match="in_progress"):
+        late()  # a running job's report goes through its worker, fenced by its lease
+    cancelled = queue.cancel(cid)
+    assert cancelled is not None and cancelled.status == "cancelled"
+    closing = store.load(cid).messages[-1]
+    assert closing.unanswered is not None and closing.model_extra == {"closesJob": job.job_id}
+    assert late()
+    status = queue.status(cid)
+    assert status is not None and status.status == "completed"
+    result = (status.model_extra or {})["result"]
+    assert result == {"tokens": 15, "cost": 0.0126, "finishedBeforeCancel": True}
+    assert status.progress is not None and status.progress.percentage == 100
+    assert [m.content for m in store.load(cid).messages] == [
+        "Describe the json module",
+        "the report",
+    ]
+    with pytest.raises(LeaseLost, match="completed"):
+        late()
+    assert len(store.load(cid).messages) == 2

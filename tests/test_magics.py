@@ -910,7 +910,10 @@ def test_pplx_cancel_stops_the_last_research_with_one_line_and_followups_go_on(
             followup = Run(shell, "%pplx_followup what does asyncio.Task.cancel do?")
             assert isinstance(followup.result, Answer) and followup.result.text
             ended = Run(shell, f"%pplx_cancel {cid}")
-            assert "cancelled" in ended.last["text/plain"]
+            again = ended.last["text/plain"]
+            assert f"conversation {cid} was already cancelled at " in again
+            assert "nothing was sent" in again and "stop" not in again
+            assert "🚫" not in ended.last["text/html"]
             none = Run(shell, "%pplx_cancel 20250124-1706102400123")
             assert "CONVERSATION_NOT_FOUND" in none.last["text/html"]
             # Every run started was cancelled (by the magic, or by the worker if the run's id

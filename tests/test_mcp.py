@@ -1081,8 +1081,12 @@ def test_cancel_deep_research_stops_a_running_job_and_the_conversation_goes_on(
             "perplexity_search_followup", {"conversationId": cid, "query": "What is trio?"}
         )
         assert not followup.is_error, _text(followup)
-        again = _data(mcp.call("cancel_deep_research", {"conversationId": cid}))
+        repeated = mcp.call("cancel_deep_research", {"conversationId": cid})
+        again = _data(repeated)
         assert again["status"] == "cancelled" and again["remoteCancelled"] is None
+        assert again["cancelled"] is False and "was already cancelled at" in again["message"]
+        assert _text(repeated).startswith("ℹ️ **Nothing to cancel**")
+        assert "asked to stop" not in again["message"]
         plain = _data(mcp.call("perplexity_search", {"query": "What is a coroutine?"}))
         none = mcp.call("cancel_deep_research", {"conversationId": plain["conversationId"]})
         assert not none.is_error and _data(none)["status"] is None

@@ -3,6 +3,7 @@ the API (counted at the simulator); the conversation takes follow-ups afterwards
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -14,8 +15,11 @@ import pytest
 from conftest import TEST_KEY
 
 from pplx_nb import Researcher, Settings
-from pplx_nb._errors import ConversationNotFound, ValidationError
+from pplx_nb._cancel import cancel_outcome, cancelled_now
+from pplx_nb._errors import ConversationNotFound, LeaseLost, ValidationError
 from pplx_nb._models import Answer, JobStatus
+from pplx_nb.jobs import JobContext
+from pplx_nb.research._progress import FINALIZING
 from pplx_nb.sim import inject_faults, serve, stats
 
 QUESTION = "Compare asyncio and trio cancellation"
@@ -193,3 +197,157 @@ def test_a_run_submitted_while_its_job_is_cancelled_is_cancelled_by_the_worker(
         stored = r.status(cid)
     assert stored is not None and stored.status == "cancelled" and stored.remote_id is None
     assert stats(slow_sim)["background_runs"] == 1
+
+
+@pytest.fixture(params=["files", "redis"])
+def where(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """Where conversations and jobs live: the logs folder, or a real Redis (``store_url``)."""
+    if request.param == "files":
+        return {}
+    return {"store_url": request.getfixturevalue("redis_url")}
+
+
+@pytest.fixture
+def quick_sim() -> Iterator[str]:
+    """A simulator whose deep research ends in half a second."""
+    with serve(latency_ms=0, deep_research_seconds=0.5) as url:
+        yield url
+
+
+def _queued(researcher: Researcher) -> str:
+    """The conversation of a deep research just queued."""
+    job = researcher.deep_research(QUESTION, wait=False)
+    assert isinstance(job, JobStatus)
+    return job.conversation_id
+
+
+def _finished_run(url: str, researcher: Researcher, cid: str) -> str:
+    """The id of the job's run, once the API reports it completed (billed, report ready)."""
+    running = _until(lambda: (s := researcher.status(cid)) and s.remote_id and s, "the run's id")
+    remote_id = str(running.remote_id)
+    _until(lambda: _run_phase(url, remote_id) == "completed", "the run to finish at the API")
+    return remote_id
+
+
+def _report_of(researcher: Researcher, cid: str) -> list[tuple[str, bool, bool]]:
+    """Each message as (role, is a job's answer, closes a question unanswered)."""
+    return [
+        (m.role, bool((m.model_extra or {}).get("jobId")), m.unanswered is not None)
+        for m in researcher.history(cid).messages
+    ]
+
+
+def test_a_cancel_that_comes_after_the_run_finished_stores_its_report_once(
+    quick_sim: str, logs_dir: Path, where: dict[str, Any]
+) -> None:
+    """The run completed (and was billed) while its worker's read of it was held up: the
+    API refuses the cancel, so the canceller reads the run and stores its report, says so
+    with its cost, and the worker, once it gets there, stores nothing twice."""
+    inject_faults(quick_sim, {"hang": 6, "path": "/v1/responses/resp_"})
+    with Researcher(_settings(quick_sim, logs_dir, **where), async_deep_research=True) as r:
+        cid = _queued(r)
+        _finished_run(quick_sim, r, cid)
+        assert (before := r.status(cid)) is not None and before.status == "in_progress"
+        outcome = r.cancel(cid)
+        assert outcome is not None and outcome.status == "completed"
+        result = (outcome.model_extra or {})["result"]
+        assert result["finishedBeforeCancel"] is True and result["alreadyEnded"] is True
+        said = cancel_outcome(cid, outcome)
+        assert "had already finished: its report is stored ($0.0" in said
+        assert not cancelled_now(outcome)
+        time.sleep(3)  # the worker's held-up read and heartbeats have come and gone
+        answer = r.wait(cid, timeout=10)
+        stored = r.status(cid)
+        messages = _report_of(r, cid)
+        again = r.cancel(cid)
+    assert messages == [("user", False, False), ("assistant", True, False)]
+    assert answer.cost is not None and answer.cost.total_cost == result["cost"] > 0
+    assert stored is not None and stored.status == "completed"
+    assert again is not None and "Nothing was cancelled" in cancel_outcome(cid, again)
+    billed = stats(quick_sim)
+    assert billed["background_runs"] == 1 and billed["generations"] == 1
+    assert billed["cancels"] == 0
+
+
+def test_the_worker_keeps_a_finished_runs_report_in_place_of_the_cancel_notice(
+    quick_sim: str, logs_dir: Path, where: dict[str, Any]
+) -> None:
+    """The canceller cannot reach the API, so it records the job cancelled and closes its
+    question; the conversation takes a follow-up. The worker then notices the cancel, finds
+    the run had finished, and its report takes the notice's place: nothing paid is dropped."""
+    inject_faults(quick_sim, {"hang": 8, "path": "/v1/responses/resp_"})
+    inject_faults(quick_sim, {"hang": 3, "path": "/cancel"})  # the worker's cancel: slow
+    worker_side = Researcher(_settings(quick_sim, logs_dir, **where), async_deep_research=True)
+    offline = _settings("http://127.0.0.1:9", logs_dir, max_retries=0, timeout_ms=1_000, **where)
+    with worker_side, Researcher(offline, async_deep_research=False) as canceller:
+        cid = _queued(worker_side)
+        _finished_run(quick_sim, worker_side, cid)
+        cancelled = canceller.cancel(cid)
+        assert cancelled is not None and cancelled.status == "cancelled"
+        assert (cancelled.model_extra or {})["result"]["remoteCancelled"] is False
+        assert _closed_as_cancelled(canceller, cid)
+        worker_side.followup(cid, "What does asyncio.Task.cancel do?")
+        _until(lambda: (s := canceller.status(cid)) and s.status == "completed", "the report")
+        stored = canceller.status(cid)
+        messages = _report_of(canceller, cid)
+    assert messages == [
+        ("user", False, False),
+        ("assistant", True, False),
+        ("user", False, False),
+        ("assistant", False, False),
+    ]
+    assert stored is not None and (stored.model_extra or {})["result"]["finishedBeforeCancel"]
+    billed = stats(quick_sim)
+    assert billed["background_runs"] == 1 and billed["cancels"] == 0
+
+
+class _CancelledWhileStoring(JobContext):
+    """A job context whose job is cancelled right after the worker reports it is finalizing:
+    the cancel lands between the run's completion and the storing of its report."""
+
+    async def report(self, percentage: int, message: str) -> None:
+        await super().report(percentage, message)
+        if (percentage, message) == FINALIZING:
+            self._queue.cancel(self.job.conversation_id)
+
+
+def test_a_report_the_worker_holds_when_its_job_is_cancelled_is_stored_not_dropped(
+    quick_sim: str, logs_dir: Path, where: dict[str, Any]
+) -> None:
+    with Researcher(_settings(quick_sim, logs_dir, **where), async_deep_research=False) as r:
+        cid = _queued(r)
+        queue = r._jobs.queue
+        claimed = queue.claim("test-worker")
+        assert claimed is not None
+        context = _CancelledWhileStoring(queue, claimed)
+        with pytest.raises(LeaseLost):
+            asyncio.run(r._deep(claimed, context))
+        stored = r.status(cid)
+        messages = _report_of(r, cid)
+        answer = r.wait(cid, timeout=5)
+    assert stored is not None and stored.status == "completed"
+    assert (stored.model_extra or {})["result"]["finishedBeforeCancel"] is True
+    assert messages == [("user", False, False), ("assistant", True, False)]
+    assert answer.text and answer.cost is not None
+    billed = stats(quick_sim)
+    assert billed["background_runs"] == 1 and billed["cancels"] == 0
+
+
+def test_cancelling_twice_says_the_job_was_already_cancelled_and_sends_nothing(
+    slow_sim: str, logs_dir: Path
+) -> None:
+    with Researcher(_settings(slow_sim, logs_dir), async_deep_research=True) as r:
+        cid = _queued(r)
+        _until(lambda: (s := r.status(cid)) and s.remote_id, "the run's id")
+        first = r.cancel(cid)
+        assert first is not None and cancelled_now(first)
+        assert f"Its run {first.remote_id} was stopped at the API" in cancel_outcome(cid, first)
+        time.sleep(1)  # the worker has noticed and stopped: nothing of it is still sending
+        requests = sum(stats(slow_sim)["requests"].values())
+        second = r.cancel(cid)
+        sent = sum(stats(slow_sim)["requests"].values()) - requests
+    assert second is not None and second.status == "cancelled" and not cancelled_now(second)
+    said = cancel_outcome(cid, second)
+    assert said.startswith(f"The research of conversation {cid} was already cancelled at ")
+    assert "nothing was sent" in said and "stop" not in said
+    assert sent == 0 and stats(slow_sim)["cancels"] == 1

@@ -33,7 +33,7 @@ from pplx_nb._errors import (
 from pplx_nb._models import Answer, JobStatus
 from pplx_nb.jobs import JobQueue, Worker
 from pplx_nb.research import job_runner
-from pplx_nb.sim import stats
+from pplx_nb.sim import inject_faults, stats
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -139,6 +139,53 @@ def test_a_lost_reply_to_a_blocking_deep_research_is_not_sent_again(
     assert isinstance(report, Answer) and report.conversation_id == cid
     assert _answers(r, cid) == [report.text]
     assert _billed(sim_url)[0] == 2
+
+
+def test_a_blocking_deep_research_whose_stream_breaks_is_read_back_not_paid_again(
+    settings: Settings, sim_url: str
+) -> None:
+    """The stream is cut after the API named the run (``response.created``): the rest of the
+    run is read by its id (its events after the last one seen), the report is stored once,
+    and the research is not sent again."""
+    inject_faults(sim_url, {"disconnect_after": 3, "path": "/v1/agent"})
+    with Researcher(settings) as r:
+        answer = r.deep_research("Describe the json module", wait=True)
+        assert isinstance(answer, Answer) and answer.text and answer.cost is not None
+        assert _answers(r, answer.conversation_id or "") == [answer.text]
+    counters = stats(sim_url)
+    assert counters["requests"]["POST /v1/agent"] == 1 and counters["generations"] == 1
+    assert counters["requests"]["GET /v1/responses/{id}"] == 1
+
+
+def test_a_broken_deep_research_stream_the_api_will_not_resume_is_polled_by_its_id(
+    settings: Settings, sim_url: str
+) -> None:
+    inject_faults(sim_url, {"disconnect_after": 3, "path": "/v1/agent"})
+    inject_faults(sim_url, {"status": 400, "path": "/v1/responses/"})  # no stream of it again
+    with Researcher(settings) as r:
+        answer = r.deep_research("Describe the json module", wait=True)
+        assert isinstance(answer, Answer) and answer.text
+        assert _answers(r, answer.conversation_id or "") == [answer.text]
+    counters = stats(sim_url)
+    assert counters["requests"]["POST /v1/agent"] == 1 and counters["generations"] == 1
+    assert counters["requests"]["GET /v1/responses/{id}"] >= 2
+
+
+def test_a_broken_deep_research_stream_whose_run_is_unknown_is_submission_unknown(
+    settings: Settings, sim_url: str
+) -> None:
+    """The API does not know the run (404: not stored, or expired): its outcome is unknown,
+    so it is never sent again, and the error names the run to look for."""
+    inject_faults(sim_url, {"disconnect_after": 3, "path": "/v1/agent"})
+    inject_faults(sim_url, {"status": 404, "path": "/v1/responses/", "times": 2})
+    with Researcher(settings) as r:
+        with pytest.raises(SubmissionUnknown, match=r"its run resp_\w+ could not be read back"):
+            r.deep_research("Describe the json module", wait=True)
+        (summary,) = r.conversations()
+        closing = r.history(summary.conversation_id).messages[-1].unanswered
+    assert closing is not None and closing.code == "SUBMISSION_UNKNOWN"
+    counters = stats(sim_url)
+    assert counters["requests"]["POST /v1/agent"] == 1 and counters["generations"] == 1
 
 
 def test_a_submission_refused_before_it_reached_the_api_is_sent_again(

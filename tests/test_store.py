@@ -32,7 +32,7 @@ from pplx_nb import (
     Usage,
     ValidationError,
 )
-from pplx_nb._models import JobState
+from pplx_nb._models import JobState, closing_turn
 from pplx_nb.jobs import JobContext, JobQueue
 
 DATA = Path(__file__).parent / "data"
@@ -560,6 +560,66 @@ def test_the_header_summary_stays_out_of_loaded_conversations(store: Conversatio
     assert "pplxSummary" not in store.read_raw(cid)
     with pytest.raises(ValidationError, match="set by the store"):
         store.create([user("x")], pplx_summary={"tools": []})
+
+
+def test_a_late_report_takes_the_place_of_its_cancelled_jobs_closing_turn(
+    store: ConversationStore,
+) -> None:
+    """The job's question was closed when it was cancelled and the conversation moved on; the
+    report its run delivered after all replaces the notice, in place, once."""
+    cid = store.create([user("Compare trio and asyncio")]).conversation_id
+    assert store.close_question(cid, closing_turn("cancelled", job_id="job-1"))
+    store.append(cid, user("What is trio?"), assistant("A library.", tool="perplexity_search"))
+    report = assistant(
+        "The report.", tool="perplexity_deep_research", model="m/deep", jobId="job-1"
+    )
+    seen: list[bytes] = []
+    assert store.answer_closed(cid, report, "job-1", check=seen.append)
+    assert b"closesJob" in seen[0]
+    loaded = store.load(cid)
+    assert [m.content for m in loaded.messages] == [
+        "Compare trio and asyncio",
+        "The report.",
+        "What is trio?",
+        "A library.",
+    ]
+    assert loaded.messages[1].model_extra == {"jobId": "job-1"} and loaded.message_count == 4
+    (summary,) = store.list()
+    assert summary.message_count == 4 and "m/deep" in summary.models
+    assert set(summary.tools) == {"perplexity_search", "perplexity_deep_research"}
+    assert not store.answer_closed(cid, report, "job-1"), "stored once"
+    assert len(store.load(cid).messages) == 4
+
+
+def test_a_late_report_is_put_back_when_its_step_fails_and_refused_when_misplaced(
+    store: ConversationStore,
+) -> None:
+    cid = store.create([user("Compare trio and asyncio")]).conversation_id
+    store.close_question(cid, closing_turn("cancelled", job_id="job-1"))
+    report = assistant("The report.", jobId="job-1")
+
+    def fails() -> None:
+        raise FilesystemError("the job side refused")
+
+    with pytest.raises(FilesystemError):
+        store.answer_closed(cid, report, "job-1", then=fails)
+    with pytest.raises(ValidationError):
+        store.answer_closed(cid, report, "job-1", check=lambda _: fails_check())
+    closing = store.load(cid).messages[-1]
+    assert closing.unanswered is not None and closing.model_extra == {"closesJob": "job-1"}
+    assert not store.answer_closed(cid, report, "another-job"), "not its closing turn"
+    other = store.create([user("Is the question still open?")]).conversation_id
+    assert store.answer_closed(other, report, "job-1"), "an open question takes it"
+    assert [m.content for m in store.load(other).messages][-1] == "The report."
+    third = store.create([user("Being answered?")]).conversation_id
+    with store.locked(third):
+        store.mark_answering(third, 60)
+    assert not store.answer_closed(third, report, "job-1"), "another answer is on its way"
+    assert len(store.load(third).messages) == 1
+
+
+def fails_check() -> None:
+    raise ValidationError("refused")
 
 
 def test_a_summary_file_of_earlier_versions_is_removed_on_the_next_write(

@@ -18,6 +18,8 @@ from typing import Any
 import pytest
 import redis
 from test_store import (  # noqa: F401 - collected again here, on Redis
+    test_a_late_report_is_put_back_when_its_step_fails_and_refused_when_misplaced,
+    test_a_late_report_takes_the_place_of_its_cancelled_jobs_closing_turn,
     test_appended_conversation_behaves_like_a_loaded_one,
     test_create_assigns_a_dated_millisecond_id_and_stores_the_messages,
     test_empty_conversation_accepts_appends,

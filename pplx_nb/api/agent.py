@@ -29,11 +29,13 @@ from pplx_nb.api._adapter import (
 from pplx_nb.api._names import PRESETS, SONAR_TO_AGENT, agent_target
 from pplx_nb.api._sse import Event
 from pplx_nb.api._text import RELATED_INSTRUCTION, DeltaFilter, split_related, split_think
-from pplx_nb.api.request import Request
+from pplx_nb.api.request import Request, is_deep_research
 
 __all__ = ["PRESETS", "SONAR_TO_AGENT", "AgentAdapter", "AgentStream", "agent_target"]
 
 _PENDING = frozenset({"queued", "in_progress"})
+_SNAPSHOTS = frozenset({"response.created", "response.in_progress"})
+"""Events whose ``response`` snapshot names the run before it ends."""
 _ITEMS = frozenset({"message", "search_results"})
 _EVENTS = frozenset(
     {
@@ -286,6 +288,8 @@ class AgentStream:
     The ``response.reasoning.*`` events on the way become :attr:`activity` (what the run is
     doing); :attr:`sequence` is the last ``sequence_number`` seen, where a resumed stream
     picks up. An event at or below it (sent again after a resume) is skipped.
+    :attr:`response_id` is the run's id once an event has named it (``response.created``):
+    a stream cut after that can be read back by id.
     """
 
     def __init__(self, *, related: bool, model: str = "") -> None:
@@ -296,6 +300,7 @@ class AgentStream:
         self._final: _Response | None = None
         self._log = ActivityLog()
         self.sequence: int | None = None
+        self.response_id: str | None = None
 
     @property
     def activity(self) -> Activity | None:
@@ -312,6 +317,9 @@ class AgentStream:
         if kind.startswith("response.reasoning."):
             self._log.reasoning(kind, event.data)
             return ""
+        if kind in _SNAPSHOTS and self.response_id is None:
+            snapshot = read_wire(_Event, event.data, "a stream event").response
+            self.response_id = snapshot.id if snapshot is not None else None
         if kind not in _EVENTS:
             return ""
         data = read_wire(_Event, event.data, "a stream event")
@@ -383,10 +391,13 @@ class AgentAdapter:
         return body
 
     def chat(self, request: Request, model: str, *, stream: bool) -> Call:
-        """``POST /v1/agent``."""
+        """``POST /v1/agent``; a streamed deep research is stored (``store: true``), so that
+        a stream cut after the run started can be read back by its id."""
         body = self._body(request, model)
         if stream:
             body["stream"] = True
+            if is_deep_research(model):
+                body["store"] = True
         return Call("POST", "/v1/agent", encode(body))
 
     def parse(self, raw: bytes, request: Request, model: str) -> Answer:
@@ -406,9 +417,11 @@ class AgentAdapter:
         return AgentStream(related=related)
 
     def submit(self, request: Request, model: str) -> Call:
-        """``POST /v1/agent`` with ``background: true``."""
+        """``POST /v1/agent`` with ``background: true`` and ``store: true`` (a run that is
+        not stored cannot be polled)."""
         body = self._body(request, model)
         body["background"] = True
+        body["store"] = True
         return Call("POST", "/v1/agent", encode(body))
 
     def submitted(self, raw: bytes) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import ssl
-from collections.abc import AsyncGenerator, Callable, Generator
+from collections.abc import AsyncGenerator, Callable, Generator, Mapping
 from contextlib import aclosing
 from types import TracebackType
 from typing import Any
@@ -32,11 +32,11 @@ from pplx_nb._errors import (
 )
 from pplx_nb._logging import get_logger
 from pplx_nb._models import Answer
-from pplx_nb._pricing import estimate_cost
+from pplx_nb._pricing import Price, finite_cost, storable_cost
 from pplx_nb._sync import iterate_sync, run_sync
 from pplx_nb._web_results import WebResults
 from pplx_nb.api._activity import Activity
-from pplx_nb.api._adapter import Adapter, Call
+from pplx_nb.api._adapter import Adapter, Call, StreamParser
 from pplx_nb.api._body import paced_lines, read_capped
 from pplx_nb.api._failures import (
     from_status,
@@ -45,7 +45,7 @@ from pplx_nb.api._failures import (
 )
 from pplx_nb.api._sse import Event, events
 from pplx_nb.api._throttle import RateLimitHeaders, throttle_for
-from pplx_nb.api.agent import AgentAdapter
+from pplx_nb.api.agent import AgentAdapter, AgentStream
 from pplx_nb.api.cache import ResponseCache, cache_key
 from pplx_nb.api.endpoint import resolve_endpoint
 from pplx_nb.api.models import ModelPrices, prices_path
@@ -190,8 +190,10 @@ class AsyncClient:
         ``PERPLEXITY_TIMEOUT`` ends with TIMEOUT_ERROR (keep-alive comments are not progress).
         A failure before the first delta is retried like any request (a deep-research answer
         only when it provably never reached the API); a stream that breaks after text was
-        yielded raises NetworkError rather than returning a truncated answer, and a paid one
-        whose outcome is unknown raises SubmissionUnknown.
+        yielded raises NetworkError rather than returning a truncated answer. A paid stream
+        (deep research, stored) that breaks after the API named its run is read back by that id
+        — its events after the last one seen, else its state — never sent again; one that
+        breaks before, or whose run cannot be read back, raises SubmissionUnknown.
         """
         model = request.model or self.settings.model
         call = self._adapter.chat(request, model, stream=True)
@@ -202,9 +204,10 @@ class AsyncClient:
         retries = 0
         while True:
             yielded = False
+            parser = self._adapter.stream_parser(request, model)
             await self.throttle.admit(self._what(call), deadline - loop.time())
             try:
-                attempt = self._stream_once(call, request, model, deadline, retries, on_activity)
+                attempt = self._stream_once(call, parser, deadline, retries, on_activity)
                 async with aclosing(attempt) as items:
                     async for item in items:
                         yielded = yielded or isinstance(item, str)
@@ -212,11 +215,26 @@ class AsyncClient:
                 return
             except APIError as error:
                 if paid and outcome_unknown(error):
-                    raise submission_unknown(self._what(call), error) from error
+                    cut = error
+                    break
                 if yielded or not self._may_resend(error, retries, paid=paid):
                     raise
                 await self._pause(call, error, retries)
                 retries += 1
+        adapter = self._adapter
+        remote_id = parser.response_id if isinstance(parser, AgentStream) else None
+        if remote_id is None or not isinstance(parser, AgentStream):
+            raise submission_unknown(self._what(call), cut) from cut
+        assert isinstance(adapter, AgentAdapter)  # its parser is an AgentStream
+        logger.warning(
+            "The stream of run %s broke (%s); reading the run back by its id",
+            remote_id,
+            cut.code if cut.status_code is None else f"HTTP {cut.status_code}",
+        )
+        read = self._read_back(adapter, call, remote_id, parser, request, deadline, on_activity)
+        async with aclosing(read) as items:
+            async for item in items:
+                yield item
 
     async def submit_background(self, request: Request) -> str:
         """Start ``request`` as a background run on the API; returns its remote id.
@@ -259,25 +277,41 @@ class AsyncClient:
         run could not be followed this way (a server that does not stream runs, an expired
         cursor, an unknown id, a stream that keeps breaking): poll it instead.
         """
-        if not isinstance(self._adapter, AgentAdapter):
+        adapter = self._adapter
+        if not isinstance(adapter, AgentAdapter):
             raise APIServerError(
                 f"The {self.api_style} API cannot stream a background run; poll it instead."
             )
         loop = asyncio.get_running_loop()
         budget = timeout if timeout is not None else self.settings.deep_research_timeout_ms / 1000
-        deadline = loop.time() + budget
-        parser = self._adapter.follow_parser(related)
-        seen: Activity | None = None
+        parser = adapter.follow_parser(related)
+        followed = self._followed(adapter, remote_id, parser, loop.time() + budget)
+        async with aclosing(followed) as items:
+            async for item in items:
+                if not isinstance(item, str):
+                    yield item
+
+    async def _followed(
+        self, adapter: AgentAdapter, remote_id: str, parser: AgentStream, deadline: float
+    ) -> AsyncGenerator[str | Activity | Answer, None]:
+        """Run ``remote_id``'s events after ``parser.sequence``, fed to ``parser``: its text
+        deltas and each new Activity as they come, then its Answer. A stream that breaks is
+        opened again after the last event seen, as often in a row without a new event as the
+        retry policy allows; other failures raise (see :meth:`follow_background`)."""
+        loop = asyncio.get_running_loop()
+        seen = parser.activity
         failures = 0
         while True:
             before = parser.sequence
-            call = self._adapter.follow(remote_id, before if before is not None else 0)
+            call = adapter.follow(remote_id, before if before is not None else 0)
             await self.throttle.admit(self._what(call), deadline - loop.time())
             try:
                 opened = self._events(call, deadline, failures, only_events=True)
                 async with aclosing(opened) as stream:
                     async for event in stream:
-                        parser.feed(event)
+                        delta = parser.feed(event)
+                        if delta:
+                            yield delta
                         if parser.activity is not None and parser.activity != seen:
                             seen = parser.activity
                             yield seen
@@ -295,6 +329,75 @@ class AsyncClient:
                 continue
             yield answer
             return
+
+    async def _read_back(
+        self,
+        adapter: AgentAdapter,
+        call: Call,
+        remote_id: str,
+        parser: AgentStream,
+        request: Request,
+        deadline: float,
+        on_activity: ActivityCallback | None,
+    ) -> AsyncGenerator[str | Answer, None]:
+        """The rest of run ``remote_id``, whose stream (``call``) broke: its events after the
+        last one ``parser`` saw, else (the API does not stream it again) its state, polled
+        until it ends or ``deadline``. SubmissionUnknown when it cannot be read (not stored,
+        expired, unreachable): it may still be billed, and nothing is sent again."""
+        seen = parser.activity
+        try:
+            async with aclosing(self._followed(adapter, remote_id, parser, deadline)) as items:
+                async for item in items:
+                    if isinstance(item, Activity):
+                        if on_activity is not None and item != seen:
+                            seen = item
+                            on_activity(item)
+                        continue
+                    yield item
+            return
+        except RemoteRunFailed:
+            raise
+        except APIError as error:
+            logger.info(
+                "Run %s cannot be streamed again (%s); polling it",
+                remote_id,
+                error.code if error.status_code is None else f"HTTP {error.status_code}",
+            )
+        yield await self._polled_until(call, remote_id, request, deadline)
+
+    async def _polled_until(
+        self, call: Call, remote_id: str, request: Request, deadline: float
+    ) -> Answer:
+        """The answer of run ``remote_id`` once it ends, polled with backoff until ``deadline``;
+        transient failures are waited out. SubmissionUnknown (naming the run) when it cannot be
+        read: unknown to the API (404: not stored, or expired), a lasting failure, the deadline."""
+        loop = asyncio.get_running_loop()
+        related = request.return_related_questions
+        what = self._what(call)
+        pause, failures = 0.5, 0
+        while True:
+            try:
+                answer = await self.poll_background(remote_id, related=related)
+            except RemoteRunFailed:
+                raise
+            except APIError as error:
+                if error.status_code == 404 or not _resumable(error) or failures >= 6:
+                    raise submission_unknown(
+                        what, f"its run {remote_id} could not be read back: {error.code}"
+                    ) from error
+                failures += 1
+                await asyncio.sleep(
+                    min(self.retry.delay(error, failures), max(deadline - loop.time(), 0))
+                )
+                answer = None
+            if answer is not None:
+                return answer
+            if loop.time() >= deadline:
+                raise submission_unknown(
+                    what, f"its run {remote_id} was still running at the deadline"
+                )
+            await asyncio.sleep(min(pause, max(deadline - loop.time(), 0)))
+            pause = min(pause * 1.5, 3.0)
 
     async def cancel_background(self, remote_id: str, *, retry: bool = False) -> bool:
         """Ask the API to cancel a background run (best effort); True if it did.
@@ -357,11 +460,21 @@ class AsyncClient:
 
     async def _priced(self, answer: Answer, model: str) -> Answer:
         """``answer`` with its cost estimated from the model prices when the API reported
-        usage but no cost (an answer without usage keeps its cost unknown)."""
-        if answer.cost is None and answer.usage is not None:
-            answer.cost = estimate_cost(
-                answer.model or model, answer.usage, await self.prices.get()
-            )
+        usage but no cost (an answer without usage keeps its cost unknown).
+
+        Never raises: the answer is paid for by now. A reported cost that is not a finite
+        number is estimated instead; prices that cannot be read give way to the static table,
+        and an estimate that cannot be made leaves the cost unknown.
+        """
+        if answer.cost is not None and finite_cost(answer.cost):
+            return answer
+        prices: Mapping[str, Price] = {}
+        if answer.usage is not None:
+            try:
+                prices = await self.prices.get()
+            except Exception as exc:
+                logger.warning("Model prices unreadable (%s); using the static table", exc)
+        answer.cost = storable_cost(answer.cost, answer.model or model, answer.usage, prices)
         return answer
 
     async def _models_body(self, timeout: float) -> bytes:
@@ -449,13 +562,11 @@ class AsyncClient:
     async def _stream_once(
         self,
         call: Call,
-        request: Request,
-        model: str,
+        parser: StreamParser,
         deadline: float,
         retries: int,
         on_activity: ActivityCallback | None = None,
     ) -> AsyncGenerator[str | Answer, None]:
-        parser = self._adapter.stream_parser(request, model)
         seen: Activity | None = None
         async with aclosing(self._events(call, deadline, retries)) as stream:
             async for event in stream:

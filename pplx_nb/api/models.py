@@ -5,6 +5,10 @@ and at most once a day per server: the list is cached under ``Settings.cache_dir
 named after the server. Fetching never holds an answer up for long (one attempt, a short
 timeout); when it fails, or the server lists no prices, the static table of
 :mod:`pplx_nb._pricing` prices the answer instead. Failures are logged at debug level only.
+
+Reading is total: a cache file or a listing that is damaged, foreign or absurd (no ``models``,
+a price that is not a finite non-negative number, ``fetchedAt`` in the future or infinite) is
+ignored entry by entry, so the static table prices what it left out; it never raises.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
@@ -33,31 +38,38 @@ _UNITS = {"1m tokens": 1.0, "1k tokens": 1e3, "token": 1e6, "1 token": 1e6}
 _MAX_BYTES = 4 << 20
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+def _number(value: Any, scale: float = 1.0) -> float | None:
+    """``value`` times ``scale`` if that is a finite number >= 0; else ``None`` (NaN, infinity,
+    a price that overflows once scaled, a negative one, a string, a bool)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return float(value)
+    try:
+        scaled = float(value) * scale
+    except OverflowError:  # an int too large for a float
+        return None
+    return scaled if math.isfinite(scaled) and scaled >= 0 else None
 
 
 def parse_prices(data: Any) -> dict[str, Price]:
     """The token prices in a ``GET /v1/models`` body, by model id; models without prices (or
-    with a unit that is not per token) are left out."""
+    with a unit that is not per token, or a price that is not a finite number >= 0) are left
+    out. Never raises, whatever ``data`` is."""
     entries = data.get("data") if isinstance(data, dict) else None
     prices: dict[str, Price] = {}
     for entry in entries if isinstance(entries, list) else ():
         pricing = entry.get("pricing") if isinstance(entry, dict) else None
         if not isinstance(pricing, dict) or not isinstance(entry.get("id"), str):
             continue
-        scale = _UNITS.get(str(pricing.get("unit", "1M tokens")).strip().lower())
-        paid_in, paid_out = _number(pricing.get("input")), _number(pricing.get("output"))
-        if scale is None or paid_in is None or paid_out is None:
+        unit = pricing.get("unit", "1M tokens")
+        scale = _UNITS.get(unit.strip().lower()) if isinstance(unit, str) else None
+        if scale is None:
             continue
-        cached = _number(pricing.get("cache_read"))
-        prices[entry["id"].lower()] = Price(
-            paid_in * scale,
-            paid_out * scale,
-            cache_read_per_m=None if cached is None else cached * scale,
-        )
+        paid_in = _number(pricing.get("input"), scale)
+        paid_out = _number(pricing.get("output"), scale)
+        if paid_in is None or paid_out is None:
+            continue
+        cached = _number(pricing.get("cache_read"), scale)
+        prices[entry["id"].lower()] = Price(paid_in, paid_out, cache_read_per_m=cached)
     return prices
 
 
@@ -101,13 +113,19 @@ class ModelPrices:
         return self._prices
 
     def _cached(self) -> dict[str, Price] | None:
+        """The cached prices while fresh; ``None`` (fetch them) when the file is absent,
+        unreadable, foreign or stale. A fresh file without a usable listing gives no prices:
+        the static table answers."""
         try:
             data = json.loads(read_bytes(self.path, _MAX_BYTES))
-            fresh = time.time() - float(data["fetchedAt"]) < self._ttl
+            age = time.time() - float(data["fetchedAt"])
         except Exception as exc:  # absent, unreadable or foreign: fetch instead
             logger.debug("No cached model prices at %s: %s", self.path, type(exc).__name__)
             return None
-        return parse_prices(data["models"]) if fresh else None
+        # An infinite or future stamp would keep a bad file "fresh" for ever.
+        if not 0 <= age < self._ttl:
+            return None
+        return parse_prices(data.get("models"))
 
     async def _fetched(self) -> dict[str, Price]:
         try:

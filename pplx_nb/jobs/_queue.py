@@ -29,6 +29,7 @@ from pplx_nb._errors import (
     ConversationNotFound,
     FilesystemError,
     JobInProgress,
+    LeaseLost,
     PplxError,
     ValidationError,
 )
@@ -38,6 +39,7 @@ from pplx_nb._models import (
     JobRecord,
     JobState,
     JobStatus,
+    Message,
     closing_turn,
     now_iso,
 )
@@ -498,10 +500,46 @@ class JobQueue:
             status = self._statuses.read(conversation_id)
             if status is None or status.done:
                 return status
+            answer = self._stored_answer(status)
+            if answer is not None:
+                # Its worker stored the report and was about to say so: it is done, not
+                # cancelled (the report is paid for and there is no run left to stop).
+                elapsed = status.progress.elapsed_ms if status.progress else 0
+                status = transitions.complete(status, elapsed, result_meta_of(answer), now_iso())
+                self._end(status, status.queue_key or "")
+                return status
             status = transitions.cancel(status, now_iso())
             self._end(status, status.queue_key or "")
         events.cancelled(status)
         return status
+
+    def check_cancelled(self, conversation_id: str, job_id: str, document: bytes) -> None:
+        """Raise LeaseLost unless job ``job_id`` is the conversation's, cancelled, and its
+        answer is not in ``document`` (the conversation, read under its lock): what must hold
+        for a report that came after the cancel to be stored. Takes no lock."""
+        status = self._statuses.read(validate_conversation_id(conversation_id))
+        if status is None or status.status != "cancelled" or status.job_id != job_id:
+            state = "gone" if status is None else f"{status.status} (job {status.job_id})"
+            raise _not_cancelled(conversation_id, job_id, state)
+        if self._answer_lookup().job_answer(conversation_id, job_id, document) is not None:
+            raise _not_cancelled(conversation_id, job_id, "answered already")
+
+    def finish_cancelled_locked(self, conversation_id: str, job_id: str) -> None:
+        """Mark cancelled job ``job_id`` completed: the report its run delivered after the
+        cancel is stored (the caller holds the conversation lock, after storing it; tokens and
+        cost are read from that report). LeaseLost if the job is not that cancelled one."""
+        status = self._statuses.read(validate_conversation_id(conversation_id))
+        if status is None or status.status != "cancelled" or status.job_id != job_id:
+            raise _not_cancelled(conversation_id, job_id, "no longer cancelled")
+        meta = result_meta_of(self._stored_answer(status))
+        status = transitions.finish_cancelled(status, meta, now_iso())
+        self._statuses.write(status)
+        logger.info(
+            "Job %s finished before its cancel: its report is stored (cost %s)",
+            conversation_id,
+            meta.get("cost", "n/a"),
+            extra={"conversationId": conversation_id, "jobId": job_id, **meta},
+        )
 
     # -- recovery ------------------------------------------------------------------------------
 
@@ -613,12 +651,31 @@ class JobQueue:
             return self._settings
         return Settings.from_env(store_url=self._store_url)
 
+    def _stored_answer(self, status: JobStatus) -> Message | None:
+        """The answer the status's job stored, if any (lock held; None when unreadable)."""
+        if status.job_id is None:
+            return None
+        try:
+            return self._answer_lookup().job_answer(status.conversation_id, status.job_id)
+        except PplxError:
+            return None
+
     def _answer_meta(self, job: Job) -> dict[str, Any]:
         try:
             answer = self._answer_lookup().job_answer(job.conversation_id, job.job_id)
         except PplxError:
             return {}
         return result_meta_of(answer)
+
+
+def _not_cancelled(conversation_id: str, job_id: str, state: str) -> LeaseLost:
+    """The refusal of a late report for job ``job_id``, which is now ``state``."""
+    return LeaseLost(
+        f"Job {job_id} of conversation {conversation_id} is {state}: the report of its run "
+        "is not stored for it.",
+        conversation_id=conversation_id,
+        job_id=job_id,
+    )
 
 
 def _close_unanswered(answers: AnswerLookup, status: JobStatus) -> None:
@@ -634,6 +691,7 @@ def _close_unanswered(answers: AnswerLookup, status: JobStatus) -> None:
         error.code if error else None,
         error.message if error else None,
         cost_unknown=isinstance(result, dict) and result.get("costUnknown") is True,
+        job_id=status.job_id,
     )
     try:
         answers.close_question_locked(status.conversation_id, closing)

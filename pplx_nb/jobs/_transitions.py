@@ -9,7 +9,10 @@ job's lifecycle lives here and is testable without a disk::
     pending ──start_attempt──▶ in_progress ──complete──▶ completed
        ▲                          │  │  └──fail_or_retry (no retry left)──▶ failed
        └──fail_or_retry / release / expire_lease (retry left)
-    pending | in_progress ──cancel──▶ cancelled
+    pending | in_progress ──cancel──▶ cancelled ──finish_cancelled──▶ completed
+
+A cancelled job whose run had already finished at the API (the cancel came too late to stop it)
+ends ``completed`` after all once its report is stored: that report is paid for.
 
 While a job is ``in_progress``, only the worker holding the attempt may write
 (:func:`check_owner`); heartbeats, progress, submissions and noted errors keep it there, and each
@@ -18,6 +21,7 @@ of them moves ``updatedAt`` with ``heartbeatAt``.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from pplx_nb._errors import (
@@ -49,6 +53,7 @@ __all__ = [
     "error_info",
     "expire_lease",
     "fail_or_retry",
+    "finish_cancelled",
     "heartbeat",
     "lease_lost",
     "lost_request",
@@ -166,6 +171,16 @@ def cancel(status: JobStatus, now: str) -> JobStatus:
     if status.remote_id or status.submitting_at:
         cancelled = cancelled.model_copy(update={"result": {"cost": None, "costUnknown": True}})
     return cancelled
+
+
+def finish_cancelled(status: JobStatus, result: dict[str, Any], now: str) -> JobStatus:
+    """A cancelled job whose run had finished before the cancel reached it, its report now
+    stored: ``completed`` with the run's ``result`` (tokens, cost) and
+    ``result.finishedBeforeCancel``. Any other status stays as it is."""
+    if status.status != "cancelled":
+        return status
+    elapsed = _elapsed_ms(status.started_at, now)
+    return complete(status, elapsed, {**result, "finishedBeforeCancel": True}, now)
 
 
 def expire_lease(
@@ -347,6 +362,15 @@ def error_info(error: BaseException, attempt: int, now: str) -> ErrorInfo:
     else:
         code, message = PplxError.code, f"{type(error).__name__}: {error}"
     return ErrorInfo(code=code, message=redact(message), at=now, attempt=attempt)
+
+
+def _elapsed_ms(start: str, now: str) -> int:
+    """Milliseconds from ``start`` to ``now`` (ISO 8601 stamps); 0 if either is unreadable."""
+    try:
+        delta = datetime.fromisoformat(now) - datetime.fromisoformat(start)
+    except (TypeError, ValueError):
+        return 0
+    return max(0, int(delta.total_seconds() * 1000))
 
 
 def _beat(now: str) -> dict[str, Any]:

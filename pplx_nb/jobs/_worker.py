@@ -265,8 +265,24 @@ class Worker:
                 "Worker %s stopped job %s: it was cancelled", self.worker_id, job.conversation_id
             )
             return
+        if self._finished(job):
+            logger.info(
+                "Worker %s stopped job %s: its run had finished before the job was cancelled, "
+                "and its report is stored",
+                self.worker_id,
+                job.conversation_id,
+            )
+            return
         reason = str(lost[0]) if lost else "it is no longer owned by this worker"
         logger.warning("Worker %s stopped job %s: %s", self.worker_id, job.conversation_id, reason)
+
+    def _finished(self, job: Job) -> bool:
+        """Whether ``job`` is completed (read now), however its report came to be stored."""
+        try:
+            status = self.queue.status(job.conversation_id)
+        except PplxError:
+            return False
+        return status is not None and status.status == "completed" and status.job_id == job.job_id
 
 
 async def _run(runner: JobRunner, job: Job, ctx: JobContext) -> object:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from mcp_types import CallToolResult, TextContent
 
-from pplx_nb._cancel import cancel_facts, cancel_outcome
+from pplx_nb._cancel import cancel_facts, cancel_outcome, cancelled_now
 from pplx_nb._markdown import defuse, job_status_markdown, link_citations, source_references
 from pplx_nb.mcp._schemas import (
     AskResult,
@@ -157,7 +157,7 @@ def web_search_result(results: WebResults, path: str | None) -> CallToolResult:
 def cancel_result(conversation_id: str, path: str, status: JobStatus | None) -> CallToolResult:
     """What ``cancel_deep_research`` did, and how to go on with the conversation."""
     said = cancel_outcome(conversation_id, status)
-    cancelled = status is not None and status.status == "cancelled"
+    cancelled = cancelled_now(status)
     title = "🚫 **Research cancelled**" if cancelled else "ℹ️ **Nothing to cancel**"
     text = f"{title}\nConversation ID: `{conversation_id}`\nLocation: `{path}`\n\n{said}"
     if cancelled:

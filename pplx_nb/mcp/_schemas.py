@@ -374,8 +374,10 @@ class CancelResult(_Out):
     """What ``cancel_deep_research`` did.
 
     ``status`` is the job's state after the call (``cancelled``, or the state it had already
-    ended in: ``completed`` or ``failed``), null when the conversation never had a research
-    job. ``remoteCancelled`` says whether the API confirmed that the job's run stopped (null
+    ended in: ``completed`` or ``failed``, or ``cancelled`` by an earlier call), null when the
+    conversation never had a research job; ``cancelled`` is true only when this call cancelled
+    it. A run that had finished before the cancel reached it is ``completed``: its report is
+    stored. ``remoteCancelled`` says whether the API confirmed that the job's run stopped (null
     when no run was asked to stop); ``costUnknown`` is true when a run was started: a
     cancelled run reports no usage.
     """

@@ -121,14 +121,12 @@ def web_results_bundle(results: WebResults) -> Bundle:
 
 def cancel_bundle(conversation_id: str, status: JobStatus | None) -> Bundle:
     """One line: what ``%pplx_cancel`` did, and how to go on when the research was cancelled."""
-    from pplx_nb._cancel import cancel_outcome
+    from pplx_nb._cancel import cancel_outcome, cancelled_now
 
     said = cancel_outcome(conversation_id, status)
     if status is not None and status.status == "cancelled":
         said += " Ask again with `%pplx_followup --research`, or follow up with `%pplx_followup`."
-        icon = "🚫"
-    else:
-        icon = "ℹ️"
+    icon = "🚫" if cancelled_now(status) else "ℹ️"
     rich = html.escape(said)
     for command in ("%pplx_followup --research", "%pplx_followup"):
         rich = rich.replace(f"`{command}`", f"<code>{command}</code>", 1)

@@ -9,7 +9,7 @@ from pydantic.alias_generators import to_camel, to_snake
 
 from pplx_nb._errors import PplxError, error_from_code
 from pplx_nb._models import Answer, Conversation, Message, now_iso
-from pplx_nb._pricing import estimate_cost
+from pplx_nb._pricing import storable_cost
 
 __all__ = ["assistant_message", "priced", "stored_answer"]
 
@@ -17,9 +17,13 @@ __all__ = ["assistant_message", "priced", "stored_answer"]
 def priced(answer: Answer, model: str) -> Answer:
     """``answer`` with its cost estimated from its usage when the API did not report one
     (the static prices; the client estimates first, with the API's). Without usage the cost
-    stays unknown: ``None``, never a made-up 0."""
-    if answer.cost is None and answer.usage is not None:
-        answer.cost = estimate_cost(answer.model or model, answer.usage)
+    stays unknown: ``None``, never a made-up 0.
+
+    The last step before a paid answer is stored, so it never fails and never leaves a cost
+    that cannot be stored: a reported cost that is not a finite number is estimated instead,
+    and an estimate that cannot be made leaves the cost unknown.
+    """
+    answer.cost = storable_cost(answer.cost, answer.model or model, answer.usage)
     return answer
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 from contextlib import aclosing
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from pplx_nb._config import Settings
 from pplx_nb._errors import (
@@ -29,7 +29,7 @@ from pplx_nb._errors import (
     SubmissionUnknown,
 )
 from pplx_nb._logging import get_logger
-from pplx_nb._models import Answer
+from pplx_nb._models import Answer, JobStatus, Message
 from pplx_nb.research._answers import assistant_message, priced
 from pplx_nb.research._clients import ClientPool
 from pplx_nb.research._guard import AnswerGuard
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from pplx_nb.jobs import Job, JobContext
     from pplx_nb.store import ConversationStore
 
-__all__ = ["DeepResearchRunner"]
+__all__ = ["DeepResearchRunner", "related_questions_asked", "report_message", "stop_or_collect"]
 
 logger = get_logger("pplx_nb.research")
 
@@ -97,9 +97,8 @@ class DeepResearchRunner:
         ):
             return
         # A job the TypeScript server queued has only its params; the question is stored.
-        opts = dict(job.request.get("opts") or ts_options(job.params))
+        opts = _options(job.request, job.params)
         model = str(job.request.get("model") or DEEP_RESEARCH_MODEL)
-        notes = [str(note) for note in job.request.get("notes") or []]
         history = context.chain_messages(self._store, job.conversation_id)
         messages = fitted_messages(history, model, job.request.get("notes") or [])
         if messages and messages[-1]["role"] == "user" and job.request.get("searchQuery"):
@@ -117,20 +116,58 @@ class DeepResearchRunner:
             except (LeaseLost, asyncio.CancelledError):
                 # Stopped because the job was cancelled (or lost): a run nobody will read must
                 # not go on being billed. The canceller asks too, when it knows the run's id.
+                # A run that had finished already is paid for: its report is kept.
                 if ctx.remote_id is not None and ctx.cancelled():
-                    await _stop_run(client, ctx.remote_id, ctx.job.conversation_id)
+                    related = request.return_related_questions
+                    _, report = await stop_or_collect(client, ctx.remote_id, related=related)
+                    if report is not None:
+                        self.keep_report(
+                            job.conversation_id, job.job_id, job.tool, job.request, report
+                        )
                 raise
-        priced(answer, model)
-        message = assistant_message(
-            answer,
-            tool=job.tool,
-            model=model,
-            notes=notes,
-            show_thinking=bool(opts.get("show_thinking")),
-            jobId=job.job_id,
-        )
-        self._guard.answer_job(job.conversation_id, message, ctx.check_owner)
+        message = report_message(answer, job.tool, job.request, job.job_id, job.params)
+        try:
+            self._guard.answer_job(job.conversation_id, message, ctx.check_owner)
+        except LeaseLost:
+            # Cancelled after the run finished and before its report was stored: paid for, so
+            # kept (in place of the notice the cancel stored) rather than dropped.
+            if not ctx.cancelled():
+                raise
+            self._keep(job.conversation_id, job.job_id, message)
+            raise
         self._runner.record(started, answer, ok=True)
+
+    def keep_report(
+        self,
+        conversation_id: str,
+        job_id: str,
+        tool: str,
+        request: dict[str, Any],
+        report: Answer,
+    ) -> JobStatus | None:
+        """Store the report of cancelled job ``job_id``, whose run had finished before the
+        cancel reached it, and return the job's status: ``completed`` once it is stored (by
+        whoever brought it first). Never raises: a report that cannot be stored is logged
+        with its run, which the API still holds."""
+        message = report_message(report, tool, request, job_id)
+        return self._keep(conversation_id, job_id, message)
+
+    def _keep(self, conversation_id: str, job_id: str, message: Message) -> JobStatus | None:
+        try:
+            status = self._guard.answer_cancelled_job(conversation_id, job_id, message)
+        except PplxError as exc:
+            status, why = None, str(exc)
+        else:
+            why = "the conversation moved on without the cancel's notice"
+        if status is None or status.status != "completed":
+            logger.error(
+                "The research of %s had finished before it was cancelled, but its report "
+                "could not be stored (%s); read it at the API as run %s",
+                conversation_id,
+                why,
+                status.remote_id if status else "(see its status)",
+            )
+        return status
 
     async def _submit(self, client: AsyncClient, request: Request, ctx: JobContext) -> str:
         """Start the job's background run once, recording its id before anything else.
@@ -352,6 +389,58 @@ class DeepResearchRunner:
             remote_id=remote_id,
             cancelled=cancelled,
         )
+
+
+def report_message(
+    answer: Answer,
+    tool: str,
+    request: dict[str, Any],
+    job_id: str,
+    params: dict[str, Any] | None = None,
+) -> Message:
+    """The assistant turn that stores a job's report (priced; tagged with ``jobId``), from
+    the job's queued ``request`` (or the TypeScript server's ``params``)."""
+    opts = _options(request, params or {})
+    model = str(request.get("model") or DEEP_RESEARCH_MODEL)
+    priced(answer, model)
+    return assistant_message(
+        answer,
+        tool=tool,
+        model=model,
+        notes=[str(note) for note in request.get("notes") or []],
+        show_thinking=bool(opts.get("show_thinking")),
+        jobId=job_id,
+    )
+
+
+def _options(request: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+    return dict(request.get("opts") or ts_options(params))
+
+
+def related_questions_asked(request: dict[str, Any]) -> bool:
+    """Whether a job's queued ``request`` asked for related questions (its run's answer then
+    ends with a list to split off)."""
+    return bool(_options(request, {}).get("return_related_questions"))
+
+
+async def stop_or_collect(
+    client: AsyncClient, remote_id: str, *, related: bool
+) -> tuple[bool, Answer | None]:
+    """Ask the API to stop the run of a cancelled job; when it will not (the run had ended
+    already, or no reply came), read the run. Returns whether the run is known to have stopped
+    or ended, and its report when it had finished: that report is paid for, never dropped.
+    Bounded: never hangs."""
+    try:
+        async with asyncio.timeout(client.settings.timeout_ms / 1000 * 3):
+            if await client.cancel_background(remote_id, retry=True):
+                return True, None
+            answer = await client.poll_background(remote_id, related=related)
+    except RemoteRunFailed:
+        return True, None  # it ended without an answer: failed, or cancelled already
+    except (PplxError, TimeoutError) as exc:
+        logger.warning("Run %s could not be read after its cancel: %s", remote_id, exc)
+        return False, None
+    return answer is not None, answer
 
 
 async def _stop_run(client: AsyncClient, remote_id: str, conversation_id: str) -> None:

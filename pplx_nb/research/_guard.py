@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pplx_nb._config import Settings
-from pplx_nb._errors import JobInProgress, PplxError, redact
+from pplx_nb._errors import JobInProgress, LeaseLost, PplxError, redact
 from pplx_nb._models import Conversation, JobStatus, Message, UnansweredState, closing_turn
 
 if TYPE_CHECKING:
@@ -180,6 +180,25 @@ class AnswerGuard:
     ) -> Conversation:
         """Store a job's answer if ``check_owner`` (run under the lock) lets its attempt write."""
         return self._store.append(conversation_id, message, check=check_owner)
+
+    def answer_cancelled_job(
+        self, conversation_id: str, job_id: str, message: Message
+    ) -> JobStatus | None:
+        """Store the report of cancelled job ``job_id`` whose run had finished before the
+        cancel reached it: it is paid for. It takes the place of the turn that closed the
+        job's question, and the job ends ``completed``, in one locked step, once, whoever
+        brings it first (the canceller, the job's worker). Returns the job's status after:
+        ``completed`` when the report is stored, now or before."""
+        queue = self._queue()
+        with contextlib.suppress(LeaseLost):
+            self._store.answer_closed(
+                conversation_id,
+                message,
+                job_id,
+                check=lambda document: queue.check_cancelled(conversation_id, job_id, document),
+                then=lambda: queue.finish_cancelled_locked(conversation_id, job_id),
+            )
+        return queue.status(conversation_id)
 
     def deadline(self, model: str) -> float:
         """The longest an answer can take: every attempt's timeout plus a minute of back-off."""

@@ -15,11 +15,16 @@ from pplx_nb._errors import APITimeoutError, PplxError, error_from_code
 from pplx_nb._logging import get_logger
 from pplx_nb._models import Answer, JobStatus
 from pplx_nb.research._answers import stored_answer
+from pplx_nb.research._deep import (
+    DeepResearchRunner,
+    related_questions_asked,
+    stop_or_collect,
+)
 from pplx_nb.research._progress import ProgressCallback
 
 if TYPE_CHECKING:
     from pplx_nb.api import AsyncClient
-    from pplx_nb.jobs import JobQueue, JobRunner, Worker
+    from pplx_nb.jobs import JobQueue, Worker
     from pplx_nb.store import ConversationStore
 
 __all__ = ["JobDesk"]
@@ -45,7 +50,7 @@ class JobDesk:
         self,
         settings: Settings,
         store: ConversationStore,
-        runner: Callable[[], JobRunner],
+        runner: Callable[[], DeepResearchRunner],
         *,
         run_here: bool,
     ) -> None:
@@ -104,21 +109,37 @@ class JobDesk:
     async def cancel(self, conversation_id: str, client: AsyncClient) -> JobStatus | None:
         """Cancel the conversation's pending or running job, and its remote run if it has one.
 
-        Returns the job's status: ``cancelled``, or as it was when it had already ended; None
-        when the conversation never had a job. The status returned (not the one stored) says
-        under ``result`` whether the API confirmed the run's cancel (``remoteCancelled``).
+        Returns the job's status: ``cancelled``; or ``completed`` when its run had finished
+        before the cancel reached it (its report, paid for, is then stored rather than dropped);
+        or as it was when it had already ended. None when the conversation never had a job.
+        The status returned (not the one stored) says under ``result`` whether the API
+        confirmed the run's cancel (``remoteCancelled``), or that the job had ended before this
+        call and nothing was sent (``alreadyEnded``).
         """
         before = self.queue.status(conversation_id)
         if before is None:
             return self.queue.cancel(conversation_id)  # CONVERSATION_NOT_FOUND without one
         if before.done:
-            return before
+            return _already_ended(before)
         status = self.queue.cancel(conversation_id)
-        if status is None or status.status != "cancelled" or status.remote_id is None:
+        if status is None or status.status != "cancelled":
+            return None if status is None else _already_ended(status)
+        if status.remote_id is None:
             return status
         # The worker running the job also cancels the run when it notices the job is gone,
-        # but it may be dead, or far from its next heartbeat: ask now.
-        stopped = await client.cancel_background(status.remote_id, retry=True)
+        # but it may be dead, or far from its next heartbeat: ask now. A run the API will not
+        # stop may have finished: its report is then read and kept.
+        request = (status.model_extra or {}).get("request") or {}
+        stopped, report = await stop_or_collect(
+            client, status.remote_id, related=related_questions_asked(request)
+        )
+        if report is not None and status.job_id is not None:
+            kept = self._runner().keep_report(
+                conversation_id, status.job_id, status.tool_name, request, report
+            )
+            if kept is not None and kept.status == "completed":
+                return _already_ended(kept)
+            stopped = False  # it ended with a report nobody could store: say to check usage
         if not stopped:
             logger.warning(
                 "The API did not confirm the cancel of run %s (conversation %s); it may still "
@@ -197,3 +218,9 @@ class JobDesk:
         conversation = self._store.load(conversation_id)
         where = self._store.conversation_location(conversation_id)
         return stored_answer(conversation, where, job_id)
+
+
+def _already_ended(status: JobStatus) -> JobStatus:
+    """``status`` of a job that had ended before the cancel: nothing of it was cancelled now."""
+    result = {**((status.model_extra or {}).get("result") or {}), "alreadyEnded": True}
+    return status.model_copy(update={"result": result})

@@ -60,6 +60,19 @@ class StoreBackend(Protocol):
         """:meth:`append` for a caller that holds the conversation's lock (:meth:`locked`)."""
         ...
 
+    def place(
+        self,
+        conversation_id: str,
+        message: Mapping[str, Any],
+        *,
+        where: Callable[[bytes], int],
+        then: Callable[[], None] | None = None,
+    ) -> bytes:
+        """Put ``message`` at the index ``where(document)`` returns, replacing the message
+        there, or after the last one when it returns the message count; ``where`` may raise to
+        refuse. Serialised with appends; ``then()`` follows the write (undone if it raises)."""
+        ...
+
     def exists(self, conversation_id: str) -> bool:
         """Whether a conversation with this id is stored."""
         ...

@@ -220,34 +220,69 @@ class FileBackend:
         """:meth:`append` for a caller that holds the conversation's lock (the job side closing a
         question in the step that ends its job)."""
         directory = self.directory(conversation_id)
-        path = directory / CONVERSATION_FILE
-        _sweep_leftovers(directory)
-        # Another program may be rewriting it in place, lock or not: read it whole.
-        data = read_settled(
-            path,
-            lambda: _whole(self._read(conversation_id, path), conversation_id, str(path)),
-            (ConversationCorrupted, ConversationNotFound),
-        )
+        data = self._read_locked(conversation_id, directory)
         if check is not None:
             check(data)
         updated_at = now_iso()
         canonical = split(data)
         if canonical is None:
-            document = parse(data, conversation_id, str(path))
+            document = parse(data, conversation_id, str(directory / CONVERSATION_FILE))
             document["messages"].extend(dict(m) for m in messages)
             document["updatedAt"] = updated_at
             document["messageCount"] = len(document["messages"])
             new = encode(document)
         else:
             new = append_messages(canonical, messages, updated_at)
+        self._write_then(directory, new, data, then)
+        return new
+
+    def place(
+        self,
+        conversation_id: str,
+        message: Mapping[str, Any],
+        *,
+        where: Callable[[bytes], int],
+        then: Callable[[], None] | None = None,
+    ) -> bytes:
+        """Under the conversation's lock, put ``message`` where ``where(document)`` says: the
+        index of the message it replaces, or the message count to append it (``where`` may
+        raise to refuse). ``then`` as for :meth:`append`. The document is rewritten whole."""
+        directory = self.directory(conversation_id)
+        with self._locked(conversation_id, directory):
+            data = self._read_locked(conversation_id, directory)
+            index = where(data)
+            document = parse(data, conversation_id, str(directory / CONVERSATION_FILE))
+            messages = document["messages"]
+            if index == len(messages):
+                return self.append_locked(conversation_id, [message], then=then)
+            messages[index] = dict(message)
+            document["updatedAt"] = now_iso()
+            new = encode(document)
+            self._write_then(directory, new, data, then)
+            return new
+
+    def _write_then(
+        self, directory: Path, new: bytes, old: bytes, then: Callable[[], None] | None
+    ) -> None:
+        """Write ``new``, then run ``then``; if it raises, ``old`` is written back."""
         self._write(directory, new)
         if then is not None:
             try:
                 then()
             except BaseException:
-                self._write(directory, data)
+                self._write(directory, old)
                 raise
-        return new
+
+    def _read_locked(self, conversation_id: str, directory: Path) -> bytes:
+        """The whole document, the lock held (leftover temp files swept first)."""
+        path = directory / CONVERSATION_FILE
+        _sweep_leftovers(directory)
+        # Another program may be rewriting it in place, lock or not: read it whole.
+        return read_settled(
+            path,
+            lambda: _whole(self._read(conversation_id, path), conversation_id, str(path)),
+            (ConversationCorrupted, ConversationNotFound),
+        )
 
     @contextlib.contextmanager
     def _locked(self, conversation_id: str, directory: Path) -> Iterator[None]:

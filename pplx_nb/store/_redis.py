@@ -101,6 +101,19 @@ redis.call('hset', KEYS[2], 'updatedAt', ARGV[3], 'messageCount', ARGV[4], '{SUM
 return redis.call('llen', KEYS[3])
 """
 
+_REPLACE = """
+if ARGV[1] ~= '' and redis.call('get', KEYS[1]) ~= ARGV[1] then return -1 end
+if redis.call('exists', KEYS[2]) == 0 then return -3 end
+if redis.call('llen', KEYS[3]) ~= tonumber(ARGV[2]) then return -2 end
+local index = tonumber(ARGV[3])
+if redis.call('lindex', KEYS[3], index) ~= ARGV[4] then return -2 end
+redis.call('lset', KEYS[3], index, ARGV[5])
+if #ARGV > 5 then redis.call('hset', KEYS[2], unpack(ARGV, 6)) end
+return 1
+"""
+"""Replace one message, if the list is still as it was read (its length and that message),
+and set the meta fields that follow (name, value, ...)."""
+
 
 def is_redis_location(location: str) -> bool:
     """Whether ``location`` (a conversation's ``path``) names a place in Redis, not a folder."""
@@ -134,6 +147,7 @@ class RedisBackend:
         self._locks = HeldLocks(url, ttl=lock_seconds, timeout=lock_timeout)
         self._create_script: Any = None
         self._append_script: Any = None
+        self._replace_script: Any = None
 
     def __repr__(self) -> str:
         return f"RedisBackend(url={self.shown_url!r})"
@@ -280,19 +294,86 @@ class RedisBackend:
             script = self._append_script or self._redis.register_script(_APPEND)
             self._append_script = script
             result = script(keys=keys, args=args)
+        self._refused(conversation_id, result, "Nothing was appended to")
+
+    def _refused(self, conversation_id: str, result: int, nothing: str) -> None:
+        """Raise for a write script's refusal (a negative ``result``)."""
         if result == -3:
             raise not_found(conversation_id, self.shown_url)
         if result < 0:
             why = (
                 "its lock expired while this process held it"
                 if result == -1
-                else ("another writer appended to it without its lock")
+                else ("another writer changed it without its lock")
             )
             raise FilesystemError(
-                f"Nothing was appended to conversation {conversation_id} in the Redis store at "
+                f"{nothing} conversation {conversation_id} in the Redis store at "
                 f"{self.shown_url}: {why}. Try again.",
                 conversation_id=conversation_id,
             )
+
+    def place(
+        self,
+        conversation_id: str,
+        message: Mapping[str, Any],
+        *,
+        where: Callable[[bytes], int],
+        then: Callable[[], None] | None = None,
+    ) -> bytes:
+        """Under the conversation's lock, put ``message`` where ``where(document)`` says: the
+        index of the message it replaces, or the message count to append it (``where`` may
+        raise to refuse). ``then`` as for :meth:`append`: if it raises, the message replaced
+        is put back."""
+        with self._lock(validate_conversation_id(conversation_id)):
+            meta, lines = self._fetch(conversation_id)
+            index = where(self._assemble(conversation_id, meta, lines))
+            if index == len(lines):
+                return self.append_locked(conversation_id, [message], then=then)
+            new_lines = [*lines]
+            new_lines[index] = dumps(dict(message))
+            document = b'{"messages": [' + b",".join(new_lines) + b"]}"
+            messages = parse(document, conversation_id, self.document_location(conversation_id))
+            fields = {
+                "updatedAt": dumps(now_iso()),
+                SUMMARY_KEY: dumps(summary_field({}, messages["messages"])),
+            }
+            self._replace(
+                conversation_id, len(lines), index, lines[index], new_lines[index], fields
+            )
+            before = {name: meta[name.encode()] for name in fields if name.encode() in meta}
+            if then is not None:
+                try:
+                    then()
+                except BaseException:
+                    self._replace(
+                        conversation_id, len(lines), index, new_lines[index], lines[index], before
+                    )
+                    raise
+            meta.update((name.encode(), value) for name, value in fields.items())
+            return self._assemble(conversation_id, meta, new_lines)
+
+    def _replace(
+        self,
+        conversation_id: str,
+        length: int,
+        index: int,
+        old: bytes,
+        new: bytes,
+        fields: dict[str, bytes],
+    ) -> None:
+        """Swap message ``index`` from ``old`` to ``new`` and set ``fields``, in one script."""
+        keys = [
+            self._key(conversation_id, "lock"),
+            self._key(conversation_id, "meta"),
+            self._key(conversation_id, "messages"),
+        ]
+        pairs = [part for field in fields.items() for part in field]
+        args: list[Any] = [self._locks.token(conversation_id), length, index, old, new, *pairs]
+        with self._errors("replace a message in"):
+            script = self._replace_script or self._redis.register_script(_REPLACE)
+            self._replace_script = script
+            result = script(keys=keys, args=args)
+        self._refused(conversation_id, result, "Nothing was replaced in")
 
     def _undo(self, conversation_id: str, length: int, old: dict[str, bytes]) -> None:
         """Put the list and fields back as they were before an append whose ``then`` failed."""

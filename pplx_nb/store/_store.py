@@ -289,6 +289,46 @@ class ConversationStore:
         in the step that ends a job without an answer)."""
         return self._close_question(self._backend.append_locked, conversation_id, closing)
 
+    def answer_closed(
+        self,
+        conversation_id: str,
+        answer: Message,
+        job_id: str,
+        *,
+        check: Callable[[bytes], None] | None = None,
+        then: Callable[[], None] | None = None,
+    ) -> bool:
+        """Store ``answer`` in place of the turn that closed the question of job ``job_id``
+        when it was cancelled (tagged ``closesJob``), or after that question while it is still
+        open; return whether it did.
+
+        For the report of a run that had finished when its job was cancelled: it is paid for,
+        so it takes the place of the notice, even when the conversation has moved on since.
+        ``check`` and ``then`` are as for :meth:`append` (``then`` runs only when stored).
+        """
+        where = self._backend.document_location(conversation_id)
+
+        def place(stored: bytes) -> int:
+            self._appended(stored, conversation_id)
+            if check is not None:
+                check(stored)
+            messages = parse(stored, conversation_id, where)["messages"]
+            for index in range(len(messages) - 1, -1, -1):
+                if _closes_cancelled(messages[index], job_id):
+                    return index
+            # An open question is the job's only while no answer of another is on its way.
+            last = messages[-1]["role"] if messages else None
+            if last == "user" and self._backend.answering(conversation_id) is None:
+                return len(messages)
+            raise _Answered
+
+        validate_conversation_id(conversation_id)
+        try:
+            self._backend.place(conversation_id, answer.to_json_dict(), where=place, then=then)
+        except _Answered:
+            return False
+        return True
+
     def _close_question(
         self,
         append: Callable[..., bytes],
@@ -735,6 +775,16 @@ def _to_ms(value: datetime | str | None, name: str) -> int | None:
     if value is None:
         return None
     return int(_parse_instant(value, name).timestamp() * 1000)
+
+
+def _closes_cancelled(message: Mapping[str, Any], job_id: str) -> bool:
+    """Whether ``message`` is the turn that closed the question of cancelled job ``job_id``."""
+    unanswered = message.get("unanswered")
+    return (
+        message.get("closesJob") == job_id
+        and isinstance(unanswered, dict)
+        and unanswered.get("state") == "cancelled"
+    )
 
 
 class _Answered(Exception):
