@@ -5,43 +5,39 @@ and builds models from what comes out; the backend keeps the bytes: files
 (:mod:`pplx_nb.store._file`), or Redis when ``PPLX_NB_STORE`` is set (:mod:`pplx_nb.store._redis`).
 Nothing is cached: every call reads the store, which is the single source of truth. What it needs
 to know about jobs (a conversation's job state; dropping a deleted conversation's job) it asks
-the job side through :class:`~pplx_nb.store._base.JobStates`.
+the job side through :class:`~pplx_nb.store._base.JobStates`. Listing (:mod:`._listing`),
+pruning (:mod:`._pruning`), closing questions (:mod:`._closing`), the history check
+(:mod:`._seals`) and checking what goes in (:mod:`._input`) live in modules of their own.
 """
 
 from __future__ import annotations
 
 import builtins
-import contextlib
-import json
 import os
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pydantic
-from pydantic.alias_generators import to_camel
 
 from pplx_nb._errors import (
     ConversationCorrupted,
-    ConversationNotFound,
-    FilesystemError,
     PplxError,
     ValidationError,
 )
 from pplx_nb._fs import DEFAULT_MAX_FILE_BYTES, validate_conversation_id
 from pplx_nb._logging import get_logger
 from pplx_nb._models import (
-    ACTIVE_JOB_STATES,
     Conversation,
     ConversationSummary,
     JobState,
     Message,
 )
-from pplx_nb._option_names import option_error
 from pplx_nb._reread import read_settled
+from pplx_nb.store import _closing, _input, _listing, _pruning
 from pplx_nb.store._answering import AnsweringMarker
 from pplx_nb.store._base import JobStates, StoreBackend
 from pplx_nb.store._document import (
@@ -51,13 +47,13 @@ from pplx_nb.store._document import (
     corrupted,
     first_problem,
     header,
-    last_role,
     parse,
     split,
 )
 from pplx_nb.store._file import FileBackend
 from pplx_nb.store._lazy import LazyConversation
 from pplx_nb.store._redis import RedisBackend
+from pplx_nb.store._seals import Seals
 
 if TYPE_CHECKING:
     from pplx_nb._config import Settings
@@ -65,13 +61,6 @@ if TYPE_CHECKING:
 __all__ = ["ConversationStore"]
 
 logger = get_logger("pplx_nb.store")
-
-
-_RESERVED = frozenset(
-    ("conversationId", "createdAt", "updatedAt", "messageCount", "messages", SUMMARY_KEY)
-)
-_SEALS = 1024
-"""How many conversations' validated histories a store remembers (see ``_check_history``)."""
 
 
 class ConversationStore:
@@ -121,7 +110,7 @@ class ConversationStore:
         self._max_file_bytes = limit
         self._jobs = jobs
         self.last_skipped: builtins.list[PplxError] = []
-        self._seals: dict[str, tuple[int, int]] = {}
+        self._seals = Seals()
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ConversationStore:
@@ -172,8 +161,8 @@ class ConversationStore:
         ``meta`` adds top-level fields, e.g. ``parent_conversation_id=...`` (snake_case or
         camelCase; stored camelCase).
         """
-        stored_meta = _meta(meta)
-        data = self._backend.create(_message_dicts(messages), stored_meta)
+        stored_meta = _input.stored_meta(meta)
+        data = self._backend.create(_input.message_dicts(messages), stored_meta)
         return self._conversation(data, None)
 
     def append(
@@ -220,11 +209,13 @@ class ConversationStore:
             # retry after CONVERSATION_CORRUPTED would store the messages twice.
             appended = self._appended(stored, conversation_id)
             if isinstance(appended, LazyConversation):  # else validated whole already
-                seen[:] = self._check_history(stored, conversation_id, appended.message_count)
+                seen[:] = self._seals.check_history(
+                    stored, conversation_id, appended.message_count, self._conversation
+                )
             if check is not None:
                 check(stored)
 
-        new = _message_dicts(messages)
+        new = _input.message_dicts(messages)
         data = append(conversation_id, new, check=checked, then=then)
         span = body(data)
         if seen and span is not None:
@@ -232,40 +223,8 @@ class ConversationStore:
             # the bytes are anything else, the next append will not find them sealed.
             count, length, crc = seen
             tail = memoryview(data)[span[0] + length : span[1]]
-            self._seal(conversation_id, count + len(new), zlib.crc32(tail, crc))
+            self._seals.seal(conversation_id, count + len(new), zlib.crc32(tail, crc))
         return self._appended(data, conversation_id)
-
-    def _check_history(
-        self, data: bytes, conversation_id: str, message_count: int
-    ) -> builtins.list[int]:
-        """CONVERSATION_CORRUPTED unless every message of the stored document ``data`` (whose
-        header says ``message_count``) validates; for a canonical document, its count and the
-        length and CRC-32 of its message lines.
-
-        Validating a long history costs several times an append, so the histories this store
-        validated (loaded, created or appended to) are remembered by their count and CRC-32:
-        an append then only checks that the bytes are still those (well under a millisecond
-        per megabyte). Nothing else is remembered: the store is still read every time.
-        """
-        span = body(data)
-        if span is None:
-            self._conversation(data, conversation_id)
-            return []
-        lines = memoryview(data)[span[0] : span[1]]
-        seal = (message_count, zlib.crc32(lines))
-        if self._seals.get(conversation_id) != seal:
-            self._conversation(data, conversation_id)  # seals a canonical document
-            if self._seals.get(conversation_id) != seal:
-                return []
-        return [message_count, len(lines), seal[1]]
-
-    def _seal(self, conversation_id: str, message_count: int, crc: int) -> None:
-        """Remember that the conversation's ``message_count`` message lines with CRC-32 ``crc``
-        validate (the oldest remembered is forgotten past :data:`_SEALS`)."""
-        self._seals.pop(conversation_id, None)
-        self._seals[conversation_id] = (message_count, crc)
-        if len(self._seals) > _SEALS:
-            del self._seals[next(iter(self._seals))]
 
     def close_question(
         self,
@@ -282,12 +241,14 @@ class ConversationStore:
         meanwhile is never followed by a closing turn. ``check`` and ``then`` are as for
         :meth:`append` (``then`` runs only when the turn was appended).
         """
-        return self._close_question(self._backend.append, conversation_id, closing, check, then)
+        append = self._appending(self._backend.append)
+        return _closing.close_question(self._backend, append, conversation_id, closing, check, then)
 
     def close_question_locked(self, conversation_id: str, closing: Message) -> bool:
         """:meth:`close_question` for a caller that holds the conversation lock (the job side,
         in the step that ends a job without an answer)."""
-        return self._close_question(self._backend.append_locked, conversation_id, closing)
+        append = self._appending(self._backend.append_locked)
+        return _closing.close_question(self._backend, append, conversation_id, closing)
 
     def answer_closed(
         self,
@@ -306,50 +267,22 @@ class ConversationStore:
         so it takes the place of the notice, even when the conversation has moved on since.
         ``check`` and ``then`` are as for :meth:`append` (``then`` runs only when stored).
         """
-        where = self._backend.document_location(conversation_id)
+        return _closing.answer_closed(
+            self._backend, self._appended, conversation_id, answer, job_id, check, then
+        )
 
-        def place(stored: bytes) -> int:
-            self._appended(stored, conversation_id)
-            if check is not None:
-                check(stored)
-            messages = parse(stored, conversation_id, where)["messages"]
-            for index in range(len(messages) - 1, -1, -1):
-                if _closes_cancelled(messages[index], job_id):
-                    return index
-            # An open question is the job's only while no answer of another is on its way.
-            last = messages[-1]["role"] if messages else None
-            if last == "user" and self._backend.answering(conversation_id) is None:
-                return len(messages)
-            raise _Answered
+    def _appending(self, append: Callable[..., bytes]) -> _closing.AppendChecked:
+        """:meth:`_append` through the backend's ``append`` or ``append_locked``."""
 
-        validate_conversation_id(conversation_id)
-        try:
-            self._backend.place(conversation_id, answer.to_json_dict(), where=place, then=then)
-        except _Answered:
-            return False
-        return True
+        def appending(
+            conversation_id: str,
+            messages: Sequence[Message],
+            check: Callable[[bytes], None],
+            then: Callable[[], None] | None,
+        ) -> Conversation:
+            return self._append(append, conversation_id, messages, check, then)
 
-    def _close_question(
-        self,
-        append: Callable[..., bytes],
-        conversation_id: str,
-        closing: Message,
-        check: Callable[[bytes], None] | None = None,
-        then: Callable[[], None] | None = None,
-    ) -> bool:
-        where = self._backend.document_location(conversation_id)
-
-        def open_question(stored: bytes) -> None:
-            if check is not None:
-                check(stored)
-            if last_role(stored, conversation_id, where) != "user":
-                raise _Answered
-
-        try:
-            self._append(append, conversation_id, (closing,), open_question, then)
-        except _Answered:
-            return False
-        return True
+        return appending
 
     def _appended(self, data: bytes, conversation_id: str) -> Conversation:
         """The conversation in ``data``, its messages validated lazily when its header allows."""
@@ -440,37 +373,9 @@ class ConversationStore:
 
         Conversations with a pending or running job, and ones that cannot be read, are kept.
         """
-        if not isinstance(older_than, timedelta) or older_than < timedelta(0):
-            raise ValidationError(
-                f"prune(older_than=...) needs a non-negative timedelta, got {older_than!r}, "
-                "e.g. timedelta(days=30).",
-            )
-        try:
-            cutoff = datetime.now(UTC) - older_than
-        except OverflowError:
-            return 0  # before year 1: no conversation is that old
-        cutoff_ms = int(cutoff.timestamp() * 1000)
-        deleted = 0
-        for conversation_id in self._backend.ids():
-            if int(conversation_id[9:]) >= cutoff_ms:
-                continue
-            try:
-                summary = self._backend.summary(conversation_id)
-                if self._job_side.job_state(conversation_id) in ACTIVE_JOB_STATES:
-                    continue
-                if _parse_instant(summary.get("updatedAt"), "updatedAt") >= cutoff:
-                    continue
-                self.delete(conversation_id)
-            except (
-                ConversationNotFound,
-                ConversationCorrupted,
-                FilesystemError,
-                ValidationError,
-            ) as exc:
-                logger.info("prune: keeping %s (%s)", conversation_id, exc)
-                continue
-            deleted += 1
-        return deleted
+        return _pruning.prune(
+            self._backend, lambda cid: self._job_side.job_state(cid), self.delete, older_than
+        )
 
     # -- reading --------------------------------------------------------------------------------
 
@@ -567,52 +472,17 @@ class ConversationStore:
         A corrupted or unreadable conversation is skipped with a warning and kept in
         :attr:`last_skipped`; it never breaks the listing of the others.
         """
-        low = _to_ms(since, "since")
-        high = _to_ms(until, "until")
-        needle = text.casefold() if text else None
-        if limit is not None and (not isinstance(limit, int) or limit < 0):
-            raise option_error(
-                "{given} is not accepted; give a whole number of 0 or more.", "limit", limit
-            )
-        candidates: builtins.list[str] = []
-        for conversation_id in self._backend.ids():
-            created_ms = int(conversation_id[9:])
-            if high is not None and created_ms > high:
-                continue
-            if low is not None and created_ms < low:
-                break
-            candidates.append(conversation_id)
-        found: builtins.list[ConversationSummary] = []
-        skipped: builtins.list[PplxError] = []
-        for chunk in _chunks(candidates, limit):
-            if limit is not None and len(found) >= limit:
-                break
-            summaries = self._backend.summaries(chunk)
-            states = self._job_side.job_states(chunk)
-            documents = self._backend.read_many(chunk) if needle else [None] * len(chunk)
-            for conversation_id, read, state, document in zip(
-                chunk, summaries, states, documents, strict=True
-            ):
-                if limit is not None and len(found) >= limit:
-                    break
-                try:
-                    if isinstance(read, PplxError):
-                        raise read
-                    summary = read
-                    summary["jobStatus"] = state
-                    if (tool and tool not in summary.get("tools", ())) or (
-                        model and model not in summary.get("models", ())
-                    ):
-                        continue
-                    if needle and not self._contains(conversation_id, needle, document):
-                        continue
-                    found.append(self._summary_model(conversation_id, summary))
-                except ConversationNotFound:
-                    continue  # deleted meanwhile, or a folder whose conversation is being created
-                except (ConversationCorrupted, FilesystemError) as exc:
-                    logger.warning("Skipping conversation %s: %s", conversation_id, exc)
-                    skipped.append(exc)
-        self.last_skipped = skipped
+        found, self.last_skipped = _listing.list_summaries(
+            self._backend,
+            lambda ids: self._job_side.job_states(ids),
+            self.read_raw,
+            since=since,
+            until=until,
+            tool=tool,
+            model=model,
+            text=text,
+            limit=limit,
+        )
         return found
 
     def documents(
@@ -623,38 +493,7 @@ class ConversationStore:
 
         For bulk readers such as :mod:`pplx_nb.export`: one round trip per batch on Redis.
         """
-        chosen = self._backend.ids() if ids is None else [*ids]
-        for chunk in _chunks(chosen, None):
-            for conversation_id, read in zip(chunk, self._backend.read_many(chunk), strict=True):
-                try:
-                    yield conversation_id, self._document(conversation_id, read)
-                except (ConversationNotFound, ConversationCorrupted, FilesystemError) as exc:
-                    yield conversation_id, exc
-
-    def _contains(self, conversation_id: str, needle: str, read: bytes | PplxError | None) -> bool:
-        """Whether a message of the conversation (its document ``read`` in a batch) holds
-        ``needle``."""
-        messages = self._document(conversation_id, read)["messages"]
-        return any(needle in message["content"].casefold() for message in messages)
-
-    def _document(self, conversation_id: str, read: bytes | PplxError | None) -> dict[str, Any]:
-        """The document of a batch read, read again patiently if it did not parse."""
-        if isinstance(read, PplxError):
-            raise read
-        if read is not None:
-            where = self._backend.document_location(conversation_id)
-            with contextlib.suppress(ConversationCorrupted):  # perhaps caught mid-rewrite
-                document = parse(read, conversation_id, where)
-                document.pop(SUMMARY_KEY, None)
-                return document
-        return self.read_raw(conversation_id)
-
-    def _summary_model(self, conversation_id: str, summary: dict[str, Any]) -> ConversationSummary:
-        try:
-            return ConversationSummary.model_validate(summary)
-        except pydantic.ValidationError as exc:
-            where = self._backend.document_location(conversation_id)
-            raise corrupted(conversation_id, where, first_problem(exc)) from exc
+        return _listing.documents(self._backend, self.read_raw, ids)
 
     def _check_id(self, inner: object, conversation_id: str) -> None:
         """CONVERSATION_CORRUPTED when the document names another conversation than its folder.
@@ -689,103 +528,9 @@ class ConversationStore:
             extra = conversation.__pydantic_extra__ or {}
             check_lines(canonical, extra, len(conversation.messages), cid, where)
             lines = memoryview(data)[canonical.body_start : canonical.body_end]
-            self._seal(cid, canonical.message_count, zlib.crc32(lines))
+            self._seals.seal(cid, canonical.message_count, zlib.crc32(lines))
         if conversation.__pydantic_extra__:
             conversation.__pydantic_extra__.pop(SUMMARY_KEY, None)
         conversation.message_count = len(conversation.messages)
         conversation.path = self._backend.location(conversation_id or conversation.conversation_id)
         return conversation
-
-
-_FIRST_BATCH = 64
-_LARGEST_BATCH = 512
-
-
-def _chunks(ids: Sequence[str], limit: int | None) -> Iterator[Sequence[str]]:
-    """``ids`` in batches that grow from the first (``limit`` ids when given, so a short
-    listing reads little) to a few hundred: one round trip each on Redis."""
-    size = max(1, min(limit, _FIRST_BATCH)) if limit is not None else _FIRST_BATCH
-    start = 0
-    while start < len(ids):
-        yield ids[start : start + size]
-        start += size
-        size = min(size * 4, _LARGEST_BATCH)
-
-
-def _message_dicts(messages: Iterable[Message | Mapping[str, Any]]) -> list[dict[str, Any]]:
-    result = []
-    for number, message in enumerate(messages):
-        if isinstance(message, Message):
-            result.append(message.to_json_dict())
-            continue
-        if not isinstance(message, Mapping):
-            raise ValidationError(
-                f"Message {number} is a {type(message).__name__}; pass a Message or a dict "
-                "like {'role': 'user', 'content': '...'}.",
-            )
-        try:
-            result.append(Message.model_validate(message).to_json_dict())
-        except pydantic.ValidationError as exc:
-            raise ValidationError(
-                f"Message {number} is invalid: {first_problem(exc)}. A message needs a role "
-                "(system, user or assistant) and a string content.",
-            ) from exc
-    return result
-
-
-def _meta(meta: Mapping[str, Any]) -> dict[str, Any]:
-    stored = {}
-    for key, value in meta.items():
-        name = to_camel(key)
-        if name in _RESERVED:
-            raise ValidationError(
-                f"{key!r} is set by the store itself and cannot be passed to create().",
-            )
-        if name == "parentConversationId" and value is not None:
-            validate_conversation_id(value)
-        try:
-            json.dumps(value)
-        except (TypeError, ValueError) as exc:
-            raise ValidationError(
-                f"Metadata {key!r} must be JSON-serialisable (str, number, list, dict ...).",
-            ) from exc
-        if value is not None:
-            stored[name] = value
-    return stored
-
-
-def _parse_instant(value: object, name: str) -> datetime:
-    if isinstance(value, datetime):
-        moment = value
-    elif isinstance(value, str):
-        try:
-            moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError as exc:
-            raise option_error(
-                "{given} is not an ISO 8601 instant, e.g. 2025-01-24T15:00:00Z.", name, value
-            ) from exc
-    else:
-        raise ValidationError(
-            f"{name} must be a datetime or an ISO 8601 string, got {type(value).__name__}.",
-        )
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
-
-
-def _to_ms(value: datetime | str | None, name: str) -> int | None:
-    if value is None:
-        return None
-    return int(_parse_instant(value, name).timestamp() * 1000)
-
-
-def _closes_cancelled(message: Mapping[str, Any], job_id: str) -> bool:
-    """Whether ``message`` is the turn that closed the question of cancelled job ``job_id``."""
-    unanswered = message.get("unanswered")
-    return (
-        message.get("closesJob") == job_id
-        and isinstance(unanswered, dict)
-        and unanswered.get("state") == "cancelled"
-    )
-
-
-class _Answered(Exception):
-    """The conversation's last question already has an answer (or it has none): nothing to close."""
