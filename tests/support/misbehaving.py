@@ -13,6 +13,7 @@ drops a reply it has already acted on)::
         bad.stream = "ping"             # streams send keep-alive comments only ("drip": text)
         bad.refuse_streams = True       # a run's event stream is refused (an expired cursor)
         bad.huge_body_mib = 300         # answers are a 300 MiB body, generated as it is sent
+        bad.echo_key = "failed_run"     # runs fail with a message quoting the Authorization header
 
 Plain asyncio streams, HTTP/1.1 with keep-alive, on a daemon thread: enough for httpx2.
 """
@@ -59,6 +60,12 @@ class Misbehaving:
         huge_body_mib: answer a non-streamed ``POST /v1/agent`` with this many MiB of JSON.
         huge_declared: whether that body's length is announced (``content-length``); without
             it the body simply runs until the connection closes.
+        echo_key: answer every run request (``POST /v1/agent``, polls and run streams of
+            ``/v1/responses``) without forwarding it, quoting its Authorization header and the
+            key in it, as a careless proxy does: ``"failed_run"`` (a run that failed, as JSON
+            or a ``response.failed`` event), ``"error_event"`` (an ``error`` event; ``{"error":
+            ...}`` unstreamed) or ``"not_json"`` (an HTML page with status 200, as the body or
+            as an event's data).
         requests: how many requests each ``METHOD path-prefix`` received.
     """
 
@@ -74,6 +81,7 @@ class Misbehaving:
         self.drip_every = 0.2
         self.huge_body_mib = 0
         self.huge_declared = True
+        self.echo_key: str | None = None
         self.requests: Counter[str] = Counter()
         self.bytes_sent = 0
         self._outage_started: float | None = None
@@ -150,6 +158,11 @@ class Misbehaving:
         route = f"{method} {'/v1/responses' if path.startswith('/v1/responses/') else path}"
         self.requests[route] += 1
         payload = _json(request.body)
+        runs = path in ("/v1/agent", "/v1/responses") or path.startswith("/v1/responses/")
+        if self.echo_key and runs:
+            streamed = bool(payload.get("stream")) or "stream=true" in request.target
+            await self._echo(request.headers.get("authorization", ""), streamed, writer)
+            return not streamed
         if method == "POST" and path in ("/v1/agent", "/v1/responses"):
             if payload.get("background"):
                 return await self._submission(request, writer)
@@ -233,6 +246,43 @@ class Misbehaving:
             self.bytes_sent += len(frame)
             await writer.drain()
             await asyncio.sleep(self.drip_every)
+
+    async def _echo(self, authorization: str, streamed: bool, writer: asyncio.StreamWriter) -> None:
+        said = f"upstream refused {authorization} (key {authorization.partition(' ')[2]})"
+        run = {"id": "resp_echo", "object": "response", "status": "failed", "output": []}
+        if self.echo_key == "not_json":
+            page = f"<html><body>Proxy error: {said}</body></html>"
+            if not streamed:
+                await self._reply(writer, 200, page.encode())
+                return
+            frames = [("response.created", page)]
+        elif self.echo_key == "error_event":
+            error = {"type": "error", "error": {"message": said, "type": "proxy"}}
+            if not streamed:
+                await self._reply(writer, 200, json.dumps({"error": error["error"]}).encode())
+                return
+            frames = [("error", json.dumps(error))]
+        else:
+            failed = {**run, "error": {"code": "proxy", "message": said}}
+            if not streamed:
+                await self._reply(writer, 200, json.dumps(failed).encode())
+                return
+            created = {"type": "response.created", "response": {**run, "status": "in_progress"}}
+            frames = [
+                ("response.created", json.dumps({**created, "sequence_number": 1})),
+                (
+                    "response.failed",
+                    json.dumps(
+                        {"type": "response.failed", "response": failed, "sequence_number": 2}
+                    ),
+                ),
+            ]
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n"
+        )
+        for name, data in frames:
+            writer.write(f"event: {name}\ndata: {data}\n\n".encode())
+        await writer.drain()
 
     async def _huge(self, writer: asyncio.StreamWriter) -> None:
         size = self.huge_body_mib * _CHUNK
