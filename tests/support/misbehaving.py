@@ -14,6 +14,8 @@ drops a reply it has already acted on)::
         bad.refuse_streams = True       # a run's event stream is refused (an expired cursor)
         bad.huge_body_mib = 300         # answers are a 300 MiB body, generated as it is sent
         bad.echo_key = "failed_run"     # runs fail with a message quoting the Authorization header
+        bad.on_submission = pause_redis # called once a submission ran, before its reply goes
+        bad.on_report = pause_redis     # called before a run's finished state (its report) goes
 
 Plain asyncio streams, HTTP/1.1 with keep-alive, on a daemon thread: enough for httpx2.
 """
@@ -26,6 +28,7 @@ import json
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -66,6 +69,11 @@ class Misbehaving:
             or a ``response.failed`` event), ``"error_event"`` (an ``error`` event; ``{"error":
             ...}`` unstreamed) or ``"not_json"`` (an HTML page with status 200, as the body or
             as an event's data).
+        on_submission: called (on a thread of its own) once a background submission was
+            forwarded, so the run exists upstream, and before its reply is sent: e.g. to stop
+            the store or the worker while the reply is on its way.
+        on_report: the same, before a poll (or a run's event stream) that carries the run
+            finished, and so its report, is answered.
         requests: how many requests each ``METHOD path-prefix`` received.
     """
 
@@ -82,6 +90,8 @@ class Misbehaving:
         self.huge_body_mib = 0
         self.huge_declared = True
         self.echo_key: str | None = None
+        self.on_submission: Callable[[], None] | None = None
+        self.on_report: Callable[[], None] | None = None
         self.requests: Counter[str] = Counter()
         self.bytes_sent = 0
         self._outage_started: float | None = None
@@ -187,6 +197,8 @@ class Misbehaving:
             await self._reply(writer, 503, b'{"error": {"message": "overloaded"}}')
             return True
         status, content, reply_headers = await self._forward(request)
+        if self.on_submission is not None:
+            await asyncio.to_thread(self.on_submission)
         if self.drop_submission_replies > 0:
             self.drop_submission_replies -= 1
             return False  # the run started upstream; its reply is never sent
@@ -222,6 +234,8 @@ class Misbehaving:
             run["status"] = "in_progress"
             run["output"] = []
             content = json.dumps(run).encode()
+        if self.on_report is not None and status == 200 and b'"completed"' in content:
+            await asyncio.to_thread(self.on_report)
         await self._reply(writer, status, content, reply_headers)
         return True
 
