@@ -14,7 +14,7 @@ from pplx_nb._errors import ValidationError
 from pplx_nb._option_names import OPTION_NAMES, option_error, worded
 from pplx_nb._options import SEARCH_OPTIONS
 from pplx_nb.api.search import SEARCH_FILTERS
-from pplx_nb.notebook._args import parse_argstring, search_opts, web_opts
+from pplx_nb.notebook._input import parse_argstring, search_opts, web_opts
 from pplx_nb.notebook._lookback import PplxLookbackMagics
 from pplx_nb.notebook.magics import PplxMagics
 
