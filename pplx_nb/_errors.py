@@ -4,7 +4,7 @@ Every failure that reaches a user is a :class:`PplxError` with a stable ``code``
 says what to do next. Each class also derives from the builtin a user would naturally catch::
 
     PplxError (Exception)                      code
-    ├── ValidationError (ValueError)           VALIDATION_ERROR
+    ├── ValidationError (ValueError)           VALIDATION_ERROR     (wordings)
     ├── ConversationNotFound (KeyError)        CONVERSATION_NOT_FOUND
     ├── ConversationCorrupted (ValueError)     CONVERSATION_CORRUPTED
     ├── FilesystemError (OSError)              FILESYSTEM_ERROR
@@ -24,14 +24,16 @@ says what to do next. Each class also derives from the builtin a user would natu
         └── SubmissionUnknown                  SUBMISSION_UNKNOWN   paid request sent, reply lost
 
 :class:`APIError` carries what a caller decides on as typed attributes (``status_code``,
-``retry_after``, ``reason``, ``request_id``); ``details`` holds other context. Errors are picklable
-with both (jobs carry them across processes) and never contain the API key: each message, and each
-text attribute or detail, is redacted (:mod:`pplx_nb._redact`) as the error is made, so a server
-that echoes the key back shows it nowhere.
+``retry_after``, ``reason``, ``request_id``), as :class:`ValidationError` does its ``wordings``;
+``details`` holds other context. Errors are picklable with both (jobs carry them across
+processes) and never contain the API key: each message, and each text attribute or detail, is
+redacted (:mod:`pplx_nb._redact`) as the error is made, so a server that echoes the key back shows
+it nowhere.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from pplx_nb._redact import redact, url_without_credentials
@@ -100,9 +102,24 @@ def _rebuild(cls: type[PplxError], message: str, arguments: dict[str, Any]) -> P
 
 
 class ValidationError(PplxError, ValueError):
-    """Input that pplx_nb refuses before doing any work (bad id, empty query, bad option)."""
+    """Input that pplx_nb refuses before doing any work (bad id, empty query, bad option).
+
+    An option's error has ``wordings``: its message in each surface's names for the options
+    (``python``, ``mcp``, ``notebook``; see :mod:`pplx_nb._option_names`), empty otherwise.
+    """
 
     code = "VALIDATION_ERROR"
+
+    def __init__(
+        self, message: str, *, wordings: Mapping[str, str] | None = None, **details: Any
+    ) -> None:
+        super().__init__(message, **details)
+        self.wordings: dict[str, str] = {
+            surface: redact(text) for surface, text in (wordings or {}).items()
+        }
+
+    def _facts(self) -> dict[str, Any]:
+        return {"wordings": self.wordings} if self.wordings else {}
 
 
 class ConversationNotFound(PplxError, KeyError):
