@@ -32,9 +32,11 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from IPython.core import magic as _magic
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics
+from IPython.display import display
 
 from pplx_nb._errors import APITimeoutError, ValidationError
 from pplx_nb.notebook._input import interpolate, parse_argstring, unquote
+from pplx_nb.notebook.display import error_bundle, terminal_publisher
 
 if TYPE_CHECKING:
     from pplx_nb._config import Settings
@@ -230,15 +232,11 @@ class Shown:
 
 def show(bundle: Bundle) -> None:
     """Display a MIME bundle as an output of the running cell."""
-    from IPython.display import display
-
     display(bundle, raw=True)  # type: ignore[no-untyped-call]
 
 
 def show_widget(widget: Any) -> None:
     """Display a widget as an output of the running cell."""
-    from IPython.display import display
-
     display(widget)  # type: ignore[no-untyped-call]
 
 
@@ -271,7 +269,6 @@ class CellMagics(Magics):
         """How live views publish: in place in a notebook, a line and the outcome in a terminal."""
         if not self.in_terminal:
             return None
-        from pplx_nb.notebook.display import terminal_publisher
 
         return terminal_publisher()
 
@@ -285,7 +282,6 @@ class CellMagics(Magics):
         and "Run All" stops there.
         """
         __tracebackhide__ = True
-        from pplx_nb.notebook.display import error_bundle
 
         try:
             yield

@@ -400,7 +400,6 @@ def backend(settings: Settings) -> str:
         return f"the offline simulator ({why})"
     if settings.base_url.rstrip("/") == "https://api.perplexity.ai":
         return "the Perplexity API"
-    from urllib.parse import urlsplit
 
     return f"the API at {urlsplit(settings.base_url).hostname}"
 

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from IPython.core.magic import magics_class, no_var_expand
 from traitlets import Bool, Float
 
+from pplx_nb._errors import PplxError
+from pplx_nb._sync import TICK, iterate_sync
 from pplx_nb.notebook._input import (
     argument,
     interpolate,
@@ -57,6 +59,15 @@ from pplx_nb.notebook._kernel import (
 )
 from pplx_nb.notebook._lookback import PplxLookbackMagics
 from pplx_nb.notebook._render import cancel_bundle, jobs_frame, loaded_bundle, web_results_bundle
+from pplx_nb.notebook.display import (
+    ProgressView,
+    StreamView,
+    answer_bundle,
+    conversation_bundle,
+    done_bundle,
+    job_bundle,
+    notice_bundle,
+)
 
 if TYPE_CHECKING:
     from pplx_nb._models import Answer, JobStatus, Progress
@@ -118,10 +129,7 @@ class PplxMagics(CellMagics):
         every 100 ms: its clock counts, text held back by batching shows, and its status line
         says what the run reports doing ("Searching: 2 queries", "Read 8 results", ...).
         """
-        from pplx_nb._errors import PplxError
         from pplx_nb._models import Answer
-        from pplx_nb._sync import TICK, iterate_sync
-        from pplx_nb.notebook.display import StreamView
 
         view = StreamView(
             label=label, publish=self._publisher(), interval=float(self.stream_interval)
@@ -172,8 +180,6 @@ class PplxMagics(CellMagics):
         from pplx_nb._models import Answer
 
         if getattr(args, "thinking", False) and isinstance(value, Answer) and not value.thinking:
-            from pplx_nb.notebook.display import notice_bundle
-
             show(
                 notice_bundle(
                     "NO_THINKING",
@@ -196,8 +202,6 @@ class PplxMagics(CellMagics):
             )
             self.monitors.add(status.conversation_id)
         else:
-            from pplx_nb.notebook.display import job_bundle
-
             show(job_bundle(status))
 
     def _blocking(
@@ -214,12 +218,6 @@ class PplxMagics(CellMagics):
         ``report_above``: a live monitor above shows the report, so only a line says it is done.
         """
         from pplx_nb._models import Answer
-        from pplx_nb.notebook.display import (
-            ProgressView,
-            answer_bundle,
-            done_bundle,
-            notice_bundle,
-        )
 
         view = ProgressView(label, publish=self._publisher())
         try:
@@ -552,7 +550,6 @@ class PplxMagics(CellMagics):
         if self.shown.take(value):
             return
         from pplx_nb._models import Answer, Conversation
-        from pplx_nb.notebook.display import answer_bundle, conversation_bundle, job_bundle
         from pplx_nb.research import WebResults
 
         if isinstance(value, Answer):
