@@ -224,12 +224,16 @@ CALL = {
 
 
 def _post(
-    port: int, message: dict[str, Any], headers: dict[str, str]
+    port: int,
+    message: dict[str, Any],
+    headers: dict[str, str],
+    address: str = "127.0.0.1",
+    path: str = "/mcp",
 ) -> tuple[int, str, dict[str, str]]:
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    connection = http.client.HTTPConnection(address, port, timeout=30)
     try:
         base = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
-        connection.request("POST", "/mcp", json.dumps(message), {**base, **headers})
+        connection.request("POST", path, json.dumps(message), {**base, **headers})
         response = connection.getresponse()
         return response.status, response.read().decode(), dict(response.getheaders())
     finally:
@@ -263,6 +267,42 @@ def test_http_needs_the_token_when_one_is_set(tmp_path: Path) -> None:
     assert TOKEN not in (tmp_path / "http.log").read_text()
 
 
+def test_the_bearer_scheme_is_matched_in_any_case(tmp_path: Path) -> None:
+    with _http_server(tmp_path, PPLX_NB_MCP_TOKEN=TOKEN) as port:
+        for scheme in ("bearer", "BEARER", "beaRer"):
+            status, body, _ = _post(port, INITIALIZE, {"Authorization": f"{scheme} {TOKEN}"})
+            assert status == 200, (scheme, status, body)
+        for refused in (f"Basic {TOKEN}", f"bearer {TOKEN.lower()}", f"bearer{TOKEN}", "bearer"):
+            assert _post(port, INITIALIZE, {"Authorization": refused})[0] == 401, refused
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2"])
+def test_host_names_match_in_any_case_and_the_bound_address_is_allowed(
+    tmp_path: Path, host: str
+) -> None:
+    with _http_server(tmp_path, host=host) as port:
+        for name in (f"LOCALHOST:{port}", "LocalHost", f"{host}:{port}", f"[::1]:{port}"):
+            status, body, _ = _post(port, INITIALIZE, {"Host": name}, address=host)
+            assert status == 200, (name, status, body)
+        for name in ("evil.example", f"localhost.evil.example:{port}", "localhost:x"):
+            status, body, _ = _post(port, INITIALIZE, {"Host": name}, address=host)
+            assert status == 421 and '"result"' not in body, (name, status, body)
+        origin = {"Host": f"localhost:{port}", "Origin": f"HTTP://LOCALHOST:{port}"}
+        assert _post(port, INITIALIZE, origin, address=host)[0] == 200
+
+
+def test_the_access_log_shows_neither_query_strings_nor_the_token(tmp_path: Path) -> None:
+    with _http_server(tmp_path, PPLX_NB_MCP_TOKEN=TOKEN, LOG_LEVEL="info") as port:
+        assert _post(port, INITIALIZE, {}, path=f"/mcp?token={TOKEN}")[0] == 401
+        good = {"Authorization": f"Bearer {TOKEN}"}
+        assert _post(port, INITIALIZE, good, path=f"/mcp?token={TOKEN}&x=1")[0] == 200
+        assert _post(port, INITIALIZE, {"Host": "evil.example", **good})[0] == 421
+    log = (tmp_path / "http.log").read_text()
+    assert '"POST /mcp HTTP/1.1" 401' in log and '"POST /mcp HTTP/1.1" 200' in log, log
+    assert '"POST /mcp HTTP/1.1" 421' in log, log
+    assert "token=" not in log and "?" not in log and TOKEN not in log, log
+
+
 @pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0"])
 def test_an_evil_host_or_origin_gets_no_tool_result_on_any_bind(tmp_path: Path, host: str) -> None:
     with _http_server(tmp_path, host=host, PPLX_NB_MCP_TOKEN=TOKEN) as port:
@@ -280,11 +320,13 @@ def test_an_evil_host_or_origin_gets_no_tool_result_on_any_bind(tmp_path: Path, 
 def test_a_listed_host_and_origin_are_let_in(tmp_path: Path) -> None:
     with _http_server(
         tmp_path,
-        PPLX_NB_MCP_ALLOWED_HOSTS="mcp.example.org:*",
+        PPLX_NB_MCP_ALLOWED_HOSTS="MCP.example.org:*",
         PPLX_NB_MCP_ALLOWED_ORIGINS="https://app.example.org",
     ) as port:
         named = {"Host": f"mcp.example.org:{port}", "Origin": "https://app.example.org"}
         assert _post(port, INITIALIZE, named)[0] == 200
+        shouted = {"Host": f"MCP.EXAMPLE.ORG:{port}", "Origin": "HTTPS://App.Example.Org"}
+        assert _post(port, INITIALIZE, shouted)[0] == 200
         assert _post(port, INITIALIZE, {"Host": f"127.0.0.1:{port}"})[0] == 421
 
 

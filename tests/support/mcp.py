@@ -68,17 +68,19 @@ def http_server(
 ) -> Iterator[int]:
     """``python -m pplx_nb.mcp --transport http`` on a free port, once it accepts connections.
 
-    Yields the port; ``args`` are more command-line options, ``env`` more variables, ``log``
-    where its output goes (discarded otherwise). Stopped when the block ends.
+    Yields the port; ``args`` are more command-line options, ``env`` more variables (LOG_LEVEL
+    is ``warning`` unless they say otherwise), ``log`` where its output goes (discarded
+    otherwise). Stopped when the block ends.
     """
     port = _free_port()
+    address = "127.0.0.1" if host in ("0.0.0.0", "localhost") else host
     command = ["-m", "pplx_nb.mcp", "--transport", "http", "--host", host, "--port", str(port)]
     with ExitStack() as stack:
         output = stack.enter_context(log.open("wb")) if log else subprocess.DEVNULL
         process = subprocess.Popen(
             [sys.executable, *command, *args],
             cwd=ROOT,
-            env={**os.environ, **server_env(logs_dir, LOG_LEVEL="warning", **env)},
+            env={**os.environ, **server_env(logs_dir, **{"LOG_LEVEL": "warning", **env})},
             stdout=output,
             stderr=output,
         )
@@ -86,7 +88,7 @@ def http_server(
             deadline = time.monotonic() + 30
             while True:
                 try:
-                    with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    with socket.create_connection((address, port), timeout=1):
                         break
                 except OSError:
                     if process.poll() is not None or time.monotonic() > deadline:
