@@ -173,17 +173,21 @@ def _check_report(report: dict[str, Any], *, async_mode: bool, attachments: bool
     assert "Unknown tool: no_such_tool" in unknown["error"]["message"]
 
 
-def test_every_tool_over_stdio_with_the_typescript_client(tmp_path: Path) -> None:
-    logs = tmp_path / "conversation-logs"
-    (tmp_path / "a.txt").write_text("notes\n")
-    plan = {
+def _stdio_plan(tmp_path: Path, calls: list[dict[str, Any]], **env: str) -> dict[str, Any]:
+    """A plan for ``python -m pplx_nb.mcp`` over stdio, storing in ``tmp_path``."""
+    return {
         "transport": "stdio",
         "command": sys.executable,
         "args": ["-m", "pplx_nb.mcp"],
-        "env": _env(logs, PPLX_NB_FILE_ROOTS=str(tmp_path)),
+        "env": _env(tmp_path / "conversation-logs", **env),
         "cwd": str(tmp_path),
-        "calls": _plan_calls(async_mode=False),
+        "calls": calls,
     }
+
+
+def test_every_tool_over_stdio_with_the_typescript_client(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("notes\n")
+    plan = _stdio_plan(tmp_path, _plan_calls(async_mode=False), PPLX_NB_FILE_ROOTS=str(tmp_path))
     report = drive(plan, tmp_path)
     _check_report(report, async_mode=False, attachments=True)
 
@@ -301,6 +305,33 @@ def test_the_access_log_shows_neither_query_strings_nor_the_token(tmp_path: Path
     assert '"POST /mcp HTTP/1.1" 401' in log and '"POST /mcp HTTP/1.1" 200' in log, log
     assert '"POST /mcp HTTP/1.1" 421' in log, log
     assert "token=" not in log and "?" not in log and TOKEN not in log, log
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_a_lone_surrogate_in_an_argument_is_the_same_result_on_both_transports(
+    tmp_path: Path, transport: str
+) -> None:
+    calls = [
+        {"name": "perplexity_search", "arguments": {"query": "\ud800 asyncio"}},
+        {"name": "list_conversations", "arguments": {"text": "ok \udfff"}},
+        {"name": "list_conversations", "arguments": {"limit": 3}},
+    ]
+    if transport == "stdio":
+        report = drive(_stdio_plan(tmp_path, calls), tmp_path)
+    else:
+        with _http_server(tmp_path) as port:
+            plan = {"transport": "http", "url": f"http://127.0.0.1:{port}/mcp", "calls": calls}
+            report = drive(plan, tmp_path)
+    assert report["connectError"] is None, report["connectError"]
+    search, listed, after = report["results"]
+    for entry, argument in ((search, "query"), (listed, "text")):
+        assert entry["error"] is None, entry["error"]
+        assert entry["result"]["isError"] is True
+        assert _text(entry["result"]).startswith(
+            f"VALIDATION_ERROR: The argument {argument} holds a lone surrogate at character"
+        ), _text(entry["result"])
+    assert after["error"] is None and not after["result"].get("isError"), after
+    assert after["result"]["structuredContent"]["count"] == 0, "nothing was asked or stored"
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0"])

@@ -13,7 +13,8 @@ Whoever reaches the port can spend the API key and read every stored conversatio
 - a session idle for ``session_idle_seconds`` is closed, so memory does not grow with clients
   that never say goodbye.
 
-The checks are ASGI middleware of ours in front of the SDK's app (:mod:`pplx_nb.mcp._middleware`).
+The checks are ASGI middleware of ours in front of the SDK's app (:mod:`pplx_nb.mcp._middleware`,
+and :class:`~pplx_nb.mcp._unparsed.AnsweringApp` for requests the SDK cannot parse).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 
 from pplx_nb._config import Settings
 from pplx_nb.mcp._middleware import AccessLog, BearerAuth, HeaderCheck
+from pplx_nb.mcp._unparsed import AnsweringApp
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp
@@ -101,14 +103,15 @@ def build_app(
     host: str,
     session_idle_seconds: float = DEFAULT_SESSION_IDLE_SECONDS,
 ) -> ASGIApp:
-    """The streamable-HTTP app at ``/mcp`` behind our checks: access log, Host/Origin, and the
-    token when one is set."""
+    """The streamable-HTTP app at ``/mcp`` behind our checks: access log, Host/Origin, the
+    token when one is set, and answers to requests the SDK cannot parse."""
     app: ASGIApp = server.streamable_http_app(
         # HeaderCheck stands in for the SDK's check, which compares names case-sensitively.
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
         session_idle_timeout=session_idle_seconds,
         host=host,
     )
+    app = AnsweringApp(app)
     token = settings.mcp_token.get_secret_value() if settings.mcp_token is not None else None
     if token is not None:
         app = BearerAuth(app, token)

@@ -116,10 +116,10 @@ class PplxMCPServer(MCPServer[Any]):
     async def run_stdio_async(self) -> None:
         """Serve over stdin and stdout, as the SDK does, but reply to every request: one the
         transport cannot parse (a lone surrogate in a string) is answered, not dropped
-        (:mod:`pplx_nb.mcp._stdio`)."""
+        (:mod:`pplx_nb.mcp._unparsed`)."""
         from mcp.server.stdio import stdio_server
 
-        from pplx_nb.mcp._stdio import AnsweringReader
+        from pplx_nb.mcp._unparsed import AnsweringReader
 
         lowlevel = self._lowlevel_server
         async with stdio_server() as (read_stream, write_stream):
