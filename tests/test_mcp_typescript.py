@@ -334,6 +334,30 @@ def test_a_lone_surrogate_in_an_argument_is_the_same_result_on_both_transports(
     assert after["result"]["structuredContent"]["count"] == 0, "nothing was asked or stored"
 
 
+def test_an_unknown_prompt_and_an_unknown_conversation_are_reported_as_such(
+    tmp_path: Path,
+) -> None:
+    calls = [
+        {"prompt": "no_such_prompt", "arguments": {}},
+        {
+            "name": "await_conversation_histories",
+            "arguments": {"conversationIds": [UNKNOWN_ID], "timeoutSeconds": 30},
+        },
+    ]
+    report = drive(_stdio_plan(tmp_path, calls), tmp_path)
+    assert report["connectError"] is None, report["connectError"]
+    prompt, awaited = report["results"]
+    assert prompt["result"] is None and prompt["error"]["code"] == -32602, prompt
+    assert "no_such_prompt" in prompt["error"]["message"]
+    assert awaited["error"] is None and awaited["schemaErrors"] is None, awaited
+    text = _text(awaited["result"])
+    assert "finished" not in text.split("---")[0], text
+    assert "1 of 1 conversation(s) could not be read" in text, text
+    assert "CONVERSATION_NOT_FOUND" in text
+    entry = awaited["result"]["structuredContent"]["conversations"][UNKNOWN_ID]
+    assert entry["status"] == "error" and entry["error"]["code"] == "CONVERSATION_NOT_FOUND"
+
+
 @pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0"])
 def test_an_evil_host_or_origin_gets_no_tool_result_on_any_bind(tmp_path: Path, host: str) -> None:
     with _http_server(tmp_path, host=host, PPLX_NB_MCP_TOKEN=TOKEN) as port:

@@ -162,6 +162,24 @@ class PplxMCPServer(MCPServer[Any]):
                 raise
             return _error_result(name, cause)
 
+    async def get_prompt(
+        self,
+        name: str,
+        arguments: dict[str, Any] | None = None,
+        context: Context[Any, Any] | None = None,
+    ) -> Any:
+        """The prompt ``name``, rendered with ``arguments``.
+
+        Raises:
+            MCPError: ``-32602`` when there is no prompt ``name`` (the SDK answers an unknown
+                prompt with code ``0``, which no client can tell from a crash).
+        """
+        if self._prompt_manager.get_prompt(name) is None:
+            prompts = [prompt.name for prompt in await self.list_prompts()]
+            listed = f"The prompts are: {', '.join(prompts)}." if prompts else "It has no prompts."
+            raise MCPError(INVALID_PARAMS, f"Unknown prompt: {name}. {listed}")
+        return await super().get_prompt(name, arguments, context)
+
     def _refuse_unknown(self, name: str, arguments: dict[str, Any]) -> ValidationError | None:
         """Arguments the tool's schema does not name, as an error.
 
