@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -57,6 +58,21 @@ def server_env(logs_dir: Path, **extra: str) -> dict[str, str]:
 
 
 def _free_port() -> int:
+    """A port free on every address, below the kernel's ephemeral range where one is: a server
+    that another test (or person) starts on port 0 meanwhile is never given it, so the server
+    started on it binds it, and the wait below cannot mistake that other server for ours."""
+    try:
+        ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral = 32768
+    below = range(20000, max(ephemeral, 20000))
+    for port in random.sample(below, k=min(50, len(below))):
+        with socket.socket() as probe:
+            try:
+                probe.bind(("0.0.0.0", port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
