@@ -757,6 +757,26 @@ def test_progress_relay_sends_a_heartbeat_that_always_increases() -> None:
     assert all(total == 100 for _, total, _ in sent)
 
 
+def test_progress_relay_advances_a_repeated_step_by_exact_hundredths() -> None:
+    sent: list[float] = []
+
+    async def sink(progress: float, total: float | None = None, message: str | None = None) -> None:
+        sent.append(progress)
+
+    async def run() -> None:
+        relay = ProgressRelay(sink, heartbeat=3600)
+        async with relay.running():
+            for percentage in (0,) * 8 + (94,) * 4:
+                before = len(sent)
+                relay(Progress(percentage=percentage, message="Searching"))
+                with anyio.fail_after(30):
+                    while len(sent) == before:
+                        await anyio.sleep(0.001)
+
+    anyio.run(run)
+    assert sent == [0, 0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.07, 94, 94.01, 94.02, 94.03]
+
+
 def test_http_transport_serves_the_same_tools(tmp_path: Path) -> None:
     async def tool_names(port: int) -> set[str]:
         async with (

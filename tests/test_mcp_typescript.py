@@ -173,17 +173,21 @@ def _check_report(report: dict[str, Any], *, async_mode: bool, attachments: bool
     assert "Unknown tool: no_such_tool" in unknown["error"]["message"]
 
 
-def test_every_tool_over_stdio_with_the_typescript_client(tmp_path: Path) -> None:
-    logs = tmp_path / "conversation-logs"
-    (tmp_path / "a.txt").write_text("notes\n")
-    plan = {
+def _stdio_plan(tmp_path: Path, calls: list[dict[str, Any]], **env: str) -> dict[str, Any]:
+    """A plan for ``python -m pplx_nb.mcp`` over stdio, storing in ``tmp_path``."""
+    return {
         "transport": "stdio",
         "command": sys.executable,
         "args": ["-m", "pplx_nb.mcp"],
-        "env": _env(logs, PPLX_NB_FILE_ROOTS=str(tmp_path)),
+        "env": _env(tmp_path / "conversation-logs", **env),
         "cwd": str(tmp_path),
-        "calls": _plan_calls(async_mode=False),
+        "calls": calls,
     }
+
+
+def test_every_tool_over_stdio_with_the_typescript_client(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("notes\n")
+    plan = _stdio_plan(tmp_path, _plan_calls(async_mode=False), PPLX_NB_FILE_ROOTS=str(tmp_path))
     report = drive(plan, tmp_path)
     _check_report(report, async_mode=False, attachments=True)
 
@@ -224,12 +228,16 @@ CALL = {
 
 
 def _post(
-    port: int, message: dict[str, Any], headers: dict[str, str]
+    port: int,
+    message: dict[str, Any],
+    headers: dict[str, str],
+    address: str = "127.0.0.1",
+    path: str = "/mcp",
 ) -> tuple[int, str, dict[str, str]]:
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    connection = http.client.HTTPConnection(address, port, timeout=30)
     try:
         base = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
-        connection.request("POST", "/mcp", json.dumps(message), {**base, **headers})
+        connection.request("POST", path, json.dumps(message), {**base, **headers})
         response = connection.getresponse()
         return response.status, response.read().decode(), dict(response.getheaders())
     finally:
@@ -263,6 +271,93 @@ def test_http_needs_the_token_when_one_is_set(tmp_path: Path) -> None:
     assert TOKEN not in (tmp_path / "http.log").read_text()
 
 
+def test_the_bearer_scheme_is_matched_in_any_case(tmp_path: Path) -> None:
+    with _http_server(tmp_path, PPLX_NB_MCP_TOKEN=TOKEN) as port:
+        for scheme in ("bearer", "BEARER", "beaRer"):
+            status, body, _ = _post(port, INITIALIZE, {"Authorization": f"{scheme} {TOKEN}"})
+            assert status == 200, (scheme, status, body)
+        for refused in (f"Basic {TOKEN}", f"bearer {TOKEN.lower()}", f"bearer{TOKEN}", "bearer"):
+            assert _post(port, INITIALIZE, {"Authorization": refused})[0] == 401, refused
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2"])
+def test_host_names_match_in_any_case_and_the_bound_address_is_allowed(
+    tmp_path: Path, host: str
+) -> None:
+    with _http_server(tmp_path, host=host) as port:
+        for name in (f"LOCALHOST:{port}", "LocalHost", f"{host}:{port}", f"[::1]:{port}"):
+            status, body, _ = _post(port, INITIALIZE, {"Host": name}, address=host)
+            assert status == 200, (name, status, body)
+        for name in ("evil.example", f"localhost.evil.example:{port}", "localhost:x"):
+            status, body, _ = _post(port, INITIALIZE, {"Host": name}, address=host)
+            assert status == 421 and '"result"' not in body, (name, status, body)
+        origin = {"Host": f"localhost:{port}", "Origin": f"HTTP://LOCALHOST:{port}"}
+        assert _post(port, INITIALIZE, origin, address=host)[0] == 200
+
+
+def test_the_access_log_shows_neither_query_strings_nor_the_token(tmp_path: Path) -> None:
+    with _http_server(tmp_path, PPLX_NB_MCP_TOKEN=TOKEN, LOG_LEVEL="info") as port:
+        assert _post(port, INITIALIZE, {}, path=f"/mcp?token={TOKEN}")[0] == 401
+        good = {"Authorization": f"Bearer {TOKEN}"}
+        assert _post(port, INITIALIZE, good, path=f"/mcp?token={TOKEN}&x=1")[0] == 200
+        assert _post(port, INITIALIZE, {"Host": "evil.example", **good})[0] == 421
+    log = (tmp_path / "http.log").read_text()
+    assert '"POST /mcp HTTP/1.1" 401' in log and '"POST /mcp HTTP/1.1" 200' in log, log
+    assert '"POST /mcp HTTP/1.1" 421' in log, log
+    assert "token=" not in log and "?" not in log and TOKEN not in log, log
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_a_lone_surrogate_in_an_argument_is_the_same_result_on_both_transports(
+    tmp_path: Path, transport: str
+) -> None:
+    calls = [
+        {"name": "perplexity_search", "arguments": {"query": "\ud800 asyncio"}},
+        {"name": "list_conversations", "arguments": {"text": "ok \udfff"}},
+        {"name": "list_conversations", "arguments": {"limit": 3}},
+    ]
+    if transport == "stdio":
+        report = drive(_stdio_plan(tmp_path, calls), tmp_path)
+    else:
+        with _http_server(tmp_path) as port:
+            plan = {"transport": "http", "url": f"http://127.0.0.1:{port}/mcp", "calls": calls}
+            report = drive(plan, tmp_path)
+    assert report["connectError"] is None, report["connectError"]
+    search, listed, after = report["results"]
+    for entry, argument in ((search, "query"), (listed, "text")):
+        assert entry["error"] is None, entry["error"]
+        assert entry["result"]["isError"] is True
+        assert _text(entry["result"]).startswith(
+            f"VALIDATION_ERROR: The argument {argument} holds a lone surrogate at character"
+        ), _text(entry["result"])
+    assert after["error"] is None and not after["result"].get("isError"), after
+    assert after["result"]["structuredContent"]["count"] == 0, "nothing was asked or stored"
+
+
+def test_an_unknown_prompt_and_an_unknown_conversation_are_reported_as_such(
+    tmp_path: Path,
+) -> None:
+    calls = [
+        {"prompt": "no_such_prompt", "arguments": {}},
+        {
+            "name": "await_conversation_histories",
+            "arguments": {"conversationIds": [UNKNOWN_ID], "timeoutSeconds": 30},
+        },
+    ]
+    report = drive(_stdio_plan(tmp_path, calls), tmp_path)
+    assert report["connectError"] is None, report["connectError"]
+    prompt, awaited = report["results"]
+    assert prompt["result"] is None and prompt["error"]["code"] == -32602, prompt
+    assert "no_such_prompt" in prompt["error"]["message"]
+    assert awaited["error"] is None and awaited["schemaErrors"] is None, awaited
+    text = _text(awaited["result"])
+    assert "finished" not in text.split("---")[0], text
+    assert "1 of 1 conversation(s) could not be read" in text, text
+    assert "CONVERSATION_NOT_FOUND" in text
+    entry = awaited["result"]["structuredContent"]["conversations"][UNKNOWN_ID]
+    assert entry["status"] == "error" and entry["error"]["code"] == "CONVERSATION_NOT_FOUND"
+
+
 @pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0"])
 def test_an_evil_host_or_origin_gets_no_tool_result_on_any_bind(tmp_path: Path, host: str) -> None:
     with _http_server(tmp_path, host=host, PPLX_NB_MCP_TOKEN=TOKEN) as port:
@@ -280,11 +375,13 @@ def test_an_evil_host_or_origin_gets_no_tool_result_on_any_bind(tmp_path: Path, 
 def test_a_listed_host_and_origin_are_let_in(tmp_path: Path) -> None:
     with _http_server(
         tmp_path,
-        PPLX_NB_MCP_ALLOWED_HOSTS="mcp.example.org:*",
+        PPLX_NB_MCP_ALLOWED_HOSTS="MCP.example.org:*",
         PPLX_NB_MCP_ALLOWED_ORIGINS="https://app.example.org",
     ) as port:
         named = {"Host": f"mcp.example.org:{port}", "Origin": "https://app.example.org"}
         assert _post(port, INITIALIZE, named)[0] == 200
+        shouted = {"Host": f"MCP.EXAMPLE.ORG:{port}", "Origin": "HTTPS://App.Example.Org"}
+        assert _post(port, INITIALIZE, shouted)[0] == 200
         assert _post(port, INITIALIZE, {"Host": f"127.0.0.1:{port}"})[0] == 421
 
 

@@ -3,37 +3,44 @@
 Whoever reaches the port can spend the API key and read every stored conversation, so:
 
 - with ``PPLX_NB_MCP_TOKEN`` set, every request needs ``Authorization: Bearer <token>`` (401
-  otherwise, compared in constant time); a non-loopback ``--host`` without a token refuses to
-  start unless ``--allow-unauthenticated`` says the network is trusted;
-- the Host and Origin headers are checked on every bind (DNS rebinding): by default loopback
-  names and the bound address, or the ``PPLX_NB_MCP_ALLOWED_HOSTS`` / ``_ORIGINS`` lists;
+  otherwise, the scheme in any case, the token compared in constant time); a non-loopback
+  ``--host`` without a token refuses to start unless ``--allow-unauthenticated`` says the network
+  is trusted;
+- the Host and Origin headers are checked on every bind (DNS rebinding), in any case: by default
+  loopback names and the bound address, or the ``PPLX_NB_MCP_ALLOWED_HOSTS`` / ``_ORIGINS``
+  lists;
+- the access log shows paths without their query strings, so a token sent in one is not logged;
 - a session idle for ``session_idle_seconds`` is closed, so memory does not grow with clients
   that never say goodbye.
+
+The checks are ASGI middleware of ours in front of the SDK's app (:mod:`pplx_nb.mcp._middleware`,
+and :class:`~pplx_nb.mcp._unparsed.AnsweringApp` for requests the SDK cannot parse).
 """
 
 from __future__ import annotations
 
-import hmac
 import ipaddress
-import json
 import logging
 from typing import TYPE_CHECKING
 
 from mcp.server.transport_security import TransportSecuritySettings
 
 from pplx_nb._config import Settings
+from pplx_nb.mcp._middleware import AccessLog, BearerAuth, HeaderCheck
+from pplx_nb.mcp._unparsed import AnsweringApp
 
 if TYPE_CHECKING:
-    from starlette.types import ASGIApp, Receive, Scope, Send
+    from starlette.types import ASGIApp
 
     from pplx_nb.mcp.server import PplxMCPServer
 
 __all__ = [
     "DEFAULT_SESSION_IDLE_SECONDS",
-    "BearerAuth",
+    "allowed_hosts",
+    "allowed_origins",
+    "build_app",
     "exposure_problem",
     "is_loopback",
-    "security_settings",
     "serve_http",
 ]
 
@@ -71,61 +78,23 @@ def _bracketed(host: str) -> str:
     return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
 
-def security_settings(host: str, settings: Settings) -> TransportSecuritySettings:
-    """The Host/Origin allow-lists for a server bound to ``host`` (enforced on every bind)."""
-    hosts = list(settings.mcp_allowed_hosts)
-    if not hosts:
-        names = list(_LOOPBACK_NAMES)
-        if host not in _WILDCARDS and not is_loopback(host):
-            names.append(_bracketed(host))
-        hosts = [form for name in names for form in (name, f"{name}:*")]
-    origins = list(settings.mcp_allowed_origins)
-    if not origins:
-        origins = [f"http://{name}:*" for name in _LOOPBACK_NAMES]
-        origins += [f"http://{name}" for name in _LOOPBACK_NAMES]
-    return TransportSecuritySettings(
-        enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins
-    )
+def allowed_hosts(host: str, settings: Settings) -> list[str]:
+    """The Host headers a server bound to ``host`` accepts: PPLX_NB_MCP_ALLOWED_HOSTS, else the
+    loopback names and the bound address, each with any port."""
+    if settings.mcp_allowed_hosts:
+        return list(settings.mcp_allowed_hosts)
+    names = list(_LOOPBACK_NAMES)
+    bound = _bracketed(host).lower()
+    if host not in _WILDCARDS and bound not in names:
+        names.append(bound)
+    return [form for name in names for form in (name, f"{name}:*")]
 
 
-class BearerAuth:
-    """ASGI middleware: HTTP requests without ``Authorization: Bearer <token>`` get a 401."""
-
-    def __init__(self, app: ASGIApp, token: str) -> None:
-        self._app = app
-        self._expected = f"Bearer {token}".encode()
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self._app(scope, receive, send)
-            return
-        sent = b""
-        for name, value in scope["headers"]:
-            if name == b"authorization":
-                sent = value
-                break
-        if hmac.compare_digest(sent, self._expected):
-            await self._app(scope, receive, send)
-            return
-        body = json.dumps(
-            {
-                "error": "invalid_token",
-                "error_description": "Send the server's PPLX_NB_MCP_TOKEN as "
-                "'Authorization: Bearer <token>'.",
-            }
-        ).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 401,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                    (b"www-authenticate", b'Bearer realm="pplx_nb", error="invalid_token"'),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+def allowed_origins(settings: Settings) -> list[str]:
+    """The Origin headers accepted: PPLX_NB_MCP_ALLOWED_ORIGINS, else loopback origins."""
+    if settings.mcp_allowed_origins:
+        return list(settings.mcp_allowed_origins)
+    return [f"http://{name}{port}" for name in _LOOPBACK_NAMES for port in (":*", "")]
 
 
 def build_app(
@@ -134,15 +103,20 @@ def build_app(
     host: str,
     session_idle_seconds: float = DEFAULT_SESSION_IDLE_SECONDS,
 ) -> ASGIApp:
-    """The streamable-HTTP app at ``/mcp``, behind the token when one is set."""
+    """The streamable-HTTP app at ``/mcp`` behind our checks: access log, Host/Origin, the
+    token when one is set, and answers to requests the SDK cannot parse."""
     app: ASGIApp = server.streamable_http_app(
-        transport_security=security_settings(host, settings),
+        # HeaderCheck stands in for the SDK's check, which compares names case-sensitively.
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
         session_idle_timeout=session_idle_seconds,
         host=host,
     )
-    if settings.mcp_token is not None:
-        app = BearerAuth(app, settings.mcp_token.get_secret_value())
-    return app
+    app = AnsweringApp(app)
+    token = settings.mcp_token.get_secret_value() if settings.mcp_token is not None else None
+    if token is not None:
+        app = BearerAuth(app, token)
+    app = HeaderCheck(app, allowed_hosts(host, settings), allowed_origins(settings))
+    return AccessLog(app, secret=token)
 
 
 def serve_http(
@@ -157,7 +131,7 @@ def serve_http(
     import uvicorn
 
     app = build_app(server, settings, host, session_idle_seconds)
-    allowed = security_settings(host, settings).allowed_hosts
+    allowed = allowed_hosts(host, settings)
     auth = "bearer token required" if settings.mcp_token is not None else "no token"
     logger.info(
         "Serving MCP over streamable HTTP on http://%s:%d/mcp (%s; allowed Host headers: %s)",
@@ -173,6 +147,11 @@ def serve_http(
             port,
         )
     config = uvicorn.Config(
-        app, host=host, port=port, log_level=settings.log_level.lower(), lifespan="on"
+        app,
+        host=host,
+        port=port,
+        log_level=settings.log_level.lower(),
+        lifespan="on",
+        access_log=False,  # AccessLog logs requests, without their query strings
     )
     anyio.run(uvicorn.Server(config).serve)

@@ -61,8 +61,9 @@ class ProgressRelay:
     async def _send(self) -> None:
         step = self._latest
         value = float(min(max(step.percentage, 0), 100))
-        if value <= self._sent:
-            value = math.nextafter(self._sent, math.inf) if self._sent >= 100 else self._sent + 0.01
+        if value <= self._sent:  # rounded: repeated + 0.01 would drift to 94.02000000000001
+            step_up = round(self._sent + 0.01, 2)
+            value = math.nextafter(self._sent, math.inf) if self._sent >= 100 else step_up
         self._sent = value
         elapsed = time.monotonic() - self._started
         await self._sink(value, 100.0, f"{step.message} ({elapsed:.0f} s)")

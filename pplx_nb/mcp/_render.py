@@ -291,6 +291,20 @@ def _entry_text(conversation_id: str, entry: HistoryEntry) -> str:
     return line
 
 
+def _finished_head(result: HistoriesResult) -> str:
+    """The heading once no job runs: all finished, or how many could not be read at all."""
+    waited = f"({result.waitedSeconds:.0f} s)"
+    unread = sum(entry.status == "error" for entry in result.conversations.values())
+    if not unread:
+        return f"✅ **All {result.count} conversation(s) have finished** {waited}"
+    read = result.count - unread
+    rest = f"; the other {read} have finished" if read else ""
+    return (
+        f"⚠️ **{unread} of {result.count} conversation(s) could not be read**{rest} {waited}: "
+        "the error is under each."
+    )
+
+
 def histories_result(result: HistoriesResult, *, awaited: bool) -> CallToolResult:
     """Several conversations: each one's state and, when there is one, its latest report."""
     count = result.count
@@ -305,7 +319,7 @@ def histories_result(result: HistoriesResult, *, awaited: bool) -> CallToolResul
             "keep waiting, or `get_conversation_histories` to look without waiting."
         )
     else:
-        head = f"✅ **All {count} conversation(s) have finished** ({result.waitedSeconds:.0f} s)"
+        head = _finished_head(result)
     parts = [head, "---"]
     parts += [_entry_text(cid, entry) for cid, entry in result.conversations.items()]
     parts.append("Use `get_conversation_history` with an ID for a conversation's every turn.")

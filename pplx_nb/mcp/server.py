@@ -116,10 +116,10 @@ class PplxMCPServer(MCPServer[Any]):
     async def run_stdio_async(self) -> None:
         """Serve over stdin and stdout, as the SDK does, but reply to every request: one the
         transport cannot parse (a lone surrogate in a string) is answered, not dropped
-        (:mod:`pplx_nb.mcp._stdio`)."""
+        (:mod:`pplx_nb.mcp._unparsed`)."""
         from mcp.server.stdio import stdio_server
 
-        from pplx_nb.mcp._stdio import AnsweringReader
+        from pplx_nb.mcp._unparsed import AnsweringReader
 
         lowlevel = self._lowlevel_server
         async with stdio_server() as (read_stream, write_stream):
@@ -161,6 +161,24 @@ class PplxMCPServer(MCPServer[Any]):
             if cause is None:
                 raise
             return _error_result(name, cause)
+
+    async def get_prompt(
+        self,
+        name: str,
+        arguments: dict[str, Any] | None = None,
+        context: Context[Any, Any] | None = None,
+    ) -> Any:
+        """The prompt ``name``, rendered with ``arguments``.
+
+        Raises:
+            MCPError: ``-32602`` when there is no prompt ``name`` (the SDK answers an unknown
+                prompt with code ``0``, which no client can tell from a crash).
+        """
+        if self._prompt_manager.get_prompt(name) is None:
+            prompts = [prompt.name for prompt in await self.list_prompts()]
+            listed = f"The prompts are: {', '.join(prompts)}." if prompts else "It has no prompts."
+            raise MCPError(INVALID_PARAMS, f"Unknown prompt: {name}. {listed}")
+        return await super().get_prompt(name, arguments, context)
 
     def _refuse_unknown(self, name: str, arguments: dict[str, Any]) -> ValidationError | None:
         """Arguments the tool's schema does not name, as an error.

@@ -7,7 +7,8 @@
 // plan: {"transport": "stdio", "command", "args", "env", "cwd"}
 //    or {"transport": "http", "url", "headers"}
 //   plus "calls": [{"name", "arguments", "timeoutMs", "save"}]: a call with "save": "x" keeps
-//   its result's conversationId, and "${x}" in a later call's arguments stands for it.
+//   its result's conversationId, and "${x}" in a later call's arguments stands for it; a call
+//   with "prompt" instead of "name" gets that prompt (prompts/get) with the arguments.
 import { readFileSync, writeFileSync } from "node:fs";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
@@ -53,6 +54,15 @@ try {
   );
   for (const call of plan.calls) {
     const entry = { name: call.name, result: null, error: null, schemaErrors: null, progress: [] };
+    if (call.prompt !== undefined) {
+      try {
+        entry.result = await client.getPrompt({ name: call.prompt, arguments: call.arguments });
+      } catch (err) {
+        entry.error = errorOf(err);
+      }
+      report.results.push(entry);
+      continue;
+    }
     try {
       entry.result = await client.callTool(
         { name: call.name, arguments: filled(call.arguments) },

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -57,6 +58,21 @@ def server_env(logs_dir: Path, **extra: str) -> dict[str, str]:
 
 
 def _free_port() -> int:
+    """A port free on every address, below the kernel's ephemeral range where one is: a server
+    that another test (or person) starts on port 0 meanwhile is never given it, so the server
+    started on it binds it, and the wait below cannot mistake that other server for ours."""
+    try:
+        ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral = 32768
+    below = range(20000, max(ephemeral, 20000))
+    for port in random.sample(below, k=min(50, len(below))):
+        with socket.socket() as probe:
+            try:
+                probe.bind(("0.0.0.0", port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
@@ -68,17 +84,19 @@ def http_server(
 ) -> Iterator[int]:
     """``python -m pplx_nb.mcp --transport http`` on a free port, once it accepts connections.
 
-    Yields the port; ``args`` are more command-line options, ``env`` more variables, ``log``
-    where its output goes (discarded otherwise). Stopped when the block ends.
+    Yields the port; ``args`` are more command-line options, ``env`` more variables (LOG_LEVEL
+    is ``warning`` unless they say otherwise), ``log`` where its output goes (discarded
+    otherwise). Stopped when the block ends.
     """
     port = _free_port()
+    address = "127.0.0.1" if host in ("0.0.0.0", "localhost") else host
     command = ["-m", "pplx_nb.mcp", "--transport", "http", "--host", host, "--port", str(port)]
     with ExitStack() as stack:
         output = stack.enter_context(log.open("wb")) if log else subprocess.DEVNULL
         process = subprocess.Popen(
             [sys.executable, *command, *args],
             cwd=ROOT,
-            env={**os.environ, **server_env(logs_dir, LOG_LEVEL="warning", **env)},
+            env={**os.environ, **server_env(logs_dir, **{"LOG_LEVEL": "warning", **env})},
             stdout=output,
             stderr=output,
         )
@@ -86,7 +104,7 @@ def http_server(
             deadline = time.monotonic() + 30
             while True:
                 try:
-                    with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    with socket.create_connection((address, port), timeout=1):
                         break
                 except OSError:
                     if process.poll() is not None or time.monotonic() > deadline:
