@@ -14,7 +14,6 @@ import json
 import shutil
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,12 +31,6 @@ TS_FIXTURE = DATA / "ts_server_conversation.json"
 TS_ID = json.loads(TS_FIXTURE.read_text())["conversationId"]
 QUESTION = "How does asyncio.TaskGroup cancel its tasks when one of them fails?"
 TS_SYSTEM_PROMPT = "You are an expert-level AI research assistant."
-
-
-@pytest.fixture
-def researcher(settings: Settings) -> Iterator[Researcher]:
-    with Researcher(settings) as researcher:
-        yield researcher
 
 
 def install_ts_fixture(logs_dir: Path) -> None:
