@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
-__all__ = ["FakeClock", "log_of", "poll_until"]
+__all__ = ["FakeClock", "attached", "log_of", "poll_until"]
 
 T = TypeVar("T")
 
@@ -56,21 +56,27 @@ def poll_until(
 
 
 @contextlib.contextmanager
+def attached(handler: logging.Handler, logger: logging.Logger, level: int) -> Iterator[None]:
+    """``handler`` on ``logger``, set to ``level``, for the block; both as they were after."""
+    before = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(level)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(before)
+
+
+@contextlib.contextmanager
 def log_of(name: str) -> Iterator[list[logging.LogRecord]]:
     """Every record the logger ``name`` emits in the block, INFO and up, from any thread (a
-    positive event to wait for; the logger's own level and handlers are restored after)."""
+    positive event to wait for)."""
     records: list[logging.LogRecord] = []
 
     class _Keep(logging.Handler):
         def emit(self, record: logging.LogRecord) -> None:
             records.append(record)
 
-    logger = logging.getLogger(name)
-    handler, level = _Keep(logging.INFO), logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    try:
+    with attached(_Keep(logging.INFO), logging.getLogger(name), logging.INFO):
         yield records
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
