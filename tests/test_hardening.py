@@ -432,8 +432,9 @@ def test_a_heartbeating_job_is_never_taken_over_whatever_the_clocks_say(
     with _clock_off_by(writer_clock, monkeypatch):
         job = worker.claim("healthy")
     assert job is not None
-    for _ in range(10):  # four leases, a heartbeat every 0.4 of one
-        with _clock_off_by(writer_clock, monkeypatch):
+    for beat in range(10):  # four leases, a heartbeat every 0.4 of one
+        # The writer's wall clock moves on as the reader's does, so each stamp is new.
+        with _clock_off_by(writer_clock + 24 * beat, monkeypatch):
             worker.heartbeat(job)
         assert reader.recover_stale() == 0
         clock.advance(24)

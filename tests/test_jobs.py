@@ -312,6 +312,7 @@ def test_heartbeats_keep_a_long_job_from_being_recovered(world: World) -> None:
     job = _claimed(queue, world)
     for _ in range(4):
         world.pass_time(0.15)
+        time.sleep(0.002)  # stamps are in milliseconds: each heartbeat must read differently
         queue.heartbeat(job)
         assert queue.recover_stale() == 0
     assert queue.complete(job).status == "completed"
