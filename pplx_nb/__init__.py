@@ -48,6 +48,7 @@ if TYPE_CHECKING:
         Source,
         Usage,
     )
+    from pplx_nb._options import SearchOptions, WebSearchFilters
     from pplx_nb.research import Researcher
     from pplx_nb.store import ConversationStore
 
@@ -77,12 +78,14 @@ _LAZY: dict[str, str] = {
     "RemoteRunFailed": "pplx_nb._errors",
     "Researcher": "pplx_nb.research",
     "RunTimedOut": "pplx_nb._errors",
+    "SearchOptions": "pplx_nb._options",
     "Settings": "pplx_nb._config",
     "Source": "pplx_nb._models",
     "StoreUnavailable": "pplx_nb._errors",
     "SubmissionUnknown": "pplx_nb._errors",
     "Usage": "pplx_nb._models",
     "ValidationError": "pplx_nb._errors",
+    "WebSearchFilters": "pplx_nb._options",
 }
 
 __all__ = [
@@ -111,12 +114,14 @@ __all__ = [
     "RemoteRunFailed",
     "Researcher",
     "RunTimedOut",
+    "SearchOptions",
     "Settings",
     "Source",
     "StoreUnavailable",
     "SubmissionUnknown",
     "Usage",
     "ValidationError",
+    "WebSearchFilters",
     "__version__",
     "load_ipython_extension",
     "unload_ipython_extension",

@@ -9,9 +9,9 @@ the option as the surface it came from names it (:mod:`pplx_nb._option_names`).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, Literal, get_args
+from typing import Any, Literal, TypedDict, get_args
 from urllib.parse import urlsplit
 
 from pplx_nb._errors import ValidationError
@@ -25,9 +25,12 @@ __all__ = [
     "RECENCY_FILTERS",
     "SEARCH_MODES",
     "SEARCH_OPTIONS",
+    "ContextSizeValue",
     "ReasoningEffortValue",
     "RecencyValue",
     "SearchModeValue",
+    "SearchOptions",
+    "WebSearchFilters",
     "check_date_order",
     "check_options",
     "choice",
@@ -39,6 +42,7 @@ __all__ = [
 RecencyValue = Literal["hour", "day", "week", "month", "year"]
 SearchModeValue = Literal["web", "academic", "sec"]
 ReasoningEffortValue = Literal["minimal", "low", "medium", "high"]
+ContextSizeValue = Literal["low", "medium", "high"]
 RECENCY_FILTERS: tuple[str, ...] = get_args(RecencyValue)
 SEARCH_MODES: tuple[str, ...] = get_args(SearchModeValue)
 REASONING_EFFORTS: tuple[str, ...] = get_args(ReasoningEffortValue)
@@ -177,6 +181,52 @@ def check_date_order(checked: dict[str, Any], after: str, before: str) -> None:
                 checked[after],
                 other=(before, checked[before]),
             )
+
+
+class SearchOptions(TypedDict, total=False):
+    """The options ``Researcher.search`` and the other asking methods take, typed for IDEs and
+    type checkers (at run time each is checked by :func:`check_options`; ``None`` means unset).
+
+    ``model``: a model name, or for deep research a reasoning effort ('low', ...);
+    ``search_domain_filter``: sites to search, or with a leading ``-`` to leave out (at most
+    20); ``search_recency_filter``: how recent the pages are; ``search_after_date_filter`` and
+    ``search_before_date_filter``: publication dates as MM/DD/YYYY; ``search_mode``: which
+    sources; ``return_related_questions``, ``return_images``: ask for them with the answer;
+    ``reasoning_effort``: of a reasoning model; ``show_thinking``: keep the model's thinking in
+    the answer; ``use_cache``: False skips the response cache (default True).
+    """
+
+    model: str | None
+    search_domain_filter: Sequence[str] | None
+    search_recency_filter: RecencyValue | None
+    search_after_date_filter: str | None
+    search_before_date_filter: str | None
+    search_mode: SearchModeValue | None
+    return_related_questions: bool | None
+    return_images: bool | None
+    reasoning_effort: ReasoningEffortValue | None
+    show_thinking: bool | None
+    use_cache: bool | None
+
+
+class WebSearchFilters(TypedDict, total=False):
+    """The filters of ``Researcher.web_search``, named as the Search API names them and typed
+    for IDEs and type checkers (at run time each is checked before the request is sent, see
+    :mod:`pplx_nb.api.search`; ``None`` means unset). Dates are MM/DD/YYYY, ``country`` a
+    two-letter ISO code, ``search_language_filter`` a list of ISO 639-1 codes."""
+
+    search_domain_filter: Sequence[str] | None
+    search_recency_filter: RecencyValue | None
+    search_after_date_filter: str | None
+    search_before_date_filter: str | None
+    search_mode: SearchModeValue | None
+    last_updated_after_filter: str | None
+    last_updated_before_filter: str | None
+    max_tokens: int | None
+    max_tokens_per_page: int | None
+    country: str | None
+    search_language_filter: Sequence[str] | None
+    search_context_size: ContextSizeValue | None
 
 
 _RULES: dict[str, Callable[[str, Any], Any]] = {

@@ -9,7 +9,7 @@ import pytest
 from support import redis_server as redis_support
 from support.redis_server import RedisServer
 
-from pplx_nb import Settings
+from pplx_nb import Researcher, Settings
 
 TEST_KEY = "pplx-test-SECRETKEY-0123456789abcdef"
 
@@ -48,6 +48,20 @@ def settings(sim_url: str, logs_dir: Path) -> Settings:
         timeout_ms=5_000,
         job_lease_seconds=2,
     )
+
+
+@pytest.fixture
+def researcher(settings: Settings) -> Iterator[Researcher]:
+    """A Researcher on the test's simulator whose deep research blocks until its report."""
+    with Researcher(settings, async_deep_research=False) as r:
+        yield r
+
+
+@pytest.fixture
+def async_researcher(settings: Settings) -> Iterator[Researcher]:
+    """A Researcher on the test's simulator whose deep research is queued for its worker."""
+    with Researcher(settings, async_deep_research=True) as r:
+        yield r
 
 
 @pytest.fixture

@@ -12,26 +12,16 @@ import json
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.waiting import poll_until
 
 from pplx_nb import Answer, InvalidInput, JobInProgress, JobStatus, Researcher, Settings
 from pplx_nb._layout import ANSWERING_FILE as MARKER
 from pplx_nb._models import Progress
 from pplx_nb.sim import inject_faults, serve
-
-
-@pytest.fixture
-def researcher(settings: Settings) -> Iterator[Researcher]:
-    """A Researcher on the shared simulator."""
-    r = Researcher(settings, async_deep_research=False)
-    try:
-        yield r
-    finally:
-        r.close()
 
 
 @pytest.fixture
@@ -63,11 +53,14 @@ def _in_background(call: object) -> tuple[threading.Thread, list[object]]:
     return thread, outcome
 
 
-def _wait_for(path: Path, present: bool = True, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while path.exists() != present:
-        assert time.monotonic() < deadline, f"{path} never {'appeared' if present else 'went'}"
-        time.sleep(0.01)
+def _wait_for(path: Path, present: bool = True) -> None:
+    """Wait (at most 10 s) until ``path`` exists, or until it is gone."""
+    poll_until(
+        lambda: path.exists() == present,
+        10,
+        0.01,
+        what=f"{path} to {'appear' if present else 'go'}",
+    )
 
 
 def test_a_research_followup_waits_for_the_search_answer_already_on_its_way(

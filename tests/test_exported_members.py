@@ -39,6 +39,8 @@ def test_every_exported_name_resolves_to_its_own_object() -> None:
             assert value.__name__ == name
             assert value.__module__.startswith("pplx_nb")
     assert "Researcher" in dir(pplx_nb)
+    for typed in ("SearchOptions", "WebSearchFilters"):
+        assert typed in dir(pplx_nb), "users type their option dicts against it"
 
 
 def test_every_error_a_user_may_catch_is_exported() -> None:

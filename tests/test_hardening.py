@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.waiting import FakeClock
 
 from pplx_nb import Settings
 from pplx_nb._errors import ConversationCorrupted, ConversationNotFound
@@ -408,12 +409,15 @@ def _clock_off_by(seconds: float, monkeypatch: pytest.MonkeyPatch) -> Iterator[N
         yield
 
 
-def _two_workers(logs_dir: Path, lease: float) -> tuple[JobQueue, JobQueue, str]:
-    """Two workers' queues over ``logs_dir`` and the conversation of the one job queued."""
+def _two_workers(
+    logs_dir: Path, lease: float, reader_clock: FakeClock
+) -> tuple[JobQueue, JobQueue, str]:
+    """Two workers' queues over ``logs_dir`` (the reader's judging leases by ``reader_clock``)
+    and the conversation of the one job queued."""
     cid = _conversation(ConversationStore(logs_dir))
     writer, reader = (
         JobQueue(logs_dir, lease_seconds=lease),
-        JobQueue(logs_dir, lease_seconds=lease),
+        JobQueue(logs_dir, lease_seconds=lease, clock=reader_clock),
     )
     writer.enqueue(cid, "perplexity_deep_research", {})
     return writer, reader, cid
@@ -423,16 +427,18 @@ def _two_workers(logs_dir: Path, lease: float) -> tuple[JobQueue, JobQueue, str]
 def test_a_heartbeating_job_is_never_taken_over_whatever_the_clocks_say(
     logs_dir: Path, monkeypatch: pytest.MonkeyPatch, writer_clock: float
 ) -> None:
-    worker, reader, _ = _two_workers(logs_dir, 0.6)
+    clock = FakeClock()
+    worker, reader, _ = _two_workers(logs_dir, 60, clock)
     with _clock_off_by(writer_clock, monkeypatch):
         job = worker.claim("healthy")
     assert job is not None
-    deadline = time.monotonic() + 2.5  # four leases
-    while time.monotonic() < deadline:
-        with _clock_off_by(writer_clock, monkeypatch):
+    for beat in range(10):  # four leases, a heartbeat every 0.4 of one
+        # The writer's wall clock moves on as the reader's does, so each stamp is new.
+        with _clock_off_by(writer_clock + 24 * beat, monkeypatch):
             worker.heartbeat(job)
         assert reader.recover_stale() == 0
-        time.sleep(0.1)
+        clock.advance(24)
+        assert reader.recover_stale() == 0
     with _clock_off_by(writer_clock, monkeypatch):
         assert worker.complete(job).attempts == 1
 
@@ -441,16 +447,15 @@ def test_a_heartbeating_job_is_never_taken_over_whatever_the_clocks_say(
 def test_a_dead_workers_job_is_recovered_one_lease_after_the_reader_first_saw_it(
     logs_dir: Path, monkeypatch: pytest.MonkeyPatch, writer_clock: float
 ) -> None:
-    dead, reader, cid = _two_workers(logs_dir, 0.5)
+    clock = FakeClock()
+    dead, reader, cid = _two_workers(logs_dir, 60, clock)
     with _clock_off_by(writer_clock, monkeypatch):
         assert dead.claim("dead") is not None
-    first_look = time.monotonic()
-    recovered = 0
-    while not recovered and time.monotonic() < first_look + 10:
-        recovered = reader.recover_stale()
-        time.sleep(0.05)
-    waited = time.monotonic() - first_look
-    assert recovered == 1 and 0.5 <= waited < 10
+    assert reader.recover_stale() == 0  # the first look
+    clock.advance(60)
+    assert reader.recover_stale() == 0, "one lease since the first look: not yet past it"
+    clock.advance(0.001)
+    assert reader.recover_stale() == 1
     status = reader.status(cid)
     assert status is not None and status.status == "pending"
     assert [e.code for e in status.error_history] == ["JOB_LEASE_EXPIRED"]

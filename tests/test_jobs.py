@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import redis
+from support.waiting import FakeClock, poll_until
 
 from pplx_nb import ConversationStore, Message, Settings
 from pplx_nb._errors import (
@@ -39,6 +40,8 @@ class World:
         self.logs_dir = logs_dir
         self.redis_url = redis_url
         self.redis = redis.Redis.from_url(redis_url) if redis_url else None
+        self.clock = FakeClock()
+        """The clock by which queues over files judge leases."""
 
     def settings(self, **fields: Any) -> Settings:
         return Settings(
@@ -49,7 +52,15 @@ class World:
         """A queue over this world (``max_job_retries``, ``lease_seconds`` as given)."""
         if self.redis_url:
             return JobQueue.on_redis(self.redis_url, **options)
-        return JobQueue(self.logs_dir, **options)
+        return JobQueue(self.logs_dir, clock=self.clock, **options)
+
+    def pass_time(self, seconds: float) -> None:
+        """Let ``seconds`` go by for the leases: the clock of queues over files is advanced;
+        Redis judges leases by its server's clock, so there that much time really passes."""
+        if self.redis is None:
+            self.clock.advance(seconds)
+        else:
+            time.sleep(seconds)
 
     def store(self) -> ConversationStore:
         if self.redis_url:
@@ -287,7 +298,7 @@ def test_a_job_whose_worker_stopped_heartbeating_is_requeued_after_the_lease(
     job = _claimed(queue, world, "dead-worker")
     cid = job.conversation_id
     assert queue.recover_stale() == 0
-    time.sleep(0.4)
+    world.pass_time(0.4)
     assert queue.recover_stale() == 1
     status = queue.status(cid)
     assert status is not None and status.status == "pending" and status.attempts == 1
@@ -300,7 +311,8 @@ def test_heartbeats_keep_a_long_job_from_being_recovered(world: World) -> None:
     queue = world.queue(lease_seconds=0.3)
     job = _claimed(queue, world)
     for _ in range(4):
-        time.sleep(0.15)
+        world.pass_time(0.15)
+        time.sleep(0.002)  # stamps are in milliseconds: each heartbeat must read differently
         queue.heartbeat(job)
         assert queue.recover_stale() == 0
     assert queue.complete(job).status == "completed"
@@ -310,7 +322,7 @@ def test_a_worker_that_lost_its_lease_cannot_write_to_the_job(world: World) -> N
     queue = world.queue(lease_seconds=0.2)
     stale = _claimed(queue, world, "slow")
     cid = stale.conversation_id
-    time.sleep(0.3)
+    world.pass_time(0.3)
     queue.recover_stale()
     current = queue.claim("fast")
     assert current is not None
@@ -347,7 +359,7 @@ def test_remote_id_is_kept_for_the_next_attempt(world: World) -> None:
     assert job is not None and job.remote_id is None
     queue.set_remote_id(job, "run-123")
     queue.note_error(job, APIServerError("remote run restarted"))
-    time.sleep(0.3)
+    world.pass_time(0.3)
     queue.recover_stale()
     again = queue.claim("w2")
     assert again is not None and again.remote_id == "run-123"
@@ -386,7 +398,7 @@ def test_deleting_a_conversation_retires_its_jobs_quietly(
     store.delete(waiting)
     with pytest.raises(LeaseLost, match="conversation was deleted"):
         queue.heartbeat(running)
-    time.sleep(0.1)
+    world.pass_time(0.1)
     with caplog.at_level(logging.WARNING, logger="pplx_nb.jobs"):
         assert queue.recover_stale() == 0
         assert queue.claim("w") is None
@@ -500,7 +512,7 @@ def test_a_status_without_a_valid_state_is_corrupted_not_a_crash(
         status = world.raw_status(cid)
         status.update(damage)
         world.put_status(cid, json.dumps(status))
-    time.sleep(0.1)
+    world.pass_time(0.1)
     assert queue.recover_stale() == 0
     assert queue.claim("w") is None
     with pytest.raises(ConversationCorrupted, match="Delete it to reset"):
@@ -515,7 +527,7 @@ def test_an_answer_from_a_worker_that_lost_its_lease_is_not_stored(world: World)
     queue.enqueue(cid, "perplexity_deep_research", {})
     stale = queue.claim("slow")
     assert stale is not None
-    time.sleep(0.3)
+    world.pass_time(0.3)
     queue.recover_stale()
     current = queue.claim("fast")
     assert current is not None
@@ -545,7 +557,7 @@ def test_waiting_on_a_job_whose_last_lease_expired_raises_that_code(
     queue = world.queue(max_job_retries=0, lease_seconds=0.2)
     job = _claimed(queue, world, "dead-worker")
     assert queue.recover_stale() == 0
-    time.sleep(0.3)
+    world.pass_time(0.3)
     assert queue.recover_stale() == 1
     status = queue.status(job.conversation_id)
     assert status is not None and status.status == "failed" and status.error is not None
@@ -623,12 +635,10 @@ def _late(store: ConversationStore, queue: JobQueue, job: Job) -> bool:
     )
 
 
-def _lose_lease(queue: JobQueue) -> None:
-    """Wait (at most 30 s) until this process has requeued the one running job past its lease."""
-    deadline = time.monotonic() + 30
-    while queue.recover_stale() != 1:
-        assert time.monotonic() < deadline, "the lease never ran out"
-        time.sleep(0.05)
+def _lose_lease(queue: JobQueue, world: World) -> None:
+    """Let the one running job's lease run out and this process requeue it."""
+    world.pass_time(queue.lease_seconds * 1.25)
+    poll_until(lambda: queue.recover_stale() == 1, what="the lease to run out")
 
 
 def test_a_late_report_completes_its_cancelled_job_once_in_place_of_the_notice(
@@ -664,7 +674,7 @@ def test_the_report_of_an_attempt_past_its_lease_completes_the_job_it_lost_once(
     queue = world.queue(lease_seconds=0.2)
     store, job = _running_research(world, queue)
     cid = job.conversation_id
-    _lose_lease(queue)
+    _lose_lease(queue, world)
     with pytest.raises(LeaseLost):
         store.append(cid, _report(job), check=JobContext(queue, job).check_owner)
     again = queue.claim("next")
@@ -712,7 +722,7 @@ def test_a_run_handed_over_after_a_lost_lease_is_followed_by_the_next_attempt(
     store, job = _running_research(world, queue)
     cid = job.conversation_id
     queue.begin_submission(job)
-    _lose_lease(queue)
+    _lose_lease(queue, world)
     with pytest.raises(LeaseLost):
         queue.set_remote_id(job, "resp_1")
     assert queue.hand_over_run(job, "resp_1")
@@ -733,7 +743,7 @@ def test_an_attempt_claimed_before_the_hand_over_adopts_the_run_instead_of_givin
     queue = world.queue(lease_seconds=0.2)
     _, job = _running_research(world, queue)
     queue.begin_submission(job)
-    _lose_lease(queue)
+    _lose_lease(queue, world)
     again = queue.claim("next")
     assert again is not None and again.submitting and again.remote_id is None
     ctx = JobContext(queue, again)

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import redis
 from conftest import TEST_KEY
+from support.waiting import poll_until
 
 from pplx_nb import ConversationStore, Researcher, Settings
 from pplx_nb._errors import FilesystemError
@@ -37,16 +38,6 @@ def _store(redis_url: str, logs_dir: Path) -> ConversationStore:
 
 def _ask(store: ConversationStore, query: str = "How do I cancel an asyncio task?") -> str:
     return store.create([Message(role="user", content=query)]).conversation_id
-
-
-def _wait_for(
-    predicate: Callable[[], bool], timeout: float, what: str, interval: float = 0.05
-) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(interval)
 
 
 def _done(queue: JobQueue, conversation_id: str) -> bool:
@@ -248,7 +239,9 @@ def test_a_worker_that_cannot_reach_redis_backs_off_and_says_so(
     with caplog.at_level(logging.INFO, logger="pplx_nb.jobs"):
         worker.start()
         try:
-            _wait_for(lambda: "Trying again in 2 s" in caplog.text, 30, "the second, longer pause")
+            poll_until(
+                lambda: "Trying again in 2 s" in caplog.text, 30, what="the second, longer pause"
+            )
             assert worker.running
         finally:
             worker.stop(timeout=10)
@@ -332,14 +325,14 @@ def test_four_worker_processes_drain_300_jobs_exactly_once_with_one_killed(
     def running_on(name: str) -> list[str]:
         return [s.conversation_id for s in queue.jobs(("in_progress",)) if s.worker_id == name]
 
-    _wait_for(lambda: len(queue.jobs(("completed",))) >= 40, 120, "the first 40 jobs", 0.5)
-    _wait_for(lambda: bool(running_on("w0")), 60, "w0 to hold a job", 0.1)
+    poll_until(lambda: len(queue.jobs(("completed",))) >= 40, 120, 0.5, what="the first 40 jobs")
+    poll_until(lambda: bool(running_on("w0")), 60, 0.1, what="w0 to hold a job")
     procs["w0"].send_signal(signal.SIGKILL)
     procs["w0"].wait(timeout=10)
     orphans = running_on("w0")
     assert orphans
 
-    _wait_for(lambda: all(_done(queue, c) for c in ids), 300, "every job", 0.5)
+    poll_until(lambda: all(_done(queue, c) for c in ids), 300, 0.5, what="every job")
     for name in names[1:]:
         procs[name].send_signal(signal.SIGTERM)
     assert [procs[name].wait(timeout=30) for name in names[1:]] == [0, 0, 0]

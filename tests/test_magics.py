@@ -123,15 +123,9 @@ def test_magic_line_parsing_converts_dates_and_keeps_apostrophes() -> None:
 
 
 @pytest.fixture
-def researcher(settings: Settings) -> Iterator[Researcher]:
-    with Researcher(settings, async_deep_research=True) as r:
-        yield r
-
-
-@pytest.fixture
-def shell(researcher: Researcher) -> Iterator[InteractiveShell]:
+def shell(async_researcher: Researcher) -> Iterator[InteractiveShell]:
     shell = InteractiveShell.instance()
-    magics.set_researcher(researcher)
+    magics.set_researcher(async_researcher)
     shell.run_line_magic("load_ext", "pplx_nb")
     yield shell
     shell.run_line_magic("unload_ext", "pplx_nb")
@@ -195,7 +189,7 @@ def test_load_ext_imports_only_the_magic_machinery() -> None:
 
 
 def test_pplx_streams_into_one_display_and_returns_the_answer(
-    shell: InteractiveShell, researcher: Researcher
+    shell: InteractiveShell, async_researcher: Researcher
 ) -> None:
     run = Run(shell, "%%pplx\nHow do I cancel an asyncio task?")
 
@@ -216,7 +210,7 @@ def test_pplx_streams_into_one_display_and_returns_the_answer(
     assert "](https://docs.python.org/3/library/" in final
     assert "**Sources**" in final
     assert answer.text[:40] not in run.stdout, "the answer is not shown a second time"
-    assert _user_messages(researcher, answer.conversation_id) == [
+    assert _user_messages(async_researcher, answer.conversation_id) == [
         "How do I cancel an asyncio task?"
     ]
     assert magics.last_conversation_id() == answer.conversation_id
@@ -323,7 +317,7 @@ def test_thinking_is_kept_and_shown_collapsed(settings: Settings) -> None:
 
 
 def test_braces_in_cells_interpolate_names_and_leave_code_alone(
-    shell: InteractiveShell, researcher: Researcher
+    shell: InteractiveShell, async_researcher: Researcher
 ) -> None:
     shell.user_ns["topic"] = "asyncio.TaskGroup"
     cell = (
@@ -336,7 +330,7 @@ def test_braces_in_cells_interpolate_names_and_leave_code_alone(
     run = Run(shell, cell)
     assert run.error is None
     assert isinstance(run.result, Answer)
-    (question,) = _user_messages(researcher, str(run.result.conversation_id))
+    (question,) = _user_messages(async_researcher, str(run.result.conversation_id))
     assert question.startswith("Explain asyncio.TaskGroup with this code:")
     assert "print(f'{topic}')" in question
     assert "{name: await t for name, t in tasks.items()}" in question
@@ -344,20 +338,20 @@ def test_braces_in_cells_interpolate_names_and_leave_code_alone(
 
     raw = Run(shell, "%%pplx --raw\nWhat is {topic}?")
     assert isinstance(raw.result, Answer)
-    assert _user_messages(researcher, str(raw.result.conversation_id)) == ["What is {topic}?"]
+    assert _user_messages(async_researcher, str(raw.result.conversation_id)) == ["What is {topic}?"]
 
 
 def test_line_form_asks_too_and_apostrophes_survive(
-    shell: InteractiveShell, researcher: Researcher
+    shell: InteractiveShell, async_researcher: Researcher
 ) -> None:
     run = Run(shell, "%pplx what's asyncio.Event for?")
     assert isinstance(run.result, Answer), run.stdout
-    assert _user_messages(researcher, str(run.result.conversation_id)) == [
+    assert _user_messages(async_researcher, str(run.result.conversation_id)) == [
         "what's asyncio.Event for?"
     ]
     quoted = Run(shell, '%pplx --domain "docs.python.org" "How is asyncio.Event set?"')
     assert isinstance(quoted.result, Answer)
-    assert _user_messages(researcher, str(quoted.result.conversation_id)) == [
+    assert _user_messages(async_researcher, str(quoted.result.conversation_id)) == [
         "How is asyncio.Event set?"
     ]
     helped = Run(shell, "%pplx_followup?")
@@ -365,7 +359,7 @@ def test_line_form_asks_too_and_apostrophes_survive(
 
 
 def test_followup_continues_the_last_conversation_of_the_kernel(
-    shell: InteractiveShell, researcher: Researcher
+    shell: InteractiveShell, async_researcher: Researcher
 ) -> None:
     first = Run(shell, "%%pplx\nHow do I cancel an asyncio task?").result
     other = Run(shell, "%%pplx\nWhat is a context variable?").result
@@ -380,27 +374,27 @@ def test_followup_continues_the_last_conversation_of_the_kernel(
     targeted = Run(shell, "%%pplx_followup {cid}\nAnd wait until it is done?")
     assert isinstance(targeted.result, Answer)
     assert targeted.result.conversation_id == first.conversation_id
-    assert _user_messages(researcher, str(first.conversation_id)) == [
+    assert _user_messages(async_researcher, str(first.conversation_id)) == [
         "How do I cancel an asyncio task?",
         "And wait until it is done?",
     ]
-    assert len(_user_messages(researcher, str(other.conversation_id))) == 2
+    assert len(_user_messages(async_researcher, str(other.conversation_id))) == 2
     assert magics.last_conversation_id() == first.conversation_id
     assert f"`{first.conversation_id}`" in targeted.last["text/markdown"]
 
 
 def test_fork_branches_and_leaves_the_original_unchanged(
-    shell: InteractiveShell, researcher: Researcher
+    shell: InteractiveShell, async_researcher: Researcher
 ) -> None:
     first = Run(shell, "%%pplx\nHow do I cancel an asyncio task?").result
     assert isinstance(first, Answer)
-    before = researcher.history(str(first.conversation_id)).message_count
+    before = async_researcher.history(str(first.conversation_id)).message_count
 
     fork = Run(shell, f"%pplx_followup --fork {first.conversation_id} what about threads?").result
     assert isinstance(fork, Answer)
     assert fork.conversation_id != first.conversation_id
-    assert researcher.history(str(first.conversation_id)).message_count == before
-    child = researcher.history(str(fork.conversation_id))
+    assert async_researcher.history(str(first.conversation_id)).message_count == before
+    child = async_researcher.history(str(fork.conversation_id))
     assert child.parent_conversation_id == first.conversation_id
     assert magics.last_conversation_id() == fork.conversation_id
 
@@ -482,7 +476,7 @@ def test_wait_timeout_is_a_styled_error(shell: InteractiveShell) -> None:
 
 
 def test_history_conversations_jobs_and_export(
-    shell: InteractiveShell, researcher: Researcher
+    shell: InteractiveShell, async_researcher: Researcher
 ) -> None:
     first = Run(shell, "%%pplx\nHow do I cancel an asyncio task?").result
     assert isinstance(first, Answer)
@@ -515,7 +509,7 @@ def test_history_conversations_jobs_and_export(
     other = Run(shell, "%%pplx_research\nWhat does asyncio.shield do?").result
     assert isinstance(other, JobStatus)
     Run(shell, "%pplx_wait")
-    (researcher.store.path(job.conversation_id) / "status.json").write_text("{not json")
+    (async_researcher.store.path(job.conversation_id) / "status.json").write_text("{not json")
     survivors = Run(shell, "%pplx_jobs").result
     assert list(survivors["conversation_id"]) == [other.conversation_id], (
         "a damaged status is skipped"
@@ -523,7 +517,7 @@ def test_history_conversations_jobs_and_export(
 
 
 def test_config_hides_the_key_and_switches_offline(
-    shell: InteractiveShell, researcher: Researcher
+    shell: InteractiveShell, async_researcher: Researcher
 ) -> None:
     from conftest import TEST_KEY
 
@@ -532,7 +526,7 @@ def test_config_hides_the_key_and_switches_offline(
     assert TEST_KEY not in run.text()
 
     Run(shell, "%pplx_config --offline")
-    assert magics.get_researcher() is not researcher
+    assert magics.get_researcher() is not async_researcher
     assert magics.get_researcher().settings.is_offline
     Run(shell, "%pplx_config --online")
     assert not magics.get_researcher().settings.is_offline
@@ -757,18 +751,18 @@ def test_settings_changed_in_the_kernel_take_effect_for_the_next_magic(
 
 
 def test_wait_says_within_seconds_when_no_worker_serves_the_folder(
-    shell: InteractiveShell, researcher: Researcher
+    shell: InteractiveShell, async_researcher: Researcher
 ) -> None:
     import time
 
-    researcher.ensure_worker().stop()  # a worker that died: nobody will take the job
+    async_researcher.ensure_worker().stop()  # a worker that died: nobody will take the job
     job = Run(shell, "%%pplx_research\nHow does asyncio schedule callbacks?").result
     assert isinstance(job, JobStatus)
     started = time.monotonic()
     run = Run(shell, "%pplx_wait")
     assert time.monotonic() - started < 15
     assert "No worker serves" in run.last["text/html"], run.text()
-    assert researcher.status(job.conversation_id).status == "pending"  # type: ignore[union-attr]
+    assert async_researcher.status(job.conversation_id).status == "pending"  # type: ignore[union-attr]
 
 
 def test_pplx_help_lists_every_magic_with_an_example(shell: InteractiveShell) -> None:
@@ -858,7 +852,7 @@ def test_per_kernel_options_are_set_with_config(shell: InteractiveShell) -> None
 
 
 def test_pplx_web_shows_a_table_once_stores_a_dataframe_and_saves_only_when_asked(
-    shell: InteractiveShell, researcher: Researcher, sim_url: str
+    shell: InteractiveShell, async_researcher: Researcher, sim_url: str
 ) -> None:
     import pandas as pd
 
@@ -875,7 +869,7 @@ def test_pplx_web_shows_a_table_once_stores_a_dataframe_and_saves_only_when_aske
     frame = shell.user_ns["df"]
     assert isinstance(frame, pd.DataFrame) and len(frame) == len(results)
     assert list(frame["url"]) == [source.url for source in results]
-    assert researcher.conversations() == []
+    assert async_researcher.conversations() == []
     assert stats(sim_url)["searches"] == 1 and stats(sim_url)["generations"] == 0
 
     saved = Run(shell, "%%pplx_web --save\nasyncio gather")

@@ -132,3 +132,39 @@ def test_a_switch_in_the_table_is_a_flag_without_a_value(option: str, flag: str)
         if flag in action.option_strings
     }
     assert takes == {not OPTION_NAMES[option].switch}
+
+
+def test_search_options_type_every_checked_option_on_every_asking_method() -> None:
+    """IDEs and type checkers see each option of search, deep_research, followup, retry and
+    their async and streaming twins: the TypedDict names exactly the options checked at run
+    time (an unknown one is still refused there, with the valid names)."""
+    import inspect
+    from typing import Unpack, get_type_hints
+
+    from pplx_nb import Researcher, SearchOptions
+
+    assert SearchOptions.__optional_keys__ == SEARCH_OPTIONS
+    taking = {
+        name
+        for name, method in inspect.getmembers(Researcher, callable)
+        if not name.startswith("_")
+        and "opts" in inspect.signature(method).parameters
+        and get_type_hints(method, include_extras=True)["opts"] == Unpack[SearchOptions]
+    }
+    asking = {"search", "stream_search", "deep_research", "followup", "stream_followup", "retry"}
+    assert taking == asking | {f"a{name}" for name in asking}
+
+
+def test_web_search_filters_type_every_filter_the_search_api_takes() -> None:
+    import inspect
+    import sys
+    from typing import Unpack
+
+    from pplx_nb import Researcher, WebSearchFilters
+
+    assert WebSearchFilters.__optional_keys__ == SEARCH_FILTERS
+    where = vars(sys.modules[Researcher.__module__])
+    for method in (Researcher.web_search, Researcher.aweb_search):
+        # Only this annotation: the return type is imported for type checkers alone.
+        annotation = inspect.signature(method).parameters["filters"].annotation
+        assert eval(annotation, where) == Unpack[WebSearchFilters]

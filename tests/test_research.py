@@ -6,7 +6,6 @@ import asyncio
 import json
 import os
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,20 +25,6 @@ from pplx_nb._models import Progress, Usage
 from pplx_nb._pricing import estimate_cost
 from pplx_nb.api import AsyncClient
 from pplx_nb.sim import stats
-
-
-@pytest.fixture
-def researcher(settings: Settings) -> Iterator[Researcher]:
-    r = Researcher(settings)
-    yield r
-    r.close()
-
-
-@pytest.fixture
-def async_researcher(settings: Settings) -> Iterator[Researcher]:
-    r = Researcher(settings, async_deep_research=True)
-    yield r
-    r.close()
 
 
 def _file(answer: Answer) -> dict[str, object]:

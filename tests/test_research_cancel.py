@@ -4,8 +4,8 @@ the API (counted at the simulator); the conversation takes follow-ups afterwards
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable, Iterator
+import logging
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +13,7 @@ import httpx2
 import pandas as pd
 import pytest
 from conftest import TEST_KEY
+from support.waiting import log_of, poll_until
 
 from pplx_nb import Researcher, Settings
 from pplx_nb._cancel import cancel_outcome, cancelled_now
@@ -46,21 +47,17 @@ def _settings(url: str, logs: Path, **extra: Any) -> Settings:
     return Settings(**fields)
 
 
-def _until(check: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def _run_phase(url: str, remote_id: str) -> str:
     response = httpx2.get(
         f"{url}/v1/responses/{remote_id}", headers={"authorization": f"Bearer {TEST_KEY}"}
     )
     return str(response.json()["status"])
+
+
+def _worker_stopped(log: list[logging.LogRecord], cid: str) -> bool:
+    """Whether the in-process worker has let go of the job of ``cid``: it logs so once the
+    job's work (and any request of it) has ended."""
+    return any(f" stopped job {cid}:" in record.getMessage() for record in log)
 
 
 def _closed_as_cancelled(researcher: Researcher, cid: str) -> bool:
@@ -99,22 +96,27 @@ def test_a_pending_job_leaves_the_queue_unpaid_and_the_conversation_takes_a_foll
 
 
 def test_a_running_job_is_cancelled_here_and_at_the_api(slow_sim: str, logs_dir: Path) -> None:
-    with Researcher(_settings(slow_sim, logs_dir), async_deep_research=True) as r:
+    with (
+        log_of("pplx_nb.jobs") as log,
+        Researcher(_settings(slow_sim, logs_dir), async_deep_research=True) as r,
+    ):
         job = r.deep_research(QUESTION, wait=False)
         assert isinstance(job, JobStatus)
         cid = job.conversation_id
-        running = _until(lambda: (s := r.status(cid)) and s.remote_id and s, "the run's id")
+        running = poll_until(
+            lambda: (s := r.status(cid)) and s.remote_id and s, what="the run's id"
+        )
         remote_id = running.remote_id
         cancelled = r.cancel(cid)
         assert cancelled is not None and cancelled.status == "cancelled"
         result = (cancelled.model_extra or {})["result"]
         assert result["remoteCancelled"] is True and result["costUnknown"] is True
         assert stats(slow_sim)["cancels"] == 1
-        _until(lambda: _run_phase(slow_sim, remote_id) == "cancelled", "the run to end")
+        poll_until(lambda: _run_phase(slow_sim, remote_id) == "cancelled", what="the run to end")
         assert _closed_as_cancelled(r, cid)
         followup = r.followup(cid, "What does asyncio.Task.cancel do?")
         assert isinstance(followup, Answer) and followup.text
-        time.sleep(2)  # the worker has heartbeated since: it stopped, it resubmitted nothing
+        poll_until(lambda: _worker_stopped(log, cid), what="the worker to stop the job")
         stored = r.status(cid)
     assert stored is not None and stored.status == "cancelled"
     assert (stored.model_extra or {})["result"]["costUnknown"] is True
@@ -131,7 +133,7 @@ def test_a_cancelled_runs_unknown_cost_is_recorded_and_the_export_total_says_so(
         job = r.deep_research(QUESTION, wait=False)
         assert isinstance(job, JobStatus)
         cid = job.conversation_id
-        _until(lambda: (s := r.status(cid)) and s.remote_id, "the run's id")
+        poll_until(lambda: (s := r.status(cid)) and s.remote_id, what="the run's id")
         r.cancel(cid)
         assert _closed_as_cancelled(r, cid)
         closing = r.history(cid).messages[-1].unanswered
@@ -154,12 +156,16 @@ def test_the_worker_cancels_the_run_when_the_canceller_cannot_reach_the_api(
         job = worker_side.deep_research(QUESTION, wait=False)
         assert isinstance(job, JobStatus)
         cid = job.conversation_id
-        running = _until(lambda: (s := canceller.status(cid)) and s.remote_id and s, "the run's id")
+        running = poll_until(
+            lambda: (s := canceller.status(cid)) and s.remote_id and s, what="the run's id"
+        )
         cancelled = canceller.cancel(cid)
         assert cancelled is not None and cancelled.status == "cancelled"
         assert (cancelled.model_extra or {})["result"]["remoteCancelled"] is False
-        _until(lambda: stats(slow_sim)["cancels"] == 1, "the worker's cancel", timeout=30)
-        _until(lambda: _run_phase(slow_sim, running.remote_id) == "cancelled", "the run's end")
+        poll_until(lambda: stats(slow_sim)["cancels"] == 1, what="the worker's cancel")
+        poll_until(
+            lambda: _run_phase(slow_sim, running.remote_id) == "cancelled", what="the run's end"
+        )
         followup = canceller.status(cid)
     assert followup is not None and followup.status == "cancelled"
     assert stats(slow_sim)["background_runs"] == 1
@@ -187,13 +193,15 @@ def test_a_run_submitted_while_its_job_is_cancelled_is_cancelled_by_the_worker(
         job = r.deep_research(QUESTION, wait=False)
         assert isinstance(job, JobStatus)
         cid = job.conversation_id
-        _until(lambda: (s := r.status(cid)) and s.submitting_at, "the submission to start")
+        poll_until(lambda: (s := r.status(cid)) and s.submitting_at, what="the submission to start")
         cancelled = r.cancel(cid)
         assert cancelled is not None and cancelled.status == "cancelled"
         assert cancelled.remote_id is None
         result = (cancelled.model_extra or {})["result"]
         assert result["costUnknown"] is True and "remoteCancelled" not in result
-        _until(lambda: stats(slow_sim)["cancels"] == 1, "the worker's cancel of the orphan run")
+        poll_until(
+            lambda: stats(slow_sim)["cancels"] == 1, what="the worker's cancel of the orphan run"
+        )
         stored = r.status(cid)
     assert stored is not None and stored.status == "cancelled" and stored.remote_id is None
     assert stats(slow_sim)["background_runs"] == 1
@@ -223,9 +231,13 @@ def _queued(researcher: Researcher) -> str:
 
 def _finished_run(url: str, researcher: Researcher, cid: str) -> str:
     """The id of the job's run, once the API reports it completed (billed, report ready)."""
-    running = _until(lambda: (s := researcher.status(cid)) and s.remote_id and s, "the run's id")
+    running = poll_until(
+        lambda: (s := researcher.status(cid)) and s.remote_id and s, what="the run's id"
+    )
     remote_id = str(running.remote_id)
-    _until(lambda: _run_phase(url, remote_id) == "completed", "the run to finish at the API")
+    poll_until(
+        lambda: _run_phase(url, remote_id) == "completed", what="the run to finish at the API"
+    )
     return remote_id
 
 
@@ -244,7 +256,10 @@ def test_a_cancel_that_comes_after_the_run_finished_stores_its_report_once(
     API refuses the cancel, so the canceller reads the run and stores its report, says so
     with its cost, and the worker, once it gets there, stores nothing twice."""
     inject_faults(quick_sim, {"hang": 6, "path": "/v1/responses/resp_"})
-    with Researcher(_settings(quick_sim, logs_dir, **where), async_deep_research=True) as r:
+    with (
+        log_of("pplx_nb.jobs") as log,
+        Researcher(_settings(quick_sim, logs_dir, **where), async_deep_research=True) as r,
+    ):
         cid = _queued(r)
         _finished_run(quick_sim, r, cid)
         assert (before := r.status(cid)) is not None and before.status == "in_progress"
@@ -255,7 +270,7 @@ def test_a_cancel_that_comes_after_the_run_finished_stores_its_report_once(
         said = cancel_outcome(cid, outcome)
         assert "had already finished: its report is stored ($0.0" in said
         assert not cancelled_now(outcome)
-        time.sleep(3)  # the worker's held-up read and heartbeats have come and gone
+        poll_until(lambda: _worker_stopped(log, cid), what="the worker to stop the job")
         answer = r.wait(cid, timeout=10)
         stored = r.status(cid)
         messages = _report_of(r, cid)
@@ -287,7 +302,9 @@ def test_the_worker_keeps_a_finished_runs_report_in_place_of_the_cancel_notice(
         assert (cancelled.model_extra or {})["result"]["remoteCancelled"] is False
         assert _closed_as_cancelled(canceller, cid)
         worker_side.followup(cid, "What does asyncio.Task.cancel do?")
-        _until(lambda: (s := canceller.status(cid)) and s.status == "completed", "the report")
+        poll_until(
+            lambda: (s := canceller.status(cid)) and s.status == "completed", what="the report"
+        )
         stored = canceller.status(cid)
         messages = _report_of(canceller, cid)
     assert messages == [
@@ -336,13 +353,16 @@ def test_a_report_the_worker_holds_when_its_job_is_cancelled_is_stored_not_dropp
 def test_cancelling_twice_says_the_job_was_already_cancelled_and_sends_nothing(
     slow_sim: str, logs_dir: Path
 ) -> None:
-    with Researcher(_settings(slow_sim, logs_dir), async_deep_research=True) as r:
+    with (
+        log_of("pplx_nb.jobs") as log,
+        Researcher(_settings(slow_sim, logs_dir), async_deep_research=True) as r,
+    ):
         cid = _queued(r)
-        _until(lambda: (s := r.status(cid)) and s.remote_id, "the run's id")
+        poll_until(lambda: (s := r.status(cid)) and s.remote_id, what="the run's id")
         first = r.cancel(cid)
         assert first is not None and cancelled_now(first)
         assert f"Its run {first.remote_id} was stopped at the API" in cancel_outcome(cid, first)
-        time.sleep(1)  # the worker has noticed and stopped: nothing of it is still sending
+        poll_until(lambda: _worker_stopped(log, cid), what="the worker to stop the job")
         requests = sum(stats(slow_sim)["requests"].values())
         second = r.cancel(cid)
         sent = sum(stats(slow_sim)["requests"].values()) - requests

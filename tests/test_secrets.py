@@ -13,6 +13,7 @@ from typing import Any
 import httpx2
 import pytest
 from support.redis_server import RedisServer
+from support.waiting import attached
 
 from pplx_nb import Settings
 from pplx_nb._errors import PplxError
@@ -30,15 +31,8 @@ def captured_logs() -> Iterator[io.StringIO]:
     handler = logging.StreamHandler(sink)
     handler.setLevel(logging.DEBUG)
     handler.setFormatter(logging.Formatter("%(name)s %(levelname)s %(message)s"))
-    root = logging.getLogger()
-    old_level = root.level
-    root.addHandler(handler)
-    root.setLevel(logging.DEBUG)
-    try:
+    with attached(handler, logging.getLogger(), logging.DEBUG):
         yield sink
-    finally:
-        root.removeHandler(handler)
-        root.setLevel(old_level)
 
 
 def question(**options: Any) -> Request:

@@ -14,11 +14,11 @@ import json
 import shutil
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from support.folder import alternates, document, failed_follow_up, rewrite_in_place, turns
+from support.waiting import FakeClock
 
 from pplx_nb import ConversationStore, Researcher, Settings
 from pplx_nb._errors import ConversationCorrupted, PplxError
@@ -31,12 +31,6 @@ TS_FIXTURE = DATA / "ts_server_conversation.json"
 TS_ID = json.loads(TS_FIXTURE.read_text())["conversationId"]
 QUESTION = "How does asyncio.TaskGroup cancel its tasks when one of them fails?"
 TS_SYSTEM_PROMPT = "You are an expert-level AI research assistant."
-
-
-@pytest.fixture
-def researcher(settings: Settings) -> Iterator[Researcher]:
-    with Researcher(settings) as researcher:
-        yield researcher
 
 
 def install_ts_fixture(logs_dir: Path) -> None:
@@ -213,17 +207,18 @@ def test_a_pending_ts_job_is_adopted_once_no_ts_worker_took_it_for_a_lease(
     logs_dir: Path,
 ) -> None:
     conversation_id = _ts_job(logs_dir, ConversationStore(logs_dir))
-    queue = JobQueue(logs_dir, lease_seconds=0.5)
+    clock = FakeClock()
+    queue = JobQueue(logs_dir, lease_seconds=60, clock=clock)
 
     queue.recover_stale()
     assert queue.claim("early") is None, "a TypeScript worker may still take it"
-    deadline = time.monotonic() + 10
-    job = None
-    while job is None:
-        assert time.monotonic() < deadline, "the TypeScript job was never adopted"
-        time.sleep(0.1)
-        queue.recover_stale()
-        job = queue.claim("adopter")
+    clock.advance(60)
+    queue.recover_stale()
+    assert queue.claim("early") is None, "pending for one lease only: not yet past it"
+    clock.advance(0.001)
+    queue.recover_stale()
+    job = queue.claim("adopter")
+    assert job is not None, "the TypeScript job was not adopted past its lease"
 
     assert job.conversation_id == conversation_id
     assert job.tool == "perplexity_deep_research"

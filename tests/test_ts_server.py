@@ -9,13 +9,13 @@ the Agent API. Money is counted at the simulator: a job must be paid for once, b
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from support.folder import alternates, document, failed_follow_up, job_status, turns, wait_until
+from support.folder import alternates, document, failed_follow_up, job_status, turns
 from support.ts_server import TEN_MINUTES, TSServer, build
+from support.waiting import poll_until
 
 from pplx_nb import Researcher, Settings
 from pplx_nb._errors import PplxError
@@ -33,12 +33,6 @@ FOLLOW_UP = "How do I shield a task from cancellation?"
 def ts_build() -> Path:
     """The built server (skips the module without node, npm or the tarball)."""
     return build()
-
-
-@pytest.fixture
-def researcher(settings: Settings) -> Iterator[Researcher]:
-    with Researcher(settings) as researcher:
-        yield researcher
 
 
 def assert_alternates(doc: dict[str, Any]) -> None:
@@ -135,14 +129,17 @@ def test_a_ts_server_started_during_a_long_job_leaves_it_alone(logs_dir: Path) -
         inject_faults(url, {"hang": 20, "path": "/v1/responses/"})
         with Researcher(settings, async_deep_research=True) as researcher:
             conversation_id = researcher.deep_research(QUESTION).conversation_id
-            wait_until(
+            poll_until(
                 lambda: job_status(logs_dir, conversation_id).get("remoteId") is not None,
                 30,
-                "the background run's submission",
+                0.1,
+                what="the background run's submission",
             )
             time.sleep(2 * margin)  # the progress plateau: the API has not answered the poll
             with TSServer(logs_dir, url, async_jobs=True, clock_offset=TEN_MINUTES - margin) as ts:
-                wait_until(lambda: "Background worker started" in ts.log(), 30, "its worker")
+                poll_until(
+                    lambda: "Background worker started" in ts.log(), 30, 0.1, what="its worker"
+                )
                 time.sleep(2.5)  # its stall recovery has run, and one worker poll
                 during = job_status(logs_dir, conversation_id) or {}
             answer = researcher.wait(conversation_id, timeout=60)
@@ -168,10 +165,11 @@ def test_a_job_queued_by_pplx_nb_is_completed_by_the_ts_worker(
     conversation_id = queued.conversation_id
 
     with TSServer(logs_dir, sim_url, async_jobs=True) as server:
-        wait_until(
+        poll_until(
             lambda: job_status(logs_dir, conversation_id).get("status") == "completed",
             60,
-            f"the TypeScript worker's run of the job\n{server.log()}",
+            0.1,
+            what=f"the TypeScript worker's run of the job\n{server.log()}",
         )
     answer = researcher.wait(conversation_id, timeout=10)
 

@@ -3,20 +3,11 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
-
-from pplx_nb import Answer, JobStatus, Researcher, Settings
+from pplx_nb import Answer, JobStatus, Researcher
 from pplx_nb.notebook.widgets import JobMonitor, RelatedQuestions
 from pplx_nb.sim import inject_faults
-
-
-@pytest.fixture
-def researcher(settings: Settings) -> Iterator[Researcher]:
-    with Researcher(settings, async_deep_research=True) as r:
-        yield r
 
 
 def _queue(researcher: Researcher, question: str) -> JobStatus:
@@ -26,11 +17,11 @@ def _queue(researcher: Researcher, question: str) -> JobStatus:
 
 
 def test_job_monitor_moves_the_bar_from_a_background_thread_and_shows_the_report(
-    researcher: Researcher,
+    async_researcher: Researcher,
 ) -> None:
-    status = _queue(researcher, "Compare asyncio.gather and asyncio.TaskGroup")
+    status = _queue(async_researcher, "Compare asyncio.gather and asyncio.TaskGroup")
     seen: list[tuple[int, str]] = []
-    monitor = JobMonitor(status.conversation_id, researcher, interval=0.02, start=False)
+    monitor = JobMonitor(status.conversation_id, async_researcher, interval=0.02, start=False)
     monitor.bar.observe(
         lambda change: seen.append((change["new"], threading.current_thread().name)), "value"
     )
@@ -51,11 +42,11 @@ def test_job_monitor_moves_the_bar_from_a_background_thread_and_shows_the_report
 
 
 def test_job_monitor_lists_the_error_history_when_the_job_fails(
-    researcher: Researcher, sim_url: str
+    async_researcher: Researcher, sim_url: str
 ) -> None:
     inject_faults(sim_url, {"status": 401, "times": 50})
-    status = _queue(researcher, "Why does asyncio.run fail?")
-    monitor = JobMonitor(status.conversation_id, researcher, interval=0.02)
+    status = _queue(async_researcher, "Why does asyncio.run fail?")
+    monitor = JobMonitor(status.conversation_id, async_researcher, interval=0.02)
     assert monitor.join(timeout=60)
 
     assert monitor.answer is None
@@ -65,10 +56,10 @@ def test_job_monitor_lists_the_error_history_when_the_job_fails(
     assert "failed" in monitor.state.value
 
 
-def test_job_monitor_of_a_plain_conversation_shows_its_answer(researcher: Researcher) -> None:
-    answer = researcher.search("What does asyncio.sleep do?")
+def test_job_monitor_of_a_plain_conversation_shows_its_answer(async_researcher: Researcher) -> None:
+    answer = async_researcher.search("What does asyncio.sleep do?")
     assert answer.conversation_id is not None
-    monitor = JobMonitor(answer.conversation_id, researcher, start=False)
+    monitor = JobMonitor(answer.conversation_id, async_researcher, start=False)
     assert monitor.refresh() is True
     assert monitor.done
     assert monitor.bar.value == 100
@@ -76,12 +67,14 @@ def test_job_monitor_of_a_plain_conversation_shows_its_answer(researcher: Resear
 
 
 def test_related_question_button_asks_the_follow_up_in_the_same_conversation(
-    researcher: Researcher,
+    async_researcher: Researcher,
 ) -> None:
-    answer = researcher.search("How do I cancel an asyncio task?", return_related_questions=True)
+    answer = async_researcher.search(
+        "How do I cancel an asyncio task?", return_related_questions=True
+    )
     assert answer.related_questions, "the simulator returns related questions when asked"
     asked: list[Answer] = []
-    widget = RelatedQuestions(answer, researcher, on_answer=asked.append)
+    widget = RelatedQuestions(answer, async_researcher, on_answer=asked.append)
     assert [b.description for b in widget.buttons] == answer.related_questions
     assert repr(widget) == "Related questions: " + " | ".join(answer.related_questions)
 
@@ -95,15 +88,17 @@ def test_related_question_button_asks_the_follow_up_in_the_same_conversation(
     assert all(not b.disabled for b in widget.buttons)
     questions = [
         m.content
-        for m in researcher.history(str(answer.conversation_id)).messages
+        for m in async_researcher.history(str(answer.conversation_id)).messages
         if m.role == "user"
     ]
     assert questions[-1].startswith(answer.related_questions[0])
 
 
-def test_related_question_errors_render_in_the_widget(researcher: Researcher) -> None:
-    answer = researcher.search("How do I cancel an asyncio task?", return_related_questions=True)
+def test_related_question_errors_render_in_the_widget(async_researcher: Researcher) -> None:
+    answer = async_researcher.search(
+        "How do I cancel an asyncio task?", return_related_questions=True
+    )
     gone: Any = answer.model_copy(update={"conversation_id": "20000101-0000000000000"})
-    widget = RelatedQuestions(gone, researcher)
+    widget = RelatedQuestions(gone, async_researcher)
     assert widget.ask("anything?") is None
     assert "CONVERSATION_NOT_FOUND" in widget.result.value

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from support.runners import sim_runner
+from support.waiting import poll_until
 
 from pplx_nb import Settings
 from pplx_nb._models import JobStatus, Message
@@ -86,14 +87,6 @@ def _replies(store: ConversationStore, cid: str) -> list[Message]:
     return [m for m in store.load(cid).messages if m.role == "assistant"]
 
 
-def _wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
 @contextmanager
 def _running(queue: JobQueue, runner: JobRunner, **options: Any) -> Iterator[Worker]:
     """A worker on its background thread for the block, stopped (drained) after it."""
@@ -147,7 +140,7 @@ def test_a_job_runs_to_completion_with_progress_in_order(
         return await sim_runner(job, ctx)
 
     with _running(queue, runner, concurrency=1):
-        _wait_for(lambda: (s := queue.status(cid)) is not None and s.done, 20, "completion")
+        poll_until(lambda: (s := queue.status(cid)) is not None and s.done, 20, what="completion")
     assert started == [("in_progress", 25, "Querying Perplexity API...")]
     assert queue.seen[0] == ("in_progress", 50, "Processing response...")
     later = [pct for _, pct, _ in queue.seen[1:]]
@@ -166,7 +159,7 @@ def test_a_job_that_fails_twice_succeeds_on_the_third_attempt(
 ) -> None:
     cid = _submit(store, queue, fail_attempts=2)
     with _running(queue, sim_runner, concurrency=2):
-        _wait_for(lambda: (s := queue.status(cid)) is not None and s.done, 20, "completion")
+        poll_until(lambda: (s := queue.status(cid)) is not None and s.done, 20, what="completion")
     status = queue.status(cid)
     assert status is not None and status.status == "completed" and status.attempts == 3
     assert [(e.attempt, e.code) for e in status.error_history] == [
@@ -181,7 +174,7 @@ def test_a_job_that_always_fails_ends_failed_after_three_attempts(
 ) -> None:
     cid = _submit(store, queue, fail_attempts=99)
     with _running(queue, sim_runner, concurrency=1):
-        _wait_for(lambda: (s := queue.status(cid)) is not None and s.done, 20, "failure")
+        poll_until(lambda: (s := queue.status(cid)) is not None and s.done, 20, what="failure")
     status = queue.status(cid)
     assert status is not None and status.status == "failed" and status.attempts == 3
     assert len(status.error_history) == 3
@@ -208,7 +201,7 @@ def test_jobs_run_concurrently_up_to_the_limit(
         active -= 1
 
     with _running(queue, runner, concurrency=3):
-        _wait_for(lambda: all(_status(queue, c).done for c in ids), 10, "all jobs")
+        poll_until(lambda: all(_status(queue, c).done for c in ids), 10, what="all jobs")
     assert peak == 3
 
 
@@ -221,7 +214,7 @@ def test_stopping_a_worker_releases_a_job_still_running(
     runner = _sleeper(cancelled)
     worker = Worker(queue, runner, concurrency=1, poll_interval=0.02, drain_seconds=0.2)
     worker.start()
-    _wait_for(lambda: _status(queue, cid).status == "in_progress", 5, "claim")
+    poll_until(lambda: _status(queue, cid).status == "in_progress", 5, what="claim")
     worker.stop(timeout=5)
     assert not worker.running and len(cancelled) == 1
     status = queue.status(cid)
@@ -236,7 +229,7 @@ def test_a_stop_timeout_shortens_that_drain_only(
     cancelled: list[str] = []
     worker = Worker(queue, _sleeper(cancelled), poll_interval=0.02, drain_seconds=30)
     worker.start()
-    _wait_for(lambda: _status(queue, cid).status == "in_progress", 5, "claim")
+    poll_until(lambda: _status(queue, cid).status == "in_progress", 5, what="claim")
     started = time.monotonic()
     worker.stop(timeout=1)
     assert time.monotonic() - started < 1 and not worker.running and len(cancelled) == 1
@@ -252,9 +245,9 @@ def test_cancelling_a_running_job_stops_its_runner(
     cancelled: list[str] = []
     runner = _sleeper(cancelled)
     with _running(queue, runner, concurrency=1):
-        _wait_for(lambda: _status(queue, cid).status == "in_progress", 5, "claim")
+        poll_until(lambda: _status(queue, cid).status == "in_progress", 5, what="claim")
         queue.cancel(cid)
-        _wait_for(lambda: bool(cancelled), 5, "the runner to be cancelled")
+        poll_until(lambda: bool(cancelled), 5, what="the runner to be cancelled")
     status = queue.status(cid)
     assert status is not None and status.status == "cancelled"
 
@@ -297,7 +290,7 @@ def test_worker_process_exits_zero_on_sigterm_and_releases_its_job(
 ) -> None:
     cid = _submit(store, queue, sleep=30)
     proc = spawn(tmp_path / "w.log", "--drain", "0.2")
-    _wait_for(lambda: _status(queue, cid).status == "in_progress", 30, "claim")
+    poll_until(lambda: _status(queue, cid).status == "in_progress", 30, what="claim")
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=20) == 0
     status = queue.status(cid)
@@ -322,7 +315,7 @@ def test_worker_process_runs_a_researcher_job_by_default(
     assert isinstance(queued, JobStatus) and queued.status == "pending"
     cid = queued.conversation_id
     proc = spawn(tmp_path / "w.log", "--concurrency", "2", runner=None)
-    _wait_for(lambda: _status(queue, cid).done, 60, "the research job")
+    poll_until(lambda: _status(queue, cid).done, 60, what="the research job")
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=20) == 0
     status = _status(queue, cid)
@@ -345,8 +338,8 @@ def test_four_worker_processes_drain_500_jobs_each_exactly_once(
 
     ids = [_submit(store, queue, f"asyncio question {i}") for i in range(500)]
     procs = [spawn(tmp_path / f"w{i}.log", "--concurrency", "4") for i in range(4)]
-    _wait_for(lambda: queue.pending_count() == 0, 180, "the queue to drain")
-    _wait_for(lambda: all(_status(queue, c).done for c in ids), 60, "the last jobs")
+    poll_until(lambda: queue.pending_count() == 0, 180, what="the queue to drain")
+    poll_until(lambda: all(_status(queue, c).done for c in ids), 60, what="the last jobs")
     for proc in procs:
         proc.send_signal(signal.SIGTERM)
     assert [proc.wait(timeout=30) for proc in procs] == [0, 0, 0, 0]
@@ -378,11 +371,11 @@ def test_a_job_of_a_killed_worker_completes_once_on_another_after_the_lease(
 ) -> None:
     cid = _submit(store, queue, sleep=1.5)
     doomed = spawn(tmp_path / "doomed.log", "--worker-id", "doomed", clock_skew=doomed_clock_skew)
-    _wait_for(lambda: _status(queue, cid).worker_id == "doomed", 30, "the first claim")
+    poll_until(lambda: _status(queue, cid).worker_id == "doomed", 30, what="the first claim")
     doomed.send_signal(signal.SIGKILL)
     doomed.wait(timeout=10)
     survivor = spawn(tmp_path / "survivor.log", "--worker-id", "survivor")
-    _wait_for(lambda: _status(queue, cid).done, 30, "completion on the survivor")
+    poll_until(lambda: _status(queue, cid).done, 30, what="completion on the survivor")
     survivor.send_signal(signal.SIGTERM)
     assert survivor.wait(timeout=20) == 0
     status = queue.status(cid)
@@ -402,7 +395,7 @@ def test_an_unexpected_exception_in_a_runner_is_recorded_and_retried(
         raise KeyError("missing-field")
 
     with _running(queue, runner, concurrency=1):
-        _wait_for(lambda: _status(queue, cid).done, 10, "failure")
+        poll_until(lambda: _status(queue, cid).done, 10, what="failure")
     status = queue.status(cid)
     assert status is not None and status.status == "failed" and status.attempts == 2
     assert status.error is not None and "KeyError" in status.error.message
@@ -421,7 +414,7 @@ def test_a_worker_whose_logs_folder_is_a_file_backs_off_and_says_so(
         caplog.at_level(logging.INFO, logger="pplx_nb.jobs"),
         _running(JobQueue(not_a_folder, lease_seconds=60), runner) as worker,
     ):
-        _wait_for(lambda: "Trying again in 4 s" in caplog.text, 30, "the third, longer pause")
+        poll_until(lambda: "Trying again in 4 s" in caplog.text, 30, what="the third, longer pause")
         assert worker.running
     # At a 0.02 s poll a loop without backoff logs ~50 errors a second; this one logs 3 by 3 s.
     tries = [r for r in caplog.records if r.levelno == logging.ERROR][:3]
@@ -483,9 +476,9 @@ def test_a_worker_whose_clock_runs_ahead_leaves_healthy_jobs_alone(
 ) -> None:
     cid = _submit(store, queue, sleep=6)  # six 1-second leases, kept alive by heartbeats
     healthy = spawn(tmp_path / "healthy.log", "--worker-id", "healthy")
-    _wait_for(lambda: _status(queue, cid).worker_id == "healthy", 30, "the first claim")
+    poll_until(lambda: _status(queue, cid).worker_id == "healthy", 30, what="the first claim")
     ahead = spawn(tmp_path / "ahead.log", "--worker-id", "ahead", clock_skew=120)
-    _wait_for(lambda: _status(queue, cid).done, 60, "completion")
+    poll_until(lambda: _status(queue, cid).done, 60, what="completion")
     for proc in (healthy, ahead):
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0

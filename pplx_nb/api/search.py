@@ -10,14 +10,20 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, get_args
 
 from pydantic import BaseModel, ConfigDict
 
 from pplx_nb._errors import ValidationError
 from pplx_nb._models import Source
 from pplx_nb._option_names import option_error
-from pplx_nb._options import check_date_order, check_options, choice, date_option
+from pplx_nb._options import (
+    ContextSizeValue,
+    check_date_order,
+    check_options,
+    choice,
+    date_option,
+)
 from pplx_nb.api._adapter import Call, SearchResults, encode, read_wire
 
 __all__ = [
@@ -44,7 +50,7 @@ _SHARED = frozenset(
 )
 _DATES = frozenset({"last_updated_after_filter", "last_updated_before_filter"})
 _COUNTS = frozenset({"max_tokens", "max_tokens_per_page"})
-_CONTEXT_SIZES = ("low", "medium", "high")
+_CONTEXT_SIZES: tuple[str, ...] = get_args(ContextSizeValue)
 _LANGUAGE = re.compile(r"[A-Za-z]{2}")
 SEARCH_FILTERS = frozenset(
     {*_SHARED, *_DATES, *_COUNTS, "country", "search_language_filter", "search_context_size"}

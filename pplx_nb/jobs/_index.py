@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Protocol
 
@@ -127,10 +128,10 @@ class ClaimIndex(Protocol):
 class JobIndex:
     """The pending and claimed marker directories of one conversation-logs root."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, clock: Callable[[], float] = time.monotonic) -> None:
         layout = Layout(root)
         self.location = str(root)
-        self._leases = LeaseClock()
+        self._leases = LeaseClock(clock)
         self.base = layout.index
         self.pending_dir = layout.pending
         self.claimed_dir = layout.claimed

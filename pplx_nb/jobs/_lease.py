@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 
 __all__ = ["LeaseClock"]
 
@@ -25,16 +25,21 @@ _MAX_KEYS = 100_000
 
 
 class LeaseClock:
-    """When this process first saw each job's current heartbeat, by its monotonic clock."""
+    """When this process first saw each job's current heartbeat, by its monotonic clock.
 
-    def __init__(self) -> None:
+    Args:
+        clock: seconds from a monotonic clock (tests pass one they advance).
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
         self._seen: dict[str, tuple[Hashable, float]] = {}
         self._lock = threading.Lock()
 
     def saw(self, key: str, stamp: Hashable) -> float:
         """Record that ``key``'s heartbeat reads ``stamp`` now; return for how many seconds this
         process has seen that same value (0 when it is new)."""
-        now = time.monotonic()
+        now = self._clock()
         with self._lock:
             seen = self._seen.get(key)
             if seen is not None and seen[0] == stamp:

@@ -79,6 +79,9 @@ class JobQueue:
             cost and to refuse a second answer.
         index: the claim index (default: marker files under ``root``).
         settings: what names the default conversation store when there is no ``root``.
+        clock: seconds from a monotonic clock, by which this process judges leases it watches
+            (default ``time.monotonic``; tests pass one they advance). The Redis index judges
+            its leases by the server's clock instead.
     """
 
     def __init__(
@@ -91,6 +94,7 @@ class JobQueue:
         answers: AnswerLookup | None = None,
         index: ClaimIndex | None = None,
         settings: Settings | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if max_job_retries < 0 or lease_seconds <= 0:
             raise ValidationError(
@@ -107,13 +111,14 @@ class JobQueue:
         self._answers = answers
         self._settings = settings
         self._store_url: str | None = None
-        self._index: ClaimIndex = index or JobIndex(cast(Path, self.root))
+        self._index: ClaimIndex = index or JobIndex(cast(Path, self.root), clock=clock)
         self._recovery = Recovery(
             self._statuses,
             self._index,
             lease_seconds=lease_seconds,
             max_job_retries=max_job_retries,
             ended=self._close_question,
+            clock=clock,
         )
 
     @classmethod

@@ -40,6 +40,7 @@ class Recovery:
         lease_seconds: how long a heartbeat may stay unchanged.
         max_job_retries: retries after the first attempt (a lost attempt counts as failed).
         ended: called with the status of a job that failed for good (the lock held).
+        clock: seconds from a monotonic clock, for how long a TypeScript job stayed pending.
     """
 
     def __init__(
@@ -50,13 +51,14 @@ class Recovery:
         lease_seconds: float,
         max_job_retries: int,
         ended: Callable[[JobStatus], None],
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._statuses = statuses
         self._index = index
         self.lease_seconds = lease_seconds
         self.max_job_retries = max_job_retries
         self._ended = ended
-        self._waiting = LeaseClock()
+        self._waiting = LeaseClock(clock)
         """When this process first saw each TypeScript job pending as it is now."""
 
     def run(self) -> int:

@@ -7,7 +7,7 @@ import contextlib
 import dataclasses
 from collections.abc import AsyncGenerator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from pplx_nb._config import Settings
 from pplx_nb._errors import ValidationError
@@ -15,6 +15,7 @@ from pplx_nb._fs import validate_conversation_id
 from pplx_nb._logging import get_logger
 from pplx_nb._metrics import Metrics
 from pplx_nb._models import Answer, Conversation, ConversationSummary, JobState, JobStatus
+from pplx_nb._options import SearchOptions, WebSearchFilters
 from pplx_nb._sync import sync_twin
 from pplx_nb.research import _health
 from pplx_nb.research._clients import ClientPool
@@ -121,10 +122,14 @@ class Researcher:
     # -- asking ---------------------------------------------------------------------------------
 
     async def asearch(
-        self, query: str, *, files: Sequence[str | Path] | None = None, **opts: Any
+        self,
+        query: str,
+        *,
+        files: Sequence[str | Path] | None = None,
+        **opts: Unpack[SearchOptions],
     ) -> Answer:
         """Ask a question with web search; starts and stores a NEW conversation."""
-        turn = self._turns.new(query, "search", files, opts)
+        turn = self._turns.new(query, "search", files, dict(opts))
         return await last(self._runner.run(turn, stream=False))
 
     async def astream_search(
@@ -133,14 +138,14 @@ class Researcher:
         *,
         files: Sequence[str | Path] | None = None,
         on_activity: ProgressCallback | None = None,
-        **opts: Any,
+        **opts: Unpack[SearchOptions],
     ) -> AsyncGenerator[str | Answer, None]:
         """Like :meth:`asearch`, yielding text deltas as they arrive, then the stored Answer.
 
         ``on_activity`` is told what the run reports doing ("Searching: 2 queries", "Read 8
         results", ...) as it goes, when the API says so (the Agent API does).
         """
-        turn = self._turns.new(query, "search", files, opts)
+        turn = self._turns.new(query, "search", files, dict(opts))
         run = self._runner.run(turn, stream=True, on_activity=on_activity)
         async with contextlib.aclosing(run) as items:
             async for item in items:
@@ -153,14 +158,14 @@ class Researcher:
         wait: bool | None = None,
         files: Sequence[str | Path] | None = None,
         on_progress: ProgressCallback | None = None,
-        **opts: Any,
+        **opts: Unpack[SearchOptions],
     ) -> Answer | JobStatus:
         """Exhaustive research on a NEW conversation.
 
         Queued as a background job (returns its :class:`JobStatus` at once) when ``wait`` is False,
         or when it is None and async deep research is on; otherwise blocks, reporting progress.
         """
-        turn = self._turns.new(query, "research", files, opts)
+        turn = self._turns.new(query, "research", files, dict(opts))
         if self._queued(wait):
             return self._enqueue(turn)
         return await last(self._runner.run(turn, stream=True, on_progress=on_progress))
@@ -175,7 +180,7 @@ class Researcher:
         wait: bool | None = None,
         files: Sequence[str | Path] | None = None,
         on_progress: ProgressCallback | None = None,
-        **opts: Any,
+        **opts: Unpack[SearchOptions],
     ) -> Answer | JobStatus:
         """Continue a conversation in either mode, with its whole history as context.
 
@@ -184,7 +189,7 @@ class Researcher:
         """
         if mode not in ("search", "research"):
             raise ValidationError(f"Unknown mode {mode!r}: use 'search' or 'research'.")
-        turn = await self._turns.followup(conversation_id, query, mode, fork, files, opts)
+        turn = await self._turns.followup(conversation_id, query, mode, fork, files, dict(opts))
         if mode == "research" and self._queued(wait):
             return self._enqueue(turn)
         ticket = self._ask(turn)
@@ -199,11 +204,11 @@ class Researcher:
         fork: bool = False,
         files: Sequence[str | Path] | None = None,
         on_activity: ProgressCallback | None = None,
-        **opts: Any,
+        **opts: Unpack[SearchOptions],
     ) -> AsyncGenerator[str | Answer, None]:
         """Like :meth:`afollowup` in search mode, yielding text deltas, then the stored Answer
         (``on_activity`` as for :meth:`astream_search`)."""
-        turn = await self._turns.followup(conversation_id, query, "search", fork, files, opts)
+        turn = await self._turns.followup(conversation_id, query, "search", fork, files, dict(opts))
         ticket = self._ask(turn)
         # A consumer that stops early closes this generator, not the run: aclosing closes the run
         # too, so the question's ticket ends at once rather than at garbage collection.
@@ -218,7 +223,7 @@ class Researcher:
         *,
         wait: bool | None = None,
         on_progress: ProgressCallback | None = None,
-        **opts: Any,
+        **opts: Unpack[SearchOptions],
     ) -> Answer | JobStatus:
         """Ask a conversation's unanswered last question again as deep research, deliberately.
 
@@ -233,7 +238,7 @@ class Researcher:
         with self._runner.counted():
             conversation_id = validate_conversation_id(conversation_id)
             status = self._jobs.queue.status(conversation_id)
-            turn = self._turns.retry(conversation_id, status, opts)
+            turn = self._turns.retry(conversation_id, status, dict(opts))
         logger.info("Resubmitting the question of %s deliberately", conversation_id)
         if self._queued(wait):
             with self._runner.counted():
@@ -290,7 +295,7 @@ class Researcher:
         *,
         max_results: int = 10,
         save: bool = False,
-        **filters: Any,
+        **filters: Unpack[WebSearchFilters],
     ) -> WebResults:
         """Ranked web results from the Search API: no answer is generated, nothing is stored.
 
@@ -305,7 +310,7 @@ class Researcher:
         result), which follow-ups can continue. The result is a list of
         :class:`~pplx_nb._models.Source`, best first, that renders as a table.
         """
-        return await self._web.search(query, max_results, save, filters)
+        return await self._web.search(query, max_results, save, dict(filters))
 
     search = sync_twin(asearch)
     stream_search = sync_twin(astream_search)

@@ -7,7 +7,6 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,6 @@ __all__ = [
     "job_status",
     "rewrite_in_place",
     "turns",
-    "wait_until",
 ]
 
 
@@ -53,14 +51,6 @@ def turns(doc: dict[str, Any]) -> list[str]:
 def alternates(doc: dict[str, Any]) -> bool:
     """Whether user and assistant turns alternate after the system message, as the API demands."""
     return all(role == ("user", "assistant")[n % 2] for n, role in enumerate(turns(doc)))
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    """Poll ``condition`` every 0.1 s; fail saying ``what`` did not happen within ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"{what} did not happen within {timeout:g} s"
-        time.sleep(0.1)
 
 
 def rewrite_in_place(path: Path, data: bytes, stop: threading.Event) -> None:
