@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -47,12 +48,16 @@ class AgentHandlers(Handlers):
         failed: bool,
         created: int,
     ) -> Run:
-        """A run kept for GET and cancel when the request asked to store it (the default)."""
+        """A run kept for GET and cancel when the request asked to store it (the default).
+
+        Kept without its prompt, which a GET does not need (its token count is kept): a long
+        conversation's prompt would otherwise make each of thousands of kept runs as big.
+        """
         run = Run(
             ident, answer, duration, failed, created, cancel_seconds=self.options.cancel_seconds
         )
         if agent.store:
-            remember(self.runs, ident, (run, agent))
+            remember(self.runs, ident, (run, replace(agent, prompt="")))
         return run
 
     def _events(self, run: Run, agent: AgentRequest) -> list[bytes]:

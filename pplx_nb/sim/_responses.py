@@ -62,7 +62,7 @@ def _fetched(answer: Answer) -> list[dict[str, Any]]:
 
 def _usage(request: AgentRequest, answer: Answer) -> dict[str, Any]:
     price = MODELS[request.model]
-    input_tokens = count_tokens(request.prompt)
+    input_tokens = request.input_tokens
     reasoning = count_tokens(answer.think) if answer.think else 0
     output_tokens = count_tokens(answer.text) + reasoning
     calls = {"search_web": len(answer.queries), "fetch_url": len(_fetched(answer))}
