@@ -16,7 +16,7 @@ from pplx_nb.sim._answers import Answer, Filters, compose
 from pplx_nb.sim._corpus import Corpus
 from pplx_nb.sim._http import dumps
 from pplx_nb.sim._options import SimOptions
-from pplx_nb.sim._runs import Run
+from pplx_nb.sim._runs import Run, frame_times
 from pplx_nb.sim._sonar import ChatRequest
 
 __all__ = ["STREAM_PIECES", "Handlers", "remember"]
@@ -144,13 +144,14 @@ class Handlers:
             str(_TIME_SLOT).encode(), str(created).encode()
         )
 
-    def _pace(self, frames: int, deep: bool) -> list[float]:
-        """Delays before each frame: deep research spreads over its duration."""
+    def _pace(self, frames: int, deep: bool, research: int = 0) -> list[float]:
+        """Delays before each frame: deep research spreads over its duration, its first
+        ``research`` frames (reasoning) before the output (:func:`frame_times`)."""
         if frames == 0:
             return []
         if deep:
-            step = self.options.deep_research_seconds / frames
-            return [step] * frames
+            due = frame_times(frames, research, self.options.deep_research_seconds)
+            return [later - earlier for earlier, later in zip([0.0, *due], due, strict=False)]
         latency = self.options.latency_ms / 1000
         step = min(0.05, latency / frames)
         return [latency] + [step] * (frames - 1)
