@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, ExitStack
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -985,6 +986,43 @@ def test_a_queued_research_job_reports_progress_that_moves(tmp_path: Path) -> No
     running = [value for value in seen if value > 25]
     assert len(set(running)) >= 3, seen
     assert running == sorted(running) and max(running) < 100
+
+
+def test_a_queued_research_jobs_percentage_moves_on_most_polls_and_waits_to_say_85(
+    tmp_path: Path,
+) -> None:
+    seconds = 10.0
+    env = server_env(
+        tmp_path / "logs",
+        PERPLEXITY_ENABLE_ASYNC_DEEP_RESEARCH="true",
+        PPLX_NB_SIM_DEEP_RESEARCH_SECONDS=str(seconds),
+    )
+    with McpClient(env, tmp_path / "server.log") as mcp:
+        # The first search builds the Researcher and loads the simulator's corpus, which on a
+        # busy machine takes seconds that would otherwise pass before the first poll.
+        assert not mcp.call("perplexity_search", {"query": "What is asyncio?"}).is_error
+        started = time.monotonic()
+        queued = mcp.call("perplexity_deep_research", {"query": "How do asyncio tasks work?"})
+        cid = _data(queued)["conversationId"]
+        polls: list[tuple[float, int]] = []
+        deadline = started + 120
+        while time.monotonic() < deadline:
+            waited = mcp.call(
+                "await_conversation_histories", {"conversationIds": [cid], "timeoutSeconds": 0.5}
+            )
+            entry = _data(waited)["conversations"][cid]
+            if entry["status"] not in ("pending", "in_progress"):
+                break
+            if entry["progress"]:
+                polls.append((time.monotonic() - started, entry["progress"]["percentage"]))
+        assert entry["status"] == "completed", entry
+    percentages = [p for _, p in polls]
+    assert len(polls) >= 6, polls
+    assert percentages == sorted(percentages) and max(percentages) < 100, polls
+    moved = sum(later != earlier for earlier, later in pairwise(percentages))
+    assert moved / (len(polls) - 1) > 0.5, polls
+    # The clock starts before the job is queued, so the run is never further on than this.
+    assert all(p < 85 for elapsed, p in polls if elapsed < seconds / 2), polls
 
 
 def test_loop_pool_runs_a_blocking_call_beside_others_and_cancels_on_request() -> None:

@@ -16,6 +16,7 @@ from pplx_nb.api._activity import Activity, ActivityLog
 from pplx_nb.jobs import JobQueue
 from pplx_nb.research._progress import (
     EXPECTED_RESEARCH_SECONDS,
+    RunProgress,
     activity_step,
     expected_research_seconds,
     research_progress,
@@ -75,6 +76,24 @@ def test_activity_progress_grows_with_the_work_and_stays_below_100() -> None:
     assert messages[16] == "Read 40 results" and messages[17] == "Fetching 4 pages"
     assert set(messages[18:]) == {"Writing the report..."}
     assert activity_step(Activity("writing"), report=False)[1] == "Writing the answer..."
+
+
+def test_a_followed_runs_percentage_moves_with_time_and_says_85_only_late() -> None:
+    now = [0.0]
+    progress = RunProgress(20.0, 0.0, clock=lambda: now[0])
+    seen = []
+    for second in range(0, 60):
+        now[0] = float(second)
+        if second == 2:  # a run that starts writing a tenth of the way in
+            progress.saw(Activity("writing", queries=2, results=8, chars=500))
+        seen.append(progress.now())
+    percentages = [p for p, _ in seen]
+    assert percentages == sorted(percentages) and max(percentages) < 100
+    assert len(set(percentages[:20])) == 20, "moves every second without a new event"
+    assert all(p < 85 for p in percentages[:10]), "not 85% a tenth (nor half) of the way in"
+    assert seen[2][1] == "Writing the report..."
+    quiet = RunProgress(20.0, 0.0, clock=lambda: 100.0)
+    assert quiet.now()[0] < 85, "below 85% until the run writes, however long it takes"
 
 
 def test_a_queued_job_shows_what_its_run_is_doing_while_it_runs(logs_dir: Path) -> None:

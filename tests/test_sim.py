@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
@@ -718,3 +719,42 @@ def test_huge_prompts_are_answered_alike_but_not_kept_in_the_caches() -> None:
     assert (len(endpoints._answers), len(endpoints._bodies)) == (0, 0)
     answer(QUESTION)
     assert (len(endpoints._answers), len(endpoints._bodies)) == (1, 1)
+
+
+def test_an_answered_question_leaves_a_small_run_behind_not_its_prompt_or_body() -> None:
+    # Offline, the MCP server runs the simulator in its own process for as long as it serves.
+    async def no_wait(seconds: float) -> bool:
+        return False
+
+    endpoints = Endpoints(load_corpus(), SimOptions(latency_ms=0), no_wait)
+    history = [
+        {"role": "user", "content": "What is asyncio?"},
+        {"role": "assistant", "content": "asyncio runs coroutines on an event loop. " * 100},
+    ]
+
+    async def ask_many(first: int, count: int) -> None:
+        for n in range(first, first + count):
+            question = {"role": "user", "content": f"How do I use asyncio tasks (case {n})?"}
+            body = {
+                "preset": "low",
+                "instructions": "Answer with sources.",
+                "input": [*history, question],
+                "tools": [{"type": "web_search"}],
+            }
+            request = Request("POST", "/v1/agent", "", {}, json.dumps(body).encode())
+            reply = await endpoints.agent(request, None)
+            assert isinstance(reply, Reply) and reply.status == 200
+
+    asked = 300
+    sim = [tracemalloc.Filter(True, "*/pplx_nb/sim/*")]
+    tracemalloc.start()
+    try:
+        asyncio.run(ask_many(0, 300))  # past the size of the memos of repeated requests
+        before = tracemalloc.take_snapshot().filter_traces(sim)
+        asyncio.run(ask_many(300, asked))
+        after = tracemalloc.take_snapshot().filter_traces(sim)
+    finally:
+        tracemalloc.stop()
+    kept = sum(stat.size_diff for stat in after.compare_to(before, "filename")) / asked
+    assert len(endpoints.runs) == 600  # still there for GET and cancel
+    assert kept < 2_500, f"{kept:.0f} bytes kept per answered question"

@@ -17,6 +17,7 @@ import pytest
 
 from pplx_nb.sim import inject_faults, serve, stats
 from pplx_nb.sim._catalog import MODELS, PRESETS
+from pplx_nb.sim._runs import frame_times
 
 OFFLINE_MARK = "*Offline simulator answer from the Python documentation.*"
 QUESTION = "How do I cancel an asyncio task?"
@@ -525,3 +526,13 @@ def test_cli_serves_sonar_when_the_environment_asks_and_writes_chosen_citations(
     assert process.returncode == 0, err
     assert status == chat_status
     assert "[web:0]" in message_text(agent.json())
+
+
+def test_a_deep_run_researches_over_three_quarters_of_its_time_and_writes_in_the_last() -> None:
+    # 12 frames up to response.reasoning.stopped, then 24 of output (items and text deltas).
+    due = frame_times(36, 12, 20.0)
+    assert due == sorted(due) and len(due) == 36
+    assert 2.0 < due[0] < 4.0, "after the run's queued tenth"
+    assert due[11] == pytest.approx(15.0), "the research ends three quarters of the way in"
+    assert due[12] > 15.0 and due[-1] == pytest.approx(20.0)
+    assert frame_times(4, 0, 2.0) == [0.5, 1.0, 1.5, 2.0], "nothing to research: evenly"

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from contextlib import aclosing
+from contextlib import aclosing, suppress
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from pplx_nb._config import Settings
@@ -37,7 +37,7 @@ from pplx_nb.research._guard import AnswerGuard
 from pplx_nb.research._progress import (
     FINALIZING,
     QUERYING,
-    activity_step,
+    RunProgress,
     expected_research_seconds,
     research_progress,
 )
@@ -298,11 +298,14 @@ class DeepResearchRunner:
         budget = self._budget
         submitted = ctx.submitted_at or time.time()
         deadline = loop.time() + (submitted + budget - time.time())
-        started = time.monotonic()
+        started = time.monotonic() - max(time.time() - submitted, 0.0)
         expected = expected_research_seconds(self._settings)
         reported = QUERYING[0]
         if client.follows_runs:
-            answer, reported = await self._follow(client, request, remote_id, ctx, deadline)
+            progress = RunProgress(expected, started)
+            answer, reported = await self._follow(
+                client, request, remote_id, ctx, deadline, progress
+            )
             if answer is not None:
                 await _finalizing(ctx)
                 return answer
@@ -346,6 +349,7 @@ class DeepResearchRunner:
         remote_id: str,
         ctx: JobContext,
         deadline: float,
+        progress: RunProgress,
     ) -> tuple[Answer | None, int]:
         """The run's answer read from its event stream, reporting what the run does as the
         job's progress; ``None`` when the stream cannot be followed to the end (poll instead).
@@ -353,24 +357,26 @@ class DeepResearchRunner:
         Also returns the last percentage reported, which later progress never goes below.
         """
         loop = asyncio.get_running_loop()
-        reported = QUERYING[0]
-        last: tuple[int, str] | None = None
+        moved = asyncio.Event()
+
+        async def read() -> Answer | None:
+            items = client.follow_background(
+                remote_id,
+                related=request.return_related_questions,
+                timeout=max(deadline - loop.time(), 0.001),
+            )
+            async with aclosing(items) as stream:
+                async for item in stream:
+                    if isinstance(item, Answer):
+                        return item
+                    progress.saw(item)
+                    moved.set()
+            return None
+
         try:
             async with asyncio.timeout_at(deadline):
-                items = client.follow_background(
-                    remote_id,
-                    related=request.return_related_questions,
-                    timeout=max(deadline - loop.time(), 0.001),
-                )
-                async with aclosing(items) as stream:
-                    async for item in stream:
-                        if isinstance(item, Answer):
-                            return item, reported
-                        percentage, message = activity_step(item)
-                        if (max(percentage, reported), message) != last:
-                            reported = max(percentage, reported)
-                            last = (reported, message)
-                            await ctx.report(*last)
+                answer = await _reporting(asyncio.ensure_future(read()), moved, progress, ctx)
+            return answer, progress.now()[0]
         except RemoteRunFailed:
             raise
         except APIError as exc:
@@ -381,7 +387,7 @@ class DeepResearchRunner:
             )
         except TimeoutError:
             await self._time_out(client, remote_id, ctx, self._budget)
-        return None, reported
+        return None, progress.now()[0]
 
     @property
     def _budget(self) -> float:
@@ -439,6 +445,36 @@ class DeepResearchRunner:
             remote_id=remote_id,
             cancelled=cancelled,
         )
+
+
+async def _reporting(
+    reader: asyncio.Future[Answer | None],
+    moved: asyncio.Event,
+    progress: RunProgress,
+    ctx: JobContext,
+) -> Answer | None:
+    """What ``reader`` returns, reporting ``progress`` meanwhile: when an event moves it
+    (``moved``) and, between events, as the time moves it. Reported from here, not from the
+    reader, so a lost lease stops both; cancelling this cancels the reader."""
+    reader.add_done_callback(lambda _: moved.set())
+    last: tuple[int, str] | None = None
+    try:
+        while not reader.done():
+            with suppress(TimeoutError):
+                async with asyncio.timeout(progress.interval):
+                    await moved.wait()
+            moved.clear()
+            step = progress.now()
+            if step != last and not reader.done():
+                last = step
+                await ctx.report(*step)
+        return reader.result()
+    finally:
+        if not reader.done():
+            reader.cancel()
+            await asyncio.wait({reader})
+            if not reader.cancelled():
+                reader.exception()  # retrieved: this call's own exception is the one raised
 
 
 def report_message(

@@ -9,13 +9,19 @@ searching and reading, 85-95 % while the text is written) and never goes back
 server's steps — 25 % querying, 50 % processing, 75-95 % finalizing as its text grows, 100 % once
 stored — and is reported at least every 5 s.
 
-A background deep research reports no progress of its own, so its percentage is estimated from
-the time elapsed against the time such a run is expected to take: it moves through named phases
-from 25 % (submitted) to 90 % at the expected duration, then creeps towards 99 % and never claims
-100 % before the report is in. The message names the phase and the time left, or says the run is
-taking longer than usual::
+A background deep research polled without its events is estimated from the time elapsed against
+the time such a run is expected to take: it moves through named phases from 25 % (submitted) to
+90 % at the expected duration, then creeps towards 99 % and never claims 100 % before the report
+is in. The message names the phase and the time left, or says the run is taking longer than
+usual::
 
     research_progress(elapsed=30, expected=120)  # (41, "Searching the web... (about 90 s left)")
+
+Followed through its events, a background run shows what they say, but its percentage is halfway
+between the stage they reached and that estimate (:class:`RunProgress`): events come in bursts
+(a run may start writing a tenth of the way in, or search for a minute without a word), while
+the time keeps moving, so the bar moves between events and reaches 85 % only once the run writes
+and the time is well on.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ __all__ = [
     "FINALIZING",
     "QUERYING",
     "ProgressCallback",
+    "RunProgress",
     "Tracker",
     "activity_step",
     "expected_research_seconds",
@@ -185,3 +192,46 @@ def research_progress(elapsed: float, expected: float) -> Step:
     overdue = 1 - math.exp(-(fraction - 1))
     percentage = min(_AT_EXPECTED + int((_CEILING - _AT_EXPECTED) * overdue), _CEILING)
     return percentage, "Writing the research report... (taking longer than usual)"
+
+
+class RunProgress:
+    """The progress of a background run followed through its events, from its submission at
+    ``started`` (a ``clock`` reading).
+
+    Its percentage is the mean of the stage its events reached (:func:`activity_step`) and the
+    time since submission against ``expected`` (:func:`research_progress`); below 85 % until
+    the run writes, it never goes back and never reaches 100 %. Its message is the events'.
+    """
+
+    def __init__(
+        self,
+        expected: float,
+        started: float,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._expected = expected
+        self._started = started
+        self._clock = clock
+        self._stage: Step = QUERYING
+        self._percentage = QUERYING[0]
+
+    @property
+    def interval(self) -> float:
+        """How often to look again between events (seconds): the time moves the percentage
+        by about half a point in that while."""
+        return max(self._expected / (_AT_EXPECTED - _SUBMITTED), 0.25)
+
+    def saw(self, activity: Activity) -> None:
+        """The run's events say it is doing ``activity``."""
+        self._stage = activity_step(activity)
+
+    def now(self) -> Step:
+        """The percentage and message to show now."""
+        stage, message = self._stage
+        timed, _ = research_progress(self._clock() - self._started, self._expected)
+        percentage = (stage + timed) // 2
+        if stage < _WRITING:
+            percentage = min(percentage, _WRITING - 1)
+        self._percentage = max(self._percentage, percentage)
+        return self._percentage, message

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pplx_nb.sim._answers import Filters, asks_for_related, is_deep
+from pplx_nb.sim._answers import Filters, asks_for_related, count_tokens, is_deep
 from pplx_nb.sim._catalog import MODELS, PRESETS
 from pplx_nb.sim._validate import (
     Invalid,
@@ -102,6 +102,7 @@ class AgentRequest:
     max_output_tokens: int | None
     related_in_text: bool
     filters: Filters
+    input_tokens: int
     preset: str | None = None
     effort: str | None = None
 
@@ -220,6 +221,7 @@ def parse_agent(data: dict[str, Any]) -> AgentRequest:
         max_output_tokens=data.get("max_output_tokens"),
         related_in_text=asks_for_related(everything),
         filters=Filters(domains),
+        input_tokens=count_tokens(everything),
         preset=data.get("preset"),
         effort=data.get("effort"),
     )

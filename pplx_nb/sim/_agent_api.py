@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -17,9 +18,10 @@ from pplx_nb.sim._responses import (
     cancelled_event,
     failed_response,
     new_response_id,
+    research_frames,
     response_object,
 )
-from pplx_nb.sim._runs import Run
+from pplx_nb.sim._runs import Run, frame_times
 from pplx_nb.sim._validate import Invalid, parse_json_object
 
 __all__ = ["AgentHandlers"]
@@ -47,12 +49,16 @@ class AgentHandlers(Handlers):
         failed: bool,
         created: int,
     ) -> Run:
-        """A run kept for GET and cancel when the request asked to store it (the default)."""
+        """A run kept for GET and cancel when the request asked to store it (the default).
+
+        Kept without its prompt, which a GET does not need (its token count is kept): a long
+        conversation's prompt would otherwise make each of thousands of kept runs as big.
+        """
         run = Run(
             ident, answer, duration, failed, created, cancel_seconds=self.options.cancel_seconds
         )
         if agent.store:
-            remember(self.runs, ident, (run, agent))
+            remember(self.runs, ident, (run, replace(agent, prompt="")))
         return run
 
     def _events(self, run: Run, agent: AgentRequest) -> list[bytes]:
@@ -105,9 +111,10 @@ class AgentHandlers(Handlers):
                 failed=failed,
                 style=self.options.citations,
             )
+            output = len(frames) - research_frames(answer)
             if odd:
                 frames = odd_agent_frames(frames)
-            delays = self._pace(len(frames), agent.deep)
+            delays = self._pace(len(frames), agent.deep, len(frames) - output)
             run = self._run(ident, agent, answer, sum(delays), failed=failed, created=created)
             return self._stream(run, agent, frames, delays)
         if agent.background:
@@ -176,7 +183,7 @@ class AgentHandlers(Handlers):
             )
         frames = self._events(run, agent)
         elapsed = time.monotonic() - run.started
-        due = [run.duration * (n + 1) / len(frames) for n in range(len(frames))]
+        due = frame_times(len(frames), research_frames(run.answer), run.duration)
         first = int(after) + 1
         delays, waited = [], 0.0
         for moment in due[first:]:

@@ -7,6 +7,7 @@ handlers get a parsed :class:`Request` and the fault, if any, that still concern
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Any, TypeVar
 
@@ -15,12 +16,16 @@ from pplx_nb.sim._answers import Answer, Filters, compose
 from pplx_nb.sim._corpus import Corpus
 from pplx_nb.sim._http import dumps
 from pplx_nb.sim._options import SimOptions
-from pplx_nb.sim._runs import Run
+from pplx_nb.sim._runs import Run, frame_times
 from pplx_nb.sim._sonar import ChatRequest
 
 __all__ = ["STREAM_PIECES", "Handlers", "remember"]
 
 _CACHE_SIZE = 4096
+_MEMO_SIZE = 256
+"""How many answers and serialised bodies are kept for repeated requests, the least recently used
+forgotten first: enough for benchmarks and re-run notebooks, and a bound on what a long-running
+offline MCP server holds (each is a few kilobytes, and its questions rarely repeat)."""
 # Requests longer than this are answered but not cached: the caches keep each request as a key,
 # so a few thousand huge prompts would otherwise pin gigabytes.
 _CACHEABLE_CHARS = 16_384
@@ -30,6 +35,22 @@ STREAM_PIECES = 16
 
 
 T = TypeVar("T")
+K = TypeVar("K", bound=Hashable)
+
+
+def _recall(memo: OrderedDict[K, T], key: K) -> T | None:
+    """The value kept for ``key`` (now the most recently used), or None."""
+    value = memo.get(key)
+    if value is not None:
+        memo.move_to_end(key)
+    return value
+
+
+def _memorise(memo: OrderedDict[K, T], key: K, value: T) -> None:
+    """Keep ``value`` for ``key``; past _MEMO_SIZE the least recently used is forgotten."""
+    memo[key] = value
+    if len(memo) > _MEMO_SIZE:
+        memo.popitem(last=False)
 
 
 def remember(runs: dict[str, T], ident: str, entry: T) -> None:
@@ -57,8 +78,8 @@ class Handlers:
         self.searches = 0
         self.runs: dict[str, tuple[Run, AgentRequest]] = {}
         self.async_runs: dict[str, tuple[Run, ChatRequest]] = {}
-        self._answers: dict[tuple[Any, ...], Answer] = {}
-        self._bodies: dict[Hashable, bytes] = {}
+        self._answers: OrderedDict[tuple[Any, ...], Answer] = OrderedDict()
+        self._bodies: OrderedDict[Hashable, bytes] = OrderedDict()
 
     def reset_counters(self) -> None:
         """Forget how many answers, runs, cancels and searches there were."""
@@ -89,7 +110,7 @@ class Handlers:
         max_tokens: int | None = None,
     ) -> Answer:
         key = (query, tier, filters, related, related_in_text, max_tokens)
-        answer = self._answers.get(key)
+        answer = _recall(self._answers, key)
         if answer is None:
             answer = compose(
                 self.corpus,
@@ -101,9 +122,7 @@ class Handlers:
                 max_tokens=max_tokens,
             )
             if len(query) <= _CACHEABLE_CHARS:
-                if len(self._answers) >= _CACHE_SIZE:
-                    self._answers.clear()
-                self._answers[key] = answer
+                _memorise(self._answers, key, answer)
         return answer
 
     def _template(self, request: Hashable, prompt: str, build: Callable[[str, int], Any]) -> bytes:
@@ -112,13 +131,11 @@ class Handlers:
         Requests repeat (benchmarks, retries, notebooks re-run), so the JSON is built once and
         only the id and time are spliced in afterwards.
         """
-        body = self._bodies.get(request)
+        body = _recall(self._bodies, request)
         if body is None:
             body = dumps(build(_ID_SLOT, _TIME_SLOT))
             if len(prompt) <= _CACHEABLE_CHARS:
-                if len(self._bodies) >= _CACHE_SIZE:
-                    self._bodies.clear()
-                self._bodies[request] = body
+                _memorise(self._bodies, request, body)
         return body
 
     @staticmethod
@@ -127,13 +144,14 @@ class Handlers:
             str(_TIME_SLOT).encode(), str(created).encode()
         )
 
-    def _pace(self, frames: int, deep: bool) -> list[float]:
-        """Delays before each frame: deep research spreads over its duration."""
+    def _pace(self, frames: int, deep: bool, research: int = 0) -> list[float]:
+        """Delays before each frame: deep research spreads over its duration, its first
+        ``research`` frames (reasoning) before the output (:func:`frame_times`)."""
         if frames == 0:
             return []
         if deep:
-            step = self.options.deep_research_seconds / frames
-            return [step] * frames
+            due = frame_times(frames, research, self.options.deep_research_seconds)
+            return [later - earlier for earlier, later in zip([0.0, *due], due, strict=False)]
         latency = self.options.latency_ms / 1000
         step = min(0.05, latency / frames)
         return [latency] + [step] * (frames - 1)

@@ -26,6 +26,7 @@ __all__ = [
     "cancelled_event",
     "failed_response",
     "new_response_id",
+    "research_frames",
     "response_object",
 ]
 
@@ -62,7 +63,7 @@ def _fetched(answer: Answer) -> list[dict[str, Any]]:
 
 def _usage(request: AgentRequest, answer: Answer) -> dict[str, Any]:
     price = MODELS[request.model]
-    input_tokens = count_tokens(request.prompt)
+    input_tokens = request.input_tokens
     reasoning = count_tokens(answer.think) if answer.think else 0
     output_tokens = count_tokens(answer.text) + reasoning
     calls = {"search_web": len(answer.queries), "fetch_url": len(_fetched(answer))}
@@ -208,6 +209,12 @@ def _research(answer: Answer) -> list[dict[str, Any]]:
         events.append({"type": "response.reasoning.fetch_url_results", "contents": fetched})
     events.append({"type": "response.reasoning.stopped", "thought": "Writing the answer."})
     return events
+
+
+def research_frames(answer: Answer) -> int:
+    """How many frames of a run's stream come before its output: ``response.created``,
+    ``response.in_progress`` and the reasoning events."""
+    return 2 + len(_research(answer))
 
 
 def agent_events(

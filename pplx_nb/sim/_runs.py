@@ -4,7 +4,9 @@ A run's phase is a pure function of the time since it was created, so nothing ha
 background: ``queued`` for the first tenth of its duration, ``in_progress`` until the duration has
 passed, then ``completed`` (or ``failed`` when a fault said so). A cancel accepted while the run
 is pending ends it ``cancelled`` once ``cancel_seconds`` have passed (until then it is still
-pending, as the live API's runs are while ``cancelling``), even if its duration ends first.
+pending, as the live API's runs are while ``cancelling``), even if its duration ends first. The
+moment each event of its stream is due is a function of time too (:func:`frame_times`): the
+research over most of the run, the report's text last.
 """
 
 from __future__ import annotations
@@ -15,7 +17,11 @@ from typing import Literal
 
 from pplx_nb.sim._answers import Answer
 
-__all__ = ["Phase", "Run"]
+__all__ = ["RESEARCH_ENDS", "Phase", "Run", "frame_times"]
+
+RESEARCH_ENDS = 0.75
+"""The share of a deep run's duration spent researching; its output is written in the rest."""
+_QUEUED = 0.1
 
 Phase = Literal["queued", "in_progress", "completed", "failed", "cancelled"]
 
@@ -40,8 +46,8 @@ class Run:
         if self.cancel_asked is not None:
             if now >= self.cancel_asked + self.cancel_seconds:
                 return "cancelled"
-            return "queued" if elapsed < self.duration * 0.1 else "in_progress"
-        if elapsed < self.duration * 0.1:
+            return "queued" if elapsed < self.duration * _QUEUED else "in_progress"
+        if elapsed < self.duration * _QUEUED:
             return "queued"
         if elapsed < self.duration:
             return "in_progress"
@@ -60,3 +66,23 @@ class Run:
         if self.cancel_asked is None:
             self.cancel_asked = now
         return True
+
+
+def frame_times(frames: int, research: int, duration: float) -> list[float]:
+    """When each of a deep run's ``frames`` stream frames is due (seconds after it began).
+
+    The first ``research`` frames (the run's start and its reasoning events: searches, results,
+    page reads) spread evenly from the end of its queued tenth to :data:`RESEARCH_ENDS` of
+    ``duration``, and the output (the report's items and text) over the rest, as a live run
+    spends most of its time searching and reading before it writes. A stream without research
+    spreads its frames evenly over ``duration``.
+    """
+    research = min(research, frames)
+    if research == 0:
+        return [duration * (n + 1) / frames for n in range(frames)]
+    span = RESEARCH_ENDS - _QUEUED
+    times = [duration * (_QUEUED + span * (n + 1) / research) for n in range(research)]
+    output = frames - research
+    tail = 1 - RESEARCH_ENDS
+    times += [duration * (RESEARCH_ENDS + tail * (n + 1) / output) for n in range(output)]
+    return times
