@@ -30,8 +30,11 @@ API key: :func:`redact` scrubs a message before it is stored.
 from __future__ import annotations
 
 import re
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 from urllib.parse import unquote_plus
+
+if TYPE_CHECKING:
+    from pplx_nb._models import Answer
 
 __all__ = [
     "APIError",
@@ -184,7 +187,11 @@ class ConversationCorrupted(PplxError, ValueError):
 
 
 class FilesystemError(PplxError, OSError):
-    """Reading or writing the store failed (permissions, disk full...); names path and reason."""
+    """Reading or writing the store failed (permissions, disk full...); names path and reason.
+
+    When it failed after an answer was paid for, :attr:`answer` holds that answer (also kept
+    on disk outside the store until it can be stored without paying again).
+    """
 
     code = "FILESYSTEM_ERROR"
 
@@ -193,6 +200,11 @@ class FilesystemError(PplxError, OSError):
 
     def __str__(self) -> str:
         return self.message
+
+    @property
+    def answer(self) -> Answer | None:
+        """The paid answer the store could not take, or ``None`` when nothing was paid."""
+        return cast("Answer | None", self.details.get("answer"))
 
 
 class StoreUnavailable(FilesystemError, ConnectionError):

@@ -44,6 +44,7 @@ def settings(sim_url: str, logs_dir: Path) -> Settings:
         base_url=sim_url,
         offline=False,
         conversation_logs_dir=logs_dir,
+        state_home=logs_dir.parent / "state",
         max_retries=3,
         timeout_ms=5_000,
         job_lease_seconds=2,

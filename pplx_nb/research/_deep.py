@@ -20,6 +20,7 @@ from pplx_nb._config import Settings
 from pplx_nb._errors import (
     APIError,
     APITimeoutError,
+    FilesystemError,
     InvalidInput,
     LeaseLost,
     NetworkError,
@@ -33,6 +34,7 @@ from pplx_nb._models import Answer, JobStatus, Message
 from pplx_nb.research._answers import assistant_message, priced
 from pplx_nb.research._clients import ClientPool
 from pplx_nb.research._guard import AnswerGuard
+from pplx_nb.research._kept import KeptAnswers
 from pplx_nb.research._progress import (
     FINALIZING,
     QUERYING,
@@ -69,6 +71,7 @@ class DeepResearchRunner:
         guard: stores the report only while the job's attempt still owns it.
         clients: makes one client per job.
         runner: counts the job's request.
+        kept: where a report the store cannot take is kept until it can.
     """
 
     def __init__(
@@ -78,16 +81,19 @@ class DeepResearchRunner:
         guard: AnswerGuard,
         clients: ClientPool,
         runner: TurnRunner,
+        kept: KeptAnswers,
     ) -> None:
         self._settings = settings
         self._store = store
         self._guard = guard
         self._clients = clients
         self._runner = runner
+        self._kept = kept
 
     async def __call__(self, job: Job, ctx: JobContext) -> None:
         """Run ``job``; a job whose answer is already stored (a crash between storing and
-        completing) is not run again."""
+        completing) is not run again, nor one whose report is kept outside a store that could
+        not take it: that report is stored instead."""
         from pplx_nb import context
 
         conversation = self._store.load(job.conversation_id)
@@ -95,6 +101,9 @@ class DeepResearchRunner:
             m.model_extra and m.model_extra.get("jobId") == job.job_id
             for m in conversation.messages
         ):
+            return
+        kept = self._kept.restore(job.conversation_id, ctx.check_owner)
+        if kept is not None and (kept.model_extra or {}).get("jobId") == job.job_id:
             return
         # A job the TypeScript server queued has only its params; the question is stored.
         opts = _options(job.request, job.params)
@@ -128,6 +137,11 @@ class DeepResearchRunner:
         message = report_message(answer, job.tool, job.request, job.job_id, job.params)
         try:
             self._guard.answer_job(job.conversation_id, message, ctx.check_owner)
+        except FilesystemError as exc:
+            # Paid for: kept outside the store, and stored by the job's next attempt (or a
+            # retry, or a follow-up) once the store can take it.
+            question = next(m for m in reversed(history) if m.role == "user")
+            raise self._kept.keep(exc, job.conversation_id, question, message, answer) from exc
         except LeaseLost:
             # Cancelled after the run finished and before its report was stored: paid for, so
             # kept (in place of the notice the cancel stored) rather than dropped.
@@ -254,7 +268,7 @@ class DeepResearchRunner:
         if client.follows_runs:
             answer, reported = await self._follow(client, request, remote_id, ctx, deadline)
             if answer is not None:
-                await ctx.report(*FINALIZING)
+                await _report(ctx, *FINALIZING)
                 return answer
         delay = 0.1
         outage = 0
@@ -280,12 +294,12 @@ class DeepResearchRunner:
                 continue  # the deadline passed mid-poll: cancelled at the top of the loop
             outage = 0
             if answer is not None:
-                await ctx.report(*FINALIZING)
+                await _report(ctx, *FINALIZING)
                 return answer
             percentage, message = research_progress(time.monotonic() - started, expected)
             if percentage > reported:
                 reported = percentage
-                await ctx.report(percentage, message)
+                await _report(ctx, percentage, message)
             await asyncio.sleep(min(delay, max(deadline - loop.time(), 0)))
             delay = min(delay * 1.5, 3.0)
 
@@ -320,7 +334,7 @@ class DeepResearchRunner:
                         if (max(percentage, reported), message) != last:
                             reported = max(percentage, reported)
                             last = (reported, message)
-                            await ctx.report(*last)
+                            await _report(ctx, *last)
         except RemoteRunFailed:
             raise
         except APIError as exc:
@@ -451,6 +465,15 @@ async def _stop_run(client: AsyncClient, remote_id: str, conversation_id: str) -
             await client.cancel_background(remote_id, retry=True)
     except TimeoutError:
         logger.warning("The cancel of run %s got no reply in time", remote_id)
+
+
+async def _report(ctx: JobContext, percentage: int, message: str) -> None:
+    """Report a paid run's progress; a store that cannot record it is logged, not a reason to
+    give up the run (its report is kept if the store still fails when it arrives)."""
+    try:
+        await ctx.report(percentage, message)
+    except FilesystemError as exc:
+        logger.warning("Progress of %s not recorded: %s", ctx.job.conversation_id, exc)
 
 
 def _transient(error: APIError) -> bool:

@@ -118,9 +118,10 @@ class AnswerGuard:
         """Close a question another program (or a process that died) left without an answer,
         before a new one follows it: two questions in a row would break the conversation for
         every program that replays it. Not while a job or an answer of it is under way."""
+        # Whatever was answering it may have been paid before it stopped.
         self._store.close_question(
             conversation_id,
-            closing_turn("interrupted"),
+            closing_turn("interrupted", cost_unknown=True),
             check=lambda _: self.refuse_if_busy(conversation_id),
         )
 
@@ -236,6 +237,11 @@ class Ticket:
     def __repr__(self) -> str:
         state = "open" if self._token is not None else "closed"
         return f"Ticket({self.conversation_id!r}, {state})"
+
+    @property
+    def token(self) -> str | None:
+        """The token of the question's answering mark while the ticket is open, else ``None``."""
+        return self._token
 
     def renew(self) -> None:
         """Keep the mark live another deadline; call it as the answer arrives (cheap: at most

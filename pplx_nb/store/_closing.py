@@ -1,22 +1,27 @@
-"""Closing a question no answer will come for, and storing the late answer of a cancelled job.
+"""Closing a question no answer will come for, and storing late answers in their place.
 
 A question whose job ends without an answer is closed by a turn saying so
 (:func:`~pplx_nb._models.closing_turn`), decided under the conversation's lock so that closing
 twice closes once and an answer stored meanwhile is never followed by a closing turn. A report
-that arrives after its job was cancelled is paid for, so it takes the place of that turn.
+that arrives after its job was cancelled is paid for, so it takes the place of that turn; so does
+a paid answer the store could not take when it arrived (kept outside it until it can).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from pplx_nb._fs import validate_conversation_id
 from pplx_nb._models import Message
 from pplx_nb.store._base import StoreBackend
 from pplx_nb.store._document import last_role, parse
 
-__all__ = ["answer_closed", "close_question"]
+__all__ = ["Placed", "answer_closed", "answer_question", "close_question"]
+
+Placed = Literal["stored", "answered", "missing"]
+"""What :func:`answer_question` did: stored the answer, found the question answered already,
+or did not find the question at all."""
 
 AppendChecked = Callable[
     [str, Sequence[Message], Callable[[bytes], None], Callable[[], None] | None], object
@@ -87,6 +92,43 @@ def answer_closed(
     return True
 
 
+def answer_question(
+    backend: StoreBackend,
+    appended: Callable[[bytes, str], object],
+    conversation_id: str,
+    answer: Message,
+    is_question: Callable[[Mapping[str, Any]], bool],
+    check: Callable[[bytes], None] | None = None,
+    then: Callable[[], None] | None = None,
+) -> Placed:
+    """Store ``answer`` right after the last question ``is_question`` picks: after it while it
+    is still open, or in place of the turn that closed it as not answered, even when the
+    conversation has moved on since (:meth:`ConversationStore.answer_question`)."""
+    where = backend.document_location(conversation_id)
+
+    def place(stored: bytes) -> int:
+        appended(stored, conversation_id)
+        if check is not None:
+            check(stored)
+        messages = parse(stored, conversation_id, where)["messages"]
+        index = next((i for i in range(len(messages) - 1, -1, -1) if is_question(messages[i])), None)
+        if index is None:
+            raise _Missing
+        after = index + 1
+        if after == len(messages) or isinstance(messages[after].get("unanswered"), dict):
+            return after
+        raise _Answered
+
+    validate_conversation_id(conversation_id)
+    try:
+        backend.place(conversation_id, answer.to_json_dict(), where=place, then=then)
+    except _Answered:
+        return "answered"
+    except _Missing:
+        return "missing"
+    return "stored"
+
+
 def _closes_cancelled(message: Mapping[str, Any], job_id: str) -> bool:
     """Whether ``message`` is the turn that closed the question of cancelled job ``job_id``."""
     unanswered = message.get("unanswered")
@@ -99,3 +141,7 @@ def _closes_cancelled(message: Mapping[str, Any], job_id: str) -> bool:
 
 class _Answered(Exception):
     """The conversation's last question already has an answer (or it has none): nothing to close."""
+
+
+class _Missing(Exception):
+    """The conversation no longer holds the question an answer is for."""

@@ -13,6 +13,8 @@ drops a reply it has already acted on)::
         bad.stream = "ping"             # streams send keep-alive comments only ("drip": text)
         bad.refuse_streams = True       # a run's event stream is refused (an expired cursor)
         bad.huge_body_mib = 300         # answers are a 300 MiB body, generated as it is sent
+        bad.before_answer = fill_disk   # called as an answer is asked for (its question stored)
+        bad.after_submission = fill_disk  # called once a background run has started upstream
 
 Plain asyncio streams, HTTP/1.1 with keep-alive, on a daemon thread: enough for httpx2.
 """
@@ -25,6 +27,7 @@ import json
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -59,6 +62,11 @@ class Misbehaving:
         huge_body_mib: answer a non-streamed ``POST /v1/agent`` with this many MiB of JSON.
         huge_declared: whether that body's length is announced (``content-length``); without
             it the body simply runs until the connection closes.
+        before_answer: called (on the proxy's thread) when an answer asked on the spot
+            arrives, before it is forwarded: the question is stored by then, and the answer
+            is about to be paid for.
+        after_submission: called when a background submission has been forwarded (the run
+            started upstream), before its reply is sent.
         requests: how many requests each ``METHOD path-prefix`` received.
     """
 
@@ -74,6 +82,8 @@ class Misbehaving:
         self.drip_every = 0.2
         self.huge_body_mib = 0
         self.huge_declared = True
+        self.before_answer: Callable[[], object] | None = None
+        self.after_submission: Callable[[], object] | None = None
         self.requests: Counter[str] = Counter()
         self.bytes_sent = 0
         self._outage_started: float | None = None
@@ -153,6 +163,8 @@ class Misbehaving:
         if method == "POST" and path in ("/v1/agent", "/v1/responses"):
             if payload.get("background"):
                 return await self._submission(request, writer)
+            if self.before_answer is not None:
+                await asyncio.to_thread(self.before_answer)
             if payload.get("stream") and self.stream:
                 await self._endless_stream(writer)
                 return False
@@ -174,6 +186,8 @@ class Misbehaving:
             await self._reply(writer, 503, b'{"error": {"message": "overloaded"}}')
             return True
         status, content, reply_headers = await self._forward(request)
+        if self.after_submission is not None:
+            await asyncio.to_thread(self.after_submission)
         if self.drop_submission_replies > 0:
             self.drop_submission_replies -= 1
             return False  # the run started upstream; its reply is never sent
