@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pplx_nb._config import Settings
@@ -31,7 +31,7 @@ from pplx_nb._models import Conversation, JobStatus, Message, UnansweredState, c
 
 if TYPE_CHECKING:
     from pplx_nb.jobs import JobQueue
-    from pplx_nb.store import ConversationStore
+    from pplx_nb.store import ConversationStore, Placed
 
 __all__ = ["AnswerGuard", "Ticket"]
 
@@ -200,6 +200,22 @@ class AnswerGuard:
                 then=lambda: queue.finish_cancelled_locked(conversation_id, job_id),
             )
         return queue.status(conversation_id)
+
+    def answer_kept(
+        self,
+        conversation_id: str,
+        message: Message,
+        is_question: Callable[[Mapping[str, Any]], bool],
+        token: str | None,
+        check: Callable[[bytes], None] | None = None,
+    ) -> Placed:
+        """Store a paid answer the store could not take when it arrived, right after its
+        question (``is_question`` picks it) or in place of the turn that closed it; the
+        question's mark ``token``, when the failure left it behind, ends in the same locked
+        step. ``check`` may refuse under the lock, as for an append."""
+        store = self._store
+        then = None if token is None else lambda: store.clear_answering(conversation_id, token)
+        return store.answer_question(conversation_id, message, is_question, check=check, then=then)
 
     def deadline(self, model: str) -> float:
         """The longest an answer can take: every attempt's timeout plus a minute of back-off."""

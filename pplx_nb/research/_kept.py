@@ -30,6 +30,7 @@ from pplx_nb._logging import get_logger
 from pplx_nb._models import Answer, Message, now_iso
 
 if TYPE_CHECKING:
+    from pplx_nb.research._guard import AnswerGuard
     from pplx_nb.store import ConversationStore
 
 __all__ = ["KeptAnswers"]
@@ -46,14 +47,16 @@ class KeptAnswers:
     Args:
         settings: where the state and cache folders are.
         store: the store the answers belong to.
+        guard: stores a kept answer after its question.
     """
 
-    def __init__(self, settings: Settings, store: ConversationStore) -> None:
+    def __init__(self, settings: Settings, store: ConversationStore, guard: AnswerGuard) -> None:
         digest = hashlib.sha256(store.location.encode()).hexdigest()[:16]
         self._folders = [
             root / _FOLDER / digest for root in (settings.state_dir(), settings.cache_dir())
         ]
-        self._store = store
+        self._location = store.location
+        self._guard = guard
 
     def keep(
         self,
@@ -71,7 +74,7 @@ class KeptAnswers:
         to store it. ``token``: the question's answering mark, if the failure left it behind."""
         record = {
             "conversationId": conversation_id,
-            "store": self._store.location,
+            "store": self._location,
             "keptAt": now_iso(),
             "question": {"timestamp": question.timestamp, "sha256": _digest(question.content)},
             "answeringToken": token,
@@ -80,10 +83,7 @@ class KeptAnswers:
         where = self._write(conversation_id, record)
         answer.conversation_id = conversation_id
         if where is None:
-            kept = (
-                "It could not be kept on disk either: copy it now from this error's `.answer` "
-                "(in a notebook, the output above)."
-            )
+            kept = "It could not be kept on disk either: copy it now from this error's `.answer`."
         else:
             kept = (
                 f"It is kept in {where}, outside the store. Once the store can be written "
@@ -118,14 +118,12 @@ class KeptAnswers:
         message = Message.model_validate(record["answer"])
         question = dict(record.get("question") or {})
         token = record.get("answeringToken")
-        store = self._store
-        then = (
-            (lambda: store.clear_answering(conversation_id, token))
-            if isinstance(token, str)
-            else None
-        )
-        placed = store.answer_question(
-            conversation_id, message, _question_of(question), check=check, then=then
+        placed = self._guard.answer_kept(
+            conversation_id,
+            message,
+            _question_of(question),
+            token if isinstance(token, str) else None,
+            check,
         )
         if placed == "missing":
             logger.warning(

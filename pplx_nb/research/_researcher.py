@@ -87,7 +87,7 @@ class Researcher:
         self._clients = ClientPool(self._settings, client)
         self._jobs = JobDesk(self._settings, self._store, lambda: self._deep, run_here=self._async)
         self._guard = AnswerGuard(self._settings, self._store, lambda: self._jobs.queue)
-        self._kept = KeptAnswers(self._settings, self._store)
+        self._kept = KeptAnswers(self._settings, self._store, self._guard)
         self._runner = TurnRunner(
             self._store, self._guard, self._clients, self._metrics, self._kept
         )
@@ -243,8 +243,9 @@ class Researcher:
         ``.answer`` is set), that kept answer is stored and returned: nothing is paid again.
         Otherwise, for a deep research that ended with SUBMISSION_UNKNOWN (its run may have
         been billed: check your Perplexity usage first), TIMEOUT_ERROR or another failure, this
-        pays for a new run. The earlier job's model and options are reused unless ``opts`` override them;
-        queued or waited for as ``wait`` and the async setting say, like :meth:`adeep_research`.
+        pays for a new run. The earlier job's model and options are reused unless ``opts``
+        override them; queued or waited for as ``wait`` and the async setting say, like
+        :meth:`adeep_research`.
 
         Raises JobInProgress while a job or answer of the conversation is under way, and
         ValidationError when its last question already has an answer.

@@ -111,10 +111,10 @@ def answer_question(
         if check is not None:
             check(stored)
         messages = parse(stored, conversation_id, where)["messages"]
-        index = next((i for i in range(len(messages) - 1, -1, -1) if is_question(messages[i])), None)
-        if index is None:
+        asked = [i for i, message in enumerate(messages) if is_question(message)]
+        if not asked:
             raise _Missing
-        after = index + 1
+        after = asked[-1] + 1
         if after == len(messages) or isinstance(messages[after].get("unanswered"), dict):
             return after
         raise _Answered
