@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from support import redis_server as redis_support
+from support.misbehaving import Misbehaving
 from support.redis_server import RedisServer
 
 from pplx_nb import Settings
@@ -26,6 +27,13 @@ def sim_url(request: pytest.FixtureRequest) -> Iterator[str]:
     sonar = request.node.get_closest_marker("sim_sonar") is not None
     with serve(latency_ms=0, deep_research_seconds=0.3, sonar=sonar) as url:
         yield url
+
+
+@pytest.fixture
+def bad(sim_url: str) -> Iterator[Misbehaving]:
+    """The misbehaving proxy in front of this test's simulator (well-behaved until told)."""
+    with Misbehaving(sim_url) as server:
+        yield server
 
 
 @pytest.fixture

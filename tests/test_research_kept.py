@@ -73,13 +73,6 @@ def disk(tmp_path: Path) -> Iterator[Disk]:
         subprocess.run(["umount", "-l", str(path)], capture_output=True, check=False)
 
 
-@pytest.fixture
-def bad(sim_url: str) -> Iterator[Misbehaving]:
-    """The proxy in front of this test's simulator (well-behaved until told)."""
-    with Misbehaving(sim_url) as server:
-        yield server
-
-
 def _settings(bad: Misbehaving, tmp_path: Path, **update: object) -> Settings:
     return Settings(
         api_key=TEST_KEY,
@@ -91,6 +84,12 @@ def _settings(bad: Misbehaving, tmp_path: Path, **update: object) -> Settings:
         job_lease_seconds=2,
         **update,
     )
+
+
+@pytest.fixture
+def on_disk(disk: Disk, bad: Misbehaving, tmp_path: Path) -> Settings:
+    """Settings storing conversations on ``disk``, asking through ``bad``."""
+    return _settings(bad, tmp_path, conversation_logs_dir=disk.path / "logs")
 
 
 def _billed(sim_url: str) -> tuple[int, int]:
@@ -143,11 +142,10 @@ def _until(condition: Callable[[], bool], seconds: float = 60.0) -> None:
 
 
 def test_an_answer_paid_as_the_disk_fills_is_kept_and_retry_stores_it_without_paying(
-    disk: Disk, bad: Misbehaving, sim_url: str, tmp_path: Path
+    on_disk: Settings, disk: Disk, bad: Misbehaving, sim_url: str, tmp_path: Path
 ) -> None:
-    settings = _settings(bad, tmp_path, conversation_logs_dir=disk.path / "logs")
     bad.before_answer = _once(disk.fill)
-    with Researcher(settings) as r:
+    with Researcher(on_disk) as r:
         error = _fails_keeping_the_answer(lambda: r.search(QUESTION))
         assert error.answer is not None
         cid = error.answer.conversation_id or ""
@@ -176,10 +174,9 @@ def test_an_answer_paid_as_the_disk_fills_is_kept_and_retry_stores_it_without_pa
 
 
 def test_a_follow_up_stores_the_kept_answer_first_instead_of_closing_the_question(
-    disk: Disk, bad: Misbehaving, sim_url: str, tmp_path: Path
+    on_disk: Settings, disk: Disk, bad: Misbehaving, sim_url: str, tmp_path: Path
 ) -> None:
-    settings = _settings(bad, tmp_path, conversation_logs_dir=disk.path / "logs")
-    with Researcher(settings) as r:
+    with Researcher(on_disk) as r:
         cid = r.search(QUESTION).conversation_id or ""
         bad.before_answer = _once(disk.fill)
         error = _fails_keeping_the_answer(
@@ -198,10 +195,9 @@ def test_a_follow_up_stores_the_kept_answer_first_instead_of_closing_the_questio
 
 
 def test_a_queued_report_the_disk_cannot_take_is_stored_by_the_jobs_next_attempt(
-    disk: Disk, bad: Misbehaving, sim_url: str, tmp_path: Path
+    on_disk: Settings, disk: Disk, bad: Misbehaving, sim_url: str, tmp_path: Path
 ) -> None:
-    settings = _settings(bad, tmp_path, conversation_logs_dir=disk.path / "logs")
-    with Researcher(settings, async_deep_research=True) as r:
+    with Researcher(on_disk, async_deep_research=True) as r:
         queued = r.deep_research("Describe the json module", wait=False)
         assert isinstance(queued, JobStatus)
         cid = queued.conversation_id

@@ -68,13 +68,8 @@ def answer_closed(
     ``job_id``, or after that question while it is still open; return whether it did
     (:meth:`ConversationStore.answer_closed`). ``appended`` is the store's check that it can
     return the stored document."""
-    where = backend.document_location(conversation_id)
 
-    def place(stored: bytes) -> int:
-        appended(stored, conversation_id)
-        if check is not None:
-            check(stored)
-        messages = parse(stored, conversation_id, where)["messages"]
+    def pick(messages: list[dict[str, Any]]) -> int:
         for index in range(len(messages) - 1, -1, -1):
             if _closes_cancelled(messages[index], job_id):
                 return index
@@ -84,9 +79,8 @@ def answer_closed(
             return len(messages)
         raise _Answered
 
-    validate_conversation_id(conversation_id)
     try:
-        backend.place(conversation_id, answer.to_json_dict(), where=place, then=then)
+        _place(backend, appended, conversation_id, answer, pick, check, then)
     except _Answered:
         return False
     return True
@@ -104,13 +98,8 @@ def answer_question(
     """Store ``answer`` right after the last question ``is_question`` picks: after it while it
     is still open, or in place of the turn that closed it as not answered, even when the
     conversation has moved on since (:meth:`ConversationStore.answer_question`)."""
-    where = backend.document_location(conversation_id)
 
-    def place(stored: bytes) -> int:
-        appended(stored, conversation_id)
-        if check is not None:
-            check(stored)
-        messages = parse(stored, conversation_id, where)["messages"]
+    def pick(messages: list[dict[str, Any]]) -> int:
         asked = [i for i, message in enumerate(messages) if is_question(message)]
         if not asked:
             raise _Missing
@@ -119,14 +108,37 @@ def answer_question(
             return after
         raise _Answered
 
-    validate_conversation_id(conversation_id)
     try:
-        backend.place(conversation_id, answer.to_json_dict(), where=place, then=then)
+        _place(backend, appended, conversation_id, answer, pick, check, then)
     except _Answered:
         return "answered"
     except _Missing:
         return "missing"
     return "stored"
+
+
+def _place(
+    backend: StoreBackend,
+    appended: Callable[[bytes, str], object],
+    conversation_id: str,
+    answer: Message,
+    pick: Callable[[list[dict[str, Any]]], int],
+    check: Callable[[bytes], None] | None,
+    then: Callable[[], None] | None,
+) -> None:
+    """Put ``answer`` at the index ``pick(messages)`` returns, under the conversation's lock,
+    after the store's ``appended`` check and the caller's ``check`` of the stored document."""
+    where = backend.document_location(conversation_id)
+
+    def place(stored: bytes) -> int:
+        appended(stored, conversation_id)
+        if check is not None:
+            check(stored)
+        messages: list[dict[str, Any]] = parse(stored, conversation_id, where)["messages"]
+        return pick(messages)
+
+    validate_conversation_id(conversation_id)
+    backend.place(conversation_id, answer.to_json_dict(), where=place, then=then)
 
 
 def _closes_cancelled(message: Mapping[str, Any], job_id: str) -> bool:
