@@ -26,14 +26,15 @@ from support.misbehaving import Misbehaving
 
 from pplx_nb import Researcher, Settings
 from pplx_nb._errors import FilesystemError, StoreUnavailable
-from pplx_nb._models import JobStatus
+from pplx_nb._models import Answer, JobStatus
 from pplx_nb.sim import stats
 
 QUESTION = "How do I cancel an asyncio task?"
 
 
 class Disk:
-    """A small tmpfs mounted for one test: :meth:`fill` it up, :meth:`free` it again."""
+    """A small tmpfs mounted for one test: :meth:`fill` it up and :meth:`free` it again, or
+    :meth:`remount` it read-only and back."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -50,6 +51,24 @@ class Disk:
     def free(self) -> None:
         """Remove what :meth:`fill` wrote."""
         self._filler.unlink(missing_ok=True)
+
+    def remount(self, mode: str) -> None:
+        """Mount it again ``ro`` or ``rw``."""
+        subprocess.run(["mount", "-o", f"remount,{mode}", str(self.path)], check=True)
+
+    def fail(self, how: str) -> None:
+        """Make every write fail: ``full``, or ``read-only``."""
+        if how == "full":
+            self.fill()
+        else:
+            self.remount("ro")
+
+    def mend(self, how: str) -> None:
+        """Undo :meth:`fail`."""
+        if how == "full":
+            self.free()
+        else:
+            self.remount("rw")
 
 
 @pytest.fixture
@@ -138,13 +157,20 @@ def _until(condition: Callable[[], bool], seconds: float = 60.0) -> None:
         time.sleep(0.05)
 
 
-# -- a full disk --------------------------------------------------------------------------------
+# -- a full or read-only disk ---------------------------------------------------------------------
 
 
-def test_an_answer_paid_as_the_disk_fills_is_kept_and_retry_stores_it_without_paying(
-    on_disk: Settings, disk: Disk, bad: Misbehaving, sim_url: str, tmp_path: Path
+@pytest.mark.parametrize(("how", "reason"), [("full", "No space"), ("read-only", "Read-only")])
+def test_an_answer_paid_as_the_disk_fails_is_kept_and_retry_stores_it_without_paying(
+    on_disk: Settings,
+    disk: Disk,
+    bad: Misbehaving,
+    sim_url: str,
+    tmp_path: Path,
+    how: str,
+    reason: str,
 ) -> None:
-    bad.before_answer = _once(disk.fill)
+    bad.before_answer = _once(lambda: disk.fail(how))
     with Researcher(on_disk) as r:
         error = _fails_keeping_the_answer(lambda: r.search(QUESTION))
         assert error.answer is not None
@@ -159,12 +185,13 @@ def test_an_answer_paid_as_the_disk_fills_is_kept_and_retry_stores_it_without_pa
         assert TEST_KEY not in kept.read_text() and "pplx-" not in kept.read_text()
         assert kept.is_relative_to(tmp_path / "state" / "pplx_nb")
 
-        disk.fill()  # what the failed write had taken is free again: fill that too
-        with pytest.raises(FilesystemError, match="No space left"):
+        if how == "full":
+            disk.fill()  # what the failed write had taken is free again: fill that too
+        with pytest.raises(FilesystemError, match=reason):
             r.retry(cid)  # the store still cannot take it: kept, nothing paid
         assert _kept_files(tmp_path) == [kept]
 
-        disk.free()
+        disk.mend(how)
         answer = r.retry(cid)
         assert answer.text == error.answer.text and answer.conversation_id == cid
         assert _roles(r, cid) == ["system", "user", "answer"]
@@ -274,3 +301,35 @@ def test_an_answer_paid_as_redis_reaches_maxmemory_is_kept_and_retry_stores_it_w
     finally:
         admin.close()
     assert _billed(sim_url) == (2, 0), "the kept answer was stored without paying again"
+
+
+def test_in_a_notebook_the_error_says_how_and_pplx_retry_stores_the_kept_answer_for_free(
+    on_disk: Settings, disk: Disk, bad: Misbehaving, sim_url: str
+) -> None:
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.utils.capture import capture_output
+
+    from pplx_nb.notebook import magics
+
+    bad.before_answer = _once(disk.fill)
+    with Researcher(on_disk) as r:
+        shell = InteractiveShell.instance()
+        magics.set_researcher(r)
+        shell.run_line_magic("load_ext", "pplx_nb")
+        try:
+            with capture_output() as failed:
+                shell.run_cell(f"%%pplx\n{QUESTION}")
+            [cid] = [summary.conversation_id for summary in r.conversations()]
+            disk.free()
+            with capture_output():
+                kept = shell.run_cell(f"%pplx_retry {cid}").result
+        finally:
+            shell.run_line_magic("unload_ext", "pplx_nb")
+            magics.set_researcher(None)
+        shown = "\n".join(str(v) for output in failed.outputs for v in output.data.values())
+        shown += failed.stdout + failed.stderr
+        assert "FILESYSTEM_ERROR" in shown and "paid for" in shown
+        assert f"%pplx_retry {cid}" in shown and "%%pplx_followup" in shown
+        assert "perplexity_search_followup" not in shown
+        assert isinstance(kept, Answer) and _roles(r, cid) == ["system", "user", "answer"]
+    assert _billed(sim_url) == (1, 0)
