@@ -228,7 +228,7 @@ def test_a_queued_report_the_disk_cannot_take_is_stored_by_the_jobs_next_attempt
         queued = r.deep_research("Describe the json module", wait=False)
         assert isinstance(queued, JobStatus)
         cid = queued.conversation_id
-        bad.after_submission = _once(disk.fill)
+        bad.on_submission = _once(disk.fill)
         r.ensure_worker(concurrency=1)
         _until(lambda: bool(_kept_files(tmp_path)))
         assert _billed(sim_url) == (1, 1)

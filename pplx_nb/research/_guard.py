@@ -182,22 +182,21 @@ class AnswerGuard:
         """Store a job's answer if ``check_owner`` (run under the lock) lets its attempt write."""
         return self._store.append(conversation_id, message, check=check_owner)
 
-    def answer_cancelled_job(
-        self, conversation_id: str, job_id: str, message: Message
-    ) -> JobStatus | None:
-        """Store the report of cancelled job ``job_id`` whose run had finished before the
-        cancel reached it: it is paid for. It takes the place of the turn that closed the
-        job's question, and the job ends ``completed``, in one locked step, once, whoever
-        brings it first (the canceller, the job's worker). Returns the job's status after:
-        ``completed`` when the report is stored, now or before."""
+    def answer_late(self, conversation_id: str, job_id: str, message: Message) -> JobStatus | None:
+        """Store the report of job ``job_id`` that reached no attempt owning the job: its run
+        had finished when the job was cancelled, or the attempt that read it had lost its lease.
+        It is paid for, so it is stored (in place of the turn that closed the job's question,
+        if one did) and the job ends ``completed``, in one locked step, once, whoever brings it
+        first (the canceller, an attempt past its lease, the job's next attempt). Returns the
+        job's status after: ``completed`` when the report is stored, now or before."""
         queue = self._queue()
         with contextlib.suppress(LeaseLost):
             self._store.answer_closed(
                 conversation_id,
                 message,
                 job_id,
-                check=lambda document: queue.check_cancelled(conversation_id, job_id, document),
-                then=lambda: queue.finish_cancelled_locked(conversation_id, job_id),
+                check=lambda document: queue.check_late_report(conversation_id, job_id, document),
+                then=lambda: queue.finish_late_locked(conversation_id, job_id),
             )
         return queue.status(conversation_id)
 

@@ -13,8 +13,10 @@ drops a reply it has already acted on)::
         bad.stream = "ping"             # streams send keep-alive comments only ("drip": text)
         bad.refuse_streams = True       # a run's event stream is refused (an expired cursor)
         bad.huge_body_mib = 300         # answers are a 300 MiB body, generated as it is sent
-        bad.before_answer = fill_disk   # called as an answer is asked for (its question stored)
-        bad.after_submission = fill_disk  # called once a background run has started upstream
+        bad.echo_key = "failed_run"     # runs fail with a message quoting the Authorization header
+        bad.on_submission = pause_redis # called once a submission ran, before its reply goes
+        bad.on_report = pause_redis     # called before a run's finished state (its report) goes
+        bad.before_answer = fill_disk  # called as an answer is asked for (its question stored)
 
 Plain asyncio streams, HTTP/1.1 with keep-alive, on a daemon thread: enough for httpx2.
 """
@@ -62,11 +64,20 @@ class Misbehaving:
         huge_body_mib: answer a non-streamed ``POST /v1/agent`` with this many MiB of JSON.
         huge_declared: whether that body's length is announced (``content-length``); without
             it the body simply runs until the connection closes.
-        before_answer: called (on the proxy's thread) when an answer asked on the spot
-            arrives, before it is forwarded: the question is stored by then, and the answer
+        echo_key: answer every run request (``POST /v1/agent``, polls and run streams of
+            ``/v1/responses``) without forwarding it, quoting its Authorization header and the
+            key in it, as a careless proxy does: ``"failed_run"`` (a run that failed, as JSON
+            or a ``response.failed`` event), ``"error_event"`` (an ``error`` event; ``{"error":
+            ...}`` unstreamed) or ``"not_json"`` (an HTML page with status 200, as the body or
+            as an event's data).
+        on_submission: called (on a thread of its own) once a background submission was
+            forwarded, so the run exists upstream, and before its reply is sent: e.g. to stop
+            the store or the worker while the reply is on its way.
+        on_report: the same, before a poll (or a run's event stream) that carries the run
+            finished, and so its report, is answered.
+        before_answer: called (on a thread of its own) when an answer asked on the spot
+            arrives, before it is forwarded: its question is stored by then, and the answer
             is about to be paid for.
-        after_submission: called when a background submission has been forwarded (the run
-            started upstream), before its reply is sent.
         requests: how many requests each ``METHOD path-prefix`` received.
     """
 
@@ -82,8 +93,10 @@ class Misbehaving:
         self.drip_every = 0.2
         self.huge_body_mib = 0
         self.huge_declared = True
-        self.before_answer: Callable[[], object] | None = None
-        self.after_submission: Callable[[], object] | None = None
+        self.echo_key: str | None = None
+        self.on_submission: Callable[[], None] | None = None
+        self.on_report: Callable[[], None] | None = None
+        self.before_answer: Callable[[], None] | None = None
         self.requests: Counter[str] = Counter()
         self.bytes_sent = 0
         self._outage_started: float | None = None
@@ -160,6 +173,11 @@ class Misbehaving:
         route = f"{method} {'/v1/responses' if path.startswith('/v1/responses/') else path}"
         self.requests[route] += 1
         payload = _json(request.body)
+        runs = path in ("/v1/agent", "/v1/responses") or path.startswith("/v1/responses/")
+        if self.echo_key and runs:
+            streamed = bool(payload.get("stream")) or "stream=true" in request.target
+            await self._echo(request.headers.get("authorization", ""), streamed, writer)
+            return not streamed
         if method == "POST" and path in ("/v1/agent", "/v1/responses"):
             if payload.get("background"):
                 return await self._submission(request, writer)
@@ -186,8 +204,8 @@ class Misbehaving:
             await self._reply(writer, 503, b'{"error": {"message": "overloaded"}}')
             return True
         status, content, reply_headers = await self._forward(request)
-        if self.after_submission is not None:
-            await asyncio.to_thread(self.after_submission)
+        if self.on_submission is not None:
+            await asyncio.to_thread(self.on_submission)
         if self.drop_submission_replies > 0:
             self.drop_submission_replies -= 1
             return False  # the run started upstream; its reply is never sent
@@ -223,6 +241,8 @@ class Misbehaving:
             run["status"] = "in_progress"
             run["output"] = []
             content = json.dumps(run).encode()
+        if self.on_report is not None and status == 200 and b'"completed"' in content:
+            await asyncio.to_thread(self.on_report)
         await self._reply(writer, status, content, reply_headers)
         return True
 
@@ -247,6 +267,43 @@ class Misbehaving:
             self.bytes_sent += len(frame)
             await writer.drain()
             await asyncio.sleep(self.drip_every)
+
+    async def _echo(self, authorization: str, streamed: bool, writer: asyncio.StreamWriter) -> None:
+        said = f"upstream refused {authorization} (key {authorization.partition(' ')[2]})"
+        run = {"id": "resp_echo", "object": "response", "status": "failed", "output": []}
+        if self.echo_key == "not_json":
+            page = f"<html><body>Proxy error: {said}</body></html>"
+            if not streamed:
+                await self._reply(writer, 200, page.encode())
+                return
+            frames = [("response.created", page)]
+        elif self.echo_key == "error_event":
+            error = {"type": "error", "error": {"message": said, "type": "proxy"}}
+            if not streamed:
+                await self._reply(writer, 200, json.dumps({"error": error["error"]}).encode())
+                return
+            frames = [("error", json.dumps(error))]
+        else:
+            failed = {**run, "error": {"code": "proxy", "message": said}}
+            if not streamed:
+                await self._reply(writer, 200, json.dumps(failed).encode())
+                return
+            created = {"type": "response.created", "response": {**run, "status": "in_progress"}}
+            frames = [
+                ("response.created", json.dumps({**created, "sequence_number": 1})),
+                (
+                    "response.failed",
+                    json.dumps(
+                        {"type": "response.failed", "response": failed, "sequence_number": 2}
+                    ),
+                ),
+            ]
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n"
+        )
+        for name, data in frames:
+            writer.write(f"event: {name}\ndata: {data}\n\n".encode())
+        await writer.drain()
 
     async def _huge(self, writer: asyncio.StreamWriter) -> None:
         size = self.huge_body_mib * _CHUNK
