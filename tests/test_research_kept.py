@@ -221,10 +221,17 @@ def test_a_follow_up_stores_the_kept_answer_first_instead_of_closing_the_questio
     assert _billed(sim_url) == (3, 0), "one answer for each question, none bought twice"
 
 
-def test_a_queued_report_the_disk_cannot_take_is_stored_by_the_jobs_next_attempt(
-    on_disk: Settings, disk: Disk, bad: Misbehaving, sim_url: str, tmp_path: Path
+@pytest.mark.parametrize("retries", [2, 0], ids=["next-attempt", "retry-after-it-failed"])
+def test_a_queued_report_the_disk_cannot_take_is_stored_later_and_completes_its_job(
+    on_disk: Settings,
+    disk: Disk,
+    bad: Misbehaving,
+    sim_url: str,
+    tmp_path: Path,
+    retries: int,
 ) -> None:
-    with Researcher(on_disk, async_deep_research=True) as r:
+    settings = on_disk.model_copy(update={"max_job_retries": retries})
+    with Researcher(settings, async_deep_research=True) as r:
         queued = r.deep_research("Describe the json module", wait=False)
         assert isinstance(queued, JobStatus)
         cid = queued.conversation_id
@@ -236,6 +243,12 @@ def test_a_queued_report_the_disk_cannot_take_is_stored_by_the_jobs_next_attempt
         report = json.loads(kept.read_text())["answer"]["content"]
 
         disk.free()
+        if retries == 0:
+            # No attempt is left: the job fails once its lease is found expired, its question
+            # closed as not answered; retry stores the kept report in that turn's place.
+            _until(lambda: (r.status(cid) or queued).status == "failed")
+            assert _roles(r, cid) == ["system", "user", "closed"]
+            assert r.retry(cid).text == report
         _until(lambda: (r.status(cid) or queued).status == "completed")
 
         assert _roles(r, cid) == ["system", "user", "answer"]

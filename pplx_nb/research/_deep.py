@@ -103,9 +103,9 @@ class DeepResearchRunner:
             for m in conversation.messages
         ):
             return
-        kept = self._kept.restore(job.conversation_id, ctx.check_owner)
+        kept = self._kept.restore(job.conversation_id)
         if kept is not None and (kept.model_extra or {}).get("jobId") == job.job_id:
-            return
+            return  # stored, and the job completed with it
         # A job the TypeScript server queued has only its params; the question is stored.
         opts = _options(job.request, job.params)
         model = str(job.request.get("model") or DEEP_RESEARCH_MODEL)

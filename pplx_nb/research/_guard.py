@@ -206,15 +206,14 @@ class AnswerGuard:
         message: Message,
         is_question: Callable[[Mapping[str, Any]], bool],
         token: str | None,
-        check: Callable[[bytes], None] | None = None,
     ) -> Placed:
         """Store a paid answer the store could not take when it arrived, right after its
         question (``is_question`` picks it) or in place of the turn that closed it; the
         question's mark ``token``, when the failure left it behind, ends in the same locked
-        step. ``check`` may refuse under the lock, as for an append."""
+        step."""
         store = self._store
         then = None if token is None else lambda: store.clear_answering(conversation_id, token)
-        return store.answer_question(conversation_id, message, is_question, check=check, then=then)
+        return store.answer_question(conversation_id, message, is_question, then=then)
 
     def deadline(self, model: str) -> float:
         """The longest an answer can take: every attempt's timeout plus a minute of back-off."""

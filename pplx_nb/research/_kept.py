@@ -103,28 +103,28 @@ class KeptAnswers:
             },
         )
 
-    def restore(
-        self, conversation_id: str, check: Callable[[bytes], None] | None = None
-    ) -> Message | None:
+    def restore(self, conversation_id: str) -> Message | None:
         """Store the conversation's kept answer, if it has one; return it once stored.
 
-        Raises FILESYSTEM_ERROR (the answer stays kept) while the store still cannot take it,
-        and whatever ``check`` (run under the conversation's lock, as for an append) raises.
+        A job's report goes through the answer guard's late-report step, which also ends the
+        job ``completed`` (whether it is pending, running or failed by now). Raises
+        FILESYSTEM_ERROR (the answer stays kept) while the store still cannot take it.
         """
         found = self._read(conversation_id)
         if found is None:
             return None
         path, record = found
         message = Message.model_validate(record["answer"])
-        question = dict(record.get("question") or {})
-        token = record.get("answeringToken")
-        placed = self._guard.answer_kept(
-            conversation_id,
-            message,
-            _question_of(question),
-            token if isinstance(token, str) else None,
-            check,
-        )
+        if self._stored_late(conversation_id, message):
+            placed: str = "stored"
+        else:
+            token = record.get("answeringToken")
+            placed = self._guard.answer_kept(
+                conversation_id,
+                message,
+                _question_of(dict(record.get("question") or {})),
+                token if isinstance(token, str) else None,
+            )
         if placed == "missing":
             logger.warning(
                 "The answer kept in %s is for a question conversation %s no longer holds; "
@@ -138,6 +138,15 @@ class KeptAnswers:
             return None
         logger.info("Stored the paid answer of %s kept in %s", conversation_id, path)
         return message
+
+    def _stored_late(self, conversation_id: str, message: Message) -> bool:
+        """Whether ``message``, a job's report, is stored now as that job's late report (the
+        job then ends ``completed``); ``False`` for another answer, or a job no longer there."""
+        job_id = (message.model_extra or {}).get("jobId")
+        if not isinstance(job_id, str):
+            return False
+        status = self._guard.answer_late(conversation_id, job_id, message)
+        return status is not None and status.status == "completed" and status.job_id == job_id
 
     def _write(self, conversation_id: str, record: dict[str, Any]) -> Path | None:
         """Write ``record`` to the first folder that takes it; where, or ``None``."""

@@ -93,7 +93,6 @@ def answer_question(
     conversation_id: str,
     answer: Message,
     is_question: Callable[[Mapping[str, Any]], bool],
-    check: Callable[[bytes], None] | None = None,
     then: Callable[[], None] | None = None,
 ) -> Placed:
     """Store ``answer`` right after the last question ``is_question`` picks: after it while it
@@ -110,7 +109,7 @@ def answer_question(
         raise _Answered
 
     try:
-        _place(backend, appended, conversation_id, answer, pick, check, then)
+        _place(backend, appended, conversation_id, answer, pick, None, then)
     except _Answered:
         return "answered"
     except _Missing:

@@ -279,7 +279,6 @@ class ConversationStore:
         answer: Message,
         is_question: Callable[[Mapping[str, Any]], bool],
         *,
-        check: Callable[[bytes], None] | None = None,
         then: Callable[[], None] | None = None,
     ) -> _closing.Placed:
         """Store ``answer`` right after the last stored message ``is_question`` picks (a
@@ -287,11 +286,11 @@ class ConversationStore:
         the turn that closed it as not answered, even after follow-ups. Returns ``"stored"``,
         ``"answered"`` (it has an answer: nothing written) or ``"missing"`` (no such question).
 
-        For a paid answer the store could not take when it arrived. ``check`` and ``then`` are
-        as for :meth:`append` (``then`` runs only when stored).
+        For a paid answer the store could not take when it arrived. ``then`` is as for
+        :meth:`append` (it runs only when stored).
         """
         return _closing.answer_question(
-            self._backend, self._appended, conversation_id, answer, is_question, check, then
+            self._backend, self._appended, conversation_id, answer, is_question, then
         )
 
     def _appending(self, append: Callable[..., bytes]) -> _closing.AppendChecked:
