@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from typing import TypedDict
 
 import httpx2
 
@@ -47,6 +48,13 @@ _FIXES = {
     413: "Shorten the question or the attached files.",
     422: "Check the model name and the search options.",
 }
+
+
+class _Facts(TypedDict):
+    """What every error for an HTTP response carries, as :class:`APIError` takes it."""
+
+    status_code: int
+    retry_after: float | None
 
 
 @contextmanager
@@ -112,10 +120,7 @@ def from_status(
     # The API's own message often ends with a full stop; ours follows with the next sentence.
     said = f": {message.rstrip('. ')}" if message.rstrip(". ") else ""
     tried = f" after {retries} {'retry' if retries == 1 else 'retries'}" if retries else ""
-    details: dict[str, object] = {"status_code": status}
-    hint = retry_after_seconds(headers)
-    if hint is not None:
-        details["retry_after"] = hint
+    details = _Facts(status_code=status, retry_after=retry_after_seconds(headers))
     if status == 403 and kind == _SONAR_RETIRED:
         return InvalidInput(
             f"This server no longer serves Sonar chat completions (HTTP 403 {kind}): Perplexity "
@@ -169,11 +174,7 @@ def submission_unknown(
     status = None
     if isinstance(cause, APIError):
         status = cause.status_code
-        cause = (
-            f"HTTP {status}"
-            if status is not None
-            else str(cause.details.get("reason") or cause.code)
-        )
+        cause = f"HTTP {status}" if status is not None else (cause.reason or cause.code)
     target = conversation_id or "CONVERSATION_ID"
     where = f" for conversation {conversation_id}" if conversation_id else ""
     return SubmissionUnknown(

@@ -48,7 +48,7 @@ def not_sent(error: APIError) -> bool:
     status = error.status_code
     if status is not None:
         return status in _REFUSED_STATUSES
-    return error.details.get("reason") in _UNSENT_REASONS
+    return error.reason in _UNSENT_REASONS
 
 
 def outcome_unknown(error: APIError) -> bool:
@@ -117,8 +117,8 @@ class RetryPolicy:
 
     def delay(self, error: APIError, retries_done: int) -> float:
         """Seconds to wait before the next attempt: the server's hint, else jittered backoff."""
-        hint = error.details.get("retry_after")
-        if isinstance(hint, int | float) and 0 <= hint <= self.max_retry_after:
+        hint = error.retry_after
+        if hint is not None and 0 <= hint <= self.max_retry_after:
             return float(hint)
         backoff = min(self.base * 2.0**retries_done, self.cap)
         return backoff * (1 - 0.25 * random.random())

@@ -95,10 +95,10 @@ class KeptAnswers:
         return type(error)(
             f"{error.message} The answer to the question of conversation {conversation_id} was "
             f"paid for and has arrived, but the store could not take it. {kept}",
+            answer=answer,
             **{
                 **error.details,
                 "conversation_id": conversation_id,
-                "answer": answer,
                 "kept": None if where is None else str(where),
             },
         )
