@@ -158,6 +158,12 @@ class Settings(BaseSettings):
         validation_alias=_env("XDG_CACHE_HOME", "cache_home"),
         description="The user cache folder (an operating-system convention; ~/.cache if unset).",
     )
+    state_home: Path | None = Field(
+        None,
+        validation_alias=_env("XDG_STATE_HOME", "state_home"),
+        description="The user state folder (an operating-system convention; ~/.local/state if "
+        "unset): paid answers a failing store could not take are kept there.",
+    )
     mcp_token: SecretStr | None = Field(
         None,
         validation_alias=_env("PPLX_NB_MCP_TOKEN", "mcp_token"),
@@ -244,6 +250,11 @@ class Settings(BaseSettings):
     def cache_dir(self) -> Path:
         """pplx_nb's folder in the user cache (built simulator corpora live there)."""
         return (self.cache_home or Path.home() / ".cache").expanduser() / "pplx_nb"
+
+    def state_dir(self) -> Path:
+        """pplx_nb's folder in the user state folder (paid answers the store could not take
+        wait there until it can)."""
+        return (self.state_home or Path.home() / ".local" / "state").expanduser() / "pplx_nb"
 
     def logs_dir(self) -> Path:
         """The conversation-logs directory as an absolute path."""

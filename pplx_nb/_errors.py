@@ -34,9 +34,12 @@ it nowhere.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pplx_nb._redact import redact, url_without_credentials
+
+if TYPE_CHECKING:
+    from pplx_nb._models import Answer
 
 __all__ = [
     "APIError",
@@ -135,15 +138,24 @@ class ConversationCorrupted(PplxError, ValueError):
 
 
 class FilesystemError(PplxError, OSError):
-    """Reading or writing the store failed (permissions, disk full...); names path and reason."""
+    """Reading or writing the store failed (permissions, disk full...); names path and reason.
+
+    When it failed after an answer was paid for, :attr:`answer` holds that answer (also kept
+    on disk outside the store until it can be stored without paying again).
+    """
 
     code = "FILESYSTEM_ERROR"
 
-    def __init__(self, message: str, **details: Any) -> None:
+    def __init__(self, message: str, *, answer: Answer | None = None, **details: Any) -> None:
         PplxError.__init__(self, message, **details)
+        self.answer = answer
+        """The paid answer the store could not take, or ``None`` when nothing was paid."""
 
     def __str__(self) -> str:
         return self.message
+
+    def _facts(self) -> dict[str, Any]:
+        return {"answer": self.answer} if self.answer is not None else {}
 
 
 class StoreUnavailable(FilesystemError, ConnectionError):
@@ -153,8 +165,8 @@ class StoreUnavailable(FilesystemError, ConnectionError):
     paid request where it can: nothing is sent that could not be stored.
     """
 
-    def __init__(self, message: str, **details: Any) -> None:
-        PplxError.__init__(self, message, **details)
+    def __init__(self, message: str, *, answer: Answer | None = None, **details: Any) -> None:
+        FilesystemError.__init__(self, message, answer=answer, **details)
 
 
 class JobInProgress(PplxError, RuntimeError):

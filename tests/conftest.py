@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from support import redis_server as redis_support
+from support.misbehaving import Misbehaving
 from support.redis_server import RedisServer
 
 from pplx_nb import Researcher, Settings
@@ -29,6 +30,13 @@ def sim_url(request: pytest.FixtureRequest) -> Iterator[str]:
 
 
 @pytest.fixture
+def bad(sim_url: str) -> Iterator[Misbehaving]:
+    """The misbehaving proxy in front of this test's simulator (well-behaved until told)."""
+    with Misbehaving(sim_url) as server:
+        yield server
+
+
+@pytest.fixture
 def logs_dir(tmp_path: Path) -> Path:
     """An empty conversation-logs directory for one test."""
     path = tmp_path / "conversation-logs"
@@ -44,6 +52,7 @@ def settings(sim_url: str, logs_dir: Path) -> Settings:
         base_url=sim_url,
         offline=False,
         conversation_logs_dir=logs_dir,
+        state_home=logs_dir.parent / "state",
         max_retries=3,
         timeout_ms=5_000,
         job_lease_seconds=2,

@@ -15,7 +15,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,13 +36,6 @@ from pplx_nb.research import job_runner
 from pplx_nb.sim import inject_faults, stats
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture
-def bad(sim_url: str) -> Iterator[Misbehaving]:
-    """The misbehaving proxy in front of this test's simulator (well-behaved until told)."""
-    with Misbehaving(sim_url) as server:
-        yield server
 
 
 def _researcher(settings: Settings, bad: Misbehaving, **update: Any) -> Researcher:

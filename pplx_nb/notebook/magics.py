@@ -470,7 +470,8 @@ class PplxMagics(CellMagics):
 
         For a deep research that ended with SUBMISSION_UNKNOWN (check your Perplexity usage
         first: the lost run may have been billed), a timeout or a failure. Queued like
-        ``%%pplx_research``; ``--wait`` blocks instead.
+        ``%%pplx_research``; ``--wait`` blocks instead. An answer that was paid for and kept
+        because the store could not take it (FILESYSTEM_ERROR) is stored instead, for free.
 
         Examples:
           %pplx_retry

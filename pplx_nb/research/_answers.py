@@ -58,14 +58,21 @@ def assistant_message(
     )
 
 
-def stored_answer(conversation: Conversation, path: str, job_id: str | None = None) -> Answer:
+def stored_answer(
+    conversation: Conversation,
+    path: str,
+    job_id: str | None = None,
+    *,
+    turn: Message | None = None,
+) -> Answer:
     """The conversation's last answer as an :class:`Answer` (``path``: where it is stored).
 
     With ``job_id``, the answer that job stored (tagged ``jobId``) when there is one: the
-    conversation may have moved on with follow-ups since the job ended.
+    conversation may have moved on with follow-ups since the job ended. With ``turn``, that
+    stored assistant turn (the questions before it are read from the conversation).
     """
     message = _job_answer(conversation, job_id) if job_id else None
-    message = message or conversation.last_answer()
+    message = message or _same_turn(conversation, turn) or conversation.last_answer()
     if message is None:
         raise PplxError(
             f"Conversation {conversation.conversation_id} has no answer yet. "
@@ -114,6 +121,11 @@ def _job_answer(conversation: Conversation, job_id: str) -> Message | None:
         ),
         None,
     )
+
+
+def _same_turn(conversation: Conversation, turn: Message | None) -> Message | None:
+    """The stored message equal to ``turn`` (the copy the conversation holds), if any."""
+    return next((message for message in conversation.messages if message == turn), None)
 
 
 def _rekeyed(image: dict[str, Any], convert: Callable[[str], str]) -> dict[str, Any]:

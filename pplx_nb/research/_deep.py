@@ -21,6 +21,7 @@ from pplx_nb._config import Settings
 from pplx_nb._errors import (
     APIError,
     APITimeoutError,
+    FilesystemError,
     InvalidInput,
     LeaseLost,
     NetworkError,
@@ -34,6 +35,7 @@ from pplx_nb._models import Answer, JobStatus, Message
 from pplx_nb.research._answers import assistant_message, priced
 from pplx_nb.research._clients import ClientPool
 from pplx_nb.research._guard import AnswerGuard
+from pplx_nb.research._kept import KeptAnswers
 from pplx_nb.research._progress import (
     FINALIZING,
     QUERYING,
@@ -70,6 +72,7 @@ class DeepResearchRunner:
         guard: stores the report only while the job's attempt still owns it.
         clients: makes one client per job.
         runner: counts the job's request.
+        kept: where a report the store cannot take is kept until it can.
     """
 
     def __init__(
@@ -79,16 +82,19 @@ class DeepResearchRunner:
         guard: AnswerGuard,
         clients: ClientPool,
         runner: TurnRunner,
+        kept: KeptAnswers,
     ) -> None:
         self._settings = settings
         self._store = store
         self._guard = guard
         self._clients = clients
         self._runner = runner
+        self._kept = kept
 
     async def __call__(self, job: Job, ctx: JobContext) -> None:
         """Run ``job``; a job whose answer is already stored (a crash between storing and
-        completing) is not run again."""
+        completing) is not run again, nor one whose report is kept outside a store that could
+        not take it: that report is stored instead."""
         from pplx_nb import context
 
         conversation = self._store.load(job.conversation_id)
@@ -97,6 +103,9 @@ class DeepResearchRunner:
             for m in conversation.messages
         ):
             return
+        kept = self._kept.restore(job.conversation_id)
+        if kept is not None and (kept.model_extra or {}).get("jobId") == job.job_id:
+            return  # stored, and the job completed with it
         # A job the TypeScript server queued has only its params; the question is stored.
         opts = _options(job.request, job.params)
         model = str(job.request.get("model") or DEEP_RESEARCH_MODEL)
@@ -132,6 +141,11 @@ class DeepResearchRunner:
         message = report_message(answer, job.tool, job.request, job.job_id, job.params)
         try:
             self._guard.answer_job(job.conversation_id, message, ctx.check_owner)
+        except FilesystemError as exc:
+            # Paid for: kept outside the store, and stored by the job's next attempt (or a
+            # retry, or a follow-up) once the store can take it.
+            question = next(m for m in reversed(history) if m.role == "user")
+            raise self._kept.keep(exc, job.conversation_id, question, message, answer) from exc
         except LeaseLost:
             # The job was cancelled, or this attempt's lease ran out, after the run finished
             # and before its report was stored: paid for, so handed over (stored once, by the
@@ -338,7 +352,7 @@ class DeepResearchRunner:
             percentage, message = research_progress(time.monotonic() - started, expected)
             if percentage > reported:
                 reported = percentage
-                await ctx.report(percentage, message)
+                await _report(ctx, percentage, message)
             await asyncio.sleep(min(delay, max(deadline - loop.time(), 0)))
             delay = min(delay * 1.5, 3.0)
 
@@ -467,7 +481,7 @@ async def _reporting(
             step = progress.now()
             if step != last and not reader.done():
                 last = step
-                await ctx.report(*step)
+                await _report(ctx, *step)
         return reader.result()
     finally:
         if not reader.done():
@@ -533,7 +547,16 @@ async def _finalizing(ctx: JobContext) -> None:
     """Report that the run's report is being stored. A lease lost by now is left to that
     store's own fence, which hands the paid report over rather than dropping it."""
     with contextlib.suppress(LeaseLost):
-        await ctx.report(*FINALIZING)
+        await _report(ctx, *FINALIZING)
+
+
+async def _report(ctx: JobContext, percentage: int, message: str) -> None:
+    """Report a paid run's progress; a store that cannot record it is logged, not a reason to
+    give up the run (its report is kept if the store still fails when it arrives)."""
+    try:
+        await ctx.report(percentage, message)
+    except FilesystemError as exc:
+        logger.warning("Progress of %s not recorded: %s", ctx.job.conversation_id, exc)
 
 
 def _transient(error: APIError) -> bool:

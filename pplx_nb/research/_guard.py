@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pplx_nb._config import Settings
@@ -31,7 +31,7 @@ from pplx_nb._models import Conversation, JobStatus, Message, UnansweredState, c
 
 if TYPE_CHECKING:
     from pplx_nb.jobs import JobQueue
-    from pplx_nb.store import ConversationStore
+    from pplx_nb.store import ConversationStore, Placed
 
 __all__ = ["AnswerGuard", "Ticket"]
 
@@ -118,9 +118,10 @@ class AnswerGuard:
         """Close a question another program (or a process that died) left without an answer,
         before a new one follows it: two questions in a row would break the conversation for
         every program that replays it. Not while a job or an answer of it is under way."""
+        # Whatever was answering it may have been paid before it stopped.
         self._store.close_question(
             conversation_id,
-            closing_turn("interrupted"),
+            closing_turn("interrupted", cost_unknown=True),
             check=lambda _: self.refuse_if_busy(conversation_id),
         )
 
@@ -199,6 +200,21 @@ class AnswerGuard:
             )
         return queue.status(conversation_id)
 
+    def answer_kept(
+        self,
+        conversation_id: str,
+        message: Message,
+        is_question: Callable[[Mapping[str, Any]], bool],
+        token: str | None,
+    ) -> Placed:
+        """Store a paid answer the store could not take when it arrived, right after its
+        question (``is_question`` picks it) or in place of the turn that closed it; the
+        question's mark ``token``, when the failure left it behind, ends in the same locked
+        step."""
+        store = self._store
+        then = None if token is None else lambda: store.clear_answering(conversation_id, token)
+        return store.answer_question(conversation_id, message, is_question, then=then)
+
     def deadline(self, model: str) -> float:
         """The longest an answer can take: every attempt's timeout plus a minute of back-off."""
         from pplx_nb.api.request import is_deep_research
@@ -235,6 +251,11 @@ class Ticket:
     def __repr__(self) -> str:
         state = "open" if self._token is not None else "closed"
         return f"Ticket({self.conversation_id!r}, {state})"
+
+    @property
+    def token(self) -> str | None:
+        """The token of the question's answering mark while the ticket is open, else ``None``."""
+        return self._token
 
     def renew(self) -> None:
         """Keep the mark live another deadline; call it as the answer arrives (cheap: at most

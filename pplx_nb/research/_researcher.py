@@ -14,14 +14,23 @@ from pplx_nb._errors import ValidationError
 from pplx_nb._fs import validate_conversation_id
 from pplx_nb._logging import get_logger
 from pplx_nb._metrics import Metrics
-from pplx_nb._models import Answer, Conversation, ConversationSummary, JobState, JobStatus
+from pplx_nb._models import (
+    Answer,
+    Conversation,
+    ConversationSummary,
+    JobState,
+    JobStatus,
+    Message,
+)
 from pplx_nb._options import SearchOptions, WebSearchFilters
 from pplx_nb._sync import sync_twin
 from pplx_nb.research import _health
+from pplx_nb.research._answers import stored_answer
 from pplx_nb.research._clients import ClientPool
 from pplx_nb.research._deep import DeepResearchRunner
 from pplx_nb.research._guard import AnswerGuard, Ticket
 from pplx_nb.research._jobs import JobDesk
+from pplx_nb.research._kept import KeptAnswers
 from pplx_nb.research._progress import ProgressCallback
 from pplx_nb.research._runner import TurnRunner, last
 from pplx_nb.research._turns import Mode, Turn, TurnBuilder
@@ -79,7 +88,10 @@ class Researcher:
         self._clients = ClientPool(self._settings, client)
         self._jobs = JobDesk(self._settings, self._store, lambda: self._deep, run_here=self._async)
         self._guard = AnswerGuard(self._settings, self._store, lambda: self._jobs.queue)
-        self._runner = TurnRunner(self._store, self._guard, self._clients, self._metrics)
+        self._kept = KeptAnswers(self._settings, self._store, self._guard)
+        self._runner = TurnRunner(
+            self._store, self._guard, self._clients, self._metrics, self._kept
+        )
         self._turns = TurnBuilder(
             self._settings,
             self._store,
@@ -89,7 +101,7 @@ class Researcher:
             self._runner.counted,
         )
         self._deep = DeepResearchRunner(
-            self._settings, self._store, self._guard, self._clients, self._runner
+            self._settings, self._store, self._guard, self._clients, self._runner, self._kept
         )
         self._web = WebSearcher(self._store, self._clients, self._metrics)
 
@@ -185,10 +197,13 @@ class Researcher:
         """Continue a conversation in either mode, with its whole history as context.
 
         Raises JobInProgress while the conversation's job is pending or running. ``fork`` continues
-        in a new child conversation and leaves the original as it was.
+        in a new child conversation and leaves the original as it was. A paid answer the store
+        could not take earlier is stored first (FILESYSTEM_ERROR, at no cost, while it still
+        cannot).
         """
         if mode not in ("search", "research"):
             raise ValidationError(f"Unknown mode {mode!r}: use 'search' or 'research'.")
+        self._restore(conversation_id)
         turn = await self._turns.followup(conversation_id, query, mode, fork, files, dict(opts))
         if mode == "research" and self._queued(wait):
             return self._enqueue(turn)
@@ -208,6 +223,7 @@ class Researcher:
     ) -> AsyncGenerator[str | Answer, None]:
         """Like :meth:`afollowup` in search mode, yielding text deltas, then the stored Answer
         (``on_activity`` as for :meth:`astream_search`)."""
+        self._restore(conversation_id)
         turn = await self._turns.followup(conversation_id, query, "search", fork, files, dict(opts))
         ticket = self._ask(turn)
         # A consumer that stops early closes this generator, not the run: aclosing closes the run
@@ -225,18 +241,26 @@ class Researcher:
         on_progress: ProgressCallback | None = None,
         **opts: Unpack[SearchOptions],
     ) -> Answer | JobStatus:
-        """Ask a conversation's unanswered last question again as deep research, deliberately.
+        """Store a conversation's kept answer, or ask its unanswered last question again as
+        deep research, deliberately.
 
-        For a deep research that ended with SUBMISSION_UNKNOWN (its run may have been billed:
-        check your Perplexity usage first), TIMEOUT_ERROR or another failure. This pays for a
-        new run. The earlier job's model and options are reused unless ``opts`` override them;
-        queued or waited for as ``wait`` and the async setting say, like :meth:`adeep_research`.
+        When an answer was paid for and the store could not take it (FILESYSTEM_ERROR whose
+        ``.answer`` is set), that kept answer is stored and returned: nothing is paid again.
+        Otherwise, for a deep research that ended with SUBMISSION_UNKNOWN (its run may have
+        been billed: check your Perplexity usage first), TIMEOUT_ERROR or another failure, this
+        pays for a new run. The earlier job's model and options are reused unless ``opts``
+        override them; queued or waited for as ``wait`` and the async setting say, like
+        :meth:`adeep_research`.
 
         Raises JobInProgress while a job or answer of the conversation is under way, and
         ValidationError when its last question already has an answer.
         """
         with self._runner.counted():
             conversation_id = validate_conversation_id(conversation_id)
+            kept = self._kept.restore(conversation_id)
+            if kept is not None:
+                where = self._store.conversation_location(conversation_id)
+                return stored_answer(self._store.load(conversation_id), where, turn=kept)
             status = self._jobs.queue.status(conversation_id)
             turn = self._turns.retry(conversation_id, status, dict(opts))
         logger.info("Resubmitting the question of %s deliberately", conversation_id)
@@ -406,6 +430,11 @@ class Researcher:
         assert turn.conversation_id is not None
         with self._runner.counted():
             return self._guard.ask(turn.user, turn.model, turn.conversation_id)
+
+    def _restore(self, conversation_id: str) -> Message | None:
+        """Store the conversation's kept answer first, if it has one; the turn stored."""
+        with self._runner.counted():
+            return self._kept.restore(validate_conversation_id(conversation_id))
 
     def _queued(self, wait: bool | None) -> bool:
         return not wait if wait is not None else self._async

@@ -11,12 +11,13 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING
 
-from pplx_nb._errors import PplxError, SubmissionUnknown
+from pplx_nb._errors import FilesystemError, PplxError, SubmissionUnknown
 from pplx_nb._metrics import Metrics
 from pplx_nb._models import Answer, Progress
 from pplx_nb.research._answers import assistant_message, priced
 from pplx_nb.research._clients import ClientPool
 from pplx_nb.research._guard import AnswerGuard, Ticket
+from pplx_nb.research._kept import KeptAnswers
 from pplx_nb.research._progress import COMPLETED, ProgressCallback, Tracker, activity_step
 from pplx_nb.research._turns import Turn
 
@@ -35,6 +36,7 @@ class TurnRunner:
         guard: stores questions and answers in order.
         clients: the client of the running loop.
         metrics: counts every request, refused or answered.
+        kept: where a paid answer the store cannot take is kept until it can.
     """
 
     def __init__(
@@ -43,11 +45,13 @@ class TurnRunner:
         guard: AnswerGuard,
         clients: ClientPool,
         metrics: Metrics,
+        kept: KeptAnswers,
     ) -> None:
         self._store = store
         self._guard = guard
         self._clients = clients
         self._metrics = metrics
+        self._kept = kept
 
     @contextlib.contextmanager
     def counted(self) -> Iterator[None]:
@@ -154,7 +158,13 @@ class TurnRunner:
             notes=turn.notes,
             show_thinking=turn.show_thinking,
         )
-        conversation_id = ticket.answer(message).conversation_id
+        try:
+            conversation_id = ticket.answer(message).conversation_id
+        except FilesystemError as exc:
+            self.record(turn.started, answer, ok=False)
+            cid = ticket.conversation_id
+            token = ticket.token
+            raise self._kept.keep(exc, cid, turn.user, message, answer, token=token) from exc
         answer.conversation_id = conversation_id
         answer.conversation_path = self._store.conversation_location(conversation_id)
         answer.reformulated_query = turn.user.reformulated_query

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from pplx_nb.store._answering import AnsweringMarker
 from pplx_nb.store._base import JobStates, StoreBackend
+from pplx_nb.store._closing import Placed
 from pplx_nb.store._file import FileBackend
 from pplx_nb.store._redis import RedisBackend, is_redis_location
 from pplx_nb.store._store import ConversationStore
@@ -22,6 +23,7 @@ __all__ = [
     "ConversationStore",
     "FileBackend",
     "JobStates",
+    "Placed",
     "RedisBackend",
     "StoreBackend",
     "is_redis_location",

@@ -1,23 +1,28 @@
-"""Closing a question no answer will come for, and storing the late answer of its job.
+"""Closing a question no answer will come for, and storing late answers in their place.
 
 A question whose job ends without an answer is closed by a turn saying so
 (:func:`~pplx_nb._models.closing_turn`), decided under the conversation's lock so that closing
 twice closes once and an answer stored meanwhile is never followed by a closing turn. A report
 that arrives after its job was cancelled (or failed: an attempt that lost its lease hands it
-over) is paid for, so it takes the place of that turn.
+over) is paid for, so it takes the place of that turn; so does a paid answer the store could not
+take when it arrived (kept outside it until it can).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from pplx_nb._fs import validate_conversation_id
 from pplx_nb._models import Message
 from pplx_nb.store._base import StoreBackend
 from pplx_nb.store._document import last_role, parse
 
-__all__ = ["answer_closed", "close_question"]
+__all__ = ["Placed", "answer_closed", "answer_question", "close_question"]
+
+Placed = Literal["stored", "answered", "missing"]
+"""What :func:`answer_question` did: stored the answer, found the question answered already,
+or did not find the question at all."""
 
 AppendChecked = Callable[
     [str, Sequence[Message], Callable[[bytes], None], Callable[[], None] | None], object
@@ -64,13 +69,8 @@ def answer_closed(
     was cancelled or failed, or after that question while it is still open; return whether it did
     (:meth:`ConversationStore.answer_closed`). ``appended`` is the store's check that it can
     return the stored document."""
-    where = backend.document_location(conversation_id)
 
-    def place(stored: bytes) -> int:
-        appended(stored, conversation_id)
-        if check is not None:
-            check(stored)
-        messages = parse(stored, conversation_id, where)["messages"]
+    def pick(messages: list[dict[str, Any]]) -> int:
         for index in range(len(messages) - 1, -1, -1):
             if _closes(messages[index], job_id):
                 return index
@@ -80,12 +80,65 @@ def answer_closed(
             return len(messages)
         raise _Answered
 
-    validate_conversation_id(conversation_id)
     try:
-        backend.place(conversation_id, answer.to_json_dict(), where=place, then=then)
+        _place(backend, appended, conversation_id, answer, pick, check, then)
     except _Answered:
         return False
     return True
+
+
+def answer_question(
+    backend: StoreBackend,
+    appended: Callable[[bytes, str], object],
+    conversation_id: str,
+    answer: Message,
+    is_question: Callable[[Mapping[str, Any]], bool],
+    then: Callable[[], None] | None = None,
+) -> Placed:
+    """Store ``answer`` right after the last question ``is_question`` picks: after it while it
+    is still open, or in place of the turn that closed it as not answered, even when the
+    conversation has moved on since (:meth:`ConversationStore.answer_question`)."""
+
+    def pick(messages: list[dict[str, Any]]) -> int:
+        asked = [i for i, message in enumerate(messages) if is_question(message)]
+        if not asked:
+            raise _Missing
+        after = asked[-1] + 1
+        if after == len(messages) or isinstance(messages[after].get("unanswered"), dict):
+            return after
+        raise _Answered
+
+    try:
+        _place(backend, appended, conversation_id, answer, pick, None, then)
+    except _Answered:
+        return "answered"
+    except _Missing:
+        return "missing"
+    return "stored"
+
+
+def _place(
+    backend: StoreBackend,
+    appended: Callable[[bytes, str], object],
+    conversation_id: str,
+    answer: Message,
+    pick: Callable[[list[dict[str, Any]]], int],
+    check: Callable[[bytes], None] | None,
+    then: Callable[[], None] | None,
+) -> None:
+    """Put ``answer`` at the index ``pick(messages)`` returns, under the conversation's lock,
+    after the store's ``appended`` check and the caller's ``check`` of the stored document."""
+    where = backend.document_location(conversation_id)
+
+    def place(stored: bytes) -> int:
+        appended(stored, conversation_id)
+        if check is not None:
+            check(stored)
+        messages: list[dict[str, Any]] = parse(stored, conversation_id, where)["messages"]
+        return pick(messages)
+
+    validate_conversation_id(conversation_id)
+    backend.place(conversation_id, answer.to_json_dict(), where=place, then=then)
 
 
 def _closes(message: Mapping[str, Any], job_id: str) -> bool:
@@ -101,3 +154,7 @@ def _closes(message: Mapping[str, Any], job_id: str) -> bool:
 
 class _Answered(Exception):
     """The conversation's last question already has an answer (or it has none): nothing to close."""
+
+
+class _Missing(Exception):
+    """The conversation no longer holds the question an answer is for."""

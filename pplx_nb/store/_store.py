@@ -273,6 +273,26 @@ class ConversationStore:
             self._backend, self._appended, conversation_id, answer, job_id, check, then
         )
 
+    def answer_question(
+        self,
+        conversation_id: str,
+        answer: Message,
+        is_question: Callable[[Mapping[str, Any]], bool],
+        *,
+        then: Callable[[], None] | None = None,
+    ) -> _closing.Placed:
+        """Store ``answer`` right after the last stored message ``is_question`` picks (a
+        camelCase message dict): appended while that question is still open, or in place of
+        the turn that closed it as not answered, even after follow-ups. Returns ``"stored"``,
+        ``"answered"`` (it has an answer: nothing written) or ``"missing"`` (no such question).
+
+        For a paid answer the store could not take when it arrived. ``then`` is as for
+        :meth:`append` (it runs only when stored).
+        """
+        return _closing.answer_question(
+            self._backend, self._appended, conversation_id, answer, is_question, then
+        )
+
     def _appending(self, append: Callable[..., bytes]) -> _closing.AppendChecked:
         """:meth:`_append` through the backend's ``append`` or ``append_locked``."""
 

@@ -16,6 +16,7 @@ drops a reply it has already acted on)::
         bad.echo_key = "failed_run"     # runs fail with a message quoting the Authorization header
         bad.on_submission = pause_redis # called once a submission ran, before its reply goes
         bad.on_report = pause_redis     # called before a run's finished state (its report) goes
+        bad.before_answer = fill_disk  # called as an answer is asked for (its question stored)
 
 Plain asyncio streams, HTTP/1.1 with keep-alive, on a daemon thread: enough for httpx2.
 """
@@ -74,6 +75,9 @@ class Misbehaving:
             the store or the worker while the reply is on its way.
         on_report: the same, before a poll (or a run's event stream) that carries the run
             finished, and so its report, is answered.
+        before_answer: called (on a thread of its own) when an answer asked on the spot
+            arrives, before it is forwarded: its question is stored by then, and the answer
+            is about to be paid for.
         requests: how many requests each ``METHOD path-prefix`` received.
     """
 
@@ -92,6 +96,7 @@ class Misbehaving:
         self.echo_key: str | None = None
         self.on_submission: Callable[[], None] | None = None
         self.on_report: Callable[[], None] | None = None
+        self.before_answer: Callable[[], None] | None = None
         self.requests: Counter[str] = Counter()
         self.bytes_sent = 0
         self._outage_started: float | None = None
@@ -176,6 +181,8 @@ class Misbehaving:
         if method == "POST" and path in ("/v1/agent", "/v1/responses"):
             if payload.get("background"):
                 return await self._submission(request, writer)
+            if self.before_answer is not None:
+                await asyncio.to_thread(self.before_answer)
             if payload.get("stream") and self.stream:
                 await self._endless_stream(writer)
                 return False
