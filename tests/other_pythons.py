@@ -24,6 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 VENVS = ROOT / ".venv-pythons"
+SYSTEM_FOLDERS = (Path("/usr/local/bin"), Path("/usr/bin"))
 _OLDEST = 11
 _NEWEST_LOOKED_FOR = 20
 _PROBE = "import platform; print(platform.python_implementation(), platform.python_version())"
@@ -54,8 +55,8 @@ def candidates(minor: int) -> Iterator[Path]:
     if on_path := shutil.which(f"python3.{minor}"):
         yield Path(on_path)
     yield from _pyenv_candidates(minor)
-    for folder in ("/usr/local/bin", "/usr/bin"):
-        yield Path(folder) / f"python3.{minor}"
+    for folder in SYSTEM_FOLDERS:
+        yield folder / f"python3.{minor}"
 
 
 def probe(path: Path, minor: int) -> str | None:
