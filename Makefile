@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-dev
 
-.PHONY: test test-fast lint bench conformance demo mcp sim clean
+.PHONY: test test-smoke test-pythons test-fast lint bench conformance demo mcp sim clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -14,16 +14,30 @@ $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet -e '.[dev,lab]'
 	touch $(STAMP)
 
-## test: the whole suite — unit, simulator, store, jobs, MCP, notebooks (nbval), browser
-test: $(STAMP)
-	PPLX_NB_OFFLINE=1 $(PY) -m pytest tests
-# matplotlib's one-time font-cache notice must not land in a notebook's compared output.
+# The example notebooks under nbval. matplotlib's one-time font-cache notice must not land in a
+# notebook's compared output, hence the import first.
+define run-notebooks
 	@if ls notebooks/*.ipynb >/dev/null 2>&1; then \
 		$(PY) -c 'import matplotlib.pyplot' && \
 		PPLX_NB_OFFLINE=1 PPLX_NB_SIM_LATENCY_MS=0 PPLX_NB_SIM_DEEP_RESEARCH_SECONDS=1 \
-			$(PY) -m pytest -p no:cacheprovider --nbval \
+			$(PY) -m pytest -p no:cacheprovider --nbval --nbval-current-env \
 			--nbval-sanitize-with notebooks/sanitize.cfg notebooks/; \
 	fi
+endef
+
+## test: the whole suite — unit, simulator, store, jobs, MCP, notebooks (nbval), browser
+test: $(STAMP)
+	PPLX_NB_OFFLINE=1 $(PY) -m pytest tests
+	$(run-notebooks)
+
+## test-pythons: notebooks and smoke tests under every other CPython >= 3.11 found (own venvs)
+test-pythons:
+	$(PYTHON) tests/other_pythons.py
+
+## test-smoke: what test-pythons runs with each Python (VENV=.venv-pythons/... PYTHON=...)
+test-smoke: $(STAMP)
+	PPLX_NB_OFFLINE=1 $(PY) -m pytest -p no:cacheprovider tests/test_smoke.py
+	$(run-notebooks)
 
 ## test-fast: the suite without multi-process stress and browser tests
 test-fast: $(STAMP)

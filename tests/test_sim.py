@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import pickle
+import platform
 import re
 import signal
 import socket
@@ -26,6 +27,7 @@ from pplx_nb.sim import inject_faults, reset, serve, shared_server_url, stats
 from pplx_nb.sim._bm25 import BM25Index, tokenize
 from pplx_nb.sim._corpus import directory_documents, load_corpus
 from pplx_nb.sim._endpoints import Endpoints
+from pplx_nb.sim._frozen import FROZEN_CORPUS, FROZEN_LICENSE, read_frozen
 from pplx_nb.sim._http import Reply, Request
 from pplx_nb.sim._options import SimOptions
 
@@ -501,6 +503,29 @@ def test_stdlib_corpus_has_modules_classes_methods_and_topics() -> None:
     assert any("reference/" in doc.url for doc in corpus.documents)
     assert not any(part.startswith("_") for t in by_title for part in t.split("."))
     assert not any(t.startswith(("test.", "idlelib", "tkinter", "lib2to3")) for t in by_title)
+
+
+def test_the_default_corpus_is_python_3_11_docs_frozen_in_the_package_on_every_python() -> None:
+    corpus, frozen = load_corpus(), read_frozen()
+    assert frozen.python.startswith("3.11.") and corpus.date == frozen.date
+    assert corpus.documents == frozen.documents
+    assert "PYTHON SOFTWARE FOUNDATION LICENSE" in FROZEN_LICENSE.read_text()
+
+
+def test_build_corpus_freezes_this_pythons_docs_as_the_shipped_corpus(tmp_path: Path) -> None:
+    shipped = read_frozen()
+    output = tmp_path / "docs.json.gz"
+    command = [sys.executable, "-m", "pplx_nb.sim.build_corpus", "--output", str(output)]
+    done = subprocess.run(
+        [*command, "--date", shipped.date], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    built = read_frozen(output)
+    assert built.python == platform.python_version() and len(built.documents) > 4000
+    assert "PYTHON SOFTWARE FOUNDATION LICENSE" in (tmp_path / FROZEN_LICENSE.name).read_text()
+    if built.python != shipped.python:
+        pytest.skip(f"the shipped corpus is Python {shipped.python}'s, this is {built.python}")
+    assert output.read_bytes() == FROZEN_CORPUS.read_bytes(), "rebuild the shipped corpus"
 
 
 @pytest.mark.parametrize(

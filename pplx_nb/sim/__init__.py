@@ -11,9 +11,9 @@ Run it with ``python -m pplx_nb.sim`` or in-process::
 
 It serves the Agent API (plain, streamed, background, retrieve, cancel), the Search API and the
 model list; the retired Sonar chat completions answer 403 unless ``serve(sonar=True)`` (or
-``--sonar``) asks for them. By default it answers from the Python documentation shipped with the
-interpreter, ranked with BM25 over the last user message; every answer says it comes from the
-offline simulator.
+``--sonar``) asks for them. By default it answers from the Python 3.11 documentation frozen into
+the package (the same answers on every Python), ranked with BM25 over the last user message;
+every answer says it comes from the offline simulator.
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
 """A searchable corpus: documents plus their BM25 index, built once and cached on disk.
 
-The default corpus is the Python documentation shipped with the interpreter; ``--corpus DIR``
-indexes a folder of ``.md`` / ``.txt`` / ``.rst`` files instead. Building the default one takes a
-few seconds, so the result is pickled under the user cache directory and reused by every later
-process (only a file that no other user could have written is unpickled); within a process each
-corpus is loaded once. The cache folder is an argument, by default ``Settings.cache_dir()``.
+The default corpus is the Python 3.11 documentation frozen into the package (``_frozen.py``), so
+the simulator answers the same on every Python; ``--corpus DIR`` indexes a folder of ``.md`` /
+``.txt`` / ``.rst`` files instead. Indexing takes a moment, so the result is pickled under the user
+cache directory and reused by every later process (only a file that no other user could have
+written is unpickled); within a process each corpus is loaded once. The cache folder is an
+argument, by default ``Settings.cache_dir()``.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
-import platform
 import re
 import sys
 import tempfile
@@ -25,7 +25,7 @@ from pplx_nb._config import Settings
 from pplx_nb._errors import ValidationError
 from pplx_nb.sim._bm25 import BM25Index, tokenize
 from pplx_nb.sim._documents import Document
-from pplx_nb.sim._stdlib_docs import stdlib_documents, stdlib_root
+from pplx_nb.sim._frozen import FROZEN_CORPUS, read_frozen
 
 __all__ = ["Corpus", "directory_documents", "load_corpus"]
 
@@ -67,15 +67,6 @@ def build_corpus(label: str, documents: list[Document], date: str = "1970-01-01"
     """Index ``documents`` in memory."""
     index = BM25Index.build(index_terms(doc) for doc in documents)
     return Corpus(label, tuple(documents), index, date)
-
-
-def _python_date() -> str:
-    """When this interpreter (and so its documentation) was built, as ``YYYY-MM-DD``."""
-    built = " ".join(platform.python_build()[1].split()[:3])
-    try:
-        return datetime.strptime(built, "%b %d %Y").date().isoformat()
-    except ValueError:
-        return "1970-01-01"
 
 
 def _newest_date(files: list[Path]) -> str:
@@ -132,12 +123,9 @@ def directory_documents(directory: Path) -> list[Document]:
 
 def _fingerprint(directory: Path | None) -> str:
     digest = hashlib.sha256(f"{_FORMAT}|{sys.version}".encode())
-    if directory is None:
-        digest.update(str(stdlib_root()).encode())
-    else:
-        for path in _directory_files(directory):
-            stat = path.stat()
-            digest.update(f"{path}|{stat.st_size}|{stat.st_mtime_ns}".encode())
+    for path in [FROZEN_CORPUS] if directory is None else _directory_files(directory):
+        stat = path.stat()
+        digest.update(f"{path}|{stat.st_size}|{stat.st_mtime_ns}".encode())
     return digest.hexdigest()[:16]
 
 
@@ -195,7 +183,8 @@ def _write_cache(path: Path, corpus: Corpus) -> None:
 
 def _build(directory: Path | None) -> Corpus:
     if directory is None:
-        return build_corpus("the Python documentation", stdlib_documents(), _python_date())
+        frozen = read_frozen()
+        return build_corpus("the Python documentation", list(frozen.documents), frozen.date)
     return build_corpus(
         f"the local corpus {directory.name}",
         directory_documents(directory),

@@ -1,7 +1,9 @@
-"""What the MCP server tests share: the published tool names and a server process's environment."""
+"""What the MCP server tests share: the published tool names, a server process's environment, and
+a check that an installed ``pplx-nb-mcp`` answers over stdio."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import socket
@@ -11,8 +13,18 @@ import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from typing import Any
 
-__all__ = ["INITIALIZE", "ROOT", "TOOLS", "UNKNOWN_ID", "http_server", "server_env"]
+__all__ = [
+    "INITIALIZE",
+    "ROOT",
+    "TOOLS",
+    "UNKNOWN_ID",
+    "check_serves",
+    "http_server",
+    "serve_once",
+    "server_env",
+]
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 TOOLS = {
@@ -114,3 +126,66 @@ def http_server(
         finally:
             process.terminate()
             process.wait(timeout=15)
+
+
+def serve_once(script: Path, cwd: Path) -> list[dict[str, Any]]:
+    """Start ``script`` (an installed ``pplx-nb-mcp``) over stdio in ``cwd``, offline; send
+    initialize, tools/list and one search; the replies."""
+    messages = [
+        INITIALIZE,
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+        {
+            "jsonrpc": "2.0",
+            "id": 3,
+            "method": "tools/call",
+            "params": {"name": "perplexity_search", "arguments": {"query": "What is a coroutine?"}},
+        },
+    ]
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": str(cwd),
+        "PPLX_NB_OFFLINE": "1",
+        "PPLX_NB_SIM_LATENCY_MS": "0",
+        "CONVERSATION_LOGS_DIR": str(cwd / "conversation-logs"),
+    }
+    process = subprocess.Popen(
+        [str(script)],
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdin is not None and process.stdout is not None
+    replies: list[dict[str, Any]] = []
+    try:
+        for message in messages:
+            process.stdin.write(json.dumps(message).encode() + b"\n")
+            process.stdin.flush()
+            if "id" in message:
+                while True:
+                    line = process.stdout.readline()
+                    assert line, process.stderr.read().decode() if process.stderr else ""
+                    reply = json.loads(line)
+                    if reply.get("id") == message["id"]:
+                        replies.append(reply)
+                        break
+    finally:
+        process.stdin.close()
+        process.wait(timeout=60)
+        process.stdout.close()
+        if process.stderr is not None:
+            process.stderr.close()
+    return replies
+
+
+def check_serves(script: Path, cwd: Path) -> None:
+    """``script`` initializes as pplx_nb, lists the published tools and answers a search."""
+    initialized, listed, searched = serve_once(script, cwd)
+    info = initialized["result"]["serverInfo"]
+    assert info["name"] == "pplx_nb"
+    assert {tool["name"] for tool in listed["result"]["tools"]} == TOOLS
+    result = searched["result"]
+    assert result.get("isError") is not True, result
+    assert result["structuredContent"]["sources"][0]["url"].startswith("https://docs.python.org/")
