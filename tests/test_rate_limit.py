@@ -560,12 +560,11 @@ def test_three_processes_on_one_redis_send_ten_a_second_in_all(
     assert errors == [[], [], []] and len(arrivals) == len(turns) == 39
     # The limit is kept where turns are granted, on the Redis server's clock: exactly 10 in any
     # second. A request then reaches the simulator some time after its turn (milliseconds
-    # idle, more on a loaded machine), so at the simulator only the shape is checked: a burst
-    # that a shared limit would not make, and the 4 seconds the 39 turns take.
+    # idle, up to a second on a loaded machine), so at the simulator only the span is checked:
+    # 13 questions a process at 10/s each would arrive within about 1.3 s.
     assert busiest(turns) == 10
     assert turns[-1] - turns[0] >= 3.0 - 1e-3  # 39 turns at 10/s: 0 s, 1 s, 2 s, 3 s
-    assert busiest(arrivals, 0.5) <= 10
-    assert arrivals[-1] - arrivals[0] >= 2.5
+    assert arrivals[-1] - arrivals[0] >= 2.0
 
 
 @pytest.mark.slow
