@@ -120,6 +120,55 @@ def test_a_lost_submission_reply_bills_at_most_one_run_and_ends_submission_unkno
     assert _billed(sim_url)[1] == 2
 
 
+@pytest.mark.parametrize(
+    ("reply", "declared", "why"),
+    [
+        ("huge", True, r"it was over the 0\.05 MiB limit, PPLX_NB_MAX_RESPONSE_MB"),
+        ("huge", False, r"it was over the 0\.05 MiB limit, PPLX_NB_MAX_RESPONSE_MB"),
+        ("garbage", True, "it was not in the API's format"),
+        ("no_id", True, "it was not in the API's format"),
+        ("truncated", True, "RemoteProtocolError"),
+    ],
+    ids=["huge-declared", "huge-chunked", "garbage", "no-id", "truncated"],
+)
+def test_a_submission_reply_that_cannot_be_read_is_sent_once_and_ends_submission_unknown(
+    settings: Settings, bad: Misbehaving, sim_url: str, reply: str, declared: bool, why: str
+) -> None:
+    bad.submission_reply = reply
+    bad.huge_body_mib = 1
+    bad.huge_declared = declared
+    with _researcher(settings, bad, max_response_mb=0.05) as r:
+        cid = _queued(r)
+        with pytest.raises(SubmissionUnknown, match=why) as caught:
+            r.wait(cid, timeout=60)
+        status = r.status(cid)
+    assert status is not None and status.status == "failed" and status.attempts == 1
+    assert status.error is not None and status.error.code == "SUBMISSION_UNKNOWN"
+    assert [e.code for e in status.error_history] == ["SUBMISSION_UNKNOWN"]
+    assert "API_SERVER_ERROR" not in str(caught.value) and "may be billed" in str(caught.value)
+    assert bad.requests["POST /v1/agent"] == 1
+    assert _billed(sim_url)[1] == 1
+
+
+def test_a_blocking_deep_research_whose_stream_is_over_the_size_cap_is_not_sent_again(
+    settings: Settings, bad: Misbehaving, sim_url: str
+) -> None:
+    """The stream named its run, then ran past PPLX_NB_MAX_RESPONSE_MB: the run is read back
+    by its id (here the API does not know it), never sent again, and the error names both the
+    run and the limit."""
+    bad.stream, bad.drip_every, bad.bill_streams = "drip", 0.001, True
+    with _researcher(settings, bad, max_response_mb=0.05) as r:
+        with pytest.raises(SubmissionUnknown) as caught:
+            r.deep_research("Describe the json module", wait=True)
+    message = str(caught.value)
+    assert "its stream was over the 0.05 MiB limit, PPLX_NB_MAX_RESPONSE_MB" in message
+    assert "its run resp_endless could not be read back" in message
+    assert caught.value.details["remote_id"] == "resp_endless"
+    assert "API_SERVER_ERROR" not in message
+    assert bad.requests["POST /v1/agent"] == 1
+    assert _billed(sim_url)[0] == 1
+
+
 def test_a_lost_reply_to_a_blocking_deep_research_is_not_sent_again(
     settings: Settings, bad: Misbehaving, sim_url: str
 ) -> None:
@@ -281,6 +330,21 @@ def test_a_dripping_deep_research_ends_at_its_deadline_without_being_sent_again(
             r.deep_research("Describe the json module", wait=True)
         elapsed = time.monotonic() - started
     assert elapsed < 8.0
+    assert bad.requests["POST /v1/agent"] == 1
+
+
+def test_a_deep_research_that_streams_in_progress_forever_ends_within_a_second_of_its_deadline(
+    settings: Settings, bad: Misbehaving
+) -> None:
+    """Its stream names the run, then says ``in_progress`` forever, and so does every read of
+    the run by its id: reading it back after the deadline must not add a poll's own timeout."""
+    bad.stream = "in_progress"
+    with _researcher(settings, bad, timeout_ms=5_000, deep_research_timeout_ms=2_000) as r:
+        started = time.monotonic()
+        with pytest.raises(SubmissionUnknown, match="resp_endless was still running"):
+            r.deep_research("Describe the json module", wait=True)
+        elapsed = time.monotonic() - started
+    assert elapsed < 2.0 + 1.0, f"took {elapsed:.1f} s"
     assert bad.requests["POST /v1/agent"] == 1
 
 

@@ -42,6 +42,7 @@ from pplx_nb.api._failures import (
     from_status,
     submission_unknown,
     transport_errors,
+    unread_words,
 )
 from pplx_nb.api._sse import Event, events
 from pplx_nb.api._throttle import RateLimitHeaders, throttle_for
@@ -231,7 +232,9 @@ class AsyncClient:
             remote_id,
             cut.code if cut.status_code is None else f"HTTP {cut.status_code}",
         )
-        read = self._read_back(adapter, call, remote_id, parser, request, deadline, on_activity)
+        read = self._read_back(
+            adapter, call, remote_id, parser, request, deadline, cut, on_activity
+        )
         async with aclosing(read) as items:
             async for item in items:
                 yield item
@@ -240,7 +243,8 @@ class AsyncClient:
         """Start ``request`` as a background run on the API; returns its remote id.
 
         Sent again only when the request provably never reached the API; when its outcome is
-        unknown (sent, then the reply was lost) it raises SubmissionUnknown instead.
+        unknown (sent, then the reply was lost, or could not be read: too large, not the API's
+        format, no run id) it raises SubmissionUnknown instead.
         """
         model = request.model or self.settings.model
         call = self._adapter.submit(request, model)
@@ -338,12 +342,14 @@ class AsyncClient:
         parser: AgentStream,
         request: Request,
         deadline: float,
+        cut: APIError,
         on_activity: ActivityCallback | None,
     ) -> AsyncGenerator[str | Answer, None]:
-        """The rest of run ``remote_id``, whose stream (``call``) broke: its events after the
-        last one ``parser`` saw, else (the API does not stream it again) its state, polled
-        until it ends or ``deadline``. SubmissionUnknown when it cannot be read (not stored,
-        expired, unreachable): it may still be billed, and nothing is sent again."""
+        """The rest of run ``remote_id``, whose stream (``call``) broke with ``cut``: its
+        events after the last one ``parser`` saw, else (the API does not stream it again) its
+        state, polled until it ends or ``deadline``. SubmissionUnknown, naming the run, when it
+        cannot be read (not stored, expired, unreachable): it may still be billed, and nothing
+        is sent again."""
         seen = parser.activity
         try:
             async with aclosing(self._followed(adapter, remote_id, parser, deadline)) as items:
@@ -363,39 +369,52 @@ class AsyncClient:
                 remote_id,
                 error.code if error.status_code is None else f"HTTP {error.status_code}",
             )
-        yield await self._polled_until(call, remote_id, request, deadline)
+        yield await self._polled_until(call, remote_id, request, deadline, cut)
 
     async def _polled_until(
-        self, call: Call, remote_id: str, request: Request, deadline: float
+        self, call: Call, remote_id: str, request: Request, deadline: float, cut: APIError
     ) -> Answer:
         """The answer of run ``remote_id`` once it ends, polled with backoff until ``deadline``;
-        transient failures are waited out. SubmissionUnknown (naming the run) when it cannot be
-        read: unknown to the API (404: not stored, or expired), a lasting failure, the deadline."""
+        transient failures are waited out. SubmissionUnknown (naming the run, and what cut its
+        stream when that was a reply it could not read) when the run cannot be read: unknown to
+        the API (404: not stored, or expired), a lasting failure, the deadline."""
         loop = asyncio.get_running_loop()
         related = request.return_related_questions
         what = self._what(call)
+        before = unread_words(cut, "its stream")
+
+        def lost(happened: str) -> SubmissionUnknown:
+            cause = f"its run {remote_id} {happened}"
+            return submission_unknown(
+                what,
+                f"{before}; {cause}" if before else cause,
+                remote_id=remote_id,
+                unreadable=bool(before),
+            )
+
         pause, failures = 0.5, 0
         while True:
             try:
-                answer = await self.poll_background(remote_id, related=related)
+                # A poll's own timeout (PERPLEXITY_TIMEOUT) must not carry the wait past the
+                # run's deadline.
+                async with asyncio.timeout_at(deadline):
+                    answer = await self.poll_background(remote_id, related=related)
             except RemoteRunFailed:
                 raise
             except APIError as error:
                 if error.status_code == 404 or not _resumable(error) or failures >= 6:
-                    raise submission_unknown(
-                        what, f"its run {remote_id} could not be read back: {error.code}"
-                    ) from error
+                    raise lost(f"could not be read back: {error.code}") from error
                 failures += 1
                 await asyncio.sleep(
                     min(self.retry.delay(error, failures), max(deadline - loop.time(), 0))
                 )
                 answer = None
+            except TimeoutError as error:  # the deadline, mid-poll (not an APITimeoutError)
+                raise lost("was still running at the deadline") from error
             if answer is not None:
                 return answer
             if loop.time() >= deadline:
-                raise submission_unknown(
-                    what, f"its run {remote_id} was still running at the deadline"
-                )
+                raise lost("was still running at the deadline")
             await asyncio.sleep(min(pause, max(deadline - loop.time(), 0)))
             pause = min(pause * 1.5, 3.0)
 

@@ -213,14 +213,19 @@ def unknown_for(error: SubmissionUnknown, conversation_id: str) -> SubmissionUnk
         return error
     what = str(error.details.get("what") or "The request")
     cause = str(error.details.get("cause") or "reply lost")
-    return submission_unknown(what, cause, conversation_id)
+    remote_id = error.details.get("remote_id")
+    return submission_unknown(
+        what, cause, conversation_id, remote_id=remote_id if isinstance(remote_id, str) else None
+    )
 
 
-def submission_unknown(what: str, cause: str, conversation_id: str) -> SubmissionUnknown:
+def submission_unknown(
+    what: str, cause: str, conversation_id: str, *, remote_id: str | None = None
+) -> SubmissionUnknown:
     """SUBMISSION_UNKNOWN for ``what``, sent for ``conversation_id`` and its reply lost."""
     from pplx_nb.api import submission_unknown as unknown
 
-    return unknown(what, cause, conversation_id)
+    return unknown(what, cause, conversation_id, remote_id=remote_id)
 
 
 def _may_be_billed(turn: Turn, error: BaseException) -> bool:

@@ -13,6 +13,8 @@ drops a reply it has already acted on)::
         bad.stream = "ping"             # streams send keep-alive comments only ("drip": text)
         bad.refuse_streams = True       # a run's event stream is refused (an expired cursor)
         bad.huge_body_mib = 300         # answers are a 300 MiB body, generated as it is sent
+        bad.submission_reply = "huge"   # a background submission runs; its reply is unreadable
+        bad.poll_retry_after = 5000     # the first poll of a run: 429, Retry-After 5000 s
 
 Plain asyncio streams, HTTP/1.1 with keep-alive, on a daemon thread: enough for httpx2.
 """
@@ -34,6 +36,10 @@ import httpx2
 __all__ = ["Misbehaving"]
 
 _CHUNK = 1 << 20
+_ANSWER_HEAD = (
+    b'{"id": "resp_huge", "status": "completed", "output": [{"type": "message", '
+    b'"content": [{"type": "output_text", "text": "'
+)
 
 
 class Misbehaving:
@@ -55,10 +61,23 @@ class Misbehaving:
         refuse_streams: ``GET /v1/responses/{id}?stream=true`` answers 400, as the API does
             for an expired cursor; plain polls are forwarded.
         stream: ``"ping"`` answers a streamed request with keep-alive comments only;
-            ``"drip"`` with a text delta every ``drip_every`` seconds, forever.
+            ``"drip"`` with a text delta every ``drip_every`` seconds, forever;
+            ``"in_progress"`` with a ``response.in_progress`` event every ``drip_every``
+            seconds, forever (events, not pings: each one is progress), and so are polls and
+            event streams of runs (``GET /v1/responses/{id}``).
+        bill_streams: a streamed answer is first forwarded (the simulator bills it), then
+            answered as ``stream`` says.
         huge_body_mib: answer a non-streamed ``POST /v1/agent`` with this many MiB of JSON.
         huge_declared: whether that body's length is announced (``content-length``); without
             it the body simply runs until the connection closes.
+        submission_reply: how every background submission is answered once it has been
+            forwarded (so its run started upstream and is billed): ``"huge"`` (a JSON body of
+            ``huge_body_mib`` MiB, its length announced as ``huge_declared`` says),
+            ``"garbage"`` (a 200 that is not JSON), ``"truncated"`` (half the reply, then the
+            connection closed) or ``"no_id"`` (the reply without the run's id); ``None``: as
+            the simulator answered.
+        poll_retry_after: answer the first ``GET /v1/responses/{id}`` (a poll or a run's event
+            stream) 429 with this ``Retry-After`` (seconds); later ones are forwarded.
         requests: how many requests each ``METHOD path-prefix`` received.
     """
 
@@ -72,8 +91,11 @@ class Misbehaving:
         self.stream: str | None = None
         self.refuse_streams = False
         self.drip_every = 0.2
+        self.bill_streams = False
         self.huge_body_mib = 0
         self.huge_declared = True
+        self.submission_reply: str | None = None
+        self.poll_retry_after = 0
         self.requests: Counter[str] = Counter()
         self.bytes_sent = 0
         self._outage_started: float | None = None
@@ -154,6 +176,8 @@ class Misbehaving:
             if payload.get("background"):
                 return await self._submission(request, writer)
             if payload.get("stream") and self.stream:
+                if self.bill_streams:
+                    await self._forward(request)
                 await self._endless_stream(writer)
                 return False
             if self.huge_body_mib:
@@ -164,6 +188,9 @@ class Misbehaving:
                 await self._forward(request)
                 return False
         if method == "GET" and path.startswith("/v1/responses/"):
+            if self.stream == "in_progress":
+                await self._endless_stream(writer)
+                return False
             return await self._poll(request, writer)
         await self._reply(writer, *await self._forward(request))
         return True
@@ -177,7 +204,33 @@ class Misbehaving:
         if self.drop_submission_replies > 0:
             self.drop_submission_replies -= 1
             return False  # the run started upstream; its reply is never sent
+        if self.submission_reply is not None and status == 200:
+            return await self._unreadable(writer, content)
         await self._reply(writer, status, content, reply_headers)
+        return True
+
+    async def _unreadable(self, writer: asyncio.StreamWriter, content: bytes) -> bool:
+        """Answer a submission the upstream accepted (``content``) in a way nobody can read."""
+        kind = self.submission_reply
+        if kind == "huge":
+            run = _json(content)
+            head = json.dumps({"id": run.get("id"), "status": run.get("status")})[:-1]
+            await self._huge(writer, head.encode() + b', "filler": "', b'"}')
+            return self.huge_declared
+        if kind == "truncated":
+            writer.write(
+                f"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                f"content-length: {len(content)}\r\n\r\n".encode()
+                + content[: len(content) // 2]
+            )
+            await writer.drain()
+            return False
+        if kind == "no_id":
+            run = _json(content)
+            run.pop("id", None)
+            await self._reply(writer, 200, json.dumps(run).encode())
+            return True
+        await self._reply(writer, 200, b"<html><body>Service temporarily unavailable</body></html>")
         return True
 
     async def _poll(self, request: _Request, writer: asyncio.StreamWriter) -> bool:
@@ -186,6 +239,16 @@ class Misbehaving:
                 b'{"error": {"message": "starting_after is too old", "type": "invalid_request"}}'
             )
             await self._reply(writer, 400, error)
+            return True
+        if self.poll_retry_after:
+            retry_after, self.poll_retry_after = self.poll_retry_after, 0
+            error = b'{"error": {"message": "rate limited", "type": "rate_limit_exceeded"}}'
+            await self._reply(
+                writer,
+                429,
+                error,
+                {"content-type": "application/json", "retry-after": str(retry_after)},
+            )
             return True
         if self.poll_outage > 0:
             now = time.monotonic()
@@ -223,10 +286,13 @@ class Misbehaving:
             "response": {"id": "resp_endless", "status": "in_progress"},
         }
         writer.write(f"event: response.created\ndata: {json.dumps(created)}\n\n".encode())
+        in_progress = {**created, "type": "response.in_progress"}
         while not self._stop.is_set():
             if self.stream == "drip":
                 delta = {"type": "response.output_text.delta", "delta": "more "}
                 frame = f"event: response.output_text.delta\ndata: {json.dumps(delta)}\n\n"
+            elif self.stream == "in_progress":
+                frame = f"event: response.in_progress\ndata: {json.dumps(in_progress)}\n\n"
             else:
                 frame = ": ping\n\n"
             writer.write(frame.encode())
@@ -234,11 +300,11 @@ class Misbehaving:
             await writer.drain()
             await asyncio.sleep(self.drip_every)
 
-    async def _huge(self, writer: asyncio.StreamWriter) -> None:
+    async def _huge(
+        self, writer: asyncio.StreamWriter, prefix: bytes = _ANSWER_HEAD, suffix: bytes = b'"}]}]}'
+    ) -> None:
+        """A 200 whose JSON is ``prefix``, ``huge_body_mib`` MiB of filler, then ``suffix``."""
         size = self.huge_body_mib * _CHUNK
-        prefix = b'{"id": "resp_huge", "status": "completed", "output": [{"type": "message", '
-        prefix += b'"content": [{"type": "output_text", "text": "'
-        suffix = b'"}]}]}'
         filler = b"x" * _CHUNK
         total = len(prefix) + size + len(suffix)
         length = f"content-length: {total}" if self.huge_declared else "connection: close"
