@@ -33,7 +33,7 @@ from pplx_nb._errors import (
 from pplx_nb._models import Answer, JobStatus
 from pplx_nb.jobs import JobQueue, Worker
 from pplx_nb.research import job_runner
-from pplx_nb.sim import inject_faults, stats
+from pplx_nb.sim import inject_faults, serve, stats
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -235,6 +235,46 @@ def test_a_broken_deep_research_stream_whose_run_is_unknown_is_submission_unknow
     assert closing is not None and closing.code == "SUBMISSION_UNKNOWN"
     counters = stats(sim_url)
     assert counters["requests"]["POST /v1/agent"] == 1 and counters["generations"] == 1
+
+
+def test_a_long_retry_after_on_a_poll_does_not_keep_a_finished_run_from_being_read(
+    settings: Settings,
+) -> None:
+    """The first read of a run that finishes 2 s later is a 429 asking to pause 5000 s, far
+    past the run's 10 s deadline: the report, paid for, is still read and stored in time."""
+    with serve(latency_ms=0, deep_research_seconds=2) as sim, Misbehaving(sim) as bad:
+        bad.poll_retry_after = 5000
+        update = {"base_url": bad.url, "timeout_ms": 2_000, "deep_research_timeout_ms": 10_000}
+        with Researcher(settings.model_copy(update=update), async_deep_research=True) as r:
+            cid = _queued(r)
+            started = time.monotonic()
+            report = r.wait(cid, timeout=60)
+            elapsed = time.monotonic() - started
+            status = r.status(cid)
+            assert _answers(r, cid) == [report.text]
+        billed = _billed(sim)
+    assert status is not None and status.status == "completed" and status.attempts == 1
+    assert elapsed < 10
+    assert billed[1] == 1
+
+
+def test_a_run_past_its_deadline_says_it_could_not_be_read_and_that_a_cancel_was_sent(
+    settings: Settings, bad: Misbehaving, sim_url: str
+) -> None:
+    """Every poll fails until the deadline: the message says the run could not be read (not
+    that it was still running) and that the cancel sent for it went unconfirmed."""
+    bad.poll_outage = 60.0
+    update = {"timeout_ms": 500, "deep_research_timeout_ms": 2_000}
+    with _researcher(settings, bad, **update) as r:
+        cid = _queued(r)
+        with pytest.raises(APITimeoutError) as caught:
+            r.wait(cid, timeout=60)
+    message = str(caught.value)
+    assert "could not be read (" in message and "on its last poll" in message
+    assert "the API did not confirm the cancel sent for it" in message
+    assert "still running" not in message
+    assert bad.requests["POST /v1/responses"] == 1  # the cancel was sent
+    assert _billed(sim_url)[1] == 1
 
 
 def test_a_submission_refused_before_it_reached_the_api_is_sent_again(

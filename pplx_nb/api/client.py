@@ -308,7 +308,8 @@ class AsyncClient:
         while True:
             before = parser.sequence
             call = adapter.follow(remote_id, before if before is not None else 0)
-            await self.throttle.admit(self._what(call), deadline - loop.time())
+            left = deadline - loop.time()
+            await self.throttle.admit(self._what(call), left, run_left=left)
             try:
                 opened = self._events(call, deadline, failures, only_events=True)
                 async with aclosing(opened) as stream:
@@ -398,7 +399,9 @@ class AsyncClient:
                 # A poll's own timeout (PERPLEXITY_TIMEOUT) must not carry the wait past the
                 # run's deadline.
                 async with asyncio.timeout_at(deadline):
-                    answer = await self.poll_background(remote_id, related=related)
+                    answer = await self.poll_background(
+                        remote_id, related=related, run_left=deadline - loop.time()
+                    )
             except RemoteRunFailed:
                 raise
             except APIError as error:
@@ -422,14 +425,17 @@ class AsyncClient:
         """Ask the API to cancel a background run (best effort); True if it did.
 
         One attempt, or with ``retry`` the retries of any request (asking twice to stop a run
-        costs nothing). A server without the cancel endpoint (404, 405), a run that has already
-        ended (400) or any other failure gives False.
+        costs nothing); sent even while the API asked to pause requests, as the run bills until
+        it stops. A server without the cancel endpoint (404, 405), a run that has already ended
+        (400) or any other failure gives False.
         """
         call = self._adapter.cancel(remote_id)
         if call is None:
             return False
         try:
-            await self._send(call, self._seconds(self.settings.timeout_ms), retry=retry)
+            await self._send(
+                call, self._seconds(self.settings.timeout_ms), retry=retry, run_left=0.0
+            )
         except APIError as error:
             logger.info("Could not cancel background run %s: %s", remote_id, error.code)
             return False
@@ -461,17 +467,22 @@ class AsyncClient:
             return False
         return response.status_code < 500
 
-    async def poll_background(self, remote_id: str, *, related: bool = False) -> Answer | None:
+    async def poll_background(
+        self, remote_id: str, *, related: bool = False, run_left: float | None = None
+    ) -> Answer | None:
         """The answer of a background run once done; ``None`` while it is queued or running.
 
         ``related``: the run's request set ``return_related_questions`` (the Agent API gives
         them as a trailing list, split off the text only when they were asked for).
+        ``run_left``: seconds left before the run's deadline; a pause the API asked for that
+        would last past it is not waited for, so a finished run is still read in time.
 
         Raises APIServerError when the run failed, InvalidInput (``status_code`` 404) when the
         API does not know ``remote_id``.
         """
         call = self._adapter.poll(remote_id)
-        raw = await self._send(call, self._seconds(self.settings.timeout_ms))
+        timeout = self._seconds(self.settings.timeout_ms)
+        raw = await self._send(call, timeout, run_left=run_left)
         answer = self._adapter.polled(raw, related=related)
         return None if answer is None else await self._priced(answer, "")
 
@@ -536,17 +547,27 @@ class AsyncClient:
         return self.retry.should_retry(error, retries)
 
     async def _send(
-        self, call: Call, timeout: float, *, paid: bool = False, retry: bool = True
+        self,
+        call: Call,
+        timeout: float,
+        *,
+        paid: bool = False,
+        retry: bool = True,
+        run_left: float | None = None,
     ) -> bytes:
         """The body of a successful response to ``call``, after the retries the policy allows.
 
         ``paid``: sent again only when it provably never reached the API; an unknown outcome
-        raises SubmissionUnknown. ``retry=False``: one attempt.
+        raises SubmissionUnknown. ``retry=False``: one attempt. ``run_left``: ``call`` reads
+        or stops a paid run with that many seconds left (see :meth:`Throttle.admit`).
         """
         what = self._what(call)
+        loop = asyncio.get_running_loop()
+        run_deadline = None if run_left is None else loop.time() + run_left
         retries = 0
         while True:
-            await self.throttle.admit(what, timeout)
+            left = None if run_deadline is None else run_deadline - loop.time()
+            await self.throttle.admit(what, timeout, run_left=left)
             try:
                 logger.debug("%s (attempt %d)", what, retries + 1)
                 # httpx2's timeout bounds each read; a body that trickles in must not outlast
@@ -735,9 +756,13 @@ class Client:
         """See :meth:`AsyncClient.submit_background`."""
         return run_sync(self._async.submit_background(request))
 
-    def poll_background(self, remote_id: str, *, related: bool = False) -> Answer | None:
+    def poll_background(
+        self, remote_id: str, *, related: bool = False, run_left: float | None = None
+    ) -> Answer | None:
         """See :meth:`AsyncClient.poll_background`."""
-        return run_sync(self._async.poll_background(remote_id, related=related))
+        return run_sync(
+            self._async.poll_background(remote_id, related=related, run_left=run_left)
+        )
 
     def follow_background(
         self, remote_id: str, *, related: bool = False, timeout: float | None = None
