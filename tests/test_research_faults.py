@@ -12,6 +12,7 @@ import errno
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import TEST_KEY
 from support.misbehaving import Misbehaving
 
 from pplx_nb import Researcher, Settings
@@ -160,6 +162,10 @@ def test_a_blocking_deep_research_whose_stream_is_over_the_size_cap_is_not_sent_
     with _researcher(settings, bad, max_response_mb=0.05) as r:
         with pytest.raises(SubmissionUnknown) as caught:
             r.deep_research("Describe the json module", wait=True)
+        cid = str(caught.value.details["conversation_id"])
+        closing = r.history(cid).messages[-1].unanswered
+    assert closing is not None and closing.code == "SUBMISSION_UNKNOWN"
+    assert closing.remote_id == "resp_endless" and closing.cost_unknown is True
     message = str(caught.value)
     assert "its stream was over the 0.05 MiB limit, PPLX_NB_MAX_RESPONSE_MB" in message
     assert "its run resp_endless could not be read back" in message
@@ -275,6 +281,72 @@ def test_a_run_past_its_deadline_says_it_could_not_be_read_and_that_a_cancel_was
     assert "still running" not in message
     assert bad.requests["POST /v1/responses"] == 1  # the cancel was sent
     assert _billed(sim_url)[1] == 1
+
+
+_BLOCKING_RESEARCH = """
+import sys
+from pplx_nb import Researcher, Settings
+settings = Settings(
+    api_key=sys.argv[3], base_url=sys.argv[1], offline=False, conversation_logs_dir=sys.argv[2]
+)
+with Researcher(settings) as r:
+    r.deep_research("Describe the json module", wait=True)
+"""
+
+
+def _marked_run(logs_dir: Path, timeout: float) -> tuple[str, str | None]:
+    """The conversation being answered under ``logs_dir`` and the run its mark names, once it
+    names one (or ``None`` after ``timeout`` seconds)."""
+    import json
+
+    until = time.monotonic() + timeout
+    found = ""
+    while time.monotonic() < until:
+        for mark in logs_dir.glob("*/.answering"):
+            found = mark.parent.name
+            try:
+                run = json.loads(mark.read_text()).get("remoteId")
+            except (OSError, ValueError):
+                continue
+            if run:
+                return found, str(run)
+        time.sleep(0.05)
+    return found, None
+
+
+def test_a_blocking_deep_research_killed_after_submission_leaves_its_run_and_an_unknown_cost(
+    settings: Settings, logs_dir: Path
+) -> None:
+    """SIGKILL while ``deep_research(wait=True)`` waits for its run: whoever closes the open
+    question later names the run (so its report can still be read) and marks its cost
+    unknown (so exports do not count it as free)."""
+    from pplx_nb.export import to_dataframe
+
+    with serve(latency_ms=0, deep_research_seconds=60) as sim:
+        child = subprocess.Popen(
+            [sys.executable, "-c", _BLOCKING_RESEARCH, sim, str(logs_dir), TEST_KEY],
+            env={**os.environ, "PPLX_NB_OFFLINE": "0"},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            cid, run = _marked_run(logs_dir, timeout=30)
+        finally:
+            child.send_signal(signal.SIGKILL)
+            child.wait(30)
+        assert cid, "the question was never stored"
+        assert _billed(sim)[0] == 1
+        with Researcher(settings.model_copy(update={"base_url": sim})) as r:
+            r.followup(cid, "What does json.dumps return?")
+            messages = r.history(cid).messages
+            frame = to_dataframe(r.store, "conversations")
+        assert [m.role for m in messages] == ["user", "assistant", "user", "assistant"]
+        closing = messages[1]
+    assert run is not None and run.startswith("resp_")
+    assert closing.unanswered is not None and closing.unanswered.state == "interrupted"
+    assert closing.unanswered.remote_id == run
+    assert closing.unanswered.cost_unknown is True
+    assert frame["unknown_costs"].tolist() == [1]
 
 
 def test_a_submission_refused_before_it_reached_the_api_is_sent_again(

@@ -55,10 +55,12 @@ from pplx_nb.api.retry import RetryPolicy, outcome_unknown
 from pplx_nb.api.search import parse_results, search_call
 from pplx_nb.api.sonar import SonarAdapter
 
-__all__ = ["ActivityCallback", "AsyncClient", "Client"]
+__all__ = ["ActivityCallback", "AsyncClient", "Client", "RunCallback"]
 
 ActivityCallback = Callable[[Activity], object]
 """Told what a run is doing each time its reasoning events change it."""
+RunCallback = Callable[[str], object]
+"""Told the id of the run answering a stream, as soon as the API names it."""
 
 logger = get_logger("pplx_nb.api")
 _LIMITS = httpx2.Limits(max_connections=100, max_keepalive_connections=32)
@@ -180,12 +182,18 @@ class AsyncClient:
         return answer
 
     async def stream(
-        self, request: Request, *, on_activity: ActivityCallback | None = None
+        self,
+        request: Request,
+        *,
+        on_activity: ActivityCallback | None = None,
+        on_run: RunCallback | None = None,
     ) -> AsyncGenerator[str | Answer, None]:
         """Answer text as it arrives (``str`` deltas, ``<think>`` excluded), then one Answer.
 
         ``on_activity`` is told what the run is doing (searching, reading results, fetching
-        pages, writing) each time its reasoning events move it on (Agent API only).
+        pages, writing) each time its reasoning events move it on (Agent API only); ``on_run``
+        is told the run's id once, as soon as the API names it (Agent API only), so that a
+        caller can record it before waiting for a paid answer.
 
         The mode's timeout bounds the whole call, and a stream that sends no new event for
         ``PERPLEXITY_TIMEOUT`` ends with TIMEOUT_ERROR (keep-alive comments are not progress).
@@ -208,7 +216,7 @@ class AsyncClient:
             parser = self._adapter.stream_parser(request, model)
             await self.throttle.admit(self._what(call), deadline - loop.time())
             try:
-                attempt = self._stream_once(call, parser, deadline, retries, on_activity)
+                attempt = self._stream_once(call, parser, deadline, retries, on_activity, on_run)
                 async with aclosing(attempt) as items:
                     async for item in items:
                         yielded = yielded or isinstance(item, str)
@@ -606,11 +614,15 @@ class AsyncClient:
         deadline: float,
         retries: int,
         on_activity: ActivityCallback | None = None,
+        on_run: RunCallback | None = None,
     ) -> AsyncGenerator[str | Answer, None]:
         seen: Activity | None = None
         async with aclosing(self._events(call, deadline, retries)) as stream:
             async for event in stream:
                 delta = parser.feed(event)
+                if on_run is not None and isinstance(parser, AgentStream) and parser.response_id:
+                    on_run(parser.response_id)
+                    on_run = None
                 if on_activity is not None and parser.activity not in (None, seen):
                     seen = parser.activity
                     on_activity(seen)
@@ -747,10 +759,14 @@ class Client:
         return run_sync(self._async.ask(request))
 
     def stream(
-        self, request: Request, *, on_activity: ActivityCallback | None = None
+        self,
+        request: Request,
+        *,
+        on_activity: ActivityCallback | None = None,
+        on_run: RunCallback | None = None,
     ) -> Generator[str | Answer, None, None]:
         """See :meth:`AsyncClient.stream`; deltas are yielded in the calling thread."""
-        return iterate_sync(self._async.stream(request, on_activity=on_activity))
+        return iterate_sync(self._async.stream(request, on_activity=on_activity, on_run=on_run))
 
     def submit_background(self, request: Request) -> str:
         """See :meth:`AsyncClient.submit_background`."""

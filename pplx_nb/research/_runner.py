@@ -104,9 +104,16 @@ class TurnRunner:
                     answer = None
                     # Closed explicitly: left to the garbage collector, a stream abandoned
                     # mid-way closes its HTTP response outside any event loop.
+                    # A paid run's id goes into the question's mark as soon as the API names it:
+                    # killed while waiting, this process leaves it for whoever closes the
+                    # question.
                     async with contextlib.aclosing(
                         _watched(
-                            client.stream(request, on_activity=told),
+                            client.stream(
+                                request,
+                                on_activity=told,
+                                on_run=ticket.note_run if _paid(turn) else None,
+                            ),
                             ticket,
                             tracker,
                         )
@@ -230,9 +237,14 @@ def submission_unknown(
 
 def _may_be_billed(turn: Turn, error: BaseException) -> bool:
     """Whether a failed turn may have cost something, so its question stays to retry."""
-    from pplx_nb.api.request import is_deep_research
-
     if isinstance(error, SubmissionUnknown):
         return True
     # Interrupted mid-answer (cancelled, Ctrl-C): a paid run may be under way.
-    return is_deep_research(turn.model) and not isinstance(error, Exception)
+    return _paid(turn) and not isinstance(error, Exception)
+
+
+def _paid(turn: Turn) -> bool:
+    """Whether the turn buys a deep research (stored, so its run can be read back by id)."""
+    from pplx_nb.api.request import is_deep_research
+
+    return is_deep_research(turn.model)
