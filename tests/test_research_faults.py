@@ -314,6 +314,24 @@ def _marked_run(logs_dir: Path, timeout: float) -> tuple[str, str | None]:
     return found, None
 
 
+def _killed_while_researching(sim: str, logs_dir: Path) -> tuple[str, str | None]:
+    """Run ``deep_research(wait=True)`` in a child process and SIGKILL it once the question's
+    mark names its run (or after 30 s); the conversation and that run."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", _BLOCKING_RESEARCH, sim, str(logs_dir), TEST_KEY],
+        env={**os.environ, "PPLX_NB_OFFLINE": "0"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        cid, run = _marked_run(logs_dir, timeout=30)
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(30)
+    assert cid, "the question was never stored"
+    return cid, run
+
+
 def test_a_blocking_deep_research_killed_after_submission_leaves_its_run_and_an_unknown_cost(
     settings: Settings, logs_dir: Path
 ) -> None:
@@ -323,30 +341,38 @@ def test_a_blocking_deep_research_killed_after_submission_leaves_its_run_and_an_
     from pplx_nb.export import to_dataframe
 
     with serve(latency_ms=0, deep_research_seconds=60) as sim:
-        child = subprocess.Popen(
-            [sys.executable, "-c", _BLOCKING_RESEARCH, sim, str(logs_dir), TEST_KEY],
-            env={**os.environ, "PPLX_NB_OFFLINE": "0"},
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
-            cid, run = _marked_run(logs_dir, timeout=30)
-        finally:
-            child.send_signal(signal.SIGKILL)
-            child.wait(30)
-        assert cid, "the question was never stored"
+        cid, run = _killed_while_researching(sim, logs_dir)
         assert _billed(sim)[0] == 1
         with Researcher(settings.model_copy(update={"base_url": sim})) as r:
             r.followup(cid, "What does json.dumps return?")
             messages = r.history(cid).messages
             frame = to_dataframe(r.store, "conversations")
-        assert [m.role for m in messages] == ["user", "assistant", "user", "assistant"]
-        closing = messages[1]
+    assert [m.role for m in messages] == ["user", "assistant", "user", "assistant"]
+    closing = messages[1].unanswered
     assert run is not None and run.startswith("resp_")
-    assert closing.unanswered is not None and closing.unanswered.state == "interrupted"
-    assert closing.unanswered.remote_id == run
-    assert closing.unanswered.cost_unknown is True
+    assert closing is not None and closing.state == "interrupted"
+    assert closing.remote_id == run and closing.cost_unknown is True
     assert frame["unknown_costs"].tolist() == [1]
+
+
+@pytest.mark.parametrize("wait", [True, False], ids=["blocking", "queued"])
+def test_retry_after_a_killed_deep_research_collects_its_run_without_paying_again(
+    settings: Settings, logs_dir: Path, wait: bool
+) -> None:
+    with serve(latency_ms=0, deep_research_seconds=8) as sim:
+        cid, run = _killed_while_researching(sim, logs_dir)
+        assert run is not None
+        update = {"base_url": sim}
+        with Researcher(settings.model_copy(update=update), async_deep_research=True) as r:
+            retried = r.retry(cid, wait=wait)
+            report = retried if isinstance(retried, Answer) else r.wait(cid, timeout=60)
+            messages = r.history(cid).messages
+        billed = _billed(sim)
+    assert [m.role for m in messages] == ["user", "assistant", "user", "assistant"]
+    assert messages[1].unanswered is not None and messages[1].unanswered.remote_id == run
+    assert messages[-1].unanswered is None and messages[-1].content == report.text
+    assert report.text and report.cost is not None
+    assert billed == (1, 0)  # the one run the killed process paid for, read twice
 
 
 def test_a_submission_refused_before_it_reached_the_api_is_sent_again(
@@ -432,28 +458,17 @@ def test_a_stream_of_pings_or_dripping_text_ends_within_four_timeouts(
     assert elapsed < 4.0
 
 
-def test_a_dripping_deep_research_ends_at_its_deadline_without_being_sent_again(
-    settings: Settings, bad: Misbehaving
+@pytest.mark.parametrize("kind", ["drip", "in_progress"])
+def test_a_deep_research_whose_stream_never_ends_stops_within_a_second_of_its_deadline(
+    settings: Settings, bad: Misbehaving, kind: str
 ) -> None:
-    bad.stream = "drip"
-    with _researcher(settings, bad, timeout_ms=1_000, deep_research_timeout_ms=2_000) as r:
-        started = time.monotonic()
-        with pytest.raises(SubmissionUnknown, match="may be billed"):
-            r.deep_research("Describe the json module", wait=True)
-        elapsed = time.monotonic() - started
-    assert elapsed < 8.0
-    assert bad.requests["POST /v1/agent"] == 1
-
-
-def test_a_deep_research_that_streams_in_progress_forever_ends_within_a_second_of_its_deadline(
-    settings: Settings, bad: Misbehaving
-) -> None:
-    """Its stream names the run, then says ``in_progress`` forever, and so does every read of
-    the run by its id: reading it back after the deadline must not add a poll's own timeout."""
-    bad.stream = "in_progress"
+    """Its stream names the run, then drips text or says ``in_progress`` forever (and so does
+    every read of the run by its id, for ``in_progress``): it is never sent again, and
+    reading it back after the deadline must not add a poll's own timeout."""
+    bad.stream = kind
     with _researcher(settings, bad, timeout_ms=5_000, deep_research_timeout_ms=2_000) as r:
         started = time.monotonic()
-        with pytest.raises(SubmissionUnknown, match="resp_endless was still running"):
+        with pytest.raises(SubmissionUnknown, match="may be billed"):
             r.deep_research("Describe the json module", wait=True)
         elapsed = time.monotonic() - started
     assert elapsed < 2.0 + 1.0, f"took {elapsed:.1f} s"

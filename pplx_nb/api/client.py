@@ -29,6 +29,7 @@ from pplx_nb._errors import (
     APITimeoutError,
     NetworkError,
     RemoteRunFailed,
+    SubmissionUnknown,
 )
 from pplx_nb._logging import get_logger
 from pplx_nb._models import Answer
@@ -303,6 +304,62 @@ class AsyncClient:
                 if not isinstance(item, str):
                     yield item
 
+    async def read_run(
+        self, remote_id: str, request: Request, *, on_activity: ActivityCallback | None = None
+    ) -> AsyncGenerator[Answer, None]:
+        """The Answer of run ``remote_id``, started earlier for ``request``, read by its id:
+        followed through its events (Agent API), else polled until it ends. Nothing is ever
+        submitted, so nothing is paid for again. The request's timeout (for deep research
+        PERPLEXITY_DEEP_RESEARCH_TIMEOUT) bounds the whole call; ``on_activity`` as for
+        :meth:`stream`.
+
+        Raises InvalidInput (``status_code`` 404) when the API no longer has the run (never
+        stored, or expired), RemoteRunFailed when it failed or was cancelled, APITimeoutError
+        when it is still running at the deadline.
+        """
+        model = request.model or self.settings.model
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._timeout(request, model)
+        related = request.return_related_questions
+        if self.follows_runs:
+            followed = self.follow_background(
+                remote_id, related=related, timeout=deadline - loop.time()
+            )
+            try:
+                async with aclosing(followed) as items:
+                    async for item in items:
+                        if isinstance(item, Answer):
+                            yield item
+                            return
+                        if on_activity is not None:
+                            on_activity(item)
+            except RemoteRunFailed:
+                raise
+            except APIError as error:
+                if error.status_code == 404:
+                    raise
+                logger.info("Run %s cannot be followed (%s); polling it", remote_id, error.code)
+        pause = 0.5
+        while loop.time() < deadline:
+            try:
+                answer = await self._poll_before(remote_id, related, deadline)
+            except APIError:
+                raise
+            except TimeoutError:  # the deadline, mid-poll
+                break
+            if answer is not None:
+                yield answer
+                return
+            await asyncio.sleep(min(pause, max(deadline - loop.time(), 0)))
+            pause = min(pause * 1.5, 3.0)
+        raise APITimeoutError(
+            f"Run {remote_id} was still running at the end of the request's timeout "
+            "(PERPLEXITY_DEEP_RESEARCH_TIMEOUT for deep research). It goes on at the API: "
+            "retry later to read its report, or allow more time (milliseconds).",
+            reason="deadline",
+            remote_id=remote_id,
+        )
+
     async def _followed(
         self, adapter: AgentAdapter, remote_id: str, parser: AgentStream, deadline: float
     ) -> AsyncGenerator[str | Activity | Answer, None]:
@@ -404,12 +461,7 @@ class AsyncClient:
         pause, failures = 0.5, 0
         while True:
             try:
-                # A poll's own timeout (PERPLEXITY_TIMEOUT) must not carry the wait past the
-                # run's deadline.
-                async with asyncio.timeout_at(deadline):
-                    answer = await self.poll_background(
-                        remote_id, related=related, run_left=deadline - loop.time()
-                    )
+                answer = await self._poll_before(remote_id, related, deadline)
             except RemoteRunFailed:
                 raise
             except APIError as error:
@@ -428,6 +480,15 @@ class AsyncClient:
                 raise lost("was still running at the deadline")
             await asyncio.sleep(min(pause, max(deadline - loop.time(), 0)))
             pause = min(pause * 1.5, 3.0)
+
+    async def _poll_before(self, remote_id: str, related: bool, deadline: float) -> Answer | None:
+        """One :meth:`poll_background` of a run whose deadline is ``deadline`` (loop time):
+        its own timeout (PERPLEXITY_TIMEOUT) never carries the wait past it (TimeoutError)."""
+        loop = asyncio.get_running_loop()
+        async with asyncio.timeout_at(deadline):
+            return await self.poll_background(
+                remote_id, related=related, run_left=deadline - loop.time()
+            )
 
     async def cancel_background(self, remote_id: str, *, retry: bool = False) -> bool:
         """Ask the API to cancel a background run (best effort); True if it did.
@@ -776,9 +837,7 @@ class Client:
         self, remote_id: str, *, related: bool = False, run_left: float | None = None
     ) -> Answer | None:
         """See :meth:`AsyncClient.poll_background`."""
-        return run_sync(
-            self._async.poll_background(remote_id, related=related, run_left=run_left)
-        )
+        return run_sync(self._async.poll_background(remote_id, related=related, run_left=run_left))
 
     def follow_background(
         self, remote_id: str, *, related: bool = False, timeout: float | None = None
@@ -787,6 +846,12 @@ class Client:
         return iterate_sync(
             self._async.follow_background(remote_id, related=related, timeout=timeout)
         )
+
+    def read_run(
+        self, remote_id: str, request: Request, *, on_activity: ActivityCallback | None = None
+    ) -> Generator[Answer, None, None]:
+        """See :meth:`AsyncClient.read_run`; the answer is yielded in the calling thread."""
+        return iterate_sync(self._async.read_run(remote_id, request, on_activity=on_activity))
 
     def cancel_background(self, remote_id: str, *, retry: bool = False) -> bool:
         """See :meth:`AsyncClient.cancel_background`."""

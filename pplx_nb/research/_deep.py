@@ -42,6 +42,7 @@ from pplx_nb.research._progress import (
 )
 from pplx_nb.research._runner import TurnRunner, submission_unknown, unknown_for
 from pplx_nb.research._turns import (
+    COLLECT_RUN,
     DEEP_RESEARCH_MODEL,
     build_request,
     fitted_messages,
@@ -108,7 +109,7 @@ class DeepResearchRunner:
         # One client per job: nothing stays bound to the worker's loop after it stops.
         async with self._clients.for_job() as client:
             try:
-                remote_id = ctx.remote_id
+                remote_id = ctx.remote_id or await _collecting(job, ctx)
                 if remote_id is None:
                     await ctx.report(*QUERYING)
                     remote_id = await self._submit(client, request, ctx)
@@ -462,6 +463,23 @@ async def stop_or_collect(
         logger.warning("Run %s could not be read after its cancel: %s", remote_id, exc)
         return False, None
     return answer is not None, answer
+
+
+async def _collecting(job: Job, ctx: JobContext) -> str | None:
+    """The run a retried question already started (its report is read by id before anything
+    is paid for again), recorded as the job's run; ``None`` when there is none. Only on the
+    first attempt: a later one follows a run that failed, or was unknown and resubmitted."""
+    run = job.request.get(COLLECT_RUN)
+    if not isinstance(run, str) or not run or ctx.attempt != 1:
+        return None
+    logger.info("Reading run %s, started earlier for %s, by its id", run, job.conversation_id)
+    try:
+        await ctx.record_remote_id(run)
+    except LeaseLost:
+        raise
+    except PplxError as exc:
+        logger.warning("Could not record run %s of %s (%s)", run, job.conversation_id, exc)
+    return run
 
 
 async def _stop_run(client: AsyncClient, remote_id: str, conversation_id: str) -> None:

@@ -11,7 +11,8 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING
 
-from pplx_nb._errors import PplxError, SubmissionUnknown
+from pplx_nb._errors import InvalidInput, PplxError, RemoteRunFailed, SubmissionUnknown
+from pplx_nb._logging import get_logger
 from pplx_nb._metrics import Metrics
 from pplx_nb._models import Answer, Progress
 from pplx_nb.research._answers import assistant_message, priced
@@ -21,10 +22,14 @@ from pplx_nb.research._progress import COMPLETED, ProgressCallback, Tracker, act
 from pplx_nb.research._turns import Turn
 
 if TYPE_CHECKING:
-    from pplx_nb.api import Activity
+    from pplx_nb.api import Activity, AsyncClient, Request
     from pplx_nb.store import ConversationStore
 
 __all__ = ["TurnRunner", "last", "submission_unknown", "unknown_for"]
+
+logger = get_logger("pplx_nb.research")
+
+_NOT_FOUND = 404
 
 
 class TurnRunner:
@@ -107,17 +112,16 @@ class TurnRunner:
                     # A paid run's id goes into the question's mark as soon as the API names it:
                     # killed while waiting, this process leaves it for whoever closes the
                     # question.
-                    async with contextlib.aclosing(
-                        _watched(
-                            client.stream(
-                                request,
-                                on_activity=told,
-                                on_run=ticket.note_run if _paid(turn) else None,
-                            ),
-                            ticket,
-                            tracker,
+                    source = (
+                        _collected(client, turn, request, ticket, told)
+                        if turn.remote_id is not None
+                        else client.stream(
+                            request,
+                            on_activity=told,
+                            on_run=ticket.note_run if _paid(turn) else None,
                         )
-                    ) as items:
+                    )
+                    async with contextlib.aclosing(_watched(source, ticket, tracker)) as items:
                         async for item in items:
                             if isinstance(item, str):
                                 yield item
@@ -187,6 +191,43 @@ def _told(
             on_activity(Progress(percentage=percentage, message=message, attempt=1))
 
     return told
+
+
+async def _collected(
+    client: AsyncClient,
+    turn: Turn,
+    request: Request,
+    ticket: Ticket,
+    told: Callable[[Activity], None] | None,
+) -> AsyncGenerator[str | Answer, None]:
+    """The report of the run already started for ``turn``'s question, read by its id; only
+    when the API no longer has that run, or it failed, is the question asked again (and paid
+    for) as a new run."""
+    assert turn.remote_id is not None
+    ticket.note_run(turn.remote_id)
+    try:
+        read = client.read_run(turn.remote_id, request, on_activity=told)
+        async with contextlib.aclosing(read) as answers:
+            async for answer in answers:
+                yield answer
+        return
+    except InvalidInput as error:
+        if error.status_code != _NOT_FOUND:
+            raise
+        why = "the API no longer has it"
+    except RemoteRunFailed as error:
+        why = f"it ended without a report ({error.message})"
+    logger.warning(
+        "Run %s of %s cannot be collected (%s); asking again as a new run",
+        turn.remote_id,
+        turn.conversation_id,
+        why,
+    )
+    ticket.remote_id = None
+    again = client.stream(request, on_activity=told, on_run=ticket.note_run)
+    async with contextlib.aclosing(again) as items:
+        async for item in items:
+            yield item
 
 
 async def _watched(
