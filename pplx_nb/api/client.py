@@ -52,7 +52,7 @@ from pplx_nb.api.cache import ResponseCache, cache_key
 from pplx_nb.api.endpoint import resolve_endpoint
 from pplx_nb.api.models import ModelPrices, prices_path
 from pplx_nb.api.request import Request, is_deep_research
-from pplx_nb.api.retry import RetryPolicy, outcome_unknown
+from pplx_nb.api.retry import RetryPolicy, outcome_unknown, unread
 from pplx_nb.api.search import parse_results, search_call
 from pplx_nb.api.sonar import SonarAdapter
 
@@ -176,8 +176,15 @@ class AsyncClient:
             if hit is not None:
                 logger.debug("Cache hit for %s %s (model %s)", call.method, call.path, model)
                 return hit
-        raw = await self._send(call, self._timeout(request, model), paid=is_deep_research(model))
-        answer = await self._priced(self._adapter.parse(raw, request, model), model)
+        paid = is_deep_research(model)
+        raw = await self._send(call, self._timeout(request, model), paid=paid)
+        try:
+            parsed = self._adapter.parse(raw, request, model)
+        except APIServerError as error:
+            if paid and unread(error):  # paid for, and not the server failing
+                raise submission_unknown(self._what(call), error) from error
+            raise
+        answer = await self._priced(parsed, model)
         if key is not None:
             self.cache.put(key, answer, len(raw))
         return answer
