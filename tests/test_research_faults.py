@@ -464,13 +464,15 @@ def test_a_deep_research_whose_stream_never_ends_stops_within_a_second_of_its_de
 ) -> None:
     """Its stream names the run, then drips text or says ``in_progress`` forever (and so does
     every read of the run by its id, for ``in_progress``): it is never sent again, and
-    reading it back after the deadline must not add a poll's own timeout."""
+    reading it back after the deadline must not add a poll's own timeout. Timed from the
+    request's arrival: storing the question before it is no part of the deadline."""
     bad.stream = kind
     with _researcher(settings, bad, timeout_ms=5_000, deep_research_timeout_ms=2_000) as r:
-        started = time.monotonic()
         with pytest.raises(SubmissionUnknown, match="may be billed"):
             r.deep_research("Describe the json module", wait=True)
-        elapsed = time.monotonic() - started
+        ended = time.monotonic()
+    assert bad.stream_started is not None
+    elapsed = ended - bad.stream_started
     assert elapsed < 2.0 + 1.0, f"took {elapsed:.1f} s"
     assert bad.requests["POST /v1/agent"] == 1
 

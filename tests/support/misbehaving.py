@@ -79,6 +79,7 @@ class Misbehaving:
         poll_retry_after: answer the first ``GET /v1/responses/{id}`` (a poll or a run's event
             stream) 429 with this ``Retry-After`` (seconds); later ones are forwarded.
         requests: how many requests each ``METHOD path-prefix`` received.
+        stream_started: when (``time.monotonic``) the first endless stream began, if one did.
     """
 
     def __init__(self, upstream: str) -> None:
@@ -98,6 +99,7 @@ class Misbehaving:
         self.poll_retry_after = 0
         self.requests: Counter[str] = Counter()
         self.bytes_sent = 0
+        self.stream_started: float | None = None
         self._outage_started: float | None = None
         self._outage_turn = 0
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -276,6 +278,8 @@ class Misbehaving:
         return True
 
     async def _endless_stream(self, writer: asyncio.StreamWriter) -> None:
+        if self.stream_started is None:
+            self.stream_started = time.monotonic()
         writer.write(
             b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
             b"cache-control: no-cache\r\nconnection: close\r\n\r\n"
