@@ -375,6 +375,28 @@ def test_retry_after_a_killed_deep_research_collects_its_run_without_paying_agai
     assert billed == (1, 0)  # the one run the killed process paid for, read twice
 
 
+def test_retry_of_a_job_whose_run_could_not_be_read_collects_it_without_paying_again(
+    settings: Settings, bad: Misbehaving, sim_url: str
+) -> None:
+    """Every read of the job's run is a 200 that is not JSON: the job fails (its run never
+    submitted again) and its closing turn names the run, which retry then reads by its id."""
+    bad.garbage_polls = True
+    with _researcher(settings, bad, max_retries=0) as r:
+        cid = _queued(r)
+        with pytest.raises(APIServerError, match="cannot read"):
+            r.wait(cid, timeout=60)
+        status = r.status(cid)
+        assert status is not None and status.status == "failed" and status.remote_id
+        closing = r.history(cid).messages[-1].unanswered
+        assert closing is not None and closing.remote_id == status.remote_id
+        assert closing.cost_unknown is True
+        bad.garbage_polls = False
+        report = r.retry(cid, wait=True)
+        assert isinstance(report, Answer) and _answers(r, cid) == [report.text]
+    assert bad.requests["POST /v1/agent"] == 1
+    assert _billed(sim_url) == (1, 1)  # one run, the job's, paid once and read twice
+
+
 def test_a_submission_refused_before_it_reached_the_api_is_sent_again(
     settings: Settings, bad: Misbehaving, sim_url: str
 ) -> None:

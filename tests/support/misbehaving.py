@@ -36,6 +36,7 @@ import httpx2
 __all__ = ["Misbehaving"]
 
 _CHUNK = 1 << 20
+_GARBAGE = b"<html><body>Service temporarily unavailable</body></html>"
 _ANSWER_HEAD = (
     b'{"id": "resp_huge", "status": "completed", "output": [{"type": "message", '
     b'"content": [{"type": "output_text", "text": "'
@@ -76,6 +77,8 @@ class Misbehaving:
             ``"garbage"`` (a 200 that is not JSON), ``"truncated"`` (half the reply, then the
             connection closed) or ``"no_id"`` (the reply without the run's id); ``None``: as
             the simulator answered.
+        garbage_polls: answer every ``GET /v1/responses/{id}`` (a poll or a run's event stream)
+            with a 200 that is not JSON while it is true.
         poll_retry_after: answer the first ``GET /v1/responses/{id}`` (a poll or a run's event
             stream) 429 with this ``Retry-After`` (seconds); later ones are forwarded.
         requests: how many requests each ``METHOD path-prefix`` received.
@@ -97,6 +100,7 @@ class Misbehaving:
         self.huge_declared = True
         self.submission_reply: str | None = None
         self.poll_retry_after = 0
+        self.garbage_polls = False
         self.requests: Counter[str] = Counter()
         self.bytes_sent = 0
         self.stream_started: float | None = None
@@ -232,7 +236,7 @@ class Misbehaving:
             run.pop("id", None)
             await self._reply(writer, 200, json.dumps(run).encode())
             return True
-        await self._reply(writer, 200, b"<html><body>Service temporarily unavailable</body></html>")
+        await self._reply(writer, 200, _GARBAGE)
         return True
 
     async def _poll(self, request: _Request, writer: asyncio.StreamWriter) -> bool:
@@ -241,6 +245,9 @@ class Misbehaving:
                 b'{"error": {"message": "starting_after is too old", "type": "invalid_request"}}'
             )
             await self._reply(writer, 400, error)
+            return True
+        if self.garbage_polls:
+            await self._reply(writer, 200, _GARBAGE)
             return True
         if self.poll_retry_after:
             retry_after, self.poll_retry_after = self.poll_retry_after, 0
