@@ -557,8 +557,7 @@ class AsyncClient:
         API does not know ``remote_id``.
         """
         call = self._adapter.poll(remote_id)
-        timeout = self._seconds(self.settings.timeout_ms)
-        raw = await self._send(call, timeout, run_left=run_left)
+        raw = await self._send(call, self._seconds(self.settings.timeout_ms), run_left=run_left)
         answer = self._adapter.polled(raw, related=related)
         return None if answer is None else await self._priced(answer, "")
 
