@@ -24,14 +24,15 @@ says what to do next. Each class also derives from the builtin a user would natu
         └── SubmissionUnknown                  SUBMISSION_UNKNOWN   paid request sent, reply lost
 
 Errors are picklable with their details (jobs carry them across processes) and never contain the
-API key: :func:`redact` scrubs a message before it is stored.
+API key: each message, and each text detail, is redacted (:mod:`pplx_nb._redact`) as the error is
+made, so a server that echoes the key back shows it nowhere.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any, ClassVar
-from urllib.parse import unquote_plus
+
+from pplx_nb._redact import redact, url_without_credentials
 
 __all__ = [
     "APIError",
@@ -59,83 +60,6 @@ __all__ = [
     "url_without_credentials",
 ]
 
-_KEY_PATTERN = re.compile(r"pplx-[A-Za-z0-9_\-]{8,}")
-_URL_START = re.compile(r"(?i)\b[a-z][a-z0-9+.\-]*://")
-_WHOLE_URL = re.compile(r"(?i)[a-z][a-z0-9+.\-]*://\S*")
-_URL_END = re.compile(r"[\s'\"<>]")
-_SECRET_NAME = re.compile(r"(?i)pass|pwd|secret|token|key|auth|cred")
-_PREFIXED_PATTERNS = (
-    # An Authorization header's value (after its scheme word), as text, JSON or a bytes repr.
-    re.compile(r"(?i)(authorization['\"]?\s*[:=,]\s*(?:b?['\"])?(?:[a-z]+\s+)?)[^\s'\",)]+"),
-    # A Bearer token has a digit: "Bearer authentication" in a question stays as it is.
-    re.compile(r"(?i)(bearer\s+)(?=[A-Za-z0-9_\-\.~+/]*[0-9])[A-Za-z0-9_\-\.~+/]{8,}=*"),
-)
-
-
-def redact(text: str, *secrets: str | None) -> str:
-    """Return ``text`` with secrets replaced by ``***``: the given ones and anything key-shaped.
-
-    Key-shaped means a Perplexity key (``pplx-...``), a Bearer token, an Authorization header's
-    value (Basic credentials included), or the ``user:password@`` of a URL.
-    """
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, "***")
-    text = _KEY_PATTERN.sub("***", text)
-    for pattern in _PREFIXED_PATTERNS:
-        text = pattern.sub(r"\1***", text)
-    return url_without_credentials(text)
-
-
-def url_without_credentials(text: str) -> str:
-    """``text`` with the secrets of every URL in it replaced by ``***``.
-
-    A URL's ``user:password@`` becomes ``***@`` and the value of each query parameter whose name
-    looks secret (``password``, ``ssl_password``, ``token``, ``api_key``, ``auth``...) becomes
-    ``***``. When ``text`` is one URL and nothing else (a configured URL), its userinfo runs to
-    the last ``@`` before the query, so a password holding an unencoded ``@`` or ``/`` is
-    hidden whole, and a query part that is not ``name=value`` or a fragment is hidden too;
-    inside other text a URL ends at a space or quote, and its userinfo at the last ``@``
-    before its path, as URL parsers read it.
-    """
-    if _WHOLE_URL.fullmatch(text):
-        return _url_shown(text, whole=True)
-    parts: list[str] = []
-    done = 0
-    for found in _URL_START.finditer(text):
-        if found.start() < done:
-            continue
-        end = _URL_END.search(text, found.end())
-        stop = len(text) if end is None else end.start()
-        parts += [text[done : found.start()], _url_shown(text[found.start() : stop], whole=False)]
-        done = stop
-    parts.append(text[done:])
-    return "".join(parts)
-
-
-def _url_shown(url: str, *, whole: bool) -> str:
-    """One URL without its userinfo and secret query values (see url_without_credentials)."""
-    scheme, _, rest = url.partition("://")
-    before_query, mark, query = rest.partition("?")
-    authority = before_query if whole else re.split(r"[/#]", before_query, maxsplit=1)[0]
-    userinfo, at, _ = authority.rpartition("@")
-    place = before_query[len(userinfo) + len(at) :]
-    shown = f"{scheme}://" + ("***@" if at else "") + place
-    if not mark:
-        return shown
-    query, hash_mark, fragment = query.partition("#")
-    params = [_param_shown(param, whole) for param in re.split(r"([&;])", query)]
-    return shown + "?" + "".join(params) + hash_mark + ("***" if whole and fragment else fragment)
-
-
-def _param_shown(param: str, whole: bool) -> str:
-    name, equals, value = param.partition("=")
-    if equals and value and _SECRET_NAME.search(unquote_plus(name)):
-        return f"{name}=***"
-    if whole and not equals and param not in ("", "&", ";"):
-        return "***"
-    return param
-
 
 class PplxError(Exception):
     """Base of every pplx_nb error: a stable ``code`` and a message saying what to do next."""
@@ -143,9 +67,13 @@ class PplxError(Exception):
     code: ClassVar[str] = "PPLX_ERROR"
 
     def __init__(self, message: str, **details: Any) -> None:
+        message = redact(message)
         super().__init__(message)
         self.message = message
-        self.details: dict[str, Any] = details
+        self.details: dict[str, Any] = {
+            name: redact(value) if isinstance(value, str) else value
+            for name, value in details.items()
+        }
 
     def __str__(self) -> str:
         return self.message

@@ -14,7 +14,7 @@ import logging
 import sys
 from typing import TYPE_CHECKING, Any
 
-from pplx_nb._errors import redact
+from pplx_nb._redact import redact
 
 if TYPE_CHECKING:
     from pplx_nb._config import Settings

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 
 from pplx_nb import (
     Conversation,
+    ConversationCorrupted,
     ConversationStore,
     Cost,
     Message,
@@ -334,6 +336,32 @@ def test_corrupted_conversation_is_skipped_with_a_warning(
 
     assert frame["conversation_id"].tolist() == [researched.conversation_id]
     assert broken.conversation_id in caplog.text
+
+
+def test_a_folder_copied_under_a_new_id_is_listed_and_exported_once_and_reported(
+    settings: Settings,
+    store: ConversationStore,
+    researched: Conversation,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    original = researched.conversation_id
+    copy = f"{original[:9]}{int(original[9:]) + 1}"
+    shutil.copytree(store.path(original), store.path(copy))
+
+    with Researcher(settings) as researcher, caplog.at_level(logging.WARNING):
+        with pytest.raises(ConversationCorrupted, match="copied"):
+            researcher.history(copy)
+        listed = [summary.conversation_id for summary in researcher.conversations()]
+        messages = to_dataframe(store)
+        conversations = to_dataframe(store, level="conversations")
+
+    assert listed == [original]
+    assert messages["conversation_id"].tolist() == [original] * 5
+    assert conversations["conversation_id"].tolist() == [original]
+    assert conversations["total_cost_usd"].sum() == pytest.approx(0.75)
+    reports = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(reports) == 3  # the listing and each export say so
+    assert all(str(store.path(copy)) in report and original in report for report in reports)
 
 
 def test_bad_arguments_are_validation_errors(store: ConversationStore) -> None:

@@ -513,8 +513,8 @@ def free_port() -> int:
 
 def run_askers(
     url: str, processes: int, env: dict[str, str], *args: str
-) -> tuple[float, list[list[str]]]:
-    """Start ``processes`` askers, let them go together; when they went and their errors."""
+) -> tuple[list[list[str]], list[float]]:
+    """Start ``processes`` askers, let them go together; their errors and their granted turns."""
     base = {k: v for k, v in os.environ.items() if not k.startswith(("PPLX_NB_", "PERPLEXITY_"))}
     base.update(
         PYTHONPATH=str(REPO / "tests"),
@@ -542,17 +542,18 @@ def run_askers(
             assert proc.stdout is not None and proc.stdin is not None
             line = proc.stdout.readline()
             assert line.strip() == "ready", proc.communicate(timeout=30)[1]
-        went = time.monotonic()
         for proc in procs:
             assert proc.stdin is not None
             proc.stdin.write("go\n")
             proc.stdin.flush()
-        errors = []
+        errors, turns = [], []
         for proc in procs:
             out, err = proc.communicate(timeout=120)
             assert proc.returncode == 0, err
-            errors.append(json.loads(out.strip().splitlines()[-1])["errors"])
-        return went, errors
+            said = json.loads(out.strip().splitlines()[-1])
+            errors.append(said["errors"])
+            turns.extend(said["turns"])
+        return errors, sorted(turns)
     finally:
         for proc in procs:
             if proc.poll() is None:
@@ -566,21 +567,24 @@ def test_three_processes_on_one_redis_send_ten_a_second_in_all(
 ) -> None:
     app, url = sim
     env = {"PPLX_NB_STORE": redis_url, "PPLX_NB_RATE_LIMIT": "10/s"}
-    _, errors = run_askers(url, 3, env, "--count", "12", "--concurrency", "3", "--warm")
+    errors, turns = run_askers(url, 3, env, "--count", "12", "--concurrency", "3", "--warm")
     arrivals = app.arrivals()
-    assert errors == [[], [], []] and len(arrivals) == 39
-    # A burst of turns due at one instant reaches the simulator over some milliseconds, so a
-    # window of exactly one period can catch the tail of one burst and the head of the next:
-    # count in windows a little shorter than the period.
-    assert busiest(arrivals, 0.8) <= 10
-    assert arrivals[-1] - arrivals[0] >= 2.5  # 39 turns at 10/s: 0 s, 1 s, 2 s, 3 s
+    assert errors == [[], [], []] and len(arrivals) == len(turns) == 39
+    # The limit is kept where turns are granted, on the Redis server's clock: exactly 10 in any
+    # second. A request then reaches the simulator some time after its turn (milliseconds
+    # idle, more on a loaded machine), so at the simulator only the shape is checked: a burst
+    # that a shared limit would not make, and the 4 seconds the 39 turns take.
+    assert busiest(turns) == 10
+    assert turns[-1] - turns[0] >= 3.0 - 1e-3  # 39 turns at 10/s: 0 s, 1 s, 2 s, 3 s
+    assert busiest(arrivals, 0.5) <= 10
+    assert arrivals[-1] - arrivals[0] >= 2.5
 
 
 @pytest.mark.slow
 def test_without_a_store_each_process_keeps_its_own_limit(sim: tuple[RecordingSim, str]) -> None:
     app, url = sim
     env = {"PPLX_NB_RATE_LIMIT": "5/s"}
-    _, errors = run_askers(url, 2, env, "--count", "10", "--concurrency", "5")
+    errors, _ = run_askers(url, 2, env, "--count", "10", "--concurrency", "5")
     arrivals = app.arrivals()
     assert errors == [[], []] and len(arrivals) == 20
     assert busiest(arrivals) >= 8  # both processes' bursts together, more than one limit
@@ -610,7 +614,7 @@ def test_a_pause_the_api_asks_for_holds_every_process_on_the_redis(
 
     injector = threading.Thread(target=inject_soon)
     injector.start()
-    _, errors = run_askers(url, 3, env, "--seconds", "4", "--gap", "0.05")
+    errors, _ = run_askers(url, 3, env, "--seconds", "4", "--gap", "0.05")
     injector.join(10)
     assert errors == [[], [], []]
     paused = [t for t, status, limited in app.log if status == 429 or limited]
@@ -643,7 +647,7 @@ def test_a_pool_on_one_redis_meets_the_account_limit_instead_of_a_429_storm(
     for name, env in pool.items():
         app.log.clear()
         # 4 processes, 2 questions at a time each, against an account limit of 5 a second.
-        _, errors = run_askers(url, 4, env, "--count", "6", "--concurrency", "2")
+        errors, _ = run_askers(url, 4, env, "--count", "6", "--concurrency", "2")
         assert errors == [[]] * 4, (name, errors)
         assert len(app.arrivals(200)) == 24, name
         refused[name] = len(app.arrivals(429))

@@ -182,6 +182,26 @@ def test_key_echoed_by_a_server_is_scrubbed_from_errors(captured_logs: io.String
     assert "bad request from" in caught.value.message
 
 
+def test_a_transport_error_quoting_a_key_of_any_shape_is_scrubbed_down_the_chain() -> None:
+    key = "opaque0token0Zq81hT4vW9"
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        # What h11 says of a reply it cannot parse: it quotes the reply.
+        echoed = request.headers["authorization"]
+        raise httpx2.RemoteProtocolError(f"illegal status line: b'HTTP/1.1 {echoed} {key}'")
+
+    settings = Settings(api_key=key, base_url="http://api.test", offline=False, max_retries=0)
+    with (
+        Client(settings, transport=httpx2.MockTransport(handler)) as client,
+        pytest.raises(PplxError) as caught,
+    ):
+        client.ask(question())
+    assert caught.value.code == "NETWORK_ERROR"
+    assert isinstance(caught.value.__cause__, httpx2.RemoteProtocolError)
+    for text in chain_views(caught.value):
+        assert key not in text
+
+
 PASSWORD = "hunter2-URLCANARY-b1e9"
 PROXY_USER = "bob"
 
@@ -348,3 +368,106 @@ def test_a_store_password_is_hidden_wherever_the_store_is_named(
     assert f"{host}/{db}" in store.location
     for text in seen:
         assert "URLCANARY" not in text and "Top@" not in text, text
+
+
+PROXY_KEY = "sk-proxy-Zq81hT4vW9xLm2Pq"
+"""A key not shaped like Perplexity's (a proxy's): only knowing it can hide it."""
+
+
+def chain_views(error: BaseException) -> list[str]:
+    """``error_views`` of ``error``, and the str and repr of every exception in its chain."""
+    views, pending, seen = error_views(error), [error], set()
+    while pending:
+        current = pending.pop()
+        if id(current) not in seen:
+            seen.add(id(current))
+            views += [str(current), repr(current)]
+            pending += [e for e in (current.__cause__, current.__context__) if e is not None]
+    return views
+
+
+def _mcp_result(settings: Settings) -> list[str]:
+    """What ``perplexity_deep_research`` returns to an MCP client: text and structured content."""
+    import json
+
+    from mcp import Client as McpClient
+
+    from pplx_nb.mcp.server import create_server
+
+    async def call() -> Any:
+        async with McpClient(create_server(settings)) as client:
+            return await client.call_tool(
+                "perplexity_deep_research", {"query": "What is asyncio.TaskGroup?"}
+            )
+
+    result = asyncio.run(call())
+    assert result.is_error
+    texts = [getattr(item, "text", "") for item in result.content]
+    return [*texts, json.dumps(result.structured_content), result.model_dump_json(), repr(result)]
+
+
+def _notebook_output(settings: Settings) -> list[str]:
+    """What ``%pplx_research --debug`` shows in a notebook (blocking), traceback included."""
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.utils.capture import capture_output
+
+    from pplx_nb.notebook import magics
+    from pplx_nb.research import Researcher
+
+    shell = InteractiveShell.instance()
+    with Researcher(settings, async_deep_research=False) as researcher:
+        magics.set_researcher(researcher)
+        shell.run_line_magic("load_ext", "pplx_nb")
+        try:
+            with capture_output() as captured:
+                shell.run_cell("%pplx_research --debug What is asyncio.TaskGroup?")
+        finally:
+            shell.run_line_magic("unload_ext", "pplx_nb")
+            magics.set_researcher(None)
+    shown = [value for output in captured.outputs for value in output.data.values()]
+    assert any("Traceback" in value for value in shown)  # --debug shows the whole chain
+    return [*shown, captured.stdout, captured.stderr]
+
+
+@pytest.mark.parametrize("echo", ["failed_run", "error_event", "not_json"])
+def test_a_key_of_any_shape_echoed_by_a_proxy_shows_nowhere(
+    captured_logs: io.StringIO, tmp_path: Any, echo: str
+) -> None:
+    from support.misbehaving import Misbehaving
+
+    from pplx_nb.research import Researcher
+
+    logs_dir = tmp_path / "logs"
+    seen: list[str] = []
+    with serve(latency_ms=0, deep_research_seconds=0.2) as url, Misbehaving(url) as proxy:
+        proxy.echo_key = echo
+        settings = Settings(
+            api_key=PROXY_KEY,
+            base_url=proxy.url,
+            offline=False,
+            conversation_logs_dir=logs_dir,
+            max_retries=0,
+            max_job_retries=0,
+            timeout_ms=5_000,
+            log_level="debug",
+        )
+        with (
+            Researcher(settings, async_deep_research=False) as researcher,
+            pytest.raises(PplxError) as blocking,
+        ):
+            researcher.deep_research("What is asyncio.TaskGroup?")
+        with Researcher(settings, async_deep_research=True) as researcher:
+            status = researcher.deep_research("What is asyncio.TaskGroup?", wait=False)
+            with pytest.raises(PplxError) as queued:
+                researcher.wait(status.conversation_id, timeout=60)
+        seen += chain_views(blocking.value) + chain_views(queued.value)
+        seen += _mcp_result(settings) + _notebook_output(settings)
+    assert proxy.requests["POST /v1/agent"] >= 4  # each surface reached the proxy
+    stored = [path.read_text() for path in logs_dir.rglob("*") if path.is_file()]
+    assert any(path.name == "status.json" for path in logs_dir.rglob("*"))
+    logs = captured_logs.getvalue()
+    for text in [logs, *stored, *seen]:
+        assert PROXY_KEY not in text
+        assert "Zq81hT4vW9xLm2Pq" not in text
+    if echo != "not_json":  # the proxy's words are kept, the key within them is not
+        assert "upstream refused" in str(blocking.value)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
+import logging
 import os
 import signal
 import subprocess
@@ -404,6 +406,31 @@ def test_an_unexpected_exception_in_a_runner_is_recorded_and_retried(
     status = queue.status(cid)
     assert status is not None and status.status == "failed" and status.attempts == 2
     assert status.error is not None and "KeyError" in status.error.message
+
+
+def test_a_worker_whose_logs_folder_is_a_file_backs_off_and_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    not_a_folder = tmp_path / "conversation-logs"
+    not_a_folder.write_text("")
+
+    async def runner(job: Job, ctx: JobContext) -> None:
+        raise AssertionError("nothing can be claimed")
+
+    with (
+        caplog.at_level(logging.INFO, logger="pplx_nb.jobs"),
+        _running(JobQueue(not_a_folder, lease_seconds=60), runner) as worker,
+    ):
+        _wait_for(lambda: "Trying again in 4 s" in caplog.text, 30, "the third, longer pause")
+        assert worker.running
+    # At a 0.02 s poll a loop without backoff logs ~50 errors a second; this one logs 3 by 3 s.
+    tries = [r for r in caplog.records if r.levelno == logging.ERROR][:3]
+    pauses = [r.getMessage().rpartition("Trying again in ")[2] for r in tries]
+    assert pauses == ["1 s.", "2 s.", "4 s."]
+    gaps = [later.created - earlier.created for earlier, later in itertools.pairwise(tries)]
+    assert gaps[0] >= 0.9 and gaps[1] >= 1.9, gaps
+    assert all(str(not_a_folder) in r.getMessage() for r in tries)
+    assert "Traceback" not in caplog.text
 
 
 @pytest.mark.parametrize(

@@ -60,11 +60,13 @@ def read_wire(model: type[M], raw: bytes | str, what: str) -> M:
         return model.model_validate_json(raw)
     except ValidationError as exc:
         problem = exc.errors(include_url=False, include_input=False)[:1]
-        raise APIServerError(
-            f"The API sent {what} that pplx_nb cannot read ({problem}). Check that "
-            "PERPLEXITY_BASE_URL and PERPLEXITY_API_STYLE point at a compatible server.",
-            reason=UNREADABLE,
-        ) from exc
+    # Raised outside the handler, chained to nothing: pydantic's error keeps the raw body as
+    # its input_value, and a server (a proxy) may have echoed the API key into it.
+    raise APIServerError(
+        f"The API sent {what} that pplx_nb cannot read ({problem}). Check that "
+        "PERPLEXITY_BASE_URL and PERPLEXITY_API_STYLE point at a compatible server.",
+        reason=UNREADABLE,
+    )
 
 
 class SearchResult(TypedDict, total=False):

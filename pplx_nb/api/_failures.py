@@ -1,7 +1,8 @@
 """The one place where HTTP failures become pplx_nb errors.
 
 Request exceptions from httpx2 (transport, body decoding, redirects) become
-:class:`APITimeoutError` / :class:`NetworkError` (raised ``from`` the original), and error
+:class:`APITimeoutError` / :class:`NetworkError` (raised ``from`` the original, redacted: a
+malformed reply can be quoted in it), and error
 responses become the :class:`APIError` subclass for their status with the API's own message —
 never the key, and never choking on an HTML error page.
 """
@@ -25,6 +26,7 @@ from pplx_nb._errors import (
     SubmissionUnknown,
     redact,
 )
+from pplx_nb._redact import scrub_chain
 from pplx_nb.api.retry import TOO_LARGE, retry_after_seconds, unread
 
 __all__ = [
@@ -62,6 +64,7 @@ def transport_errors(what: str, timeout_s: float, *, secret: str | None) -> Iter
     except APIError:
         raise
     except (httpx2.TimeoutException, TimeoutError) as exc:
+        scrub_chain(exc, secret)
         raise APITimeoutError(
             f"No answer from {what} within {timeout_s:g} s. Retry, or allow more time with "
             "PERPLEXITY_TIMEOUT (milliseconds; PERPLEXITY_DEEP_RESEARCH_TIMEOUT for deep "
@@ -69,6 +72,7 @@ def transport_errors(what: str, timeout_s: float, *, secret: str | None) -> Iter
             reason=type(exc).__name__,
         ) from exc
     except httpx2.HTTPError as exc:
+        scrub_chain(exc, secret)
         detail = redact(str(exc) or type(exc).__name__, secret)
         raise NetworkError(
             f"The connection to {what} failed or broke off ({detail}). Check the network and "

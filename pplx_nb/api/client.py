@@ -34,6 +34,7 @@ from pplx_nb._errors import (
 from pplx_nb._logging import get_logger
 from pplx_nb._models import Answer
 from pplx_nb._pricing import Price, finite_cost, storable_cost
+from pplx_nb._redact import register_secret
 from pplx_nb._sync import iterate_sync, run_sync
 from pplx_nb._web_results import WebResults
 from pplx_nb.api._activity import Activity
@@ -101,6 +102,8 @@ class AsyncClient:
         self.base_url, auth = _split_credentials(endpoint.base_url)
         self.offline = endpoint.offline
         self._key = endpoint.api_key.get_secret_value() if endpoint.api_key else None
+        # Whatever its shape: a server that echoes it back must not make it show anywhere.
+        register_secret(self._key)
         self._adapter: Adapter = (
             AgentAdapter() if self.settings.api_style == "agent" else SonarAdapter()
         )

@@ -30,7 +30,8 @@ __all__ = ["Worker"]
 logger = get_logger("pplx_nb.jobs")
 
 _LONGEST_PAUSE = 30.0
-"""Seconds between tries at most while the store (Redis) cannot be reached."""
+"""Seconds between tries at most while the store cannot be reached (Redis) or used (a logs
+folder that is a file or cannot be written)."""
 
 
 class Worker:
@@ -165,11 +166,8 @@ class Worker:
     def _claim(self) -> Job | None:
         try:
             job = self.queue.claim(self.worker_id)
-        except StoreUnavailable as exc:
-            self._unreachable(exc)
-            return None
         except (PplxError, OSError) as exc:
-            logger.error("Worker %s could not claim a job: %s", self.worker_id, exc)
+            self._failed("claim a job", exc)
             return None
         self._reachable()
         return job
@@ -177,18 +175,28 @@ class Worker:
     def _recover(self) -> None:
         try:
             self.queue.recover_stale()
-        except StoreUnavailable as exc:
-            self._unreachable(exc)
         except (PplxError, OSError) as exc:
-            logger.error("Worker %s could not recover stale jobs: %s", self.worker_id, exc)
+            self._failed("recover stale jobs", exc)
 
-    def _unreachable(self, exc: StoreUnavailable) -> None:
-        """Wait longer before the next try (1 s, doubling up to 30 s), and say so."""
+    def _failed(self, doing: str, exc: PplxError | OSError) -> None:
+        """Wait longer before the next try (1 s, doubling up to 30 s), and say so: a store that
+        cannot be reached as a warning, one that cannot be used (a logs folder that is a file)
+        as an error. Without the pause a store that keeps failing would be tried, and logged,
+        at every poll."""
         self._pause = min(max(self._pause * 2, 1.0), _LONGEST_PAUSE)
         self._resume_at = time.monotonic() + self._pause
-        logger.warning(
-            "Worker %s cannot reach the store: %s Trying again in %g s.",
+        if isinstance(exc, StoreUnavailable):
+            logger.warning(
+                "Worker %s cannot reach the store: %s Trying again in %g s.",
+                self.worker_id,
+                exc,
+                self._pause,
+            )
+            return
+        logger.error(
+            "Worker %s could not %s: %s Trying again in %g s.",
             self.worker_id,
+            doing,
             exc,
             self._pause,
         )

@@ -46,6 +46,7 @@ __all__ = [
     "fresh_summary_field",
     "header",
     "last_role",
+    "misplaced",
     "parse",
     "split",
     "summarize",
@@ -250,6 +251,22 @@ def corrupted(conversation_id: str, where: str, problem: str) -> ConversationCor
         conversation_id=conversation_id,
         path=where,
         problem=problem,
+    )
+
+
+def misplaced(inner: object, conversation_id: str, where: str) -> ConversationCorrupted:
+    """The CONVERSATION_CORRUPTED error for a document stored as ``conversation_id`` (at
+    ``where``) that names another conversation, ``inner``.
+
+    A folder copied under another id would otherwise be answered, and billed, under the wrong
+    id, and listed and exported twice under the id it names.
+    """
+    return corrupted(
+        conversation_id,
+        where,
+        f"it says it is conversation {inner!r}, not {conversation_id} (a copied or renamed "
+        f"folder). Set its conversationId to {conversation_id}, or move it back to the folder "
+        "it names",
     )
 
 

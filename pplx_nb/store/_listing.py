@@ -2,7 +2,8 @@
 and documents read in batches.
 
 Conversations are read in batches that grow from the first (one round trip each on Redis); one
-that cannot be read is skipped with a warning, never breaking the listing of the others. The
+that cannot be read, or that names another conversation (a folder copied under a new id), is
+skipped with a warning, never breaking the listing of the others. The
 job states come from the job side, and a document a batch read caught mid-rewrite is read again
 patiently by the store.
 """
@@ -27,7 +28,7 @@ from pplx_nb._logging import get_logger
 from pplx_nb._models import ConversationSummary, JobState
 from pplx_nb._option_names import option_error
 from pplx_nb.store._base import StoreBackend
-from pplx_nb.store._document import SUMMARY_KEY, corrupted, first_problem, parse
+from pplx_nb.store._document import SUMMARY_KEY, corrupted, first_problem, misplaced, parse
 
 __all__ = ["documents", "list_summaries", "parse_instant"]
 
@@ -89,6 +90,9 @@ def list_summaries(
                 if isinstance(read, PplxError):
                     raise read
                 summary = read
+                if summary.get("conversationId") != conversation_id:
+                    where = backend.document_location(conversation_id)
+                    raise misplaced(summary.get("conversationId"), conversation_id, where)
                 summary["jobStatus"] = state
                 if (tool and tool not in summary.get("tools", ())) or (
                     model and model not in summary.get("models", ())
@@ -167,6 +171,8 @@ def _document(
         where = backend.document_location(conversation_id)
         with contextlib.suppress(ConversationCorrupted):  # perhaps caught mid-rewrite
             document = parse(read, conversation_id, where)
+            if document.get("conversationId") != conversation_id:
+                raise misplaced(document.get("conversationId"), conversation_id, where)
             document.pop(SUMMARY_KEY, None)
             return document
     return reread(conversation_id)

@@ -47,6 +47,7 @@ from pplx_nb.store._document import (
     corrupted,
     first_problem,
     header,
+    misplaced,
     parse,
     split,
 )
@@ -408,6 +409,7 @@ class ConversationStore:
             lambda: parse(self._backend.read(conversation_id), conversation_id, where),
             (ConversationCorrupted,),
         )
+        self._check_id(document.get("conversationId"), conversation_id)
         document.pop(SUMMARY_KEY, None)
         return document
 
@@ -505,20 +507,11 @@ class ConversationStore:
         return _listing.documents(self._backend, self.read_raw, ids)
 
     def _check_id(self, inner: object, conversation_id: str) -> None:
-        """CONVERSATION_CORRUPTED when the document names another conversation than its folder.
-
-        A folder copied under another id would otherwise be answered, and billed, under the
-        wrong id.
-        """
+        """CONVERSATION_CORRUPTED when the document names another conversation than its folder
+        (see :func:`misplaced`)."""
         if inner != conversation_id:
             where = self._backend.document_location(conversation_id)
-            raise corrupted(
-                conversation_id,
-                where,
-                f"it says it is conversation {inner!r}, not {conversation_id} (a copied or "
-                f"renamed folder). Set its conversationId to {conversation_id}, or move it back "
-                "to the folder it names",
-            )
+            raise misplaced(inner, conversation_id, where)
 
     def _conversation(self, data: bytes, conversation_id: str | None) -> Conversation:
         try:

@@ -4,7 +4,9 @@ Settings come from the environment (PERPLEXITY_BASE_URL, PPLX_NB_STORE, PPLX_NB_
 It builds its client (``--warm``: and asks once, as a long-running worker's client is warm),
 prints ``ready``, waits for a line on stdin, then either asks ``--count``
 questions (``--concurrency`` at a time) or keeps asking for ``--seconds`` with ``--gap``
-seconds between a reply and the next question, and prints one JSON line: the error codes met.
+seconds between a reply and the next question, and prints one JSON line: the error codes met
+and the instants of the turns its throttle granted (the throttle's clock: the Redis server's
+when the limit is shared), which is where the limit is kept, whatever the machine's load.
 """
 
 from __future__ import annotations
@@ -16,13 +18,24 @@ import sys
 
 from pplx_nb import Settings
 from pplx_nb._errors import PplxError
+from pplx_nb.api._throttle import _Turn
 from pplx_nb.api.client import AsyncClient
 from pplx_nb.api.request import Request
 
 
 async def _main(args: argparse.Namespace) -> None:
     errors: list[str] = []
+    turns: list[float] = []
     async with AsyncClient(Settings.from_env()) as client:
+        reserve = client.throttle._reserve
+
+        async def reserve_and_note(max_wait: float) -> _Turn:
+            turn = await reserve(max_wait)
+            if turn.granted:
+                turns.append(turn.at)
+            return turn
+
+        client.throttle._reserve = reserve_and_note  # type: ignore[method-assign]
         if args.warm:
             await client.ask(Request(messages=[{"role": "user", "content": "warm up"}]))
         print("ready", flush=True)
@@ -46,7 +59,7 @@ async def _main(args: argparse.Namespace) -> None:
                     await asyncio.sleep(args.gap)
 
         await asyncio.gather(*(ask_until_done() for _ in range(args.concurrency)))
-    print(json.dumps({"errors": errors}), flush=True)
+    print(json.dumps({"errors": errors, "turns": turns}), flush=True)
 
 
 def main() -> None:

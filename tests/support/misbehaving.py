@@ -15,6 +15,7 @@ drops a reply it has already acted on)::
         bad.huge_body_mib = 300         # answers are a 300 MiB body, generated as it is sent
         bad.submission_reply = "huge"   # a background submission runs; its reply is unreadable
         bad.poll_retry_after = 5000     # the first poll of a run: 429, Retry-After 5000 s
+        bad.echo_key = "failed_run"     # runs fail with a message quoting the Authorization header
 
 Plain asyncio streams, HTTP/1.1 with keep-alive, on a daemon thread: enough for httpx2.
 """
@@ -81,6 +82,12 @@ class Misbehaving:
             with a 200 that is not JSON while it is true.
         poll_retry_after: answer the first ``GET /v1/responses/{id}`` (a poll or a run's event
             stream) 429 with this ``Retry-After`` (seconds); later ones are forwarded.
+        echo_key: answer every run request (``POST /v1/agent``, polls and run streams of
+            ``/v1/responses``) without forwarding it, quoting its Authorization header and the
+            key in it, as a careless proxy does: ``"failed_run"`` (a run that failed, as JSON
+            or a ``response.failed`` event), ``"error_event"`` (an ``error`` event; ``{"error":
+            ...}`` unstreamed) or ``"not_json"`` (an HTML page with status 200, as the body or
+            as an event's data).
         requests: how many requests each ``METHOD path-prefix`` received.
         stream_started: when (``time.monotonic``) the first endless stream began, if one did.
     """
@@ -101,6 +108,7 @@ class Misbehaving:
         self.submission_reply: str | None = None
         self.poll_retry_after = 0
         self.garbage_polls = False
+        self.echo_key: str | None = None
         self.requests: Counter[str] = Counter()
         self.bytes_sent = 0
         self.stream_started: float | None = None
@@ -178,6 +186,11 @@ class Misbehaving:
         route = f"{method} {'/v1/responses' if path.startswith('/v1/responses/') else path}"
         self.requests[route] += 1
         payload = _json(request.body)
+        runs = path in ("/v1/agent", "/v1/responses") or path.startswith("/v1/responses/")
+        if self.echo_key and runs:
+            streamed = bool(payload.get("stream")) or "stream=true" in request.target
+            await self._echo(request.headers.get("authorization", ""), streamed, writer)
+            return not streamed
         if method == "POST" and path in ("/v1/agent", "/v1/responses"):
             if payload.get("background"):
                 return await self._submission(request, writer)
@@ -310,6 +323,43 @@ class Misbehaving:
             self.bytes_sent += len(frame)
             await writer.drain()
             await asyncio.sleep(self.drip_every)
+
+    async def _echo(self, authorization: str, streamed: bool, writer: asyncio.StreamWriter) -> None:
+        said = f"upstream refused {authorization} (key {authorization.partition(' ')[2]})"
+        run = {"id": "resp_echo", "object": "response", "status": "failed", "output": []}
+        if self.echo_key == "not_json":
+            page = f"<html><body>Proxy error: {said}</body></html>"
+            if not streamed:
+                await self._reply(writer, 200, page.encode())
+                return
+            frames = [("response.created", page)]
+        elif self.echo_key == "error_event":
+            error = {"type": "error", "error": {"message": said, "type": "proxy"}}
+            if not streamed:
+                await self._reply(writer, 200, json.dumps({"error": error["error"]}).encode())
+                return
+            frames = [("error", json.dumps(error))]
+        else:
+            failed = {**run, "error": {"code": "proxy", "message": said}}
+            if not streamed:
+                await self._reply(writer, 200, json.dumps(failed).encode())
+                return
+            created = {"type": "response.created", "response": {**run, "status": "in_progress"}}
+            frames = [
+                ("response.created", json.dumps({**created, "sequence_number": 1})),
+                (
+                    "response.failed",
+                    json.dumps(
+                        {"type": "response.failed", "response": failed, "sequence_number": 2}
+                    ),
+                ),
+            ]
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n"
+        )
+        for name, data in frames:
+            writer.write(f"event: {name}\ndata: {data}\n\n".encode())
+        await writer.drain()
 
     async def _huge(
         self, writer: asyncio.StreamWriter, prefix: bytes = _ANSWER_HEAD, suffix: bytes = b'"}]}]}'
