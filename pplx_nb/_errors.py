@@ -4,7 +4,7 @@ Every failure that reaches a user is a :class:`PplxError` with a stable ``code``
 says what to do next. Each class also derives from the builtin a user would naturally catch::
 
     PplxError (Exception)                      code
-    ├── ValidationError (ValueError)           VALIDATION_ERROR
+    ├── ValidationError (ValueError)           VALIDATION_ERROR     (wordings)
     ├── ConversationNotFound (KeyError)        CONVERSATION_NOT_FOUND
     ├── ConversationCorrupted (ValueError)     CONVERSATION_CORRUPTED
     ├── FilesystemError (OSError)              FILESYSTEM_ERROR
@@ -12,7 +12,7 @@ says what to do next. Each class also derives from the builtin a user would natu
     ├── JobInProgress (RuntimeError)           JOB_IN_PROGRESS
     ├── LeaseLost                              JOB_LEASE_EXPIRED    a job's worker lost its lease
     ├── CacheError                             CACHE_ERROR
-    └── APIError                               (status_code, request_id)
+    └── APIError                               (status_code, retry_after, reason, request_id)
         ├── APIKeyInvalid (PermissionError)    API_KEY_INVALID      401 / 403
         ├── APIQuotaExceeded                   API_QUOTA_EXCEEDED   429 after retries
         ├── APIServerError                     API_SERVER_ERROR     5xx after retries, failed runs
@@ -23,13 +23,17 @@ says what to do next. Each class also derives from the builtin a user would natu
         ├── NetworkError (ConnectionError)     NETWORK_ERROR        no connection, 3xx redirects
         └── SubmissionUnknown                  SUBMISSION_UNKNOWN   paid request sent, reply lost
 
-Errors are picklable with their details (jobs carry them across processes) and never contain the
-API key: each message, and each text detail, is redacted (:mod:`pplx_nb._redact`) as the error is
-made, so a server that echoes the key back shows it nowhere.
+:class:`APIError` carries what a caller decides on as typed attributes (``status_code``,
+``retry_after``, ``reason``, ``request_id``), as :class:`ValidationError` does its ``wordings``;
+``details`` holds other context. Errors are picklable with both (jobs carry them across
+processes) and never contain the API key: each message, and each text attribute or detail, is
+redacted (:mod:`pplx_nb._redact`) as the error is made, so a server that echoes the key back shows
+it nowhere.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from pplx_nb._redact import redact, url_without_credentials
@@ -82,21 +86,40 @@ class PplxError(Exception):
         return f"{type(self).__name__}(code={self.code!r}, message={self.message!r})"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild, (type(self), self.message, self.details))
+        return (_rebuild, (type(self), self.message, {**self.details, **self._facts()}))
+
+    def _facts(self) -> dict[str, Any]:
+        """The typed attributes a subclass adds, as its constructor takes them (for pickling)."""
+        return {}
 
     def to_dict(self) -> dict[str, str]:
         """The ``{code, message}`` shape stored in status.json and returned to MCP clients."""
         return {"code": self.code, "message": self.message}
 
 
-def _rebuild(cls: type[PplxError], message: str, details: dict[str, Any]) -> PplxError:
-    return cls(message, **details)
+def _rebuild(cls: type[PplxError], message: str, arguments: dict[str, Any]) -> PplxError:
+    return cls(message, **arguments)
 
 
 class ValidationError(PplxError, ValueError):
-    """Input that pplx_nb refuses before doing any work (bad id, empty query, bad option)."""
+    """Input that pplx_nb refuses before doing any work (bad id, empty query, bad option).
+
+    An option's error has ``wordings``: its message in each surface's names for the options
+    (``python``, ``mcp``, ``notebook``; see :mod:`pplx_nb._option_names`), empty otherwise.
+    """
 
     code = "VALIDATION_ERROR"
+
+    def __init__(
+        self, message: str, *, wordings: Mapping[str, str] | None = None, **details: Any
+    ) -> None:
+        super().__init__(message, **details)
+        self.wordings: dict[str, str] = {
+            surface: redact(text) for surface, text in (wordings or {}).items()
+        }
+
+    def _facts(self) -> dict[str, Any]:
+        return {"wordings": self.wordings} if self.wordings else {}
 
 
 class ConversationNotFound(PplxError, KeyError):
@@ -158,15 +181,41 @@ class CacheError(PplxError):
 
 
 class APIError(PplxError):
-    """A failure talking to the Perplexity API (or the simulator); carries ``status_code``."""
+    """A failure talking to the Perplexity API (or the simulator).
+
+    What a caller decides on is an attribute, ``None`` when unknown: ``status_code`` (the HTTP
+    status of the failed response), ``retry_after`` (the seconds the server asked to wait),
+    ``reason`` (what failed when no response came: the transport error's name, ``"deadline"``,
+    ``"idle"``, or the API's error type) and ``request_id`` (the run it is about). ``details``
+    holds any other context.
+    """
 
     code = "API_ERROR"
 
-    @property
-    def status_code(self) -> int | None:
-        """The HTTP status of the failed response, when there was one."""
-        value = self.details.get("status_code")
-        return int(value) if value is not None else None
+    def __init__(
+        self,
+        message: str,
+        *,
+        status_code: int | str | None = None,
+        retry_after: float | None = None,
+        reason: str | None = None,
+        request_id: str | None = None,
+        **details: Any,
+    ) -> None:
+        super().__init__(message, **details)
+        self.status_code: int | None = int(status_code) if status_code is not None else None
+        self.retry_after = retry_after
+        self.reason = redact(reason) if reason is not None else None
+        self.request_id = redact(request_id) if request_id is not None else None
+
+    def _facts(self) -> dict[str, Any]:
+        facts = {
+            "status_code": self.status_code,
+            "retry_after": self.retry_after,
+            "reason": self.reason,
+            "request_id": self.request_id,
+        }
+        return {name: value for name, value in facts.items() if value is not None}
 
 
 class APIKeyInvalid(APIError, PermissionError):

@@ -4,7 +4,7 @@ One option has a name per surface: a keyword argument in Python (``search_domain
 argument over MCP (``search_domain_filter``, ``showThinking``), a magic's flag in a notebook
 (``--domain``). The layer that checks an option raises its error once, with
 :func:`option_error`: which option failed, with what value, and the rest of the sentence. The
-error's message is worded for Python; ``details["worded"]`` holds the same sentence for every
+error's message is worded for Python; its ``wordings`` hold the same sentence for every
 surface, read back with :func:`worded`. The names come from the one table :data:`OPTION_NAMES`.
 """
 
@@ -125,12 +125,11 @@ def option_error(
             names.update(option2=second["option"], given2=second["given"])
         wordings[surface] = template.format(**names, **fields)
     options = [option] if other is None else [option, other[0]]
-    return ValidationError(wordings["python"], option=option, options=options, worded=wordings)
+    return ValidationError(wordings["python"], wordings=wordings, option=option, options=options)
 
 
 def worded(error: PplxError, surface: Surface) -> str:
     """``error``'s message in ``surface``'s names for the options (as it is, if it names none)."""
-    wordings = error.details.get("worded")
-    if isinstance(wordings, dict) and isinstance(wordings.get(surface), str):
-        return str(wordings[surface])
+    if isinstance(error, ValidationError) and surface in error.wordings:
+        return error.wordings[surface]
     return error.message

@@ -19,9 +19,9 @@ import uuid
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from pplx_nb._config import check_store_url
 from pplx_nb._errors import StoreUnavailable, ValidationError, redact, url_without_credentials
 from pplx_nb._logging import get_logger
+from pplx_nb._store_url import check_store_url
 
 if TYPE_CHECKING:
     import redis
@@ -44,7 +44,7 @@ _clients_lock = threading.Lock()
 def client(url: str) -> redis.Redis:
     """The client for ``url`` in this process (created on first use; sockets time out).
 
-    A URL :func:`~pplx_nb._config.check_store_url` refuses, or that redis-py cannot read, is a
+    A URL :func:`~pplx_nb._store_url.check_store_url` refuses, or that redis-py cannot read, is a
     VALIDATION_ERROR naming PPLX_NB_STORE (never a TypeError or ValueError from redis-py).
     """
     import redis

@@ -19,7 +19,7 @@ from pplx_nb._models import (
     Usage,
 )
 from pplx_nb.notebook import display
-from pplx_nb.notebook._html import markdown_to_html
+from pplx_nb.notebook._render import markdown_to_html
 
 CID = "20261122-1763794800000"
 TASK_URL = "https://docs.python.org/3/library/asyncio-task.html#asyncio.Task.cancel"

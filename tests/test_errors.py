@@ -38,11 +38,43 @@ def test_each_error_has_its_code_and_builtin_base(cls: type[errors.PplxError]) -
 
 @pytest.mark.parametrize("cls", list(CODES))
 def test_errors_survive_pickling_with_details(cls: type[errors.PplxError]) -> None:
-    exc = cls("message", status_code=503, attempt=2)
+    exc = cls("message", path="/x", attempt=2)
     copy = pickle.loads(pickle.dumps(exc))
     assert type(copy) is cls
     assert copy.message == "message"
-    assert copy.details == {"status_code": 503, "attempt": 2}
+    assert copy.details == {"path": "/x", "attempt": 2}
+
+
+API_CLASSES = [c for c in CODES if issubclass(c, errors.APIError)] + [
+    errors.RemoteRunFailed,
+    errors.RunTimedOut,
+    errors.SubmissionUnknown,
+]
+
+
+@pytest.mark.parametrize("cls", API_CLASSES)
+def test_api_error_facts_are_typed_attributes_that_survive_pickling(
+    cls: type[errors.APIError],
+) -> None:
+    exc = cls(
+        "message", status_code=429, retry_after=2.5, reason="idle", request_id="run-1", attempt=2
+    )
+    for copy in (exc, pickle.loads(pickle.dumps(exc))):
+        assert type(copy) is cls
+        assert (copy.status_code, copy.retry_after, copy.reason, copy.request_id) == (
+            429,
+            2.5,
+            "idle",
+            "run-1",
+        )
+        assert copy.details == {"attempt": 2}
+
+
+def test_api_error_facts_default_to_none_and_keep_out_of_details() -> None:
+    exc = errors.NetworkError("message")
+    assert (exc.status_code, exc.retry_after, exc.reason, exc.request_id) == (None,) * 4
+    assert exc.details == {}
+    assert pickle.loads(pickle.dumps(exc)).details == {}
 
 
 def test_stored_errors_are_rebuilt_by_code() -> None:

@@ -9,6 +9,7 @@ import types
 
 import pplx_nb
 import pplx_nb.api
+from pplx_nb import _errors
 
 HEAVY = ("pandas", "ipywidgets", "mcp", "IPython", "httpx2")
 
@@ -38,6 +39,17 @@ def test_every_exported_name_resolves_to_its_own_object() -> None:
             assert value.__name__ == name
             assert value.__module__.startswith("pplx_nb")
     assert "Researcher" in dir(pplx_nb)
+
+
+def test_every_error_a_user_may_catch_is_exported() -> None:
+    classes = {
+        name
+        for name, value in vars(_errors).items()
+        if isinstance(value, type) and issubclass(value, _errors.PplxError)
+    }
+    assert {"LeaseLost", "RemoteRunFailed", "RunTimedOut", "StoreUnavailable"} <= classes
+    assert "SubmissionUnknown" in classes
+    assert classes <= set(pplx_nb.__all__)
 
 
 def test_api_package_exports_what_it_defines() -> None:

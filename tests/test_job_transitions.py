@@ -233,6 +233,35 @@ def test_a_cancelled_job_whose_run_had_finished_completes_with_its_result() -> N
         assert t.finish_cancelled(other, {"cost": 1.0}, T3) is other
 
 
+def test_a_report_handed_over_after_a_lost_lease_completes_a_running_or_failed_job() -> None:
+    status, _ = claimed()
+    requeued, _ = t.expire_lease(t.begin_submission(status, T1), 9.0, 3.0, 2, T2)
+    finished = t.finish_late(requeued, {"tokens": 15}, T3)
+    assert finished.status == "completed" and finished.completed_at == T3
+    assert (finished.model_extra or {})["result"] == {"tokens": 15, "handedOver": True}
+    assert [e.code for e in finished.error_history] == ["JOB_LEASE_EXPIRED"]
+    failed, _ = t.fail_or_retry(status, SubmissionUnknown("reply lost"), 2, T2)
+    assert failed.status == "failed"
+    answered = t.finish_late(failed, {}, T3)
+    assert answered.status == "completed" and answered.error is None
+    cancelled = t.finish_late(t.cancel(status, T2), {}, T3)
+    assert (cancelled.model_extra or {})["result"] == {"finishedBeforeCancel": True}
+    assert t.finish_late(finished, {"cost": 1.0}, T3) is finished
+
+
+def test_a_run_handed_over_is_recorded_only_for_its_job_while_it_runs_no_other() -> None:
+    status, _ = claimed()
+    requeued, _ = t.expire_lease(t.begin_submission(status, T1), 9.0, 3.0, 2, T2)
+    handed = t.hand_over_run(requeued, "job-1", "resp_1", T3)
+    assert handed is not None and handed.status == "pending"
+    assert (handed.remote_id, handed.submitted_at, handed.submitting_at) == ("resp_1", T1, None)
+    assert handed.heartbeat_at == requeued.heartbeat_at, "not a heartbeat: the lease stays"
+    assert t.hand_over_run(handed, "job-1", "resp_1", T3) is not None
+    assert t.hand_over_run(handed, "job-1", "resp_2", T3) is None
+    assert t.hand_over_run(requeued, "job-2", "resp_1", T3) is None
+    assert t.hand_over_run(t.cancel(requeued, T3), "job-1", "resp_1", T3) is None
+
+
 def test_the_retry_policy_counts_retries_after_the_first_attempt() -> None:
     error = APIServerError("x")
     assert [t.retryable(error, attempt, 2) for attempt in (1, 2, 3)] == [True, True, False]

@@ -21,6 +21,7 @@ from pplx_nb._errors import (
     APIServerError,
     ConversationNotFound,
     JobInProgress,
+    SubmissionUnknown,
     ValidationError,
 )
 from pplx_nb._fs import ensure_dir, id_from_ms
@@ -609,29 +610,38 @@ def test_a_cancel_after_the_worker_stored_its_answer_completes_the_job(world: Wo
         queue.complete(job)
 
 
+def _late(store: ConversationStore, queue: JobQueue, job: Job) -> bool:
+    """The report of ``job`` brought by no attempt owning it (the canceller, or an attempt
+    that lost its lease), stored as the research side stores it."""
+    cid = job.conversation_id
+    return store.answer_closed(
+        cid,
+        Message.model_validate(_report(job)),
+        job.job_id,
+        check=lambda document: queue.check_late_report(cid, job.job_id, document),
+        then=lambda: queue.finish_late_locked(cid, job.job_id),
+    )
+
+
+def _lose_lease(queue: JobQueue) -> None:
+    """Wait (at most 30 s) until this process has requeued the one running job past its lease."""
+    deadline = time.monotonic() + 30
+    while queue.recover_stale() != 1:
+        assert time.monotonic() < deadline, "the lease never ran out"
+        time.sleep(0.05)
+
+
 def test_a_late_report_completes_its_cancelled_job_once_in_place_of_the_notice(
     world: World,
 ) -> None:
     queue = world.queue()
     store, job = _running_research(world, queue)
     cid = job.conversation_id
-
-    def late() -> bool:
-        return store.answer_closed(
-            cid,
-            Message.model_validate(_report(job)),
-            job.job_id,
-            check=lambda document: queue.check_cancelled(cid, job.job_id, document),
-            then=lambda: queue.finish_cancelled_locked(cid, job.job_id),
-        )
-
-    with pytest.raises(LeaseLost, match="in_progress"):
-        late()  # a running job's report goes through its worker, fenced by its lease
     cancelled = queue.cancel(cid)
     assert cancelled is not None and cancelled.status == "cancelled"
     closing = store.load(cid).messages[-1]
     assert closing.unanswered is not None and closing.model_extra == {"closesJob": job.job_id}
-    assert late()
+    assert _late(store, queue, job)
     status = queue.status(cid)
     assert status is not None and status.status == "completed"
     result = (status.model_extra or {})["result"]
@@ -642,5 +652,94 @@ def test_a_late_report_completes_its_cancelled_job_once_in_place_of_the_notice(
         "the report",
     ]
     with pytest.raises(LeaseLost, match="completed"):
-        late()
+        _late(store, queue, job)
     assert len(store.load(cid).messages) == 2
+
+
+def test_the_report_of_an_attempt_past_its_lease_completes_the_job_it_lost_once(
+    world: World,
+) -> None:
+    """The attempt's lease ran out and another attempt took the job before the report was
+    stored: the report is stored all the same, once, and no attempt runs the job again."""
+    queue = world.queue(lease_seconds=0.2)
+    store, job = _running_research(world, queue)
+    cid = job.conversation_id
+    _lose_lease(queue)
+    with pytest.raises(LeaseLost):
+        store.append(cid, _report(job), check=JobContext(queue, job).check_owner)
+    again = queue.claim("next")
+    assert again is not None and again.attempt == 2
+    assert _late(store, queue, job)
+    status = queue.status(cid)
+    assert status is not None and status.status == "completed" and status.error is None
+    result = (status.model_extra or {})["result"]
+    assert result == {"tokens": 15, "cost": 0.0126, "handedOver": True}
+    assert world.parts(cid) == {"status.json"}
+    assert queue.claim("third") is None
+    with pytest.raises(LeaseLost, match="completed"):
+        queue.heartbeat(again)
+    with pytest.raises(LeaseLost, match="completed"):
+        _late(store, queue, job)
+    assert [m.content for m in store.load(cid).messages] == [
+        "Describe the json module",
+        "the report",
+    ]
+
+
+def test_a_late_report_takes_the_place_of_the_notice_of_a_job_that_failed_meanwhile(
+    world: World,
+) -> None:
+    """Another attempt found the submission's outcome unknown and failed the job: the report
+    of that submission's run, handed over after all, answers the question instead."""
+    queue = world.queue()
+    store, job = _running_research(world, queue)
+    cid = job.conversation_id
+    failed = queue.fail(job, SubmissionUnknown("The run request's reply was lost."))
+    assert failed.status == "failed"
+    assert store.load(cid).messages[-1].unanswered is not None
+    assert _late(store, queue, job)
+    status = queue.status(cid)
+    assert status is not None and status.status == "completed" and status.error is None
+    assert [e.code for e in status.error_history] == ["SUBMISSION_UNKNOWN"]
+    messages = store.load(cid).messages
+    assert [m.content for m in messages] == ["Describe the json module", "the report"]
+
+
+def test_a_run_handed_over_after_a_lost_lease_is_followed_by_the_next_attempt(
+    world: World,
+) -> None:
+    queue = world.queue(lease_seconds=0.2)
+    store, job = _running_research(world, queue)
+    cid = job.conversation_id
+    queue.begin_submission(job)
+    _lose_lease(queue)
+    with pytest.raises(LeaseLost):
+        queue.set_remote_id(job, "resp_1")
+    assert queue.hand_over_run(job, "resp_1")
+    again = queue.claim("next")
+    assert again is not None and again.remote_id == "resp_1" and not again.submitting
+    assert again.submitted_at is not None
+    assert queue.hand_over_run(job, "resp_1"), "the same run again: nothing changes"
+    assert not queue.hand_over_run(job, "resp_2"), "the job follows another run"
+    queue.complete(again)
+    assert not queue.hand_over_run(job, "resp_1"), "the job ended"
+    assert world.parts(cid) == {"status.json"}
+    assert store.load(cid).messages[-1].role == "user"
+
+
+def test_an_attempt_claimed_before_the_hand_over_adopts_the_run_instead_of_giving_up(
+    world: World,
+) -> None:
+    queue = world.queue(lease_seconds=0.2)
+    _, job = _running_research(world, queue)
+    queue.begin_submission(job)
+    _lose_lease(queue)
+    again = queue.claim("next")
+    assert again is not None and again.submitting and again.remote_id is None
+    ctx = JobContext(queue, again)
+    assert ctx.submission_unfinished and ctx.adopt_handed_over_run() is None
+    assert queue.hand_over_run(job, "resp_1")
+    assert ctx.adopt_handed_over_run() == "resp_1"
+    assert ctx.remote_id == "resp_1" and not ctx.submission_unfinished
+    assert ctx.submitted_at is not None
+    queue.heartbeat(again)  # the job is still the new attempt's

@@ -160,7 +160,7 @@ def test_the_checker_sees_lazy_relative_and_private_imports() -> None:
     found = {(edge.importer, edge.target, edge.name) for edge in edges()}
     # A lazy import inside a function, and a name imported from a package's __init__.
     assert ("pplx_nb.api.endpoint", "pplx_nb.sim", "shared_server_url") in found
-    assert ("pplx_nb.jobs._display", "pplx_nb._markdown", "job_status_markdown") in found
+    assert ("pplx_nb.jobs", "pplx_nb._markdown", "job_status_markdown") in found
     assert unit("pplx_nb._config") == SHARED and unit("pplx_nb.export") == "export"
     assert unit("pplx_nb.notebook.magics") == "notebook" and unit("pplx_nb") == "root"
 

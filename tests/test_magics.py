@@ -17,8 +17,7 @@ from IPython.utils.capture import capture_output
 
 from pplx_nb import Answer, Conversation, JobStatus, Researcher, Settings
 from pplx_nb.notebook import magics
-from pplx_nb.notebook._args import search_opts, split_conversation_id, unquote
-from pplx_nb.notebook._interpolate import interpolate
+from pplx_nb.notebook._input import interpolate, search_opts, split_conversation_id, unquote
 from pplx_nb.sim import stats
 
 # -- interpolation ------------------------------------------------------------------------------
@@ -105,7 +104,7 @@ def test_search_opts_map_flags_to_api_fields() -> None:
 
 
 def test_magic_line_parsing_converts_dates_and_keeps_apostrophes() -> None:
-    from pplx_nb.notebook._args import parse_argstring
+    from pplx_nb.notebook._input import parse_argstring
 
     args = parse_argstring(
         magics.PplxMagics.pplx,

@@ -14,7 +14,7 @@ from pplx_nb._errors import ValidationError
 from pplx_nb._option_names import OPTION_NAMES, option_error, worded
 from pplx_nb._options import SEARCH_OPTIONS
 from pplx_nb.api.search import SEARCH_FILTERS
-from pplx_nb.notebook._args import parse_argstring, search_opts, web_opts
+from pplx_nb.notebook._input import parse_argstring, search_opts, web_opts
 from pplx_nb.notebook._lookback import PplxLookbackMagics
 from pplx_nb.notebook.magics import PplxMagics
 
@@ -26,6 +26,8 @@ def test_an_option_error_names_the_option_as_each_surface_does() -> None:
     assert worded(error, "mcp") == "max_results=0 is not accepted; ask for 1 to 20."
     assert worded(error, "notebook") == "`-n 0` is not accepted; ask for 1 to 20."
     assert error.details["option"] == "max_results"
+    assert error.wordings["notebook"] == worded(error, "notebook")
+    assert "wordings" not in error.details and "worded" not in error.details
 
     entry = option_error("{given} is not a domain.", "search_domain_filter", "", item=True)
     assert entry.message == "'' in search_domain_filter is not a domain."

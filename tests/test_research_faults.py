@@ -169,7 +169,7 @@ def test_a_blocking_deep_research_whose_stream_is_over_the_size_cap_is_not_sent_
     message = str(caught.value)
     assert "its stream was over the 0.05 MiB limit, PPLX_NB_MAX_RESPONSE_MB" in message
     assert "its run resp_endless could not be read back" in message
-    assert caught.value.details["remote_id"] == "resp_endless"
+    assert caught.value.request_id == "resp_endless"
     assert "API_SERVER_ERROR" not in message
     assert bad.requests["POST /v1/agent"] == 1
     assert _billed(sim_url)[0] == 1

@@ -10,7 +10,7 @@ from pplx_nb._errors import ValidationError
 from pplx_nb._models import Answer, Conversation, Message, Source
 from pplx_nb.mcp._render import web_search_result
 from pplx_nb.notebook import display
-from pplx_nb.notebook._tables import web_results_bundle
+from pplx_nb.notebook._render import web_results_bundle
 from pplx_nb.research import WebResults
 from pplx_nb.research._web import results_message
 from pplx_nb.sim import inject_faults, stats

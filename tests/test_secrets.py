@@ -53,7 +53,7 @@ def error_views(error: BaseException) -> list[str]:
     views = [str(error), repr(error), "".join(traceback.format_exception(error))]
     views.append(pickle.dumps(error).decode("latin-1"))
     if isinstance(error, PplxError):
-        views += [repr(error.details), str(error.to_dict())]
+        views += [repr(error.details), repr(vars(error)), str(error.to_dict())]
         views.append(repr(pickle.loads(pickle.dumps(error))))
     return views
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from typing import TypedDict
 
 import httpx2
 
@@ -54,6 +55,13 @@ _FIXES = {
     413: "Shorten the question or the attached files.",
     422: "Check the model name and the search options.",
 }
+
+
+class _Facts(TypedDict):
+    """What every error for an HTTP response carries, as :class:`APIError` takes it."""
+
+    status_code: int
+    retry_after: float | None
 
 
 @contextmanager
@@ -119,10 +127,7 @@ def from_status(
     # The API's own message often ends with a full stop; ours follows with the next sentence.
     said = f": {message.rstrip('. ')}" if message.rstrip(". ") else ""
     tried = f" after {retries} {'retry' if retries == 1 else 'retries'}" if retries else ""
-    details: dict[str, object] = {"status_code": status}
-    hint = retry_after_seconds(headers)
-    if hint is not None:
-        details["retry_after"] = hint
+    details = _Facts(status_code=status, retry_after=retry_after_seconds(headers))
     if status == 403 and kind == _SONAR_RETIRED:
         return InvalidInput(
             f"This server no longer serves Sonar chat completions (HTTP 403 {kind}): Perplexity "
@@ -177,18 +182,16 @@ def submission_unknown(
 
     ``cause``: the failure after sending (or a few words saying what happened);
     ``conversation_id``, when known, goes into the resubmit advice; ``remote_id``: the run
-    the API named before its reply was lost (``cause`` names it too), kept in the details so
-    that the run can be read later; ``unreadable``: the reply arrived but could not be read
-    (implied by such a ``cause``).
+    the API named before its reply was lost (``cause`` names it too), the error's
+    ``request_id``, so that the run can be read later; ``unreadable``: the reply arrived
+    but could not be read (implied by such a ``cause``).
     """
     status = None
     if isinstance(cause, APIError):
         status = cause.status_code
         unreadable = unreadable or unread(cause)
         cause = unread_words(cause) or (
-            f"HTTP {status}"
-            if status is not None
-            else str(cause.details.get("reason") or cause.code)
+            f"HTTP {status}" if status is not None else (cause.reason or cause.code)
         )
     target = conversation_id or "CONVERSATION_ID"
     where = f" for conversation {conversation_id}" if conversation_id else ""
@@ -202,7 +205,7 @@ def submission_unknown(
         cause=cause,
         status_code=status,
         conversation_id=conversation_id,
-        remote_id=remote_id,
+        request_id=remote_id,
     )
 
 
@@ -212,7 +215,7 @@ def unread_words(error: APIError, subject: str = "it") -> str:
     if not unread(error):
         return ""
     limit = error.details.get("limit_bytes")
-    if error.details.get("reason") == TOO_LARGE and isinstance(limit, int):
+    if error.reason == TOO_LARGE and isinstance(limit, int):
         return (
             f"{subject} was over the {limit / 2**20:.3g} MiB limit, PPLX_NB_MAX_RESPONSE_MB, "
             "and was dropped unread"

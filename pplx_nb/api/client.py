@@ -367,7 +367,7 @@ class AsyncClient:
             "(PERPLEXITY_DEEP_RESEARCH_TIMEOUT for deep research). It goes on at the API: "
             "retry later to read its report, or allow more time (milliseconds).",
             reason="deadline",
-            remote_id=remote_id,
+            request_id=remote_id,
         )
 
     async def _followed(

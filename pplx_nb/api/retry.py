@@ -56,7 +56,7 @@ def not_sent(error: APIError) -> bool:
     status = error.status_code
     if status is not None:
         return status in _REFUSED_STATUSES
-    return error.details.get("reason") in _UNSENT_REASONS
+    return error.reason in _UNSENT_REASONS
 
 
 def outcome_unknown(error: APIError) -> bool:
@@ -78,7 +78,7 @@ def unread(error: APIError) -> bool:
     """Whether ``error`` is a reply that arrived and could not be read: over
     ``PPLX_NB_MAX_RESPONSE_MB``, or not in the API's format. The server did answer, so it
     says nothing of the server failing; for a paid request it leaves the outcome unknown."""
-    return error.details.get("reason") in _UNREAD_REASONS
+    return error.reason in _UNREAD_REASONS
 
 
 def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
@@ -133,8 +133,8 @@ class RetryPolicy:
 
     def delay(self, error: APIError, retries_done: int) -> float:
         """Seconds to wait before the next attempt: the server's hint, else jittered backoff."""
-        hint = error.details.get("retry_after")
-        if isinstance(hint, int | float) and 0 <= hint <= self.max_retry_after:
+        hint = error.retry_after
+        if hint is not None and 0 <= hint <= self.max_retry_after:
             return float(hint)
         backoff = min(self.base * 2.0**retries_done, self.cap)
         return backoff * (1 - 0.25 * random.random())

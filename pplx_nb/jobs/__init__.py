@@ -13,6 +13,7 @@ DESIGN.md), as pure transitions over :class:`~pplx_nb.JobStatus` (:mod:`._transi
 are atomic (renames of marker files, or a Lua script in Redis), so a job runs on one worker at a
 time; a worker that stops heartbeating loses its lease, its job is requeued, and anything it
 writes afterwards is refused (:class:`LeaseLost`, ``JOB_LEASE_EXPIRED``).
+:func:`format_status_message` is a status as the MCP tools show it (rendered in ``_markdown``).
 
 Seams: statuses live behind :class:`JobStatusBackend` (:class:`FileStatusBackend` keeps them in
 each conversation's folder, :class:`~pplx_nb.jobs._redis.RedisStatusBackend` in Redis), the claim
@@ -24,8 +25,8 @@ set, :meth:`JobQueue.from_settings` is the queue in that Redis database.
 from __future__ import annotations
 
 from pplx_nb._errors import LeaseLost
+from pplx_nb._markdown import job_status_markdown as format_status_message
 from pplx_nb.jobs._backend import AnswerLookup, JobStatusBackend
-from pplx_nb.jobs._display import format_status_message
 from pplx_nb.jobs._files import FileStatusBackend
 from pplx_nb.jobs._job import Job, JobContext, JobRunner
 from pplx_nb.jobs._queue import NON_RETRYABLE, JobQueue

@@ -9,11 +9,14 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from pplx_nb._errors import LeaseLost, PplxError
+from pplx_nb._logging import get_logger
 
 if TYPE_CHECKING:
     from pplx_nb.jobs._queue import JobQueue
 
 __all__ = ["START_PROGRESS", "Job", "JobContext", "JobRunner", "LeaseLost"]
+
+logger = get_logger("pplx_nb.jobs")
 
 START_PROGRESS = (25, "Querying Perplexity API...")
 """The progress a claim records: a runner's first identical report only heartbeats."""
@@ -67,6 +70,7 @@ class JobContext:
         self._submitted_at = _epoch(job.submitted_at) if job.remote_id else None
         self._submitting = job.submitting and job.remote_id is None
         self._last: tuple[int, str] = START_PROGRESS
+        self._unrecorded: str | None = None
 
     @property
     def attempt(self) -> int:
@@ -81,14 +85,38 @@ class JobContext:
     async def report(self, percentage: int, message: str) -> None:
         """Record progress in status.json (also a heartbeat); identical repeats only heartbeat.
 
+        A run followed without its id recorded (:meth:`follow_unrecorded`) is recorded first.
+        While the attempt holds a run, a store that fails is logged, not raised: progress is
+        not worth giving up a paid run for.
+
         Raises:
             LeaseLost: the job is no longer this worker's; stop working on it.
         """
-        if self._last == (percentage, message):
-            self._queue.heartbeat(self.job)
+        try:
+            if self._unrecorded is not None:
+                await self.record_remote_id(self._unrecorded)
+            if self._last == (percentage, message):
+                self._queue.heartbeat(self.job)
+                return
+            self._queue.progress(self.job, percentage, message)
+        except LeaseLost:
+            raise
+        except PplxError as exc:
+            if self._remote_id is None and self._unrecorded is None:
+                raise
+            logger.warning("Progress of job %s not recorded: %s", self.job.conversation_id, exc)
             return
-        self._queue.progress(self.job, percentage, message)
         self._last = (percentage, message)
+
+    def follow_unrecorded(self, remote_id: str) -> None:
+        """Follow run ``remote_id``, whose id the store could not take yet: each progress
+        report tries again to record it."""
+        self._unrecorded = remote_id
+
+    @property
+    def unrecorded_run(self) -> str | None:
+        """A run this attempt follows whose id is recorded nowhere yet, or None."""
+        return self._unrecorded
 
     @property
     def submitted_at(self) -> float | None:
@@ -114,9 +142,35 @@ class JobContext:
         """Persist the id of a background run, so a recovered job resumes polling it."""
         self._queue.set_remote_id(self.job, remote_id)
         self._remote_id = remote_id
+        self._unrecorded = None
         self._submitting = False
         if self._submitted_at is None:
             self._submitted_at = time.time()
+
+    @property
+    def lease_seconds(self) -> float:
+        """How long the job stays this attempt's without a heartbeat reaching the queue."""
+        return self._queue.lease_seconds
+
+    async def hand_over_run(self, remote_id: str) -> bool:
+        """Record run ``remote_id``, which this attempt submitted, for the job's next attempt
+        to follow, though the job may no longer be this attempt's (see
+        :meth:`JobQueue.hand_over_run`); whether the job now follows it."""
+        return self._queue.hand_over_run(self.job, remote_id)
+
+    def adopt_handed_over_run(self) -> str | None:
+        """The run an earlier attempt submitted and handed over after this attempt was claimed
+        (read now), which this attempt then follows; ``None`` when there is none."""
+        try:
+            status = self._queue.status(self.job.conversation_id)
+        except PplxError:
+            return None
+        if status is None or status.job_id != self.job.job_id or status.remote_id is None:
+            return None
+        self._remote_id = status.remote_id
+        self._submitted_at = _epoch(status.submitted_at) or time.time()
+        self._submitting = False
+        return self._remote_id
 
     def check_owner(self, document: bytes) -> None:
         """Fence the answer's append: LeaseLost unless this attempt still owns the job.

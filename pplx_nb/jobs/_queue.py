@@ -513,33 +513,55 @@ class JobQueue:
         events.cancelled(status)
         return status
 
-    def check_cancelled(self, conversation_id: str, job_id: str, document: bytes) -> None:
-        """Raise LeaseLost unless job ``job_id`` is the conversation's, cancelled, and its
+    def check_late_report(self, conversation_id: str, job_id: str, document: bytes) -> None:
+        """Raise LeaseLost unless job ``job_id`` is the conversation's, not completed, and its
         answer is not in ``document`` (the conversation, read under its lock): what must hold
-        for a report that came after the cancel to be stored. Takes no lock."""
+        for a report that reached no attempt owning the job (it was cancelled, or the attempt
+        lost its lease) to be stored. Takes no lock."""
         status = self._statuses.read(validate_conversation_id(conversation_id))
-        if status is None or status.status != "cancelled" or status.job_id != job_id:
+        if status is None or status.status == "completed" or status.job_id != job_id:
             state = "gone" if status is None else f"{status.status} (job {status.job_id})"
-            raise _not_cancelled(conversation_id, job_id, state)
+            raise _late_refused(conversation_id, job_id, state)
         if self._answer_lookup().job_answer(conversation_id, job_id, document) is not None:
-            raise _not_cancelled(conversation_id, job_id, "answered already")
+            raise _late_refused(conversation_id, job_id, "answered already")
 
-    def finish_cancelled_locked(self, conversation_id: str, job_id: str) -> None:
-        """Mark cancelled job ``job_id`` completed: the report its run delivered after the
-        cancel is stored (the caller holds the conversation lock, after storing it; tokens and
-        cost are read from that report). LeaseLost if the job is not that cancelled one."""
+    def finish_late_locked(self, conversation_id: str, job_id: str) -> None:
+        """Mark job ``job_id`` completed: the late report of its run is stored (the caller
+        holds the conversation lock, after storing it; tokens and cost are read from that
+        report). A pending or running job also loses its request and marker, so no attempt runs
+        it again. LeaseLost if the job is not that one, or completed already."""
         status = self._statuses.read(validate_conversation_id(conversation_id))
-        if status is None or status.status != "cancelled" or status.job_id != job_id:
-            raise _not_cancelled(conversation_id, job_id, "no longer cancelled")
+        if status is None or status.status == "completed" or status.job_id != job_id:
+            raise _late_refused(conversation_id, job_id, "no longer waiting for it")
         meta = result_meta_of(self._stored_answer(status))
-        status = transitions.finish_cancelled(status, meta, now_iso())
-        self._statuses.write(status)
+        ended = transitions.finish_late(status, meta, now_iso())
+        self._statuses.write(ended)
+        if status.status in ACTIVE_JOB_STATES:
+            self._clean_up(conversation_id, status.queue_key or "")
         logger.info(
-            "Job %s finished before its cancel: its report is stored (cost %s)",
+            "Job %s is completed by the report of its run that came late (%s; cost %s)",
             conversation_id,
+            "after its cancel" if status.status == "cancelled" else "after its lease ran out",
             meta.get("cost", "n/a"),
             extra={"conversationId": conversation_id, "jobId": job_id, **meta},
         )
+
+    def hand_over_run(self, job: Job, remote_id: str) -> bool:
+        """Record run ``remote_id`` of ``job``, submitted by its attempt, for the job's next
+        attempt to follow instead of submitting, after that attempt lost its lease (or is
+        stopping) before it could record the run. Returns whether the job now follows it:
+        not when it ended, or follows another run (see :func:`transitions.hand_over_run`)."""
+        statuses = self._statuses
+        if not statuses.present(job.conversation_id):
+            return False
+        with statuses.locked(job.conversation_id):
+            status = statuses.read(job.conversation_id)
+            handed = None
+            if status is not None:
+                handed = transitions.hand_over_run(status, job.job_id, remote_id, now_iso())
+            if handed is not None:
+                statuses.write(handed)
+        return handed is not None
 
     # -- recovery ------------------------------------------------------------------------------
 
@@ -668,7 +690,7 @@ class JobQueue:
         return result_meta_of(answer)
 
 
-def _not_cancelled(conversation_id: str, job_id: str, state: str) -> LeaseLost:
+def _late_refused(conversation_id: str, job_id: str, state: str) -> LeaseLost:
     """The refusal of a late report for job ``job_id``, which is now ``state``."""
     return LeaseLost(
         f"Job {job_id} of conversation {conversation_id} is {state}: the report of its run "

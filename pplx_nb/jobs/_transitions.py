@@ -10,9 +10,12 @@ job's lifecycle lives here and is testable without a disk::
        ▲                          │  │  └──fail_or_retry (no retry left)──▶ failed
        └──fail_or_retry / release / expire_lease (retry left)
     pending | in_progress ──cancel──▶ cancelled ──finish_cancelled──▶ completed
+    pending | in_progress | failed ──finish_late──▶ completed
 
 A cancelled job whose run had already finished at the API (the cancel came too late to stop it)
-ends ``completed`` after all once its report is stored: that report is paid for.
+ends ``completed`` after all once its report is stored: that report is paid for. So does a job
+whose report an attempt that lost its lease hands over (:func:`finish_late`), and a run such an
+attempt submitted without recording its id is recorded for the next attempt (:func:`hand_over_run`).
 
 While a job is ``in_progress``, only the worker holding the attempt may write
 (:func:`check_owner`); heartbeats, progress, submissions and noted errors keep it there, and each
@@ -54,6 +57,8 @@ __all__ = [
     "expire_lease",
     "fail_or_retry",
     "finish_cancelled",
+    "finish_late",
+    "hand_over_run",
     "heartbeat",
     "lease_lost",
     "lost_request",
@@ -181,6 +186,44 @@ def finish_cancelled(status: JobStatus, result: dict[str, Any], now: str) -> Job
         return status
     elapsed = _elapsed_ms(status.started_at, now)
     return complete(status, elapsed, {**result, "finishedBeforeCancel": True}, now)
+
+
+def finish_late(status: JobStatus, result: dict[str, Any], now: str) -> JobStatus:
+    """The job of ``status``, its report handed over by an attempt that lost its lease and now
+    stored: ``completed`` with ``result`` and ``result.handedOver`` (a cancelled job as
+    :func:`finish_cancelled` says). Its error, if it had failed meanwhile (another attempt found
+    the submission's outcome unknown), stays in ``errorHistory`` only. A completed job stays as
+    it is."""
+    if status.status == "cancelled":
+        return finish_cancelled(status, result, now)
+    if status.status == "completed":
+        return status
+    elapsed = _elapsed_ms(status.started_at, now)
+    completed = complete(status, elapsed, {**result, "handedOver": True}, now)
+    return completed.model_copy(update={"error": None})
+
+
+def hand_over_run(status: JobStatus, job_id: str, remote_id: str, now: str) -> JobStatus | None:
+    """Run ``remote_id`` of job ``job_id`` recorded for the job's next attempt to follow, by an
+    attempt that submitted it and lost its lease before recording it (the owner check is
+    replaced by these: same job, still pending or running, and following no other run).
+
+    ``None`` when the job cannot take it. Not a heartbeat: the job's lease is left as it is.
+    """
+    if (
+        status.job_id != job_id
+        or status.status not in ACTIVE_JOB_STATES
+        or status.remote_id not in (None, remote_id)
+    ):
+        return None
+    return status.model_copy(
+        update={
+            "remote_id": remote_id,
+            "submitted_at": status.submitted_at or status.submitting_at or now,
+            "submitting_at": None,
+            "updated_at": now,
+        }
+    )
 
 
 def expire_lease(

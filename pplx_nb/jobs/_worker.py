@@ -275,8 +275,8 @@ class Worker:
             return
         if self._finished(job):
             logger.info(
-                "Worker %s stopped job %s: its run had finished before the job was cancelled, "
-                "and its report is stored",
+                "Worker %s stopped job %s: its run had finished when the job was cancelled or "
+                "this worker's lease ran out, and its report is stored",
                 self.worker_id,
                 job.conversation_id,
             )

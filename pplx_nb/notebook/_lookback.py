@@ -7,9 +7,10 @@ from typing import Any
 
 from IPython.core.magic import magics_class, no_var_expand
 
-from pplx_nb.notebook._args import argument, magic_arguments, output_options, unquote
-from pplx_nb.notebook._cells import CellMagics, line_magic, show
-from pplx_nb.notebook._session import get_researcher, switch
+from pplx_nb._errors import ValidationError
+from pplx_nb.notebook._input import argument, magic_arguments, output_options, unquote
+from pplx_nb.notebook._kernel import CellMagics, get_researcher, line_magic, show, switch
+from pplx_nb.notebook._render import conversations_frame, help_bundle, settings_bundle
 
 __all__ = ["PplxLookbackMagics"]
 
@@ -48,8 +49,6 @@ class PplxLookbackMagics(CellMagics):
         """Stored conversations as a pandas DataFrame, newest first."""
         with self._guard(line, "%pplx_conversations"):
             args = self._parse(self.pplx_conversations, line)
-            from pplx_nb.notebook._tables import conversations_frame
-
             filters = {
                 key: unquote(value) if isinstance(value, str) else value
                 for key in ("text", "tool", "model", "since", "until", "limit")
@@ -106,8 +105,6 @@ class PplxLookbackMagics(CellMagics):
         """Show the settings in use (the API key is never shown); switch offline/online."""
         with self._guard(line, "%pplx_config"):
             args = self._parse(self.pplx_config, line)
-            from pplx_nb._errors import ValidationError
-            from pplx_nb.notebook._tables import settings_bundle
 
             if args.offline and args.online:
                 raise ValidationError("Pick one of --offline and --online.")
@@ -118,8 +115,6 @@ class PplxLookbackMagics(CellMagics):
             show(settings_bundle(settings.redacted()))
 
     def _switch(self, *, offline: bool) -> None:
-        from pplx_nb._errors import ValidationError
-
         if not offline and self.researcher.settings.api_key is None:
             raise ValidationError(
                 "PERPLEXITY_API_KEY is not set, so the real API would refuse every request. "
@@ -130,6 +125,4 @@ class PplxLookbackMagics(CellMagics):
     @line_magic
     def pplx_help(self, line: str = "") -> None:
         """Every pplx_nb magic with an example, and where the answers come from."""
-        from pplx_nb.notebook._help import help_bundle
-
         show(help_bundle(get_researcher().settings))

@@ -27,7 +27,12 @@ from pplx_nb._markdown import (
     source_references,
 )
 from pplx_nb._markdown import sources_markdown as sources_markdown
-from pplx_nb.notebook._images import images_html, images_markdown
+from pplx_nb.notebook._render import (
+    images_html,
+    images_markdown,
+    markdown_to_html,
+    notebook_message,
+)
 
 if TYPE_CHECKING:
     from pplx_nb._models import Answer, Conversation, JobStatus, Progress, Source
@@ -164,8 +169,6 @@ def answer_markdown(
 
 def answer_html(answer: Answer, *, header: bool = True, research: bool = False) -> str:
     """The answer as self-contained HTML, for widget values (which do not render Markdown)."""
-    from pplx_nb.notebook._html import markdown_to_html
-
     parts: list[str] = []
     if header and answer.conversation_id:
         # The header's chip is inline HTML, which markdown_to_html (rightly) escapes.
@@ -383,13 +386,11 @@ def progress_bundle(progress: Progress | None, elapsed: float, label: str = "") 
 def error_bundle(error: BaseException, *, debug: bool = False) -> Bundle:
     """One short styled line: the error code and the message, which says what to do next.
 
-    The message names magics, not MCP tools (see :mod:`pplx_nb.notebook._wording`).
+    The message names magics, not MCP tools (see :func:`._render.notebook_message`).
     With ``debug`` the traceback follows in a collapsed block. Errors that are not a
     :class:`PplxError` are bugs; the line says so and how to see the details.
     """
     if isinstance(error, PplxError):
-        from pplx_nb.notebook._wording import notebook_message
-
         code, message = error.code, notebook_message(error)
     elif isinstance(error, KeyboardInterrupt):
         code, message = "INTERRUPTED", "Stopped. Run the cell again to retry."

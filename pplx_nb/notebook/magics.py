@@ -22,10 +22,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from IPython.core.magic import magics_class, no_var_expand
 from traitlets import Bool, Float
 
-from pplx_nb.notebook._args import (
+from pplx_nb._errors import PplxError
+from pplx_nb._sync import TICK, iterate_sync
+from pplx_nb.notebook._input import (
     argument,
+    interpolate,
     magic_arguments,
     output_options,
+    question_mark_keeper,
     search_options,
     search_opts,
     seconds,
@@ -34,28 +38,36 @@ from pplx_nb.notebook._args import (
     web_options,
     web_opts,
 )
-from pplx_nb.notebook._cells import (
+from pplx_nb.notebook._kernel import (
     AlreadyShown,
     CellMagics,
     Shown,
+    forget,
+    get_researcher,
     is_terminal,
+    last_conversation_id,
     line_cell_magic,
     line_magic,
+    register_exit,
+    remember,
+    run_with_progress,
+    set_researcher,
     show,
     show_widget,
     spelled,
+    wait_served,
 )
 from pplx_nb.notebook._lookback import PplxLookbackMagics
-from pplx_nb.notebook._progress import run_with_progress, wait_served
-from pplx_nb.notebook._session import (
-    forget,
-    get_researcher,
-    last_conversation_id,
-    register_exit,
-    remember,
-    set_researcher,
+from pplx_nb.notebook._render import cancel_bundle, jobs_frame, loaded_bundle, web_results_bundle
+from pplx_nb.notebook.display import (
+    ProgressView,
+    StreamView,
+    answer_bundle,
+    conversation_bundle,
+    done_bundle,
+    job_bundle,
+    notice_bundle,
 )
-from pplx_nb.notebook._transform import question_mark_keeper
 
 if TYPE_CHECKING:
     from pplx_nb._models import Answer, JobStatus, Progress
@@ -117,10 +129,7 @@ class PplxMagics(CellMagics):
         every 100 ms: its clock counts, text held back by batching shows, and its status line
         says what the run reports doing ("Searching: 2 queries", "Read 8 results", ...).
         """
-        from pplx_nb._errors import PplxError
         from pplx_nb._models import Answer
-        from pplx_nb._sync import TICK, iterate_sync
-        from pplx_nb.notebook.display import StreamView
 
         view = StreamView(
             label=label, publish=self._publisher(), interval=float(self.stream_interval)
@@ -171,8 +180,6 @@ class PplxMagics(CellMagics):
         from pplx_nb._models import Answer
 
         if getattr(args, "thinking", False) and isinstance(value, Answer) and not value.thinking:
-            from pplx_nb.notebook.display import notice_bundle
-
             show(
                 notice_bundle(
                     "NO_THINKING",
@@ -195,8 +202,6 @@ class PplxMagics(CellMagics):
             )
             self.monitors.add(status.conversation_id)
         else:
-            from pplx_nb.notebook.display import job_bundle
-
             show(job_bundle(status))
 
     def _blocking(
@@ -213,12 +218,6 @@ class PplxMagics(CellMagics):
         ``report_above``: a live monitor above shows the report, so only a line says it is done.
         """
         from pplx_nb._models import Answer
-        from pplx_nb.notebook.display import (
-            ProgressView,
-            answer_bundle,
-            done_bundle,
-            notice_bundle,
-        )
 
         view = ProgressView(label, publish=self._publisher())
         try:
@@ -355,8 +354,6 @@ class PplxMagics(CellMagics):
             args = self._parse(self.pplx_followup, line)
             words = list(args.words)
             if words and words[0].startswith("{"):
-                from pplx_nb.notebook._interpolate import interpolate
-
                 words[0] = interpolate(words[0], self.namespace)
             given, words = split_conversation_id(words)
             cid = self._conversation(given)
@@ -413,8 +410,6 @@ class PplxMagics(CellMagics):
             args = self._parse(self.pplx_web, line)
             query = self._question(args.words, cell, args.raw)
             results = self.researcher.web_search(query, **web_opts(args))
-            from pplx_nb.notebook._tables import web_results_bundle
-
             show(web_results_bundle(results))
             self.shown.add(results)
             remember(results.conversation_id)
@@ -515,8 +510,6 @@ class PplxMagics(CellMagics):
             args = self._parse(self.pplx_cancel, line)
             cid = self._conversation(unquote(args.id) if args.id else None)
             status = self.researcher.cancel(cid)
-            from pplx_nb.notebook._tables import cancel_bundle
-
             show(cancel_bundle(cid, status))
             if status is not None:
                 self.shown.add(status)
@@ -537,8 +530,6 @@ class PplxMagics(CellMagics):
         """
         with self._guard(line, "%pplx_jobs"):
             args = self._parse(self.pplx_jobs, line)
-            from pplx_nb.notebook._tables import jobs_frame
-
             statuses = self.researcher.jobs()
             if any(not s.done for s in statuses) and self.researcher.async_deep_research:
                 self.researcher.ensure_worker()
@@ -559,7 +550,6 @@ class PplxMagics(CellMagics):
         if self.shown.take(value):
             return
         from pplx_nb._models import Answer, Conversation
-        from pplx_nb.notebook.display import answer_bundle, conversation_bundle, job_bundle
         from pplx_nb.research import WebResults
 
         if isinstance(value, Answer):
@@ -570,8 +560,6 @@ class PplxMagics(CellMagics):
         elif isinstance(value, Conversation):
             show(conversation_bundle(value))
         elif isinstance(value, WebResults):
-            from pplx_nb.notebook._tables import web_results_bundle
-
             show(web_results_bundle(value))
         else:
             show(job_bundle(value))
@@ -597,8 +585,6 @@ def load_ipython_extension(ipython: Any) -> None:
         formatter.for_type_by_name(module, name, magics.display_result)
     ipython.events.register("pre_run_cell", magics.shown.clear)
     ipython.input_transformers_cleanup.append(magics.keep_question_marks)
-    from pplx_nb.notebook._help import loaded_bundle
-
     with contextlib.suppress(Exception):
         show(loaded_bundle())
 

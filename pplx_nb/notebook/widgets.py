@@ -38,7 +38,7 @@ _STATE_ICONS = {
 def _researcher(researcher: Researcher | None) -> Researcher:
     if researcher is not None:
         return researcher
-    from pplx_nb.notebook._session import get_researcher
+    from pplx_nb.notebook._kernel import get_researcher
 
     return get_researcher()
 

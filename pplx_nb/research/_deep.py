@@ -12,6 +12,7 @@ after submission), then cancel the run.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from contextlib import aclosing
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -108,8 +109,9 @@ class DeepResearchRunner:
         started = time.perf_counter()
         # One client per job: nothing stays bound to the worker's loop after it stops.
         async with self._clients.for_job() as client:
+            remote_id = ctx.remote_id
             try:
-                remote_id = ctx.remote_id or await _collecting(job, ctx)
+                remote_id = remote_id or await _collecting(job, ctx)
                 if remote_id is None:
                     await ctx.report(*QUERYING)
                     remote_id = await self._submit(client, request, ctx)
@@ -125,16 +127,18 @@ class DeepResearchRunner:
                         self.keep_report(
                             job.conversation_id, job.job_id, job.tool, job.request, report
                         )
+                elif ctx.unrecorded_run is not None:
+                    # Followed from memory, its id never recorded: the next attempt takes it.
+                    await self._hand_over_run(client, ctx.unrecorded_run, ctx)
                 raise
         message = report_message(answer, job.tool, job.request, job.job_id, job.params)
         try:
             self._guard.answer_job(job.conversation_id, message, ctx.check_owner)
         except LeaseLost:
-            # Cancelled after the run finished and before its report was stored: paid for, so
-            # kept (in place of the notice the cancel stored) rather than dropped.
-            if not ctx.cancelled():
-                raise
-            self._keep(job.conversation_id, job.job_id, message)
+            # The job was cancelled, or this attempt's lease ran out, after the run finished
+            # and before its report was stored: paid for, so handed over (stored once, by the
+            # store's lock, if the job still wants it) rather than dropped.
+            self._keep(job.conversation_id, job.job_id, message, remote_id)
             raise
         self._runner.record(started, answer, ok=True)
 
@@ -153,20 +157,23 @@ class DeepResearchRunner:
         message = report_message(report, tool, request, job_id)
         return self._keep(conversation_id, job_id, message)
 
-    def _keep(self, conversation_id: str, job_id: str, message: Message) -> JobStatus | None:
+    def _keep(
+        self, conversation_id: str, job_id: str, message: Message, remote_id: str | None = None
+    ) -> JobStatus | None:
         try:
-            status = self._guard.answer_cancelled_job(conversation_id, job_id, message)
+            status = self._guard.answer_late(conversation_id, job_id, message)
         except PplxError as exc:
             status, why = None, str(exc)
         else:
-            why = "the conversation moved on without the cancel's notice"
+            why = "the job or its conversation moved on"
         if status is None or status.status != "completed":
+            run = remote_id or (status.remote_id if status else None) or "(see its status)"
             logger.error(
-                "The research of %s had finished before it was cancelled, but its report "
-                "could not be stored (%s); read it at the API as run %s",
+                "The research of %s finished, but its report reached no attempt owning the job "
+                "and could not be stored (%s); read it at the API as run %s",
                 conversation_id,
                 why,
-                status.remote_id if status else "(see its status)",
+                run,
             )
         return status
 
@@ -175,10 +182,13 @@ class DeepResearchRunner:
 
         Never sent blindly a second time: an earlier attempt that began a submission and never
         learnt its outcome (its worker died while the reply was arriving), or a reply lost now,
-        ends the job with SUBMISSION_UNKNOWN.
+        ends the job with SUBMISSION_UNKNOWN, unless that attempt handed its run over since.
         """
         conversation_id = ctx.job.conversation_id
         if ctx.submission_unfinished:
+            handed_over = ctx.adopt_handed_over_run()
+            if handed_over is not None:
+                return handed_over
             raise submission_unknown(
                 "The background run request",
                 "an earlier attempt stopped while its reply was arriving",
@@ -189,51 +199,92 @@ class DeepResearchRunner:
         try:
             remote_id = await asyncio.shield(submission)
         except asyncio.CancelledError:
-            # Stopped mid-submission (the job cancelled, or the worker stopping): the run may
-            # already exist and bill, so its reply is awaited rather than dropped.
-            await self._settle_submission(client, submission, ctx)
+            # Stopped mid-submission (the job cancelled, its lease lost, or the worker
+            # stopping): the run may already exist and bill, so its reply is awaited rather
+            # than dropped.
+            with contextlib.suppress(PplxError):
+                await self._hand_over_run(client, await submission, ctx)
             raise
         except SubmissionUnknown as exc:
             raise unknown_for(exc, conversation_id) from exc
         except PplxError:
             await ctx.end_submission()
             raise
-        try:
-            await ctx.record_remote_id(remote_id)
-        except LeaseLost:
-            # Cancelled (or requeued) while the run was being submitted: its id is recorded
-            # nowhere, so nobody would ever read it.
-            await _stop_run(client, remote_id, conversation_id)
-            raise
-        except PplxError as exc:
-            # The run is paid for: poll it from memory rather than give it up. Should this
-            # worker die too, the recorded start makes the next attempt SUBMISSION_UNKNOWN.
-            logger.warning(
-                "Could not record run %s of %s (%s); polling it anyway",
-                remote_id,
-                conversation_id,
-                exc,
-            )
+        await self._record_run(client, remote_id, ctx)
         return remote_id
 
-    @staticmethod
-    async def _settle_submission(
-        client: AsyncClient, submission: asyncio.Future[str], ctx: JobContext
-    ) -> None:
-        """The reply of a submission whose job stopped waiting for it: a cancelled job's run
-        is stopped; otherwise its id is recorded, so the next attempt polls it."""
+    async def _record_run(self, client: AsyncClient, remote_id: str, ctx: JobContext) -> None:
+        """Record the id of the run just submitted, so that no attempt pays for another.
+
+        A store that fails (Redis stopped, a full disk) is tried again, backing off, for one
+        lease, while the run goes on at the API; then the run is followed from memory all the
+        same, each progress report trying again until the run's deadline. Once a write goes
+        through past the lease, it is refused as no longer this attempt's: the run is then
+        handed over to the job's next attempt (LeaseLost is raised after).
+        """
         conversation_id = ctx.job.conversation_id
-        try:
-            remote_id = await submission
-        except PplxError:
-            return  # no run to stop; the recorded start makes a retry SUBMISSION_UNKNOWN
-        if not ctx.cancelled():
+        patience = time.monotonic() + ctx.lease_seconds
+        pause = 0.5
+        while True:
             try:
                 await ctx.record_remote_id(remote_id)
                 return
-            except PplxError:
-                pass  # recorded nowhere, so read by nobody
-        await _stop_run(client, remote_id, conversation_id)
+            except LeaseLost:
+                await self._hand_over_run(client, remote_id, ctx)
+                raise
+            except PplxError as exc:
+                if time.monotonic() + pause > patience:
+                    logger.warning(
+                        "Could not record run %s of %s (%s); following it anyway, and trying "
+                        "again with each progress report",
+                        remote_id,
+                        conversation_id,
+                        exc,
+                    )
+                    ctx.follow_unrecorded(remote_id)
+                    return
+                logger.warning(
+                    "Could not record run %s of %s (%s); trying again in %g s",
+                    remote_id,
+                    conversation_id,
+                    exc,
+                    pause,
+                )
+            try:
+                await asyncio.sleep(pause)
+            except asyncio.CancelledError:
+                await self._hand_over_run(client, remote_id, ctx)
+                raise
+            pause = min(pause * 2, 5.0)
+
+    async def _hand_over_run(self, client: AsyncClient, remote_id: str, ctx: JobContext) -> None:
+        """Give run ``remote_id``, which this attempt submitted and could not record as its
+        own, to the job's next attempt. A run no attempt will follow (the job was cancelled,
+        ended, or follows another run) is stopped instead, and its report kept if it had
+        finished already."""
+        job = ctx.job
+        if not ctx.cancelled():
+            try:
+                if await ctx.hand_over_run(remote_id):
+                    logger.warning(
+                        "Run %s of %s is recorded for the job's next attempt to follow",
+                        remote_id,
+                        job.conversation_id,
+                    )
+                    return
+            except PplxError as exc:
+                logger.error(
+                    "Run %s of %s could not be recorded (%s)", remote_id, job.conversation_id, exc
+                )
+        logger.info(
+            "Stopping run %s: no attempt of the job of %s follows it",
+            remote_id,
+            job.conversation_id,
+        )
+        related = related_questions_asked(job.request)
+        _, report = await stop_or_collect(client, remote_id, related=related)
+        if report is not None:
+            self.keep_report(job.conversation_id, job.job_id, job.tool, job.request, report)
 
     async def _poll(
         self, client: AsyncClient, request: Request, remote_id: str, ctx: JobContext
@@ -255,7 +306,7 @@ class DeepResearchRunner:
         if client.follows_runs:
             answer, reported = await self._follow(client, request, remote_id, ctx, deadline)
             if answer is not None:
-                await ctx.report(*FINALIZING)
+                await _finalizing(ctx)
                 return answer
         delay = 0.1
         outage = 0
@@ -287,7 +338,7 @@ class DeepResearchRunner:
                 continue
             outage, failed = 0, None
             if answer is not None:
-                await ctx.report(*FINALIZING)
+                await _finalizing(ctx)
                 return answer
             percentage, message = research_progress(time.monotonic() - started, expected)
             if percentage > reported:
@@ -482,14 +533,11 @@ async def _collecting(job: Job, ctx: JobContext) -> str | None:
     return run
 
 
-async def _stop_run(client: AsyncClient, remote_id: str, conversation_id: str) -> None:
-    """Ask the API to cancel the run of a job that no longer wants it (bounded: never hangs)."""
-    logger.info("Cancelling run %s: the job of %s no longer wants it", remote_id, conversation_id)
-    try:
-        async with asyncio.timeout(client.settings.timeout_ms / 1000 * 2):
-            await client.cancel_background(remote_id, retry=True)
-    except TimeoutError:
-        logger.warning("The cancel of run %s got no reply in time", remote_id)
+async def _finalizing(ctx: JobContext) -> None:
+    """Report that the run's report is being stored. A lease lost by now is left to that
+    store's own fence, which hands the paid report over rather than dropping it."""
+    with contextlib.suppress(LeaseLost):
+        await ctx.report(*FINALIZING)
 
 
 def _transient(error: APIError) -> bool:

@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pplx_nb._config import Settings
-from pplx_nb._errors import JobInProgress, LeaseLost, PplxError, redact
+from pplx_nb._errors import JobInProgress, LeaseLost, PplxError, SubmissionUnknown, redact
 from pplx_nb._logging import get_logger
 from pplx_nb._models import Conversation, JobStatus, Message, UnansweredState, closing_turn
 
@@ -188,22 +188,21 @@ class AnswerGuard:
         """Store a job's answer if ``check_owner`` (run under the lock) lets its attempt write."""
         return self._store.append(conversation_id, message, check=check_owner)
 
-    def answer_cancelled_job(
-        self, conversation_id: str, job_id: str, message: Message
-    ) -> JobStatus | None:
-        """Store the report of cancelled job ``job_id`` whose run had finished before the
-        cancel reached it: it is paid for. It takes the place of the turn that closed the
-        job's question, and the job ends ``completed``, in one locked step, once, whoever
-        brings it first (the canceller, the job's worker). Returns the job's status after:
-        ``completed`` when the report is stored, now or before."""
+    def answer_late(self, conversation_id: str, job_id: str, message: Message) -> JobStatus | None:
+        """Store the report of job ``job_id`` that reached no attempt owning the job: its run
+        had finished when the job was cancelled, or the attempt that read it had lost its lease.
+        It is paid for, so it is stored (in place of the turn that closed the job's question,
+        if one did) and the job ends ``completed``, in one locked step, once, whoever brings it
+        first (the canceller, an attempt past its lease, the job's next attempt). Returns the
+        job's status after: ``completed`` when the report is stored, now or before."""
         queue = self._queue()
         with contextlib.suppress(LeaseLost):
             self._store.answer_closed(
                 conversation_id,
                 message,
                 job_id,
-                check=lambda document: queue.check_cancelled(conversation_id, job_id, document),
-                then=lambda: queue.finish_cancelled_locked(conversation_id, job_id),
+                check=lambda document: queue.check_late_report(conversation_id, job_id, document),
+                then=lambda: queue.finish_late_locked(conversation_id, job_id),
             )
         return queue.status(conversation_id)
 
@@ -301,8 +300,8 @@ class Ticket:
             return
         if error is not None:
             then = None if token is None else lambda: store.clear_answering(conversation_id, token)
-            named = error.details.get("remote_id") if isinstance(error, PplxError) else None
-            run = self.remote_id or (named if isinstance(named, str) else None)
+            named = error.request_id if isinstance(error, SubmissionUnknown) else None
+            run = self.remote_id or named
             closing = closing_turn(*_unanswered(error), remote_id=run)
             with contextlib.suppress(PplxError):
                 if store.close_question(conversation_id, closing, then=then):

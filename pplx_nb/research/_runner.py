@@ -261,10 +261,7 @@ def unknown_for(error: SubmissionUnknown, conversation_id: str) -> SubmissionUnk
         return error
     what = str(error.details.get("what") or "The request")
     cause = str(error.details.get("cause") or "reply lost")
-    remote_id = error.details.get("remote_id")
-    return submission_unknown(
-        what, cause, conversation_id, remote_id=remote_id if isinstance(remote_id, str) else None
-    )
+    return submission_unknown(what, cause, conversation_id, remote_id=error.request_id)
 
 
 def submission_unknown(

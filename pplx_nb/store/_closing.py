@@ -1,9 +1,10 @@
-"""Closing a question no answer will come for, and storing the late answer of a cancelled job.
+"""Closing a question no answer will come for, and storing the late answer of its job.
 
 A question whose job ends without an answer is closed by a turn saying so
 (:func:`~pplx_nb._models.closing_turn`), decided under the conversation's lock so that closing
 twice closes once and an answer stored meanwhile is never followed by a closing turn. A report
-that arrives after its job was cancelled is paid for, so it takes the place of that turn.
+that arrives after its job was cancelled (or failed: an attempt that lost its lease hands it
+over) is paid for, so it takes the place of that turn.
 """
 
 from __future__ import annotations
@@ -59,8 +60,8 @@ def answer_closed(
     check: Callable[[bytes], None] | None = None,
     then: Callable[[], None] | None = None,
 ) -> bool:
-    """Store ``answer`` in place of the turn that closed the question of cancelled job
-    ``job_id``, or after that question while it is still open; return whether it did
+    """Store ``answer`` in place of the turn that closed the question of job ``job_id`` when it
+    was cancelled or failed, or after that question while it is still open; return whether it did
     (:meth:`ConversationStore.answer_closed`). ``appended`` is the store's check that it can
     return the stored document."""
     where = backend.document_location(conversation_id)
@@ -71,7 +72,7 @@ def answer_closed(
             check(stored)
         messages = parse(stored, conversation_id, where)["messages"]
         for index in range(len(messages) - 1, -1, -1):
-            if _closes_cancelled(messages[index], job_id):
+            if _closes(messages[index], job_id):
                 return index
         # An open question is the job's only while no answer of another is on its way.
         last = messages[-1]["role"] if messages else None
@@ -87,13 +88,14 @@ def answer_closed(
     return True
 
 
-def _closes_cancelled(message: Mapping[str, Any], job_id: str) -> bool:
-    """Whether ``message`` is the turn that closed the question of cancelled job ``job_id``."""
+def _closes(message: Mapping[str, Any], job_id: str) -> bool:
+    """Whether ``message`` is the turn that closed the question of job ``job_id`` when it was
+    cancelled or failed."""
     unanswered = message.get("unanswered")
     return (
         message.get("closesJob") == job_id
         and isinstance(unanswered, dict)
-        and unanswered.get("state") == "cancelled"
+        and unanswered.get("state") in ("cancelled", "failed")
     )
 
 

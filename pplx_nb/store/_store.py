@@ -261,11 +261,12 @@ class ConversationStore:
         then: Callable[[], None] | None = None,
     ) -> bool:
         """Store ``answer`` in place of the turn that closed the question of job ``job_id``
-        when it was cancelled (tagged ``closesJob``), or after that question while it is still
-        open; return whether it did.
+        when it was cancelled or failed (tagged ``closesJob``), or after that question while it
+        is still open; return whether it did.
 
-        For the report of a run that had finished when its job was cancelled: it is paid for,
-        so it takes the place of the notice, even when the conversation has moved on since.
+        For the report of a run that had finished when its job was cancelled, or that an
+        attempt which lost its lease hands over: it is paid for, so it takes the place of the
+        notice, even when the conversation has moved on since.
         ``check`` and ``then`` are as for :meth:`append` (``then`` runs only when stored).
         """
         return _closing.answer_closed(

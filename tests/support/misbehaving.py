@@ -16,6 +16,8 @@ drops a reply it has already acted on)::
         bad.submission_reply = "huge"   # a background submission runs; its reply is unreadable
         bad.poll_retry_after = 5000     # the first poll of a run: 429, Retry-After 5000 s
         bad.echo_key = "failed_run"     # runs fail with a message quoting the Authorization header
+        bad.on_submission = pause_redis # called once a submission ran, before its reply goes
+        bad.on_report = pause_redis     # called before a run's finished state (its report) goes
 
 Plain asyncio streams, HTTP/1.1 with keep-alive, on a daemon thread: enough for httpx2.
 """
@@ -28,6 +30,7 @@ import json
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -88,6 +91,11 @@ class Misbehaving:
             or a ``response.failed`` event), ``"error_event"`` (an ``error`` event; ``{"error":
             ...}`` unstreamed) or ``"not_json"`` (an HTML page with status 200, as the body or
             as an event's data).
+        on_submission: called (on a thread of its own) once a background submission was
+            forwarded, so the run exists upstream, and before its reply is sent: e.g. to stop
+            the store or the worker while the reply is on its way.
+        on_report: the same, before a poll (or a run's event stream) that carries the run
+            finished, and so its report, is answered.
         requests: how many requests each ``METHOD path-prefix`` received.
         stream_started: when (``time.monotonic``) the first endless stream began, if one did.
     """
@@ -109,6 +117,8 @@ class Misbehaving:
         self.poll_retry_after = 0
         self.garbage_polls = False
         self.echo_key: str | None = None
+        self.on_submission: Callable[[], None] | None = None
+        self.on_report: Callable[[], None] | None = None
         self.requests: Counter[str] = Counter()
         self.bytes_sent = 0
         self.stream_started: float | None = None
@@ -220,6 +230,8 @@ class Misbehaving:
             await self._reply(writer, 503, b'{"error": {"message": "overloaded"}}')
             return True
         status, content, reply_headers = await self._forward(request)
+        if self.on_submission is not None:
+            await asyncio.to_thread(self.on_submission)
         if self.drop_submission_replies > 0:
             self.drop_submission_replies -= 1
             return False  # the run started upstream; its reply is never sent
@@ -294,6 +306,8 @@ class Misbehaving:
             run["status"] = "in_progress"
             run["output"] = []
             content = json.dumps(run).encode()
+        if self.on_report is not None and status == 200 and b'"completed"' in content:
+            await asyncio.to_thread(self.on_report)
         await self._reply(writer, status, content, reply_headers)
         return True
 

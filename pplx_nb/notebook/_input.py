@@ -1,7 +1,16 @@
-"""Magic options: shared ``magic_arguments`` decorators and their translation to Researcher options.
+"""What a user types into a magic: its options, the {name} fields of its cell, a trailing ``?``.
 
+Options: shared ``magic_arguments`` decorators and their translation to Researcher options.
 IPython splits magic lines without POSIX quote removal (so an apostrophe in a question does not
 break parsing); :func:`unquote` strips the quotes a user put around an option value.
+
+Interpolation (:func:`interpolate`): only ``{name}`` and ``{name.attr}`` are replaced, and only
+when the name exists. Everything else — unknown names, ``{{ }}``, dict literals and f-strings in
+pasted code, text inside Markdown code spans and fences — is left exactly as typed, and nothing
+there ever raises.
+
+:func:`question_mark_keeper` is an input transformer so that a line magic's question may end in
+``?``.
 """
 
 from __future__ import annotations
@@ -9,7 +18,7 @@ from __future__ import annotations
 import argparse
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from datetime import date
 from typing import Any, TypeVar
 
@@ -21,9 +30,11 @@ __all__ = [
     "CONVERSATION_ID",
     "RECENCY",
     "argument",
+    "interpolate",
     "magic_arguments",
     "output_options",
     "parse_argstring",
+    "question_mark_keeper",
     "search_options",
     "search_opts",
     "seconds",
@@ -249,3 +260,66 @@ def split_conversation_id(words: list[str]) -> tuple[str | None, list[str]]:
             "(`%pplx_conversations` lists them)."
         )
     return None, words
+
+
+_FIELD = re.compile(r"(?<!\{)\{([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)\}(?!\})")
+_CODE = re.compile(r"(```.*?(?:```|\Z)|~~~.*?(?:~~~|\Z)|`[^`\n]*`)", re.S)
+_MISSING = object()
+
+
+def interpolate(text: str, namespace: Mapping[str, Any]) -> str:
+    """Replace ``{name}`` and ``{name.attr}`` in ``text`` with values from ``namespace``.
+
+    Code spans and fenced code blocks are copied unchanged; so is any field whose name is unknown,
+    whose attribute lookup fails, or whose ``str()`` raises.
+    """
+    parts = _CODE.split(text)
+    # re.split with one group alternates prose (even indexes) and code (odd indexes).
+    return "".join(
+        part if index % 2 else _FIELD.sub(lambda m: _lookup(m, namespace), part)
+        for index, part in enumerate(parts)
+    )
+
+
+def _lookup(match: re.Match[str], namespace: Mapping[str, Any]) -> str:
+    head, *attrs = match.group(1).split(".")
+    value = namespace.get(head, _MISSING)
+    try:
+        for attr in attrs:
+            if value is _MISSING or attr.startswith("_"):
+                return match.group(0)
+            value = getattr(value, attr, _MISSING)
+        if value is _MISSING:
+            return match.group(0)
+        return str(value)
+    except Exception:
+        return match.group(0)
+
+
+_QUESTION_LINE = re.compile(
+    r"^(\s*(?:[A-Za-z_][A-Za-z0-9_]*\s*=\s*)?)%(pplx\w*)[ \t]+(.*\?)[ \t]*$"
+)
+
+
+def question_mark_keeper(names: Collection[str]) -> Callable[[list[str]], list[str]]:
+    """A cleanup transformer: ``%pplx_followup why?`` asks "why?" instead of opening the help.
+
+    IPython reads a line ending in ``?`` as a help request; a line magic in ``names`` WITH
+    arguments is turned into the explicit call first, also after an assignment
+    (``answer = %pplx why?``). ``%pplx?`` alone still shows the help, and a cell that is a cell
+    magic (its body is text) is left alone.
+    """
+
+    def keep_question_marks(lines: list[str]) -> list[str]:
+        if lines and lines[0].lstrip().startswith("%%"):
+            return lines
+        out = []
+        for line in lines:
+            match = _QUESTION_LINE.match(line.rstrip("\r\n"))
+            if match and match.group(2) in names:
+                indent, name, rest = match.groups()
+                line = f"{indent}get_ipython().run_line_magic({name!r}, {rest!r})\n"
+            out.append(line)
+        return out
+
+    return keep_question_marks
