@@ -385,7 +385,8 @@ def test_retry_of_a_job_whose_run_could_not_be_read_collects_it_without_paying_a
         cid = _queued(r)
         with pytest.raises(APIServerError, match="cannot read"):
             r.wait(cid, timeout=60)
-        status = r.status(cid)
+        with r.store.locked(cid):  # the job ends, then closes its question, in one locked step
+            status = r.status(cid)
         assert status is not None and status.status == "failed" and status.remote_id
         closing = r.history(cid).messages[-1].unanswered
         assert closing is not None and closing.remote_id == status.remote_id
