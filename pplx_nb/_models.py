@@ -148,6 +148,9 @@ class Unanswered(_Stored):
     cost_unknown: bool | None = None
     """True when a run was (or may have been) started for the question and reported no cost: a
     cancelled deep research, a submission whose reply was lost. Left out otherwise."""
+    remote_id: str | None = None
+    """The run the API started for the question, when it named one (``resp_...``): its report
+    may still be read by that id while the API keeps it. Left out otherwise."""
 
 
 class Message(_Stored):
@@ -191,6 +194,7 @@ def closing_turn(
     *,
     cost_unknown: bool = False,
     job_id: str | None = None,
+    remote_id: str | None = None,
 ) -> Message:
     """The assistant turn that closes a question left without an answer, saying why.
 
@@ -198,17 +202,22 @@ def closing_turn(
     free of secrets: it is stored). ``cost_unknown``: a run was started for it and reported no
     cost; a SUBMISSION_UNKNOWN failure counts as one (it may have been billed). ``job_id``
     names the job that ended without an answer (``closesJob``): a report its run delivers
-    after all takes this turn's place.
+    after all takes this turn's place. ``remote_id``: the run the API named for the question;
+    a run that was started and did not answer counts as one whose cost is unknown.
     """
     reason = _NOT_ANSWERED[state] + (f" ({code})" if code else "")
-    unknown = cost_unknown or code == "SUBMISSION_UNKNOWN"
+    unknown = cost_unknown or code == "SUBMISSION_UNKNOWN" or remote_id is not None
     tagged = {"closesJob": job_id} if job_id else {}
     return Message(
         role="assistant",
         content=f"This question was not answered: {reason}. Ask it again to get an answer.",
         timestamp=now_iso(),
         unanswered=Unanswered(
-            state=state, code=code, message=message, cost_unknown=True if unknown else None
+            state=state,
+            code=code,
+            message=message,
+            cost_unknown=True if unknown else None,
+            remote_id=remote_id,
         ),
         **tagged,
     )

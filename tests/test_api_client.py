@@ -21,6 +21,7 @@ from pplx_nb._errors import (
     APITimeoutError,
     InvalidInput,
     NetworkError,
+    SubmissionUnknown,
 )
 from pplx_nb._models import Answer
 from pplx_nb.api import AsyncClient, Client, Request, RetryPolicy
@@ -551,3 +552,20 @@ async def test_reachable_says_whether_the_api_answers_without_retrying(
     closed = Settings(api_key="pplx-k-123456789", base_url="http://127.0.0.1:9", offline=False)
     with Client(closed) as sync:
         assert not sync.reachable(timeout=5)
+
+
+@pytest.mark.parametrize("body", [b"<html>busy</html>", b'{"id": "resp_1", "status": "compl'])
+async def test_a_paid_answer_that_cannot_be_read_is_submission_unknown_and_sent_once(
+    body: bytes,
+) -> None:
+    sent: list[str] = []
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        sent.append(request.url.path)
+        return httpx2.Response(200, content=body, headers={"content-type": "application/json"})
+
+    async with mocked(handler, "agent") as client:
+        with pytest.raises(SubmissionUnknown, match="could not be read") as caught:
+            await client.ask(question(model="medium"))
+    assert "API_SERVER_ERROR" not in str(caught.value)
+    assert sent == ["/v1/agent"]

@@ -261,6 +261,22 @@ def test_a_hold_moves_out_never_in(kind: type[Throttle], redis_url: str) -> None
     assert throttle.reserve(60).at == pytest.approx(turn.at, abs=1e-6)  # no window: no queue
 
 
+@pytest.mark.parametrize("kind", BOTH, ids=["local", "redis"])
+def test_a_read_of_a_paid_run_skips_a_pause_that_outlasts_its_deadline(
+    kind: type[Throttle], redis_url: str
+) -> None:
+    """A read of a run with 10 s left keeps to a pause that ends in time, and goes at once
+    through a 5000 s one (still under the window); any other request keeps to the pause."""
+    throttle = _make(kind, "2/s", redis_url)
+    asyncio.run(throttle._hold(0.3))
+    assert asyncio.run(throttle.admit("GET /v1/responses/r", 3.0, run_left=10.0)) > 0.1
+    asyncio.run(throttle._hold(5000))
+    with pytest.raises(APITimeoutError, match="the API asked to pause"):
+        asyncio.run(throttle.admit("POST /v1/agent", 3.0))
+    assert asyncio.run(throttle.admit("GET /v1/responses/r", 3.0, run_left=10.0)) == 0
+    assert asyncio.run(throttle.admit("GET /v1/responses/r", 3.0, run_left=10.0)) > 0.3
+
+
 @pytest.mark.parametrize(
     ("window", "hold"),
     [

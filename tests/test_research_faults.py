@@ -12,6 +12,7 @@ import errno
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import TEST_KEY
 from support.misbehaving import Misbehaving
 
 from pplx_nb import Researcher, Settings
@@ -33,7 +35,7 @@ from pplx_nb._errors import (
 from pplx_nb._models import Answer, JobStatus
 from pplx_nb.jobs import JobQueue, Worker
 from pplx_nb.research import job_runner
-from pplx_nb.sim import inject_faults, stats
+from pplx_nb.sim import inject_faults, serve, stats
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -113,6 +115,59 @@ def test_a_lost_submission_reply_bills_at_most_one_run_and_ends_submission_unkno
     assert _billed(sim_url)[1] == 2
 
 
+@pytest.mark.parametrize(
+    ("reply", "declared", "why"),
+    [
+        ("huge", True, r"it was over the 0\.05 MiB limit, PPLX_NB_MAX_RESPONSE_MB"),
+        ("huge", False, r"it was over the 0\.05 MiB limit, PPLX_NB_MAX_RESPONSE_MB"),
+        ("garbage", True, "it was not in the API's format"),
+        ("no_id", True, "it was not in the API's format"),
+        ("truncated", True, "RemoteProtocolError"),
+    ],
+    ids=["huge-declared", "huge-chunked", "garbage", "no-id", "truncated"],
+)
+def test_a_submission_reply_that_cannot_be_read_is_sent_once_and_ends_submission_unknown(
+    settings: Settings, bad: Misbehaving, sim_url: str, reply: str, declared: bool, why: str
+) -> None:
+    bad.submission_reply = reply
+    bad.huge_body_mib = 1
+    bad.huge_declared = declared
+    with _researcher(settings, bad, max_response_mb=0.05) as r:
+        cid = _queued(r)
+        with pytest.raises(SubmissionUnknown, match=why) as caught:
+            r.wait(cid, timeout=60)
+        status = r.status(cid)
+    assert status is not None and status.status == "failed" and status.attempts == 1
+    assert status.error is not None and status.error.code == "SUBMISSION_UNKNOWN"
+    assert [e.code for e in status.error_history] == ["SUBMISSION_UNKNOWN"]
+    assert "API_SERVER_ERROR" not in str(caught.value) and "may be billed" in str(caught.value)
+    assert bad.requests["POST /v1/agent"] == 1
+    assert _billed(sim_url)[1] == 1
+
+
+def test_a_blocking_deep_research_whose_stream_is_over_the_size_cap_is_not_sent_again(
+    settings: Settings, bad: Misbehaving, sim_url: str
+) -> None:
+    """The stream named its run, then ran past PPLX_NB_MAX_RESPONSE_MB: the run is read back
+    by its id (here the API does not know it), never sent again, and the error names both the
+    run and the limit."""
+    bad.stream, bad.drip_every, bad.bill_streams = "drip", 0.001, True
+    with _researcher(settings, bad, max_response_mb=0.05) as r:
+        with pytest.raises(SubmissionUnknown) as caught:
+            r.deep_research("Describe the json module", wait=True)
+        cid = str(caught.value.details["conversation_id"])
+        closing = r.history(cid).messages[-1].unanswered
+    assert closing is not None and closing.code == "SUBMISSION_UNKNOWN"
+    assert closing.remote_id == "resp_endless" and closing.cost_unknown is True
+    message = str(caught.value)
+    assert "its stream was over the 0.05 MiB limit, PPLX_NB_MAX_RESPONSE_MB" in message
+    assert "its run resp_endless could not be read back" in message
+    assert caught.value.request_id == "resp_endless"
+    assert "API_SERVER_ERROR" not in message
+    assert bad.requests["POST /v1/agent"] == 1
+    assert _billed(sim_url)[0] == 1
+
+
 def test_a_lost_reply_to_a_blocking_deep_research_is_not_sent_again(
     settings: Settings, bad: Misbehaving, sim_url: str
 ) -> None:
@@ -179,6 +234,161 @@ def test_a_broken_deep_research_stream_whose_run_is_unknown_is_submission_unknow
     assert closing is not None and closing.code == "SUBMISSION_UNKNOWN"
     counters = stats(sim_url)
     assert counters["requests"]["POST /v1/agent"] == 1 and counters["generations"] == 1
+
+
+def test_a_long_retry_after_on_a_poll_does_not_keep_a_finished_run_from_being_read(
+    settings: Settings,
+) -> None:
+    """The first read of a run that finishes 2 s later is a 429 asking to pause 5000 s, far
+    past the run's 10 s deadline: the report, paid for, is still read and stored in time."""
+    with serve(latency_ms=0, deep_research_seconds=2) as sim, Misbehaving(sim) as bad:
+        bad.poll_retry_after = 5000
+        update = {"base_url": bad.url, "timeout_ms": 2_000, "deep_research_timeout_ms": 10_000}
+        with Researcher(settings.model_copy(update=update), async_deep_research=True) as r:
+            cid = _queued(r)
+            started = time.monotonic()
+            report = r.wait(cid, timeout=60)
+            elapsed = time.monotonic() - started
+            status = r.status(cid)
+            assert _answers(r, cid) == [report.text]
+        billed = _billed(sim)
+    assert status is not None and status.status == "completed" and status.attempts == 1
+    assert elapsed < 10
+    assert billed[1] == 1
+
+
+def test_a_run_past_its_deadline_says_it_could_not_be_read_and_that_a_cancel_was_sent(
+    settings: Settings, bad: Misbehaving, sim_url: str
+) -> None:
+    """Every poll fails until the deadline: the message says the run could not be read (not
+    that it was still running) and that the cancel sent for it went unconfirmed."""
+    bad.poll_outage = 60.0
+    update = {"timeout_ms": 500, "deep_research_timeout_ms": 2_000}
+    with _researcher(settings, bad, **update) as r:
+        cid = _queued(r)
+        with pytest.raises(APITimeoutError) as caught:
+            r.wait(cid, timeout=60)
+    message = str(caught.value)
+    assert "could not be read (" in message and "on its last poll" in message
+    assert "the API did not confirm the cancel sent for it" in message
+    assert "still running" not in message
+    assert bad.requests["POST /v1/responses"] == 1  # the cancel was sent
+    assert _billed(sim_url)[1] == 1
+
+
+_BLOCKING_RESEARCH = """
+import sys
+from pplx_nb import Researcher, Settings
+settings = Settings(
+    api_key=sys.argv[3], base_url=sys.argv[1], offline=False, conversation_logs_dir=sys.argv[2]
+)
+with Researcher(settings) as r:
+    r.deep_research("Describe the json module", wait=True)
+"""
+
+
+def _marked_run(logs_dir: Path, timeout: float) -> tuple[str, str | None]:
+    """The conversation being answered under ``logs_dir`` and the run its mark names, once it
+    names one (or ``None`` after ``timeout`` seconds)."""
+    import json
+
+    until = time.monotonic() + timeout
+    found = ""
+    while time.monotonic() < until:
+        for mark in logs_dir.glob("*/.answering"):
+            found = mark.parent.name
+            try:
+                run = json.loads(mark.read_text()).get("remoteId")
+            except (OSError, ValueError):
+                continue
+            if run:
+                return found, str(run)
+        time.sleep(0.05)
+    return found, None
+
+
+def _killed_while_researching(sim: str, logs_dir: Path) -> tuple[str, str | None]:
+    """Run ``deep_research(wait=True)`` in a child process and SIGKILL it once the question's
+    mark names its run (or after 30 s); the conversation and that run."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", _BLOCKING_RESEARCH, sim, str(logs_dir), TEST_KEY],
+        env={**os.environ, "PPLX_NB_OFFLINE": "0"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        cid, run = _marked_run(logs_dir, timeout=30)
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(30)
+    assert cid, "the question was never stored"
+    return cid, run
+
+
+def test_a_blocking_deep_research_killed_after_submission_leaves_its_run_and_an_unknown_cost(
+    settings: Settings, logs_dir: Path
+) -> None:
+    """SIGKILL while ``deep_research(wait=True)`` waits for its run: whoever closes the open
+    question later names the run (so its report can still be read) and marks its cost
+    unknown (so exports do not count it as free)."""
+    from pplx_nb.export import to_dataframe
+
+    with serve(latency_ms=0, deep_research_seconds=60) as sim:
+        cid, run = _killed_while_researching(sim, logs_dir)
+        assert _billed(sim)[0] == 1
+        with Researcher(settings.model_copy(update={"base_url": sim})) as r:
+            r.followup(cid, "What does json.dumps return?")
+            messages = r.history(cid).messages
+            frame = to_dataframe(r.store, "conversations")
+    assert [m.role for m in messages] == ["user", "assistant", "user", "assistant"]
+    closing = messages[1].unanswered
+    assert run is not None and run.startswith("resp_")
+    assert closing is not None and closing.state == "interrupted"
+    assert closing.remote_id == run and closing.cost_unknown is True
+    assert frame["unknown_costs"].tolist() == [1]
+
+
+@pytest.mark.parametrize("wait", [True, False], ids=["blocking", "queued"])
+def test_retry_after_a_killed_deep_research_collects_its_run_without_paying_again(
+    settings: Settings, logs_dir: Path, wait: bool
+) -> None:
+    with serve(latency_ms=0, deep_research_seconds=8) as sim:
+        cid, run = _killed_while_researching(sim, logs_dir)
+        assert run is not None
+        update = {"base_url": sim}
+        with Researcher(settings.model_copy(update=update), async_deep_research=True) as r:
+            retried = r.retry(cid, wait=wait)
+            report = retried if isinstance(retried, Answer) else r.wait(cid, timeout=60)
+            messages = r.history(cid).messages
+        billed = _billed(sim)
+    assert [m.role for m in messages] == ["user", "assistant", "user", "assistant"]
+    assert messages[1].unanswered is not None and messages[1].unanswered.remote_id == run
+    assert messages[-1].unanswered is None and messages[-1].content == report.text
+    assert report.text and report.cost is not None
+    assert billed == (1, 0)  # the one run the killed process paid for, read twice
+
+
+def test_retry_of_a_job_whose_run_could_not_be_read_collects_it_without_paying_again(
+    settings: Settings, bad: Misbehaving, sim_url: str
+) -> None:
+    """Every read of the job's run is a 200 that is not JSON: the job fails (its run never
+    submitted again) and its closing turn names the run, which retry then reads by its id."""
+    bad.garbage_polls = True
+    with _researcher(settings, bad, max_retries=0) as r:
+        cid = _queued(r)
+        with pytest.raises(APIServerError, match="cannot read"):
+            r.wait(cid, timeout=60)
+        with r.store.locked(cid):  # the job ends, then closes its question, in one locked step
+            status = r.status(cid)
+        assert status is not None and status.status == "failed" and status.remote_id
+        closing = r.history(cid).messages[-1].unanswered
+        assert closing is not None and closing.remote_id == status.remote_id
+        assert closing.cost_unknown is True
+        bad.garbage_polls = False
+        report = r.retry(cid, wait=True)
+        assert isinstance(report, Answer) and _answers(r, cid) == [report.text]
+    assert bad.requests["POST /v1/agent"] == 1
+    assert _billed(sim_url) == (1, 1)  # one run, the job's, paid once and read twice
 
 
 def test_a_submission_refused_before_it_reached_the_api_is_sent_again(
@@ -264,16 +474,22 @@ def test_a_stream_of_pings_or_dripping_text_ends_within_four_timeouts(
     assert elapsed < 4.0
 
 
-def test_a_dripping_deep_research_ends_at_its_deadline_without_being_sent_again(
-    settings: Settings, bad: Misbehaving
+@pytest.mark.parametrize("kind", ["drip", "in_progress"])
+def test_a_deep_research_whose_stream_never_ends_stops_within_a_second_of_its_deadline(
+    settings: Settings, bad: Misbehaving, kind: str
 ) -> None:
-    bad.stream = "drip"
-    with _researcher(settings, bad, timeout_ms=1_000, deep_research_timeout_ms=2_000) as r:
-        started = time.monotonic()
+    """Its stream names the run, then drips text or says ``in_progress`` forever (and so does
+    every read of the run by its id, for ``in_progress``): it is never sent again, and
+    reading it back after the deadline must not add a poll's own timeout. Timed from the
+    request's arrival: storing the question before it is no part of the deadline."""
+    bad.stream = kind
+    with _researcher(settings, bad, timeout_ms=5_000, deep_research_timeout_ms=2_000) as r:
         with pytest.raises(SubmissionUnknown, match="may be billed"):
             r.deep_research("Describe the json module", wait=True)
-        elapsed = time.monotonic() - started
-    assert elapsed < 8.0
+        ended = time.monotonic()
+    assert bad.stream_started is not None
+    elapsed = ended - bad.stream_started
+    assert elapsed < 2.0 + 1.0, f"took {elapsed:.1f} s"
     assert bad.requests["POST /v1/agent"] == 1
 
 

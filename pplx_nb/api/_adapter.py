@@ -16,6 +16,7 @@ from pplx_nb._errors import APIServerError, NetworkError, not_unicode
 from pplx_nb._models import Answer
 from pplx_nb.api._sse import Event
 from pplx_nb.api.request import Request
+from pplx_nb.api.retry import UNREADABLE
 
 if TYPE_CHECKING:
     from pplx_nb.api._activity import Activity
@@ -63,7 +64,8 @@ def read_wire(model: type[M], raw: bytes | str, what: str) -> M:
     # its input_value, and a server (a proxy) may have echoed the API key into it.
     raise APIServerError(
         f"The API sent {what} that pplx_nb cannot read ({problem}). Check that "
-        "PERPLEXITY_BASE_URL and PERPLEXITY_API_STYLE point at a compatible server."
+        "PERPLEXITY_BASE_URL and PERPLEXITY_API_STYLE point at a compatible server.",
+        reason=UNREADABLE,
     )
 
 

@@ -28,9 +28,16 @@ from pplx_nb._errors import (
     redact,
 )
 from pplx_nb._redact import scrub_chain
-from pplx_nb.api.retry import retry_after_seconds
+from pplx_nb.api.retry import TOO_LARGE, retry_after_seconds, unread
 
-__all__ = ["KEY_HELP", "from_status", "submission_unknown", "too_large", "transport_errors"]
+__all__ = [
+    "KEY_HELP",
+    "from_status",
+    "submission_unknown",
+    "too_large",
+    "transport_errors",
+    "unread_words",
+]
 
 KEY_HELP = (
     "Set a valid key in the PERPLEXITY_API_KEY environment variable (or pass "
@@ -164,21 +171,33 @@ def from_status(
 
 
 def submission_unknown(
-    what: str, cause: APIError | str, conversation_id: str | None = None
+    what: str,
+    cause: APIError | str,
+    conversation_id: str | None = None,
+    *,
+    remote_id: str | None = None,
+    unreadable: bool = False,
 ) -> SubmissionUnknown:
-    """The error for a paid request that was sent and whose reply was lost.
+    """The error for a paid request that was sent and whose reply was lost or unreadable.
 
     ``cause``: the failure after sending (or a few words saying what happened);
-    ``conversation_id``, when known, goes into the resubmit advice.
+    ``conversation_id``, when known, goes into the resubmit advice; ``remote_id``: the run
+    the API named before its reply was lost (``cause`` names it too), the error's
+    ``request_id``, so that the run can be read later; ``unreadable``: the reply arrived
+    but could not be read (implied by such a ``cause``).
     """
     status = None
     if isinstance(cause, APIError):
         status = cause.status_code
-        cause = f"HTTP {status}" if status is not None else (cause.reason or cause.code)
+        unreadable = unreadable or unread(cause)
+        cause = unread_words(cause) or (
+            f"HTTP {status}" if status is not None else (cause.reason or cause.code)
+        )
     target = conversation_id or "CONVERSATION_ID"
     where = f" for conversation {conversation_id}" if conversation_id else ""
+    lost = "could not be read" if unreadable else "was lost"
     return SubmissionUnknown(
-        f"{what}{where} reached the API, but its reply was lost ({cause}). The run may have "
+        f"{what}{where} reached the API, but its reply {lost} ({cause}). The run may have "
         "started and may be billed, so pplx_nb does not send it again by itself. Check the "
         "usage page of your Perplexity account; to pay for a new run deliberately, resubmit "
         f"with `Researcher.retry({target!r})` (`%pplx_retry {target}` in a notebook).",
@@ -186,7 +205,22 @@ def submission_unknown(
         cause=cause,
         status_code=status,
         conversation_id=conversation_id,
+        request_id=remote_id,
     )
+
+
+def unread_words(error: APIError, subject: str = "it") -> str:
+    """A few words on a reply (``subject``) that could not be read, ``""`` for any other
+    error: its size limit, or that it was not in the API's format."""
+    if not unread(error):
+        return ""
+    limit = error.details.get("limit_bytes")
+    if error.reason == TOO_LARGE and isinstance(limit, int):
+        return (
+            f"{subject} was over the {limit / 2**20:.3g} MiB limit, PPLX_NB_MAX_RESPONSE_MB, "
+            "and was dropped unread"
+        )
+    return f"{subject} was not in the API's format"
 
 
 def too_large(what: str, limit: int) -> APIServerError:
@@ -196,4 +230,5 @@ def too_large(what: str, limit: int) -> APIServerError:
         "the response was dropped unread. Check that PERPLEXITY_BASE_URL points at the "
         "Perplexity API or a compatible server, or raise PPLX_NB_MAX_RESPONSE_MB.",
         limit_bytes=limit,
+        reason=TOO_LARGE,
     )

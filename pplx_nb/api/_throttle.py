@@ -185,13 +185,32 @@ class Throttle:
     def __repr__(self) -> str:
         return f"{type(self).__name__}(rate={self.rate!r}, where={self.where!r})"
 
-    async def admit(self, what: str, max_wait: float) -> float:
+    async def admit(self, what: str, max_wait: float, *, run_left: float | None = None) -> float:
         """Wait for the turn of the request ``what``; return the seconds waited.
+
+        ``run_left``: ``what`` reads (or stops) a paid run with that many seconds left before
+        its deadline. An API pause that would leave no ``max_wait`` before that deadline is
+        then not waited for (only ``PPLX_NB_RATE_LIMIT`` is): honouring it would lose a result
+        already paid for, or leave the run billing, to save one request.
 
         Raises APITimeoutError (nothing sent) when the turn is more than ``max_wait`` seconds
         away, and StoreUnavailable when the shared state cannot be reached.
         """
         turn = await self._reserve(max(max_wait, 0.0))
+        if (
+            not turn.granted
+            and turn.cause == "hold"
+            and run_left is not None
+            and turn.wait > run_left - max_wait
+        ):
+            logger.warning(
+                "%s is sent despite the API's pause of %.1f s more: its paid run has %.1f s "
+                "left before its deadline",
+                what,
+                turn.wait,
+                max(run_left, 0.0),
+            )
+            turn = await self._reserve(max(max_wait, 0.0), past_hold=True)
         if not turn.granted:
             raise self._too_late(what, turn, max_wait)
         if turn.wait > 0:
@@ -255,7 +274,9 @@ class Throttle:
             wait_seconds=round(turn.wait, 3),
         )
 
-    async def _reserve(self, max_wait: float) -> _Turn:
+    async def _reserve(self, max_wait: float, *, past_hold: bool = False) -> _Turn:
+        """Reserve the next turn unless it is over ``max_wait`` away; ``past_hold``: ignoring
+        the API's pause."""
         raise NotImplementedError
 
     async def _hold(self, seconds: float) -> None:
@@ -271,11 +292,12 @@ class LocalThrottle(Throttle):
         self._hold_until = 0.0
         self._guard = threading.Lock()
 
-    async def _reserve(self, max_wait: float) -> _Turn:
-        return self.reserve(max_wait)
+    async def _reserve(self, max_wait: float, *, past_hold: bool = False) -> _Turn:
+        return self.reserve(max_wait, past_hold=past_hold)
 
-    def reserve(self, max_wait: float) -> _Turn:
-        """Reserve the next turn (``time.monotonic`` clock) unless it is over ``max_wait`` away."""
+    def reserve(self, max_wait: float, *, past_hold: bool = False) -> _Turn:
+        """Reserve the next turn (``time.monotonic`` clock) unless it is over ``max_wait`` away
+        (``past_hold``: ignoring the API's pause)."""
         with self._guard:
             now = time.monotonic()
             slot: float = now
@@ -284,7 +306,7 @@ class LocalThrottle(Throttle):
                 edge = self._slots[0] + self.window[1]
                 if edge > slot:
                     slot, cause = edge, "rate"
-            if self._hold_until > slot:
+            if self._hold_until > slot and not past_hold:
                 slot, cause = self._hold_until, "hold"
             wait = slot - now
             if wait > max_wait:
@@ -351,7 +373,7 @@ else
   if stored and not hold then redis.call('DEL', KEYS[2]) repaired = repaired + 2 end
   hold = hold or 0
 end
-if hold > slot then slot, cause = hold, 2 end
+if hold > slot and ARGV[6] ~= '1' then slot, cause = hold, 2 end
 local wait = slot - now
 local at = string.format('%.0f', slot)
 if wait > tonumber(ARGV[3]) then return {0, wait, cause, at, repaired} end
@@ -365,7 +387,7 @@ return {1, wait, cause, at, repaired}
 )
 """KEYS: the window's reservations (a list of server-clock µs, oldest first), the hold (µs).
 ARGV: N (0: no window), the period, the longest wait, the furthest a reservation may lie ahead
-and the longest hold (µs).
+and the longest hold (µs); '1' to ignore the hold.
 Returns {granted, wait µs, cause (0 none, 1 rate, 2 hold), the turn's instant in µs (text),
 repaired (1: the window was damaged, 2: the hold, 3: both; each is deleted, as if absent)}.
 """
@@ -413,17 +435,18 @@ class RedisThrottle(Throttle):
             )
         return self._scripts[which]
 
-    async def _reserve(self, max_wait: float) -> _Turn:
-        return await asyncio.to_thread(self.reserve, max_wait)
+    async def _reserve(self, max_wait: float, *, past_hold: bool = False) -> _Turn:
+        return await asyncio.to_thread(self.reserve, max_wait, past_hold=past_hold)
 
-    def reserve(self, max_wait: float) -> _Turn:
+    def reserve(self, max_wait: float, *, past_hold: bool = False) -> _Turn:
         """Reserve the next turn (blocking; Redis server clock) unless it is over ``max_wait``
-        away."""
+        away (``past_hold``: ignoring the API's pause)."""
         count, period = self.window if self.window else (0, 0.0)
         args = [count, round(period * 1e6), round(min(max_wait, _MAX_AHEAD) * 1e6)]
+        limits = [round(_MAX_AHEAD * 1e6), round(MAX_HOLD * 1e6), 1 if past_hold else 0]
         with redis_errors(self.url, "pace API requests through"):
             granted, wait, cause, at, repaired = self._script(0)(
-                keys=self.keys, args=[*args, round(_MAX_AHEAD * 1e6), round(MAX_HOLD * 1e6)]
+                keys=self.keys, args=[*args, *limits]
             )
         if repaired:
             damaged = [

@@ -30,6 +30,7 @@ from pplx_nb.api._names import PRESETS, SONAR_TO_AGENT, agent_target
 from pplx_nb.api._sse import Event
 from pplx_nb.api._text import RELATED_INSTRUCTION, DeltaFilter, split_related, split_think
 from pplx_nb.api.request import Request, is_deep_research
+from pplx_nb.api.retry import UNREADABLE
 
 __all__ = ["PRESETS", "SONAR_TO_AGENT", "AgentAdapter", "AgentStream", "agent_target"]
 
@@ -430,7 +431,9 @@ class AgentAdapter:
         if response.status in ("failed", "cancelled"):
             raise _run_failed(response)
         if not response.id:
-            raise APIServerError("The API accepted the background run but sent no id. Retry.")
+            raise APIServerError(
+                "The API accepted the background run but sent no id.", reason=UNREADABLE
+            )
         return response.id
 
     def poll(self, remote_id: str) -> Call:

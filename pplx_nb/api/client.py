@@ -29,6 +29,7 @@ from pplx_nb._errors import (
     APITimeoutError,
     NetworkError,
     RemoteRunFailed,
+    SubmissionUnknown,
 )
 from pplx_nb._logging import get_logger
 from pplx_nb._models import Answer
@@ -43,6 +44,7 @@ from pplx_nb.api._failures import (
     from_status,
     submission_unknown,
     transport_errors,
+    unread_words,
 )
 from pplx_nb.api._sse import Event, events
 from pplx_nb.api._throttle import RateLimitHeaders, throttle_for
@@ -51,14 +53,16 @@ from pplx_nb.api.cache import ResponseCache, cache_key
 from pplx_nb.api.endpoint import resolve_endpoint
 from pplx_nb.api.models import ModelPrices, prices_path
 from pplx_nb.api.request import Request, is_deep_research
-from pplx_nb.api.retry import RetryPolicy, outcome_unknown
+from pplx_nb.api.retry import RetryPolicy, outcome_unknown, unread
 from pplx_nb.api.search import parse_results, search_call
 from pplx_nb.api.sonar import SonarAdapter
 
-__all__ = ["ActivityCallback", "AsyncClient", "Client"]
+__all__ = ["ActivityCallback", "AsyncClient", "Client", "RunCallback"]
 
 ActivityCallback = Callable[[Activity], object]
 """Told what a run is doing each time its reasoning events change it."""
+RunCallback = Callable[[str], object]
+"""Told the id of the run answering a stream, as soon as the API names it."""
 
 logger = get_logger("pplx_nb.api")
 _LIMITS = httpx2.Limits(max_connections=100, max_keepalive_connections=32)
@@ -175,19 +179,32 @@ class AsyncClient:
             if hit is not None:
                 logger.debug("Cache hit for %s %s (model %s)", call.method, call.path, model)
                 return hit
-        raw = await self._send(call, self._timeout(request, model), paid=is_deep_research(model))
-        answer = await self._priced(self._adapter.parse(raw, request, model), model)
+        paid = is_deep_research(model)
+        raw = await self._send(call, self._timeout(request, model), paid=paid)
+        try:
+            parsed = self._adapter.parse(raw, request, model)
+        except APIServerError as error:
+            if paid and unread(error):  # paid for, and not the server failing
+                raise submission_unknown(self._what(call), error) from error
+            raise
+        answer = await self._priced(parsed, model)
         if key is not None:
             self.cache.put(key, answer, len(raw))
         return answer
 
     async def stream(
-        self, request: Request, *, on_activity: ActivityCallback | None = None
+        self,
+        request: Request,
+        *,
+        on_activity: ActivityCallback | None = None,
+        on_run: RunCallback | None = None,
     ) -> AsyncGenerator[str | Answer, None]:
         """Answer text as it arrives (``str`` deltas, ``<think>`` excluded), then one Answer.
 
         ``on_activity`` is told what the run is doing (searching, reading results, fetching
-        pages, writing) each time its reasoning events move it on (Agent API only).
+        pages, writing) each time its reasoning events move it on (Agent API only); ``on_run``
+        is told the run's id once, as soon as the API names it (Agent API only), so that a
+        caller can record it before waiting for a paid answer.
 
         The mode's timeout bounds the whole call, and a stream that sends no new event for
         ``PERPLEXITY_TIMEOUT`` ends with TIMEOUT_ERROR (keep-alive comments are not progress).
@@ -210,7 +227,7 @@ class AsyncClient:
             parser = self._adapter.stream_parser(request, model)
             await self.throttle.admit(self._what(call), deadline - loop.time())
             try:
-                attempt = self._stream_once(call, parser, deadline, retries, on_activity)
+                attempt = self._stream_once(call, parser, deadline, retries, on_activity, on_run)
                 async with aclosing(attempt) as items:
                     async for item in items:
                         yielded = yielded or isinstance(item, str)
@@ -234,7 +251,9 @@ class AsyncClient:
             remote_id,
             cut.code if cut.status_code is None else f"HTTP {cut.status_code}",
         )
-        read = self._read_back(adapter, call, remote_id, parser, request, deadline, on_activity)
+        read = self._read_back(
+            adapter, call, remote_id, parser, request, deadline, cut, on_activity
+        )
         async with aclosing(read) as items:
             async for item in items:
                 yield item
@@ -243,7 +262,8 @@ class AsyncClient:
         """Start ``request`` as a background run on the API; returns its remote id.
 
         Sent again only when the request provably never reached the API; when its outcome is
-        unknown (sent, then the reply was lost) it raises SubmissionUnknown instead.
+        unknown (sent, then the reply was lost, or could not be read: too large, not the API's
+        format, no run id) it raises SubmissionUnknown instead.
         """
         model = request.model or self.settings.model
         call = self._adapter.submit(request, model)
@@ -294,6 +314,62 @@ class AsyncClient:
                 if not isinstance(item, str):
                     yield item
 
+    async def read_run(
+        self, remote_id: str, request: Request, *, on_activity: ActivityCallback | None = None
+    ) -> AsyncGenerator[Answer, None]:
+        """The Answer of run ``remote_id``, started earlier for ``request``, read by its id:
+        followed through its events (Agent API), else polled until it ends. Nothing is ever
+        submitted, so nothing is paid for again. The request's timeout (for deep research
+        PERPLEXITY_DEEP_RESEARCH_TIMEOUT) bounds the whole call; ``on_activity`` as for
+        :meth:`stream`.
+
+        Raises InvalidInput (``status_code`` 404) when the API no longer has the run (never
+        stored, or expired), RemoteRunFailed when it failed or was cancelled, APITimeoutError
+        when it is still running at the deadline.
+        """
+        model = request.model or self.settings.model
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._timeout(request, model)
+        related = request.return_related_questions
+        if self.follows_runs:
+            followed = self.follow_background(
+                remote_id, related=related, timeout=deadline - loop.time()
+            )
+            try:
+                async with aclosing(followed) as items:
+                    async for item in items:
+                        if isinstance(item, Answer):
+                            yield item
+                            return
+                        if on_activity is not None:
+                            on_activity(item)
+            except RemoteRunFailed:
+                raise
+            except APIError as error:
+                if error.status_code == 404:
+                    raise
+                logger.info("Run %s cannot be followed (%s); polling it", remote_id, error.code)
+        pause = 0.5
+        while loop.time() < deadline:
+            try:
+                answer = await self._poll_before(remote_id, related, deadline)
+            except APIError:
+                raise
+            except TimeoutError:  # the deadline, mid-poll
+                break
+            if answer is not None:
+                yield answer
+                return
+            await asyncio.sleep(min(pause, max(deadline - loop.time(), 0)))
+            pause = min(pause * 1.5, 3.0)
+        raise APITimeoutError(
+            f"Run {remote_id} was still running at the end of the request's timeout "
+            "(PERPLEXITY_DEEP_RESEARCH_TIMEOUT for deep research). It goes on at the API: "
+            "retry later to read its report, or allow more time (milliseconds).",
+            reason="deadline",
+            request_id=remote_id,
+        )
+
     async def _followed(
         self, adapter: AgentAdapter, remote_id: str, parser: AgentStream, deadline: float
     ) -> AsyncGenerator[str | Activity | Answer, None]:
@@ -307,7 +383,8 @@ class AsyncClient:
         while True:
             before = parser.sequence
             call = adapter.follow(remote_id, before if before is not None else 0)
-            await self.throttle.admit(self._what(call), deadline - loop.time())
+            left = deadline - loop.time()
+            await self.throttle.admit(self._what(call), left, run_left=left)
             try:
                 opened = self._events(call, deadline, failures, only_events=True)
                 async with aclosing(opened) as stream:
@@ -341,12 +418,14 @@ class AsyncClient:
         parser: AgentStream,
         request: Request,
         deadline: float,
+        cut: APIError,
         on_activity: ActivityCallback | None,
     ) -> AsyncGenerator[str | Answer, None]:
-        """The rest of run ``remote_id``, whose stream (``call``) broke: its events after the
-        last one ``parser`` saw, else (the API does not stream it again) its state, polled
-        until it ends or ``deadline``. SubmissionUnknown when it cannot be read (not stored,
-        expired, unreachable): it may still be billed, and nothing is sent again."""
+        """The rest of run ``remote_id``, whose stream (``call``) broke with ``cut``: its
+        events after the last one ``parser`` saw, else (the API does not stream it again) its
+        state, polled until it ends or ``deadline``. SubmissionUnknown, naming the run, when it
+        cannot be read (not stored, expired, unreachable): it may still be billed, and nothing
+        is sent again."""
         seen = parser.activity
         try:
             async with aclosing(self._followed(adapter, remote_id, parser, deadline)) as items:
@@ -366,54 +445,76 @@ class AsyncClient:
                 remote_id,
                 error.code if error.status_code is None else f"HTTP {error.status_code}",
             )
-        yield await self._polled_until(call, remote_id, request, deadline)
+        yield await self._polled_until(call, remote_id, request, deadline, cut)
 
     async def _polled_until(
-        self, call: Call, remote_id: str, request: Request, deadline: float
+        self, call: Call, remote_id: str, request: Request, deadline: float, cut: APIError
     ) -> Answer:
         """The answer of run ``remote_id`` once it ends, polled with backoff until ``deadline``;
-        transient failures are waited out. SubmissionUnknown (naming the run) when it cannot be
-        read: unknown to the API (404: not stored, or expired), a lasting failure, the deadline."""
+        transient failures are waited out. SubmissionUnknown (naming the run, and what cut its
+        stream when that was a reply it could not read) when the run cannot be read: unknown to
+        the API (404: not stored, or expired), a lasting failure, the deadline."""
         loop = asyncio.get_running_loop()
         related = request.return_related_questions
         what = self._what(call)
+        before = unread_words(cut, "its stream")
+
+        def lost(happened: str) -> SubmissionUnknown:
+            cause = f"its run {remote_id} {happened}"
+            return submission_unknown(
+                what,
+                f"{before}; {cause}" if before else cause,
+                remote_id=remote_id,
+                unreadable=bool(before),
+            )
+
         pause, failures = 0.5, 0
         while True:
             try:
-                answer = await self.poll_background(remote_id, related=related)
+                answer = await self._poll_before(remote_id, related, deadline)
             except RemoteRunFailed:
                 raise
             except APIError as error:
                 if error.status_code == 404 or not _resumable(error) or failures >= 6:
-                    raise submission_unknown(
-                        what, f"its run {remote_id} could not be read back: {error.code}"
-                    ) from error
+                    raise lost(f"could not be read back: {error.code}") from error
                 failures += 1
                 await asyncio.sleep(
                     min(self.retry.delay(error, failures), max(deadline - loop.time(), 0))
                 )
                 answer = None
+            except TimeoutError as error:  # the deadline, mid-poll (not an APITimeoutError)
+                raise lost("was still running at the deadline") from error
             if answer is not None:
                 return answer
             if loop.time() >= deadline:
-                raise submission_unknown(
-                    what, f"its run {remote_id} was still running at the deadline"
-                )
+                raise lost("was still running at the deadline")
             await asyncio.sleep(min(pause, max(deadline - loop.time(), 0)))
             pause = min(pause * 1.5, 3.0)
+
+    async def _poll_before(self, remote_id: str, related: bool, deadline: float) -> Answer | None:
+        """One :meth:`poll_background` of a run whose deadline is ``deadline`` (loop time):
+        its own timeout (PERPLEXITY_TIMEOUT) never carries the wait past it (TimeoutError)."""
+        loop = asyncio.get_running_loop()
+        async with asyncio.timeout_at(deadline):
+            return await self.poll_background(
+                remote_id, related=related, run_left=deadline - loop.time()
+            )
 
     async def cancel_background(self, remote_id: str, *, retry: bool = False) -> bool:
         """Ask the API to cancel a background run (best effort); True if it did.
 
         One attempt, or with ``retry`` the retries of any request (asking twice to stop a run
-        costs nothing). A server without the cancel endpoint (404, 405), a run that has already
-        ended (400) or any other failure gives False.
+        costs nothing); sent even while the API asked to pause requests, as the run bills until
+        it stops. A server without the cancel endpoint (404, 405), a run that has already ended
+        (400) or any other failure gives False.
         """
         call = self._adapter.cancel(remote_id)
         if call is None:
             return False
         try:
-            await self._send(call, self._seconds(self.settings.timeout_ms), retry=retry)
+            await self._send(
+                call, self._seconds(self.settings.timeout_ms), retry=retry, run_left=0.0
+            )
         except APIError as error:
             logger.info("Could not cancel background run %s: %s", remote_id, error.code)
             return False
@@ -445,17 +546,21 @@ class AsyncClient:
             return False
         return response.status_code < 500
 
-    async def poll_background(self, remote_id: str, *, related: bool = False) -> Answer | None:
+    async def poll_background(
+        self, remote_id: str, *, related: bool = False, run_left: float | None = None
+    ) -> Answer | None:
         """The answer of a background run once done; ``None`` while it is queued or running.
 
         ``related``: the run's request set ``return_related_questions`` (the Agent API gives
         them as a trailing list, split off the text only when they were asked for).
+        ``run_left``: seconds left before the run's deadline; a pause the API asked for that
+        would last past it is not waited for, so a finished run is still read in time.
 
         Raises APIServerError when the run failed, InvalidInput (``status_code`` 404) when the
         API does not know ``remote_id``.
         """
         call = self._adapter.poll(remote_id)
-        raw = await self._send(call, self._seconds(self.settings.timeout_ms))
+        raw = await self._send(call, self._seconds(self.settings.timeout_ms), run_left=run_left)
         answer = self._adapter.polled(raw, related=related)
         return None if answer is None else await self._priced(answer, "")
 
@@ -520,17 +625,27 @@ class AsyncClient:
         return self.retry.should_retry(error, retries)
 
     async def _send(
-        self, call: Call, timeout: float, *, paid: bool = False, retry: bool = True
+        self,
+        call: Call,
+        timeout: float,
+        *,
+        paid: bool = False,
+        retry: bool = True,
+        run_left: float | None = None,
     ) -> bytes:
         """The body of a successful response to ``call``, after the retries the policy allows.
 
         ``paid``: sent again only when it provably never reached the API; an unknown outcome
-        raises SubmissionUnknown. ``retry=False``: one attempt.
+        raises SubmissionUnknown. ``retry=False``: one attempt. ``run_left``: ``call`` reads
+        or stops a paid run with that many seconds left (see :meth:`Throttle.admit`).
         """
         what = self._what(call)
+        loop = asyncio.get_running_loop()
+        run_deadline = None if run_left is None else loop.time() + run_left
         retries = 0
         while True:
-            await self.throttle.admit(what, timeout)
+            left = None if run_deadline is None else run_deadline - loop.time()
+            await self.throttle.admit(what, timeout, run_left=left)
             try:
                 logger.debug("%s (attempt %d)", what, retries + 1)
                 # httpx2's timeout bounds each read; a body that trickles in must not outlast
@@ -569,11 +684,15 @@ class AsyncClient:
         deadline: float,
         retries: int,
         on_activity: ActivityCallback | None = None,
+        on_run: RunCallback | None = None,
     ) -> AsyncGenerator[str | Answer, None]:
         seen: Activity | None = None
         async with aclosing(self._events(call, deadline, retries)) as stream:
             async for event in stream:
                 delta = parser.feed(event)
+                if on_run is not None and isinstance(parser, AgentStream) and parser.response_id:
+                    on_run(parser.response_id)
+                    on_run = None
                 if on_activity is not None and parser.activity not in (None, seen):
                     seen = parser.activity
                     on_activity(seen)
@@ -710,18 +829,24 @@ class Client:
         return run_sync(self._async.ask(request))
 
     def stream(
-        self, request: Request, *, on_activity: ActivityCallback | None = None
+        self,
+        request: Request,
+        *,
+        on_activity: ActivityCallback | None = None,
+        on_run: RunCallback | None = None,
     ) -> Generator[str | Answer, None, None]:
         """See :meth:`AsyncClient.stream`; deltas are yielded in the calling thread."""
-        return iterate_sync(self._async.stream(request, on_activity=on_activity))
+        return iterate_sync(self._async.stream(request, on_activity=on_activity, on_run=on_run))
 
     def submit_background(self, request: Request) -> str:
         """See :meth:`AsyncClient.submit_background`."""
         return run_sync(self._async.submit_background(request))
 
-    def poll_background(self, remote_id: str, *, related: bool = False) -> Answer | None:
+    def poll_background(
+        self, remote_id: str, *, related: bool = False, run_left: float | None = None
+    ) -> Answer | None:
         """See :meth:`AsyncClient.poll_background`."""
-        return run_sync(self._async.poll_background(remote_id, related=related))
+        return run_sync(self._async.poll_background(remote_id, related=related, run_left=run_left))
 
     def follow_background(
         self, remote_id: str, *, related: bool = False, timeout: float | None = None
@@ -730,6 +855,12 @@ class Client:
         return iterate_sync(
             self._async.follow_background(remote_id, related=related, timeout=timeout)
         )
+
+    def read_run(
+        self, remote_id: str, request: Request, *, on_activity: ActivityCallback | None = None
+    ) -> Generator[Answer, None, None]:
+        """See :meth:`AsyncClient.read_run`; the answer is yielded in the calling thread."""
+        return iterate_sync(self._async.read_run(remote_id, request, on_activity=on_activity))
 
     def cancel_background(self, remote_id: str, *, retry: bool = False) -> bool:
         """See :meth:`AsyncClient.cancel_background`."""

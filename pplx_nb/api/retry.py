@@ -22,11 +22,14 @@ from pplx_nb._errors import APIError, APITimeoutError, NetworkError
 
 __all__ = [
     "RATE_LIMIT_WAIT",
+    "TOO_LARGE",
+    "UNREADABLE",
     "RetryPolicy",
     "not_sent",
     "outcome_unknown",
     "retry_after_seconds",
     "seconds_until_date",
+    "unread",
 ]
 
 _RETRY_STATUSES = frozenset({408, 409, 429})
@@ -37,6 +40,11 @@ RATE_LIMIT_WAIT = "RateLimitWait"
 after its timeout (``api._throttle``): it was never sent."""
 _UNSENT_REASONS = frozenset({"ConnectError", "ConnectTimeout", "PoolTimeout", RATE_LIMIT_WAIT})
 """httpx2 failures that happen before a byte of the request is sent, and a turn too late."""
+TOO_LARGE = "TooLarge"
+"""The ``reason`` of a reply refused unread for its size (``PPLX_NB_MAX_RESPONSE_MB``)."""
+UNREADABLE = "Unreadable"
+"""The ``reason`` of a reply that arrived whole but cannot be read (not the API's format)."""
+_UNREAD_REASONS = frozenset({TOO_LARGE, UNREADABLE})
 
 
 def not_sent(error: APIError) -> bool:
@@ -54,15 +62,23 @@ def not_sent(error: APIError) -> bool:
 def outcome_unknown(error: APIError) -> bool:
     """Whether the server may have acted on a request that failed with ``error``.
 
-    True for a broken connection or a timeout after sending, and for 408, 409 and 5xx replies
-    other than 503; a 4xx rejection or a run the API reports failed is a known outcome.
+    True for a broken connection or a timeout after sending, for a reply that cannot be read
+    (too large, not the API's format: :func:`unread`), and for 408, 409 and 5xx replies other
+    than 503; a 4xx rejection or a run the API reports failed is a known outcome.
     """
     if not_sent(error):
         return False
     status = error.status_code
     if status is None:
-        return isinstance(error, NetworkError | APITimeoutError)
+        return isinstance(error, NetworkError | APITimeoutError) or unread(error)
     return status in _RETRY_STATUSES or status >= 500
+
+
+def unread(error: APIError) -> bool:
+    """Whether ``error`` is a reply that arrived and could not be read: over
+    ``PPLX_NB_MAX_RESPONSE_MB``, or not in the API's format. The server did answer, so it
+    says nothing of the server failing; for a paid request it leaves the outcome unknown."""
+    return error.reason in _UNREAD_REASONS
 
 
 def retry_after_seconds(headers: Mapping[str, str]) -> float | None:

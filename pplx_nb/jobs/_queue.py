@@ -719,6 +719,8 @@ def _close_unanswered(answers: AnswerLookup, status: JobStatus) -> None:
         error.message if error else None,
         cost_unknown=isinstance(result, dict) and result.get("costUnknown") is True,
         job_id=status.job_id,
+        # A failed job keeps its run's id only while that run may still answer: retry reads it.
+        remote_id=status.remote_id if status.status == "failed" else None,
     )
     try:
         answers.close_question_locked(status.conversation_id, closing)

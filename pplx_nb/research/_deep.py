@@ -45,6 +45,7 @@ from pplx_nb.research._progress import (
 )
 from pplx_nb.research._runner import TurnRunner, submission_unknown, unknown_for
 from pplx_nb.research._turns import (
+    COLLECT_RUN,
     DEEP_RESEARCH_MODEL,
     build_request,
     fitted_messages,
@@ -119,6 +120,7 @@ class DeepResearchRunner:
         async with self._clients.for_job() as client:
             remote_id = ctx.remote_id
             try:
+                remote_id = remote_id or await _collecting(job, ctx)
                 if remote_id is None:
                     await ctx.report(*QUERYING)
                     remote_id = await self._submit(client, request, ctx)
@@ -325,13 +327,16 @@ class DeepResearchRunner:
                 return answer
         delay = 0.1
         outage = 0
+        failed: str | None = None  # why the last poll could not read the run
         while True:
             if loop.time() >= deadline:
-                await self._time_out(client, remote_id, ctx, budget)
+                await self._time_out(client, remote_id, ctx, budget, failed)
             try:
                 async with asyncio.timeout_at(deadline):
                     answer = await client.poll_background(
-                        remote_id, related=request.return_related_questions
+                        remote_id,
+                        related=request.return_related_questions,
+                        run_left=deadline - loop.time(),
                     )
             except InvalidInput as exc:
                 if exc.status_code != _NOT_FOUND:
@@ -342,10 +347,13 @@ class DeepResearchRunner:
             except APIError as exc:
                 await self._wait_out(client, exc, remote_id, outage, deadline - loop.time())
                 outage += 1
+                failed = exc.code if exc.status_code is None else f"HTTP {exc.status_code}"
                 continue
             except TimeoutError:
-                continue  # the deadline passed mid-poll: cancelled at the top of the loop
-            outage = 0
+                # The deadline passed mid-poll: cancelled at the top of the loop.
+                failed = "no reply before the deadline"
+                continue
+            outage, failed = 0, None
             if answer is not None:
                 await _finalizing(ctx)
                 return answer
@@ -444,17 +452,32 @@ class DeepResearchRunner:
         await asyncio.sleep(pause)
 
     async def _time_out(
-        self, client: AsyncClient, remote_id: str, ctx: JobContext, budget: float
+        self,
+        client: AsyncClient,
+        remote_id: str,
+        ctx: JobContext,
+        budget: float,
+        failed: str | None = None,
     ) -> NoReturn:
-        """Cancel a run past its deadline and end the job with TIMEOUT_ERROR (not retried)."""
+        """Cancel a run past its deadline and end the job with TIMEOUT_ERROR (not retried).
+
+        ``failed``: why the last poll could not read the run, when it could not (then whether
+        the run was still running is not known, and the message says so)."""
         cancelled = await client.cancel_background(remote_id)
         conversation_id = ctx.job.conversation_id
-        what = "cancelled" if cancelled else "left running (the API did not confirm a cancel)"
+        seen = "was still running"
+        if failed is not None:
+            seen = f"could not be read ({failed} on its last poll)"
+        what = (
+            "was cancelled"
+            if cancelled
+            else "may still be running: the API did not confirm the cancel sent for it"
+        )
         raise RunTimedOut(
-            f"The deep research of conversation {conversation_id} was still running "
-            f"{budget:g} s after it was submitted (PERPLEXITY_DEEP_RESEARCH_TIMEOUT); its run "
-            f"{remote_id} was {what}. The conversation stays open: follow up to ask again, or "
-            "allow more time with PERPLEXITY_DEEP_RESEARCH_TIMEOUT (milliseconds).",
+            f"The deep research of conversation {conversation_id} {seen} {budget:g} s after it "
+            f"was submitted (PERPLEXITY_DEEP_RESEARCH_TIMEOUT); its run {remote_id} {what}. "
+            "The conversation stays open: follow up to ask again, or allow more time with "
+            "PERPLEXITY_DEEP_RESEARCH_TIMEOUT (milliseconds).",
             conversation_id=conversation_id,
             remote_id=remote_id,
             cancelled=cancelled,
@@ -541,6 +564,23 @@ async def stop_or_collect(
         logger.warning("Run %s could not be read after its cancel: %s", remote_id, exc)
         return False, None
     return answer is not None, answer
+
+
+async def _collecting(job: Job, ctx: JobContext) -> str | None:
+    """The run a retried question already started (its report is read by id before anything
+    is paid for again), recorded as the job's run; ``None`` when there is none. Only on the
+    first attempt: a later one follows a run that failed, or was unknown and resubmitted."""
+    run = job.request.get(COLLECT_RUN)
+    if not isinstance(run, str) or not run or ctx.attempt != 1:
+        return None
+    logger.info("Reading run %s, started earlier for %s, by its id", run, job.conversation_id)
+    try:
+        await ctx.record_remote_id(run)
+    except LeaseLost:
+        raise
+    except PplxError as exc:
+        logger.warning("Could not record run %s of %s (%s)", run, job.conversation_id, exc)
+    return run
 
 
 async def _finalizing(ctx: JobContext) -> None:

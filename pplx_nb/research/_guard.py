@@ -6,6 +6,7 @@ would split the pair. So asking goes through here::
 
     ticket = guard.ask(question, model, conversation_id)   # stored + marked as being answered
     ticket.renew()                                         # a long stream keeps the mark live
+    ticket.note_run(remote_id)                             # the paid run answering, in the mark
     ticket.answer(message)                                 # stored, mark gone, in one locked step
     ticket.abandon(error)                                  # the call failed: mark gone and
                                                            # the question closed, saying why
@@ -26,7 +27,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pplx_nb._config import Settings
-from pplx_nb._errors import JobInProgress, LeaseLost, PplxError, redact
+from pplx_nb._errors import JobInProgress, LeaseLost, PplxError, SubmissionUnknown, redact
+from pplx_nb._logging import get_logger
 from pplx_nb._models import Conversation, JobStatus, Message, UnansweredState, closing_turn
 
 if TYPE_CHECKING:
@@ -34,6 +36,8 @@ if TYPE_CHECKING:
     from pplx_nb.store import ConversationStore, Placed
 
 __all__ = ["AnswerGuard", "Ticket"]
+
+logger = get_logger("pplx_nb.research")
 
 _RENEW_SECONDS = 60.0
 """How often a streaming answer pushes its mark's deadline ahead."""
@@ -117,11 +121,18 @@ class AnswerGuard:
     def _close_open_question(self, conversation_id: str) -> None:
         """Close a question another program (or a process that died) left without an answer,
         before a new one follows it: two questions in a row would break the conversation for
-        every program that replays it. Not while a job or an answer of it is under way."""
-        # Whatever was answering it may have been paid before it stopped.
+        every program that replays it. Not while a job or an answer of it is under way.
+
+        Whatever was answering it may have been paid before it stopped: the closing turn says its
+        cost is unknown, and names the run a process that died while a paid run answered left in
+        its mark, so that the run can still be read."""
         self._store.close_question(
             conversation_id,
-            closing_turn("interrupted", cost_unknown=True),
+            closing_turn(
+                "interrupted",
+                cost_unknown=True,
+                remote_id=self._store.answering_run(conversation_id),
+            ),
             check=lambda _: self.refuse_if_busy(conversation_id),
         )
 
@@ -247,6 +258,8 @@ class Ticket:
         self._token: str | None = token
         self._seconds = seconds
         self._renewed = time.monotonic()
+        self.remote_id: str | None = None
+        """The paid run answering the question, once the API named it."""
 
     def __repr__(self) -> str:
         state = "open" if self._token is not None else "closed"
@@ -265,6 +278,26 @@ class Ticket:
         self._renewed = time.monotonic()
         with contextlib.suppress(PplxError), self._store.locked(self.conversation_id):
             self._store.renew_answering(self.conversation_id, self._token, self._seconds)
+
+    def note_run(self, remote_id: str) -> None:
+        """Record the paid run answering the question, in its mark, before waiting for it: a
+        process killed meanwhile leaves the run's id to whoever closes the question. Never
+        raises: the run goes on, and this ticket still names it when the question closes."""
+        self.remote_id = remote_id
+        if self._token is None:
+            return
+        try:
+            with self._store.locked(self.conversation_id):
+                self._store.renew_answering(
+                    self.conversation_id, self._token, self._seconds, remote_id
+                )
+        except PplxError as exc:
+            logger.warning(
+                "Could not record run %s of %s (%s); it is named when the question closes",
+                remote_id,
+                self.conversation_id,
+                exc,
+            )
 
     def answer(self, message: Message) -> Conversation:
         """Store the answer; the mark ends in the same locked step."""
@@ -292,7 +325,9 @@ class Ticket:
             return
         if error is not None:
             then = None if token is None else lambda: store.clear_answering(conversation_id, token)
-            closing = closing_turn(*_unanswered(error))
+            named = error.request_id if isinstance(error, SubmissionUnknown) else None
+            run = self.remote_id or named
+            closing = closing_turn(*_unanswered(error), remote_id=run)
             with contextlib.suppress(PplxError):
                 if store.close_question(conversation_id, closing, then=then):
                     return

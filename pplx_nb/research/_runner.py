@@ -11,7 +11,14 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING
 
-from pplx_nb._errors import FilesystemError, PplxError, SubmissionUnknown
+from pplx_nb._errors import (
+    FilesystemError,
+    InvalidInput,
+    PplxError,
+    RemoteRunFailed,
+    SubmissionUnknown,
+)
+from pplx_nb._logging import get_logger
 from pplx_nb._metrics import Metrics
 from pplx_nb._models import Answer, Progress
 from pplx_nb.research._answers import assistant_message, priced
@@ -22,10 +29,14 @@ from pplx_nb.research._progress import COMPLETED, ProgressCallback, Tracker, act
 from pplx_nb.research._turns import Turn
 
 if TYPE_CHECKING:
-    from pplx_nb.api import Activity
+    from pplx_nb.api import Activity, AsyncClient, Request
     from pplx_nb.store import ConversationStore
 
 __all__ = ["TurnRunner", "last", "submission_unknown", "unknown_for"]
+
+logger = get_logger("pplx_nb.research")
+
+_NOT_FOUND = 404
 
 
 class TurnRunner:
@@ -108,13 +119,19 @@ class TurnRunner:
                     answer = None
                     # Closed explicitly: left to the garbage collector, a stream abandoned
                     # mid-way closes its HTTP response outside any event loop.
-                    async with contextlib.aclosing(
-                        _watched(
-                            client.stream(request, on_activity=told),
-                            ticket,
-                            tracker,
+                    # A paid run's id goes into the question's mark as soon as the API names it:
+                    # killed while waiting, this process leaves it for whoever closes the
+                    # question.
+                    source = (
+                        _collected(client, turn, request, ticket, told)
+                        if turn.remote_id is not None
+                        else client.stream(
+                            request,
+                            on_activity=told,
+                            on_run=ticket.note_run if _paid(turn) else None,
                         )
-                    ) as items:
+                    )
+                    async with contextlib.aclosing(_watched(source, ticket, tracker)) as items:
                         async for item in items:
                             if isinstance(item, str):
                                 yield item
@@ -192,6 +209,43 @@ def _told(
     return told
 
 
+async def _collected(
+    client: AsyncClient,
+    turn: Turn,
+    request: Request,
+    ticket: Ticket,
+    told: Callable[[Activity], None] | None,
+) -> AsyncGenerator[str | Answer, None]:
+    """The report of the run already started for ``turn``'s question, read by its id; only
+    when the API no longer has that run, or it failed, is the question asked again (and paid
+    for) as a new run."""
+    assert turn.remote_id is not None
+    ticket.note_run(turn.remote_id)
+    try:
+        read = client.read_run(turn.remote_id, request, on_activity=told)
+        async with contextlib.aclosing(read) as answers:
+            async for answer in answers:
+                yield answer
+        return
+    except InvalidInput as error:
+        if error.status_code != _NOT_FOUND:
+            raise
+        why = "the API no longer has it"
+    except RemoteRunFailed as error:
+        why = f"it ended without a report ({error.message})"
+    logger.warning(
+        "Run %s of %s cannot be collected (%s); asking again as a new run",
+        turn.remote_id,
+        turn.conversation_id,
+        why,
+    )
+    ticket.remote_id = None
+    again = client.stream(request, on_activity=told, on_run=ticket.note_run)
+    async with contextlib.aclosing(again) as items:
+        async for item in items:
+            yield item
+
+
 async def _watched(
     items: AsyncGenerator[str | Answer, None], ticket: Ticket, tracker: Tracker | None
 ) -> AsyncGenerator[str | Answer, None]:
@@ -223,21 +277,28 @@ def unknown_for(error: SubmissionUnknown, conversation_id: str) -> SubmissionUnk
         return error
     what = str(error.details.get("what") or "The request")
     cause = str(error.details.get("cause") or "reply lost")
-    return submission_unknown(what, cause, conversation_id)
+    return submission_unknown(what, cause, conversation_id, remote_id=error.request_id)
 
 
-def submission_unknown(what: str, cause: str, conversation_id: str) -> SubmissionUnknown:
+def submission_unknown(
+    what: str, cause: str, conversation_id: str, *, remote_id: str | None = None
+) -> SubmissionUnknown:
     """SUBMISSION_UNKNOWN for ``what``, sent for ``conversation_id`` and its reply lost."""
     from pplx_nb.api import submission_unknown as unknown
 
-    return unknown(what, cause, conversation_id)
+    return unknown(what, cause, conversation_id, remote_id=remote_id)
 
 
 def _may_be_billed(turn: Turn, error: BaseException) -> bool:
     """Whether a failed turn may have cost something, so its question stays to retry."""
-    from pplx_nb.api.request import is_deep_research
-
     if isinstance(error, SubmissionUnknown):
         return True
     # Interrupted mid-answer (cancelled, Ctrl-C): a paid run may be under way.
-    return is_deep_research(turn.model) and not isinstance(error, Exception)
+    return _paid(turn) and not isinstance(error, Exception)
+
+
+def _paid(turn: Turn) -> bool:
+    """Whether the turn buys a deep research (stored, so its run can be read back by id)."""
+    from pplx_nb.api.request import is_deep_research
+
+    return is_deep_research(turn.model)

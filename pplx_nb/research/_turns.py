@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from pplx_nb.store import ConversationStore
 
 __all__ = [
+    "COLLECT_RUN",
     "DEEP_RESEARCH_MODEL",
     "MAX_QUERY_CHARS",
     "SYSTEM_PROMPT",
@@ -53,6 +54,9 @@ _TOOLS = {
 }
 _TS_EFFORTS = ("low", "medium", "high")
 """The reasoning efforts the TypeScript server's deep research accepts."""
+COLLECT_RUN = "collectRunId"
+"""The key of a job's ``request`` naming a run already started for its question: the job reads
+that run's report before it submits anything."""
 
 
 def tool_for(mode: Mode, follow_up: bool) -> str:
@@ -74,6 +78,9 @@ class Turn:
     """Messages stored before the question in a new conversation (the system prompt)."""
     notes: list[str] = field(default_factory=list)
     started: float = field(default_factory=time.perf_counter)
+    remote_id: str | None = None
+    """A run the API already started for this question (a retry): its report is read by this
+    id, and a new run is paid for only when the API no longer has it or it failed."""
 
     @property
     def show_thinking(self) -> bool:
@@ -91,12 +98,21 @@ class Turn:
             "opts": self.opts,
             "searchQuery": self.messages[-1]["content"],
             **({"notes": self.notes} if self.notes else {}),
+            **({COLLECT_RUN: self.remote_id} if self.remote_id else {}),
         }
 
     def job_params(self) -> dict[str, Any]:
         """The same job as the TypeScript perplexity-mcp-server's worker reads it (job.json
         ``params``): the question as asked, and the effort when it is one that server knows."""
         return ts_params(self.user.content, self.opts.get("reasoning_effort"))
+
+
+def _started_run(messages: Sequence[Message]) -> str | None:
+    """The run named by the turn that closed the last question, if one does."""
+    last = messages[-1] if messages else None
+    if last is None or last.role != "assistant" or last.unanswered is None:
+        return None
+    return last.unanswered.remote_id
 
 
 def _unanswered_question(messages: Sequence[Message]) -> Message | None:
@@ -231,7 +247,14 @@ class TurnBuilder:
             messages[-1] = {"role": "user", "content": str(earlier["searchQuery"])}
         asked = sum(1 for m in conversation.messages if m.role == "user")
         tool = status.tool_name if status else tool_for("research", asked > 1)
-        return Turn(conversation_id, messages, question, tool, model, opts, notes=notes)
+        # A run the API named for the question (its process killed, or its reply unreadable)
+        # may have finished: its report is read by id before anything is paid for again.
+        run = _started_run(conversation.messages)
+        if run is None and conversation.messages[-1].role == "user":
+            run = self._store.answering_run(conversation_id)
+        return Turn(
+            conversation_id, messages, question, tool, model, opts, notes=notes, remote_id=run
+        )
 
     def _model(self, mode: Mode, opts: dict[str, Any]) -> str:
         model = opts.get("model")

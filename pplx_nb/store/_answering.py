@@ -7,8 +7,10 @@ it in the same locked step, and meanwhile the answer guard (``pplx_nb.research``
 questions of the conversation, as it does while a job of it is pending or running.
 
 The marker is JSON: ``token`` (whose marker it is), ``pid`` and ``host`` (who writes the answer),
-``startedAt`` (ISO 8601, when the question was asked) and ``deadline`` (Unix seconds). Processes of
-earlier versions read and write the same file in the same folders, so its format stays as it is.
+``startedAt`` (ISO 8601, when the question was asked) and ``deadline`` (Unix seconds), plus
+``remoteId`` once the API named the paid run answering it: whoever closes a question whose
+answerer died reads it there. Processes of earlier versions read and write the same file in the
+same folders, so its format only grows.
 
 A marker is live until its deadline (the longest the request can take, retries included; a long
 stream renews it as text arrives) and, on the machine that wrote it, only while the process that
@@ -35,7 +37,17 @@ from pplx_nb._fs import atomic_write_json, read_bytes
 from pplx_nb._layout import ANSWERING_FILE
 from pplx_nb._models import now_iso
 
-__all__ = ["AnsweringMarker", "clear", "fields", "live", "live_marker", "mark", "renew"]
+__all__ = [
+    "AnsweringMarker",
+    "clear",
+    "fields",
+    "live",
+    "live_marker",
+    "mark",
+    "marked_run",
+    "recorded_run",
+    "renew",
+]
 
 
 @dataclass(frozen=True)
@@ -57,26 +69,54 @@ def mark(directory: Path, seconds: float) -> str:
     return token
 
 
-def renew(directory: Path, token: str, seconds: float) -> None:
-    """Push the marker's deadline ``seconds`` ahead, if it is still the one ``token`` names."""
+def renew(directory: Path, token: str, seconds: float, remote_id: str | None = None) -> None:
+    """Push the marker's deadline ``seconds`` ahead, if it is still the one ``token`` names,
+    recording ``remote_id`` (the paid run answering it) when given."""
     current = _read(directory)
     if current is not None and current.get("token") == token:
-        _write(directory, token, str(current.get("startedAt") or now_iso()), seconds)
+        atomic_write_json(directory / ANSWERING_FILE, renewed(current, token, seconds, remote_id))
+
+
+def renewed(
+    current: dict[str, Any], token: str, seconds: float, remote_id: str | None
+) -> dict[str, Any]:
+    """The fields of marker ``current`` pushed ``seconds`` ahead; its run kept or recorded."""
+    started = str(current.get("startedAt") or now_iso())
+    run = remote_id or marked_run(current)
+    return fields(token, started, seconds, run)
 
 
 def _write(directory: Path, token: str, started_at: str, seconds: float) -> None:
     atomic_write_json(directory / ANSWERING_FILE, fields(token, started_at, seconds))
 
 
-def fields(token: str, started_at: str, seconds: float) -> dict[str, Any]:
+def fields(
+    token: str, started_at: str, seconds: float, remote_id: str | None = None
+) -> dict[str, Any]:
     """The marker's JSON fields, written by this process, live for ``seconds`` from now."""
-    return {
+    data: dict[str, Any] = {
         "token": token,
         "pid": os.getpid(),
         "host": socket.gethostname(),
         "startedAt": started_at,
         "deadline": time.time() + seconds,
     }
+    if remote_id is not None:
+        data["remoteId"] = remote_id
+    return data
+
+
+def recorded_run(directory: Path) -> str | None:
+    """The paid run the marker names, live or not: a process that died while it answered
+    leaves it for whoever closes the question."""
+    current = _read(directory)
+    return None if current is None else marked_run(current)
+
+
+def marked_run(marker: dict[str, Any]) -> str | None:
+    """The paid run the fields ``marker`` name (``remoteId``), or ``None``."""
+    run = marker.get("remoteId")
+    return run if isinstance(run, str) and run else None
 
 
 def clear(directory: Path, token: str) -> None:

@@ -124,9 +124,12 @@ class StoreBackend(Protocol):
         ``seconds``; returns the token that ends it. The caller holds the lock."""
         ...
 
-    def renew_answering(self, conversation_id: str, token: str, seconds: float) -> None:
+    def renew_answering(
+        self, conversation_id: str, token: str, seconds: float, remote_id: str | None = None
+    ) -> None:
         """Push the deadline of the mark ``token`` names ``seconds`` ahead, if it is still the
-        conversation's. The caller holds the lock."""
+        conversation's, recording ``remote_id`` (the paid run answering) when given. The
+        caller holds the lock."""
         ...
 
     def clear_answering(self, conversation_id: str, token: str) -> None:
@@ -137,6 +140,10 @@ class StoreBackend(Protocol):
     def answering(self, conversation_id: str) -> AnsweringMarker | None:
         """The live mark of a question being answered, or ``None`` (none, past its deadline, or
         left by a process that is gone)."""
+        ...
+
+    def answering_run(self, conversation_id: str) -> str | None:
+        """The paid run the conversation's mark names, live or not, or ``None``."""
         ...
 
 

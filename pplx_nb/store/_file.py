@@ -349,9 +349,11 @@ class FileBackend:
         """Write the ``.answering`` marker for ``seconds`` (lock held); returns its token."""
         return answering.mark(self.directory(conversation_id), seconds)
 
-    def renew_answering(self, conversation_id: str, token: str, seconds: float) -> None:
-        """Push the marker ``token`` names ``seconds`` ahead (lock held)."""
-        answering.renew(self.directory(conversation_id), token, seconds)
+    def renew_answering(
+        self, conversation_id: str, token: str, seconds: float, remote_id: str | None = None
+    ) -> None:
+        """Push the marker ``token`` names ``seconds`` ahead, with its run (lock held)."""
+        answering.renew(self.directory(conversation_id), token, seconds, remote_id)
 
     def clear_answering(self, conversation_id: str, token: str) -> None:
         """Remove the marker if ``token`` still names it (lock held; never raises)."""
@@ -360,6 +362,10 @@ class FileBackend:
     def answering(self, conversation_id: str) -> AnsweringMarker | None:
         """The conversation's live marker, or ``None``."""
         return answering.live(self.directory(conversation_id))
+
+    def answering_run(self, conversation_id: str) -> str | None:
+        """The paid run the conversation's marker names, live or not."""
+        return answering.recorded_run(self.directory(conversation_id))
 
     # -- reading --------------------------------------------------------------------------------
 

@@ -436,12 +436,14 @@ class RedisBackend:
         self._set_mark(conversation_id, answering.fields(token, now_iso(), seconds), seconds)
         return token
 
-    def renew_answering(self, conversation_id: str, token: str, seconds: float) -> None:
-        """Push the mark ``token`` names ``seconds`` ahead (lock held)."""
+    def renew_answering(
+        self, conversation_id: str, token: str, seconds: float, remote_id: str | None = None
+    ) -> None:
+        """Push the mark ``token`` names ``seconds`` ahead, with its run (lock held)."""
         current = self._mark(conversation_id)
         if current is not None and current.get("token") == token:
-            started = str(current.get("startedAt") or now_iso())
-            self._set_mark(conversation_id, answering.fields(token, started, seconds), seconds)
+            fields = answering.renewed(current, token, seconds, remote_id)
+            self._set_mark(conversation_id, fields, seconds)
 
     def clear_answering(self, conversation_id: str, token: str) -> None:
         """Remove the mark if ``token`` still names it (lock held; never raises)."""
@@ -455,6 +457,11 @@ class RedisBackend:
         """The live mark, or ``None``: Redis drops it at its deadline, and one left on this
         machine by a process that is gone is not live either."""
         return answering.live_marker(self._mark(validate_conversation_id(conversation_id)))
+
+    def answering_run(self, conversation_id: str) -> str | None:
+        """The paid run the mark names, live or not (until Redis drops it at its deadline)."""
+        current = self._mark(validate_conversation_id(conversation_id))
+        return None if current is None else answering.marked_run(current)
 
     def _set_mark(self, conversation_id: str, fields: dict[str, Any], seconds: float) -> None:
         key = self._key(validate_conversation_id(conversation_id), "answering")

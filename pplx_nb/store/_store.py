@@ -357,11 +357,14 @@ class ConversationStore:
         validate_conversation_id(conversation_id)
         return self._backend.mark_answering(conversation_id, seconds)
 
-    def renew_answering(self, conversation_id: str, token: str, seconds: float) -> None:
+    def renew_answering(
+        self, conversation_id: str, token: str, seconds: float, remote_id: str | None = None
+    ) -> None:
         """Keep the mark ``token`` names live ``seconds`` more (a long answer streaming), if it
-        is still the conversation's. The caller holds the conversation lock."""
+        is still the conversation's; ``remote_id`` records the paid run answering, as soon as
+        the API names it. The caller holds the conversation lock."""
         validate_conversation_id(conversation_id)
-        self._backend.renew_answering(conversation_id, token, seconds)
+        self._backend.renew_answering(conversation_id, token, seconds, remote_id)
 
     def clear_answering(self, conversation_id: str, token: str) -> None:
         """End the mark ``token`` names (its answer is stored, or the question failed); a newer
@@ -378,6 +381,12 @@ class ConversationStore:
         """
         validate_conversation_id(conversation_id)
         return self._backend.answering(conversation_id)
+
+    def answering_run(self, conversation_id: str) -> str | None:
+        """The paid run recorded by the conversation's mark, live or not: a process that died
+        answering leaves it there for whoever closes its question. Takes no lock."""
+        validate_conversation_id(conversation_id)
+        return self._backend.answering_run(conversation_id)
 
     def fork(self, conversation_id: str) -> Conversation:
         """A new conversation with a copy of this one's messages and ``parentConversationId``."""

@@ -13,6 +13,8 @@ drops a reply it has already acted on)::
         bad.stream = "ping"             # streams send keep-alive comments only ("drip": text)
         bad.refuse_streams = True       # a run's event stream is refused (an expired cursor)
         bad.huge_body_mib = 300         # answers are a 300 MiB body, generated as it is sent
+        bad.submission_reply = "huge"   # a background submission runs; its reply is unreadable
+        bad.poll_retry_after = 5000     # the first poll of a run: 429, Retry-After 5000 s
         bad.echo_key = "failed_run"     # runs fail with a message quoting the Authorization header
         bad.on_submission = pause_redis # called once a submission ran, before its reply goes
         bad.on_report = pause_redis     # called before a run's finished state (its report) goes
@@ -39,6 +41,11 @@ import httpx2
 __all__ = ["Misbehaving"]
 
 _CHUNK = 1 << 20
+_GARBAGE = b"<html><body>Service temporarily unavailable</body></html>"
+_ANSWER_HEAD = (
+    b'{"id": "resp_huge", "status": "completed", "output": [{"type": "message", '
+    b'"content": [{"type": "output_text", "text": "'
+)
 
 
 class Misbehaving:
@@ -60,10 +67,25 @@ class Misbehaving:
         refuse_streams: ``GET /v1/responses/{id}?stream=true`` answers 400, as the API does
             for an expired cursor; plain polls are forwarded.
         stream: ``"ping"`` answers a streamed request with keep-alive comments only;
-            ``"drip"`` with a text delta every ``drip_every`` seconds, forever.
+            ``"drip"`` with a text delta every ``drip_every`` seconds, forever;
+            ``"in_progress"`` with a ``response.in_progress`` event every ``drip_every``
+            seconds, forever (events, not pings: each one is progress), and so are polls and
+            event streams of runs (``GET /v1/responses/{id}``).
+        bill_streams: a streamed answer is first forwarded (the simulator bills it), then
+            answered as ``stream`` says.
         huge_body_mib: answer a non-streamed ``POST /v1/agent`` with this many MiB of JSON.
         huge_declared: whether that body's length is announced (``content-length``); without
             it the body simply runs until the connection closes.
+        submission_reply: how every background submission is answered once it has been
+            forwarded (so its run started upstream and is billed): ``"huge"`` (a JSON body of
+            ``huge_body_mib`` MiB, its length announced as ``huge_declared`` says),
+            ``"garbage"`` (a 200 that is not JSON), ``"truncated"`` (half the reply, then the
+            connection closed) or ``"no_id"`` (the reply without the run's id); ``None``: as
+            the simulator answered.
+        garbage_polls: answer every ``GET /v1/responses/{id}`` (a poll or a run's event stream)
+            with a 200 that is not JSON while it is true.
+        poll_retry_after: answer the first ``GET /v1/responses/{id}`` (a poll or a run's event
+            stream) 429 with this ``Retry-After`` (seconds); later ones are forwarded.
         echo_key: answer every run request (``POST /v1/agent``, polls and run streams of
             ``/v1/responses``) without forwarding it, quoting its Authorization header and the
             key in it, as a careless proxy does: ``"failed_run"`` (a run that failed, as JSON
@@ -79,6 +101,7 @@ class Misbehaving:
             arrives, before it is forwarded: its question is stored by then, and the answer
             is about to be paid for.
         requests: how many requests each ``METHOD path-prefix`` received.
+        stream_started: when (``time.monotonic``) the first endless stream began, if one did.
     """
 
     def __init__(self, upstream: str) -> None:
@@ -91,14 +114,19 @@ class Misbehaving:
         self.stream: str | None = None
         self.refuse_streams = False
         self.drip_every = 0.2
+        self.bill_streams = False
         self.huge_body_mib = 0
         self.huge_declared = True
+        self.submission_reply: str | None = None
+        self.poll_retry_after = 0
+        self.garbage_polls = False
         self.echo_key: str | None = None
         self.on_submission: Callable[[], None] | None = None
         self.on_report: Callable[[], None] | None = None
         self.before_answer: Callable[[], None] | None = None
         self.requests: Counter[str] = Counter()
         self.bytes_sent = 0
+        self.stream_started: float | None = None
         self._outage_started: float | None = None
         self._outage_turn = 0
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -184,6 +212,8 @@ class Misbehaving:
             if self.before_answer is not None:
                 await asyncio.to_thread(self.before_answer)
             if payload.get("stream") and self.stream:
+                if self.bill_streams:
+                    await self._forward(request)
                 await self._endless_stream(writer)
                 return False
             if self.huge_body_mib:
@@ -194,6 +224,9 @@ class Misbehaving:
                 await self._forward(request)
                 return False
         if method == "GET" and path.startswith("/v1/responses/"):
+            if self.stream == "in_progress":
+                await self._endless_stream(writer)
+                return False
             return await self._poll(request, writer)
         await self._reply(writer, *await self._forward(request))
         return True
@@ -209,7 +242,33 @@ class Misbehaving:
         if self.drop_submission_replies > 0:
             self.drop_submission_replies -= 1
             return False  # the run started upstream; its reply is never sent
+        if self.submission_reply is not None and status == 200:
+            return await self._unreadable(writer, content)
         await self._reply(writer, status, content, reply_headers)
+        return True
+
+    async def _unreadable(self, writer: asyncio.StreamWriter, content: bytes) -> bool:
+        """Answer a submission the upstream accepted (``content``) in a way nobody can read."""
+        kind = self.submission_reply
+        if kind == "huge":
+            run = _json(content)
+            head = json.dumps({"id": run.get("id"), "status": run.get("status")})[:-1]
+            await self._huge(writer, head.encode() + b', "filler": "', b'"}')
+            return self.huge_declared
+        if kind == "truncated":
+            writer.write(
+                f"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                f"content-length: {len(content)}\r\n\r\n".encode()
+                + content[: len(content) // 2]
+            )
+            await writer.drain()
+            return False
+        if kind == "no_id":
+            run = _json(content)
+            run.pop("id", None)
+            await self._reply(writer, 200, json.dumps(run).encode())
+            return True
+        await self._reply(writer, 200, _GARBAGE)
         return True
 
     async def _poll(self, request: _Request, writer: asyncio.StreamWriter) -> bool:
@@ -218,6 +277,19 @@ class Misbehaving:
                 b'{"error": {"message": "starting_after is too old", "type": "invalid_request"}}'
             )
             await self._reply(writer, 400, error)
+            return True
+        if self.garbage_polls:
+            await self._reply(writer, 200, _GARBAGE)
+            return True
+        if self.poll_retry_after:
+            retry_after, self.poll_retry_after = self.poll_retry_after, 0
+            error = b'{"error": {"message": "rate limited", "type": "rate_limit_exceeded"}}'
+            await self._reply(
+                writer,
+                429,
+                error,
+                {"content-type": "application/json", "retry-after": str(retry_after)},
+            )
             return True
         if self.poll_outage > 0:
             now = time.monotonic()
@@ -247,6 +319,8 @@ class Misbehaving:
         return True
 
     async def _endless_stream(self, writer: asyncio.StreamWriter) -> None:
+        if self.stream_started is None:
+            self.stream_started = time.monotonic()
         writer.write(
             b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
             b"cache-control: no-cache\r\nconnection: close\r\n\r\n"
@@ -257,10 +331,13 @@ class Misbehaving:
             "response": {"id": "resp_endless", "status": "in_progress"},
         }
         writer.write(f"event: response.created\ndata: {json.dumps(created)}\n\n".encode())
+        in_progress = {**created, "type": "response.in_progress"}
         while not self._stop.is_set():
             if self.stream == "drip":
                 delta = {"type": "response.output_text.delta", "delta": "more "}
                 frame = f"event: response.output_text.delta\ndata: {json.dumps(delta)}\n\n"
+            elif self.stream == "in_progress":
+                frame = f"event: response.in_progress\ndata: {json.dumps(in_progress)}\n\n"
             else:
                 frame = ": ping\n\n"
             writer.write(frame.encode())
@@ -305,11 +382,11 @@ class Misbehaving:
             writer.write(f"event: {name}\ndata: {data}\n\n".encode())
         await writer.drain()
 
-    async def _huge(self, writer: asyncio.StreamWriter) -> None:
+    async def _huge(
+        self, writer: asyncio.StreamWriter, prefix: bytes = _ANSWER_HEAD, suffix: bytes = b'"}]}]}'
+    ) -> None:
+        """A 200 whose JSON is ``prefix``, ``huge_body_mib`` MiB of filler, then ``suffix``."""
         size = self.huge_body_mib * _CHUNK
-        prefix = b'{"id": "resp_huge", "status": "completed", "output": [{"type": "message", '
-        prefix += b'"content": [{"type": "output_text", "text": "'
-        suffix = b'"}]}]}'
         filler = b"x" * _CHUNK
         total = len(prefix) + size + len(suffix)
         length = f"content-length: {total}" if self.huge_declared else "connection: close"
