@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -352,7 +353,13 @@ def test_four_worker_processes_drain_300_jobs_exactly_once_with_one_killed(
     # Billed at the server: every job once, never more than once per attempt.
     assert 300 <= stats(sim_url)["generations"] <= attempts
     logs = {name: (tmp_path / f"{name}.log").read_text() for name in names}
-    assert sum(log.count("Job completed") for log in logs.values()) == 300
+    logged = re.findall(r"Job completed: (\S+) in", "".join(logs.values()))
+    assert len(logged) == len(set(logged))  # no job completed twice
+    # Every completion is logged, but one the killed worker stored in the instant before its
+    # log line (its job then holds w0's name and was never an orphan).
+    unlogged = set(ids) - set(logged)
+    assert all(statuses[c].worker_id == "w0" for c in unlogged), unlogged
+    assert len(unlogged) <= 4  # its job slots
     assert sum(1 for log in logs.values() if "Job completed" in log) >= 3
     # Four "machines": none of them wrote a file of its own.
     assert all(not (tmp_path / f"{name}-logs").exists() for name in names)
