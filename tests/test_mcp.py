@@ -116,11 +116,13 @@ def client(logs_dir: Path) -> Iterator[McpClient]:
 
 @pytest.fixture(scope="module")
 def async_client(logs_dir: Path) -> Iterator[McpClient]:
-    """A server with PERPLEXITY_ENABLE_ASYNC_DEEP_RESEARCH=true, running the worker."""
+    """A server with PERPLEXITY_ENABLE_ASYNC_DEEP_RESEARCH=true, running the worker. Its runs
+    take 3 s: long enough that a call made right after queueing meets the job under way, even
+    on a loaded machine."""
     env = server_env(
         logs_dir,
         PERPLEXITY_ENABLE_ASYNC_DEEP_RESEARCH="true",
-        PPLX_NB_SIM_DEEP_RESEARCH_SECONDS="1",
+        PPLX_NB_SIM_DEEP_RESEARCH_SECONDS="3",
     )
     with McpClient(env, logs_dir.parent / "async.log") as mcp:
         yield mcp
@@ -496,17 +498,16 @@ def _wait_for_job(mcp: McpClient, cid: str) -> CallToolResult:
 def test_async_deep_research_answers_at_once_and_history_shows_it_completed(
     async_client: McpClient,
 ) -> None:
-    start = time.perf_counter()
     queued = async_client.call(
         "perplexity_deep_research", {"query": "How does asyncio schedule callbacks?"}
     )
-    took = time.perf_counter() - start
     assert not queued.is_error, _text(queued)
-    assert took < 1.0
     text = _text(queued)
     assert text.startswith("🆕 **New Conversation Started**\n")
     assert "queued for background processing" in text and "`get_conversation_history`" in text
     cid = _data(queued)["conversationId"]
+    # Answered before the job ran: the result says it is still pending (a wall-clock bound
+    # here failed on a loaded machine, which proves nothing about waiting).
     assert _data(queued)["status"] == "pending"
 
     blocked = async_client.call(

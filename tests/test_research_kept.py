@@ -247,7 +247,8 @@ def test_a_queued_report_the_disk_cannot_take_is_stored_later_and_completes_its_
             # No attempt is left: the job fails once its lease is found expired, its question
             # closed as not answered; retry stores the kept report in that turn's place.
             _until(lambda: (r.status(cid) or queued).status == "failed")
-            assert _roles(r, cid) == ["system", "user", "closed"]
+            # The closing turn is written after the status says failed.
+            _until(lambda: _roles(r, cid) == ["system", "user", "closed"])
             assert r.retry(cid).text == report
         _until(lambda: (r.status(cid) or queued).status == "completed")
 
