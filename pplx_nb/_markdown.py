@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CITATION",
+    "cited_and_consulted",
     "cited_sources",
     "defuse",
     "escape",
@@ -220,7 +221,9 @@ def link_citations(text: str, sources: Sequence[Source], *, titles: bool = False
     return outside_code(text, lambda prose: _defuse_prose(CITATION.sub(link, prose)))
 
 
-def _split(sources: Sequence[Source], text: str | None) -> tuple[list[int], list[int]]:
+def cited_and_consulted(
+    sources: Sequence[Source], text: str | None
+) -> tuple[list[int], list[int]]:
     """(cited, never cited) positions; all count as cited when the text cites none of them."""
     everything = list(range(len(sources)))
     cited = set(cited_sources(text, sources)) if text is not None else set()
@@ -243,7 +246,7 @@ def sources_markdown(sources: Sequence[Source], text: str | None = None) -> str:
     """
     if not sources:
         return ""
-    cited, rest = _split(sources, text)
+    cited, rest = cited_and_consulted(sources, text)
     if not rest:
         lines = ["**Sources**", ""]
         lines += [f"{n}. {_source_line(source)}" for n, source in enumerate(sources, 1)]
@@ -265,7 +268,7 @@ def source_references(
     Given the answer's ``text``, sources it never cites follow under **Also consulted**. The
     lines are read as Markdown too (MCP clients render it), so what they quote is defused.
     """
-    cited, rest = _split(sources, text)
+    cited, rest = cited_and_consulted(sources, text)
 
     def line(index: int) -> str:
         source = sources[index]

@@ -1,0 +1,189 @@
+"""Citable research: every source a reference, in BibTeX, CSL-JSON and RIS, and reports.
+
+A :class:`~pplx_nb.Source` becomes a CSL item (:mod:`._items`): a ``webpage`` by default, an
+article when its URL holds a DOI or an arXiv id. The same page (compared by canonical URL) is
+one reference with one key everywhere in a store (:mod:`._references`). Three scopes: one
+answer, one conversation, or a store (all of it, chosen ids, or the filters of
+:meth:`ConversationStore.list`). Formats are written by the field's libraries
+(:mod:`._formats`); reports (:mod:`._report`) are Markdown with pandoc citations and a ``.bib``
+beside them, or self-contained HTML with the bibliography rendered by citeproc-py.
+
+Sources an answer only consulted (its "Also consulted" list) are left out unless
+``consulted=True``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import UTC, datetime
+from typing import TypedDict, Unpack
+
+from pplx_nb._errors import ConversationNotFound, PplxError, ValidationError
+from pplx_nb._logging import get_logger
+from pplx_nb._models import Answer, Conversation, Message
+from pplx_nb.cite._formats import FORMATS, Format, check_format, write
+from pplx_nb.cite._items import CslItem, canonical_url
+from pplx_nb.cite._references import Cited, KeyBook, Reference, conversation_cites, references
+from pplx_nb.store import ConversationStore
+
+__all__ = [
+    "FORMATS",
+    "Citable",
+    "CiteOptions",
+    "CslItem",
+    "Format",
+    "Reference",
+    "canonical_url",
+    "collect",
+    "export",
+    "to_bibtex",
+    "to_csl_json",
+    "to_ris",
+]
+
+logger = get_logger("pplx_nb.cite")
+
+Citable = Answer | Conversation | ConversationStore | Iterable[str | Conversation]
+
+
+class CiteOptions(TypedDict, total=False):
+    """Which sources, and from where (see :func:`collect`)."""
+
+    consulted: bool
+    store: ConversationStore | None
+    since: datetime | str | None
+    until: datetime | str | None
+    tool: str | None
+    model: str | None
+    text: str | None
+    limit: int | None
+
+
+_FILTERS = ("since", "until", "tool", "model", "text", "limit")
+
+
+def collect(source: Citable, **options: Unpack[CiteOptions]) -> list[Reference]:
+    """The references of ``source``, in the order first cited.
+
+    Keyword args:
+        source: an :class:`Answer`, a :class:`Conversation`, a :class:`ConversationStore`
+            (every conversation, or those the filters choose), or conversation ids / Conversations
+            (ids are read from ``store``, default: the store the settings name).
+        consulted: include the sources answers only consulted ("Also consulted").
+        store: where ids are read from, and whose keys are used: with a store, a page's key is
+            the one it has in the whole store, so exports of one conversation and of the store
+            agree.
+        since, until, tool, model, text, limit: with a store as ``source``, which conversations
+            (as :meth:`ConversationStore.list` filters them).
+    """
+    consulted = options.get("consulted", False)
+    store = options.get("store")
+    if isinstance(source, Answer):
+        return references(_answer_cites(source, consulted))
+    if isinstance(source, ConversationStore):
+        store = source
+        filters = {k: v for k, v in options.items() if k in _FILTERS and v is not None}
+        chosen: list[str] | None = None
+        if filters:
+            chosen = [s.conversation_id for s in store.list(**filters)]  # type: ignore[arg-type]
+        conversations = _read(store, None)
+        book = _book(conversations)
+        if chosen is not None:
+            wanted = set(chosen)
+            conversations = [c for c in conversations if c.conversation_id in wanted]
+        return references(_cites(conversations, consulted), book)
+    conversations = _conversations(source, store)
+    keys = _book(_read(store, None)) if store is not None else None
+    return references(_cites(conversations, consulted), keys)
+
+
+def export(source: Citable, fmt: str = "bibtex", **options: Unpack[CiteOptions]) -> str:
+    """The references of ``source`` (see :func:`collect`) as text in ``fmt``: ``bibtex``,
+    ``csl-json`` or ``ris``. An unknown format is a VALIDATION_ERROR naming it."""
+    return write(collect(source, **options), check_format(fmt))
+
+
+def to_bibtex(source: Citable, **options: Unpack[CiteOptions]) -> str:
+    """The references of ``source`` as biblatex BibTeX (what pandoc reads from a ``.bib``)."""
+    return export(source, "bibtex", **options)
+
+
+def to_csl_json(source: Citable, **options: Unpack[CiteOptions]) -> str:
+    """The references of ``source`` as CSL-JSON (what Zotero, pandoc and Quarto read)."""
+    return export(source, "csl-json", **options)
+
+
+def to_ris(source: Citable, **options: Unpack[CiteOptions]) -> str:
+    """The references of ``source`` as RIS (EndNote, Mendeley, Zotero)."""
+    return export(source, "ris", **options)
+
+
+def _answer_cites(answer: Answer, consulted: bool) -> Iterator[Cited]:
+    from pplx_nb.cite._references import cited_in
+
+    message = Message(role="assistant", content=answer.text, sources=answer.sources)
+    accessed = datetime.now(UTC).isoformat()
+    for cite in cited_in(answer.conversation_id or "", -1, message, consulted=consulted):
+        yield Cited(cite.source, cite.conversation_id, cite.turn, accessed, cite.consulted_only)
+
+
+def _cites(conversations: Iterable[Conversation], consulted: bool) -> Iterator[Cited]:
+    for conversation in conversations:
+        yield from conversation_cites(conversation, consulted=consulted)
+
+
+def _book(conversations: Iterable[Conversation]) -> KeyBook:
+    """The keys of every page in ``conversations`` (oldest first), each cited or consulted."""
+    book = KeyBook()
+    book.learn(_cites(conversations, True))
+    return book
+
+
+def _conversations(
+    source: Iterable[str | Conversation] | Conversation, store: ConversationStore | None
+) -> list[Conversation]:
+    if isinstance(source, Conversation):
+        return [source]
+    if isinstance(source, (str, bytes)) or not isinstance(source, Iterable):
+        raise ValidationError(
+            "Citations come from an Answer, a Conversation, a ConversationStore or a list of "
+            f"conversation ids, not {type(source).__name__}.",
+        )
+    items = list(source)
+    ids = [item for item in items if isinstance(item, str)]
+    loaded: dict[str, Conversation] = {}
+    if ids:
+        reader = store or ConversationStore()
+        loaded = {c.conversation_id: c for c in _read(reader, ids)}
+    result: list[Conversation] = []
+    for item in items:
+        if isinstance(item, Conversation):
+            result.append(item)
+        elif isinstance(item, str):
+            result.append(loaded[item])
+        else:
+            raise ValidationError(
+                f"Cannot cite a {type(item).__name__}: pass conversation ids or Conversations."
+            )
+    return result
+
+
+def _read(store: ConversationStore, ids: Sequence[str] | None) -> list[Conversation]:
+    """The conversations of ``store`` (those of ``ids``, or all), oldest first.
+
+    A missing or unreadable id is its error; reading all, unreadable conversations are skipped
+    with a warning, as every bulk reader of the store does.
+    """
+    conversations: list[Conversation] = []
+    for conversation_id, document in store.documents(ids):
+        if isinstance(document, ConversationNotFound) and ids is None:
+            continue  # deleted while listing
+        if isinstance(document, PplxError):
+            if ids is not None:
+                raise document
+            logger.warning("Skipping conversation %s: %s", conversation_id, document)
+            continue
+        conversations.append(Conversation.model_validate(document))
+    if ids is None:
+        conversations.sort(key=lambda c: (c.created_at, c.conversation_id))
+    return conversations

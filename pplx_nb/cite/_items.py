@@ -1,0 +1,201 @@
+"""A source as a CSL item: its canonical URL, its identifiers and the fields a citation needs.
+
+CSL-JSON (the Citation Style Language's data format) is what Zotero, pandoc and Quarto read;
+BibTeX and RIS are written from the same item (:mod:`pplx_nb.cite._formats`), so every format
+says the same thing about a page.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from datetime import UTC, date, datetime
+from typing import Any, Literal, NotRequired, TypedDict
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+
+from pplx_nb._models import Source
+
+__all__ = ["CslDate", "CslItem", "canonical_url", "csl_item", "key_stem"]
+
+CslType = Literal["webpage", "article-journal", "article"]
+
+
+class CslDate(TypedDict):
+    """A CSL date: ``{"date-parts": [[2024, 5, 17]]}`` (month and day when known)."""
+
+    date_parts: list[list[int]]
+
+
+class CslItem(TypedDict):
+    """The CSL-JSON fields pplx_nb writes (``id`` is the citation key).
+
+    The hyphenated CSL names (``container-title``, ``date-parts``) are the JSON keys; in Python
+    they are spelled with underscores and renamed by :func:`to_csl_json_dict`.
+    """
+
+    id: str
+    type: CslType
+    title: str
+    URL: str
+    container_title: NotRequired[str]
+    issued: NotRequired[CslDate]
+    accessed: NotRequired[CslDate]
+    DOI: NotRequired[str]
+    publisher: NotRequired[str]
+    number: NotRequired[str]
+
+
+# Query parameters that say who sent the reader, not which page it is.
+_TRACKING = re.compile(
+    r"^(?:utm_\w+|fbclid|gclid|dclid|msclkid|mc_cid|mc_eid|igshid|ref|ref_src|_hsenc|_hsmi|yclid)$",
+    re.IGNORECASE,
+)
+_DOI = re.compile(r"\b(10\.\d{4,9}/[^\s?#]+)", re.IGNORECASE)
+_ARXIV = re.compile(
+    r"arxiv\.org/(?:abs|pdf|html)/((?:\d{4}\.\d{4,5}|[a-z\-]+(?:\.[A-Z]{2})?/\d{7}))(?:v\d+)?",
+    re.IGNORECASE,
+)
+# Hosts that only redirect to the publisher: not where the work appeared.
+_RESOLVERS = frozenset({"doi.org", "dx.doi.org", "arxiv.org", "export.arxiv.org"})
+# Second-level names under which sites register (bbc.co.uk is "bbc", not "co").
+_SHARED_SUFFIXES = frozenset({"co", "com", "ac", "org", "gov", "edu", "net", "ne", "or", "go"})
+_STOP_WORDS = frozenset(
+    "a an and the of on in for to with by from at as is are how what why when which".split()  # noqa: SIM905
+)
+_ISO_DATE = re.compile(r"^(\d{4})(?:-(\d{1,2})(?:-(\d{1,2}))?)?")
+_US_DATE = re.compile(r"^(\d{1,2})/(\d{1,2})/(\d{4})$")
+_SPACE = re.compile(r"\s+")
+# Characters a URL never holds unencoded but that BibTeX and RIS readers would take as markup.
+_UNSAFE_IN_URL = '{}\\ "<>|^`'
+
+
+def canonical_url(url: str) -> str:
+    """One spelling per page: https, no ``www.``, no fragment, no trailing slash, no tracking
+    parameters (``utm_*``, ``fbclid``, ...), the other parameters sorted; the host lower-cased.
+
+    Two sources are the same reference when their canonical URLs are equal.
+    """
+    parts = urlsplit(url.strip())
+    host = (parts.hostname or "").lower().removeprefix("www.")
+    if parts.port and parts.port not in (80, 443):
+        host = f"{host}:{parts.port}"
+    query = sorted((k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True))
+    kept = urlencode([(k, v) for k, v in query if not _TRACKING.match(k)])
+    path = parts.path.rstrip("/")
+    return urlunsplit(("https", host, path, kept, ""))
+
+
+def _safe_url(url: str) -> str:
+    """``url`` with characters that are never literal in a URL percent-encoded (a brace or a
+    backslash would otherwise end a BibTeX field or start a LaTeX command)."""
+    return "".join(quote(c) if c in _UNSAFE_IN_URL else c for c in url.strip())
+
+
+def _identifiers(url: str) -> tuple[CslType, dict[str, str]]:
+    arxiv = _ARXIV.search(url)
+    if arxiv:
+        ident = arxiv.group(1)
+        fields = {
+            "DOI": f"10.48550/arXiv.{ident}",
+            "publisher": "arXiv",
+            "number": f"arXiv:{ident}",
+        }
+        return "article", fields
+    doi = _DOI.search(url)
+    if doi:
+        return "article-journal", {"DOI": doi.group(1).rstrip(".").lower()}
+    return "webpage", {}
+
+
+def _date_parts(text: str | None) -> list[int] | None:
+    """``[year, month, day]`` (as far as known) from the API's date strings: ISO 8601
+    (``2024-05-17``, ``2024-05``, ``2024``) or US (``5/17/2024``)."""
+    if not text:
+        return None
+    text = text.strip()
+    iso = _ISO_DATE.match(text)
+    if iso:
+        parts = [int(p) for p in iso.groups() if p is not None]
+    else:
+        us = _US_DATE.match(text)
+        if not us:
+            return None
+        parts = [int(us.group(3)), int(us.group(1)), int(us.group(2))]
+    try:
+        date(parts[0], parts[1] if len(parts) > 1 else 1, parts[2] if len(parts) > 2 else 1)
+    except ValueError:
+        return None
+    return parts
+
+
+def _accessed(timestamp: str | None) -> list[int] | None:
+    if not timestamp:
+        return None
+    try:
+        when = datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    when = when.astimezone(UTC) if when.tzinfo else when
+    return [when.year, when.month, when.day]
+
+
+def _site(host: str) -> str:
+    """The site's own name in its host: ``docs.python.org`` → ``python``."""
+    labels = [label for label in host.split(".") if label and label != "www"]
+    if len(labels) >= 3 and labels[-2] in _SHARED_SUFFIXES and len(labels[-1]) == 2:
+        return labels[-3]
+    return labels[-2] if len(labels) >= 2 else (labels[0] if labels else "web")
+
+
+def _ascii_word(text: str) -> str:
+    plain = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode()
+    return re.sub(r"[^a-z0-9]", "", plain.lower())
+
+
+def key_stem(item: CslItem) -> str:
+    """A readable key without its clash suffix: site + year + first title word
+    (``python2024asyncio``); ``nd`` when the page has no date."""
+    site = _ascii_word(_site(urlsplit(item["URL"]).hostname or "")) or "web"
+    issued = item.get("issued")
+    year = str(issued["date_parts"][0][0]) if issued else "nd"
+    words = [_ascii_word(w) for w in re.split(r"[\s\-_/.:]+", item["title"])]
+    first = next((w for w in words if w and w not in _STOP_WORDS), "")
+    if not first:
+        path = [_ascii_word(p) for p in urlsplit(item["URL"]).path.split("/")]
+        first = next((p for p in reversed(path) if p), "")
+    return f"{site}{year}{first[:20]}"
+
+
+def csl_item(source: Source, key: str, *, accessed: str | None = None) -> CslItem:
+    """``source`` as a CSL item with citation key ``key``.
+
+    ``accessed`` is when the answer citing it was given (ISO 8601); the page's own date, when
+    the API gave one, is ``issued``. Whitespace in the title (newlines included) is collapsed:
+    a title is one line in every format.
+    """
+    url = _safe_url(source.url)
+    kind, identifiers = _identifiers(url)
+    host = urlsplit(url).hostname or ""
+    title = _SPACE.sub(" ", source.title or "").strip() or host.removeprefix("www.") or url
+    item: CslItem = {"id": key, "type": kind, "title": title, "URL": url}
+    site = host.lower().removeprefix("www.")
+    if site and site not in _RESOLVERS:
+        item["container_title"] = site
+    issued = _date_parts(source.date)
+    if issued:
+        item["issued"] = {"date_parts": [issued]}
+    seen = _accessed(accessed)
+    if seen:
+        item["accessed"] = {"date_parts": [seen]}
+    item.update(identifiers)  # type: ignore[typeddict-item]
+    return item
+
+
+def to_csl_json_dict(item: CslItem) -> dict[str, Any]:
+    """``item`` with the CSL-JSON key names (``container-title``, ``date-parts``)."""
+    data: dict[str, Any] = {}
+    for name, value in item.items():
+        if isinstance(value, dict):
+            value = {"date-parts": value["date_parts"]}
+        data[name.replace("_", "-")] = value
+    return data
