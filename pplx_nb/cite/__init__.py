@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TypedDict, Unpack
 
 from pplx_nb._errors import ConversationNotFound, PplxError, ValidationError
@@ -24,20 +25,24 @@ from pplx_nb._models import Answer, Conversation, Message
 from pplx_nb.cite._formats import FORMATS, Format, check_format, write
 from pplx_nb.cite._items import CslItem, canonical_url
 from pplx_nb.cite._references import Cited, KeyBook, Reference, conversation_cites, references
+from pplx_nb.cite._report import STYLES, Report, ReportOptions, write_report
 from pplx_nb.store import ConversationStore
 
 __all__ = [
     "FORMATS",
+    "STYLES",
     "Citable",
     "CiteOptions",
     "CslItem",
     "Format",
     "Reference",
+    "Report",
     "canonical_url",
     "collect",
     "export",
     "to_bibtex",
     "to_csl_json",
+    "to_report",
     "to_ris",
 ]
 
@@ -116,6 +121,42 @@ def to_csl_json(source: Citable, **options: Unpack[CiteOptions]) -> str:
 def to_ris(source: Citable, **options: Unpack[CiteOptions]) -> str:
     """The references of ``source`` as RIS (EndNote, Mendeley, Zotero)."""
     return export(source, "ris", **options)
+
+
+def to_report(
+    store: ConversationStore,
+    conversation_ids: Sequence[str],
+    path: str | Path,
+    *,
+    style: str = "apa",
+    title: str | None = None,
+    thinking: bool = False,
+    failed: bool = False,
+    consulted: bool = False,
+    force: bool = False,
+) -> Report:
+    """One report from the conversations ``conversation_ids`` of ``store``, written at ``path``.
+
+    ``path`` gets Markdown whose citations are pandoc's (``[@key]``); beside it go
+    ``references.bib`` (the references the report cites, keyed as in the whole store), the
+    style's ``.csl`` (so ``pandoc --citeproc report.md -o report.pdf`` renders it in that style)
+    and ``<name>.html``, self-contained, with citations and bibliography rendered in ``style``
+    by citeproc-py.
+
+    Args:
+        style: ``apa``, ``chicago-author-date``, ``ieee``, or the path of a ``.csl`` file.
+        title: the report's title (default "Research report").
+        thinking: include each answer's thinking, quoted before it.
+        failed: include questions that have no answer (with why).
+        consulted: include and cite the sources answers only consulted.
+        force: overwrite files that exist (otherwise VALIDATION_ERROR, nothing written).
+    """
+    if not conversation_ids:
+        raise ValidationError("A report needs at least one conversation id.", field="ids")
+    everything = _read(store, None)
+    options = ReportOptions(style, title, thinking, failed, consulted, force)
+    chosen = _read(store, list(dict.fromkeys(conversation_ids)))
+    return write_report(chosen, Path(path), options, _book(everything))
 
 
 def _answer_cites(answer: Answer, consulted: bool) -> Iterator[Cited]:
