@@ -235,9 +235,7 @@ def link_citations(text: str, sources: Sequence[Source], *, titles: bool = False
     return replace_citations(text, sources, link)
 
 
-def cited_and_consulted(
-    sources: Sequence[Source], text: str | None
-) -> tuple[list[int], list[int]]:
+def cited_and_consulted(sources: Sequence[Source], text: str | None) -> tuple[list[int], list[int]]:
     """(cited, never cited) positions; all count as cited when the text cites none of them."""
     everything = list(range(len(sources)))
     cited = set(cited_sources(text, sources)) if text is not None else set()

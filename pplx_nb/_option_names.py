@@ -59,6 +59,10 @@ OPTION_NAMES: dict[str, Names] = {
     "since": Names("since", "--since"),
     "until": Names("until", "--until"),
     "limit": Names("limit", "--limit"),
+    # Citations and reports: pplx_nb.cite, perplexity_cite, %pplx_cite / %pplx_report.
+    "format": Names(None, "--format"),
+    "style": Names(None, "--style"),
+    "force": Names(None, "--force", switch=True),
 }
 """Each option by its Python keyword: its MCP argument and its magic flag."""
 

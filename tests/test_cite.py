@@ -19,7 +19,7 @@ from bibtexparser.entrypoint import parse_string
 
 from pplx_nb import ConversationStore, Message, Source, ValidationError, cite
 from pplx_nb._models import Answer
-from pplx_nb.cite._items import canonical_url
+from pplx_nb._references import canonical_url
 
 SCHEMA = json.loads((Path(__file__).parent / "data" / "csl-data.json").read_text("utf-8"))
 
@@ -146,7 +146,7 @@ def test_no_sources_is_an_empty_bibliography_not_an_error(logs_dir: Path) -> Non
 
 
 def test_an_unknown_format_names_the_option() -> None:
-    with pytest.raises(ValidationError, match="'endnote' is not a citation format"):
+    with pytest.raises(ValidationError, match="format='endnote' is not a citation format"):
         cite.export(Answer(text="x"), "endnote")
 
 
@@ -242,3 +242,10 @@ def test_ris_reads_back_with_rispy() -> None:
         assert record["title"] == reference.item["title"]
         assert record["urls"] == [reference.item["URL"]]
         assert record["type_of_reference"] == "ELEC"
+
+
+def test_an_answer_writes_its_own_bibtex() -> None:
+    answer = Answer(text="Only [1] is cited.", sources=[ASYNCIO, QUEUES])
+    entries = parse_string(answer.to_bibtex()).entries
+    assert [e.key for e in entries] == ["python2024coroutines"]
+    assert len(parse_string(answer.to_bibtex(consulted=True)).entries) == 2

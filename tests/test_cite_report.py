@@ -147,7 +147,7 @@ def test_a_report_never_overwrites_without_force(
 ) -> None:
     path = tmp_path / "report.md"
     path.write_text("my notes\n")
-    with pytest.raises(ValidationError, match=r"report\.md already exists.*--force"):
+    with pytest.raises(ValidationError, match=r"report\.md already exists.*force=True"):
         cite.to_report(store, three, path)
     assert path.read_text() == "my notes\n"
     assert not (tmp_path / "references.bib").exists()
@@ -158,7 +158,7 @@ def test_a_report_never_overwrites_without_force(
 def test_an_unknown_style_or_id_is_a_clear_error(
     store: ConversationStore, three: list[str], tmp_path: Path
 ) -> None:
-    with pytest.raises(ValidationError, match="style 'mla' is not a citation style"):
+    with pytest.raises(ValidationError, match="style='mla' is not a citation style"):
         cite.to_report(store, three, tmp_path / "r.md", style="mla")
     with pytest.raises(ValidationError):
         cite.to_report(store, ["not-an-id"], tmp_path / "r.md")

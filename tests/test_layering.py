@@ -24,6 +24,8 @@ SHARED = "shared"
 
 MAY_IMPORT: dict[str, frozenset[str]] = {
     SHARED: frozenset(),
+    # Citations read a store through its public methods only (a protocol), never build one.
+    "cite": frozenset(),
     "sim": frozenset(),
     # The API layer starts the offline simulator; it never sees conversations or jobs.
     "api": frozenset({"sim"}),
@@ -32,8 +34,8 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "store": frozenset({"jobs"}),
     "jobs": frozenset({"store"}),
     "research": frozenset({"api", "context", "store", "jobs"}),
-    "export": frozenset({"store"}),
-    "notebook": frozenset({"research", "export"}),
+    "export": frozenset({"store", "cite"}),
+    "notebook": frozenset({"research", "export", "cite"}),
     # The MCP server confines attachments to PPLX_NB_FILE_ROOTS before the Researcher sees them.
     "mcp": frozenset({"research", "context"}),
     "worker": frozenset({"research", "jobs"}),

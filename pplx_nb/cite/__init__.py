@@ -15,47 +15,79 @@ Sources an answer only consulted (its "Also consulted" list) are left out unless
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
-from typing import TypedDict, Unpack
+from typing import Any, Protocol, TypedDict, Unpack, runtime_checkable
 
+from pplx_nb._citation_formats import FORMATS, Format, check_format, write_references
 from pplx_nb._errors import ConversationNotFound, PplxError, ValidationError
 from pplx_nb._logging import get_logger
-from pplx_nb._models import Answer, Conversation, Message
-from pplx_nb.cite._formats import FORMATS, Format, check_format, write
-from pplx_nb.cite._items import CslItem, canonical_url
-from pplx_nb.cite._references import Cited, KeyBook, Reference, conversation_cites, references
+from pplx_nb._models import Answer, Conversation, ConversationSummary
+from pplx_nb._references import (
+    Cited,
+    CslItem,
+    KeyBook,
+    Reference,
+    answer_references,
+    canonical_url,
+    conversation_cites,
+    references,
+)
 from pplx_nb.cite._report import STYLES, Report, ReportOptions, write_report
-from pplx_nb.store import ConversationStore
 
 __all__ = [
     "FORMATS",
     "STYLES",
     "Citable",
     "CiteOptions",
+    "ConversationSource",
     "CslItem",
     "Format",
     "Reference",
     "Report",
     "canonical_url",
+    "check_format",
     "collect",
     "export",
     "to_bibtex",
     "to_csl_json",
     "to_report",
     "to_ris",
+    "write_references",
 ]
 
 logger = get_logger("pplx_nb.cite")
 
-Citable = Answer | Conversation | ConversationStore | Iterable[str | Conversation]
+
+@runtime_checkable
+class ConversationSource(Protocol):
+    """Where conversations are read from: a :class:`~pplx_nb.store.ConversationStore` (the
+    citation layer reads a store through these two methods only)."""
+
+    def documents(
+        self, ids: Sequence[str] | None = None
+    ) -> Iterator[tuple[str, dict[str, Any] | PplxError]]: ...
+
+    def list(
+        self,
+        *,
+        since: datetime | str | None = None,
+        until: datetime | str | None = None,
+        tool: str | None = None,
+        model: str | None = None,
+        text: str | None = None,
+        limit: int | None = None,
+    ) -> list[ConversationSummary]: ...
+
+
+Citable = Answer | Conversation | ConversationSource | Iterable[str | Conversation]
 
 
 class CiteOptions(TypedDict, total=False):
     """Which sources, and from where (see :func:`collect`)."""
 
     consulted: bool
-    store: ConversationStore | None
+    store: ConversationSource | None
     since: datetime | str | None
     until: datetime | str | None
     tool: str | None
@@ -84,8 +116,8 @@ def collect(source: Citable, **options: Unpack[CiteOptions]) -> list[Reference]:
     consulted = options.get("consulted", False)
     store = options.get("store")
     if isinstance(source, Answer):
-        return references(_answer_cites(source, consulted))
-    if isinstance(source, ConversationStore):
+        return answer_references(source, consulted=consulted)
+    if isinstance(source, ConversationSource):
         store = source
         filters = {k: v for k, v in options.items() if k in _FILTERS and v is not None}
         chosen: list[str] | None = None
@@ -105,7 +137,7 @@ def collect(source: Citable, **options: Unpack[CiteOptions]) -> list[Reference]:
 def export(source: Citable, fmt: str = "bibtex", **options: Unpack[CiteOptions]) -> str:
     """The references of ``source`` (see :func:`collect`) as text in ``fmt``: ``bibtex``,
     ``csl-json`` or ``ris``. An unknown format is a VALIDATION_ERROR naming it."""
-    return write(collect(source, **options), check_format(fmt))
+    return write_references(collect(source, **options), check_format(fmt))
 
 
 def to_bibtex(source: Citable, **options: Unpack[CiteOptions]) -> str:
@@ -124,7 +156,7 @@ def to_ris(source: Citable, **options: Unpack[CiteOptions]) -> str:
 
 
 def to_report(
-    store: ConversationStore,
+    store: ConversationSource,
     conversation_ids: Sequence[str],
     path: str | Path,
     *,
@@ -159,15 +191,6 @@ def to_report(
     return write_report(chosen, Path(path), options, _book(everything))
 
 
-def _answer_cites(answer: Answer, consulted: bool) -> Iterator[Cited]:
-    from pplx_nb.cite._references import cited_in
-
-    message = Message(role="assistant", content=answer.text, sources=answer.sources)
-    accessed = datetime.now(UTC).isoformat()
-    for cite in cited_in(answer.conversation_id or "", -1, message, consulted=consulted):
-        yield Cited(cite.source, cite.conversation_id, cite.turn, accessed, cite.consulted_only)
-
-
 def _cites(conversations: Iterable[Conversation], consulted: bool) -> Iterator[Cited]:
     for conversation in conversations:
         yield from conversation_cites(conversation, consulted=consulted)
@@ -181,7 +204,7 @@ def _book(conversations: Iterable[Conversation]) -> KeyBook:
 
 
 def _conversations(
-    source: Iterable[str | Conversation] | Conversation, store: ConversationStore | None
+    source: Iterable[str | Conversation] | Conversation, store: ConversationSource | None
 ) -> list[Conversation]:
     if isinstance(source, Conversation):
         return [source]
@@ -194,8 +217,12 @@ def _conversations(
     ids = [item for item in items if isinstance(item, str)]
     loaded: dict[str, Conversation] = {}
     if ids:
-        reader = store or ConversationStore()
-        loaded = {c.conversation_id: c for c in _read(reader, ids)}
+        if store is None:
+            raise ValidationError(
+                "Conversation ids need the store they are kept in: pass store=... (for "
+                "example researcher.store), or the store itself to cite all of it."
+            )
+        loaded = {c.conversation_id: c for c in _read(store, ids)}
     result: list[Conversation] = []
     for item in items:
         if isinstance(item, Conversation):
@@ -209,7 +236,7 @@ def _conversations(
     return result
 
 
-def _read(store: ConversationStore, ids: Sequence[str] | None) -> list[Conversation]:
+def _read(store: ConversationSource, ids: Sequence[str] | None) -> list[Conversation]:
     """The conversations of ``store`` (those of ``ids``, or all), oldest first.
 
     A missing or unreadable id is its error; reading all, unreadable conversations are skipped

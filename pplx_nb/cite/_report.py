@@ -19,14 +19,20 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from pplx_nb._errors import ValidationError
+from pplx_nb._citation_formats import to_bibtex_text
 from pplx_nb._fs import atomic_write_bytes, fs_errors
 from pplx_nb._markdown import cited_and_consulted, escape, replace_citations
 from pplx_nb._models import Conversation, Message
+from pplx_nb._option_names import option_error
+from pplx_nb._references import (
+    KeyBook,
+    Reference,
+    canonical_url,
+    conversation_cites,
+    references,
+    to_csl_json_dict,
+)
 from pplx_nb._think import split_think
-from pplx_nb.cite._formats import to_bibtex_text
-from pplx_nb.cite._items import canonical_url, to_csl_json_dict
-from pplx_nb.cite._references import KeyBook, Reference, conversation_cites, references
 
 __all__ = ["STYLES", "Report", "ReportOptions", "write_report"]
 
@@ -76,10 +82,11 @@ def style_path(style: str) -> Path:
     path = Path(style).expanduser()
     if path.suffix == ".csl" and path.is_file():
         return path
-    raise ValidationError(
-        f"style {style!r} is not a citation style: use one of {', '.join(STYLES)} or the path "
-        "of a .csl file.",
-        field="style",
+    raise option_error(
+        "{given} is not a citation style: use one of " + ", ".join(STYLES) + " or the path of "
+        "a .csl file.",
+        "style",
+        style,
     )
 
 
@@ -97,10 +104,13 @@ def write_report(
     if not options.force:
         taken = [str(p) for p in targets if p.exists()]
         if taken:
-            raise ValidationError(
-                f"{', '.join(taken)} already exist{'s' if len(taken) == 1 else ''}; nothing was "
-                "written. Choose another path, or overwrite with force=True (--force).",
-                field="path",
+            raise option_error(
+                "{taken} already {verb}; nothing was written. Choose another path, or "
+                "overwrite with {given}.",
+                "force",
+                True,
+                taken=", ".join(taken),
+                verb="exists" if len(taken) == 1 else "exist",
             )
     cited = _cited_references(conversations, options, book)
     by_key = {r.key: r for r in cited}

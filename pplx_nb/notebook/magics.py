@@ -24,6 +24,7 @@ from traitlets import Bool, Float
 
 from pplx_nb._errors import PplxError
 from pplx_nb._sync import TICK, iterate_sync
+from pplx_nb.notebook._cite import PplxCiteMagics
 from pplx_nb.notebook._input import (
     argument,
     interpolate,
@@ -577,7 +578,7 @@ _DISPLAYED_TYPES = (
 def load_ipython_extension(ipython: Any) -> None:
     """Register the magics and the rich display of results on ``ipython``; say who answers."""
     magics = PplxMagics(ipython)
-    ipython.register_magics(magics, PplxLookbackMagics(ipython))
+    ipython.register_magics(magics, PplxLookbackMagics(ipython), PplxCiteMagics(ipython))
     register_exit()
     if is_terminal(ipython):
         _quiet_after_magics(ipython)

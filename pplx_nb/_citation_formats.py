@@ -1,4 +1,4 @@
-"""References written as BibTeX (biblatex), CSL-JSON and RIS.
+"""References (:mod:`pplx_nb._references`) written as BibTeX (biblatex), CSL-JSON and RIS.
 
 BibTeX goes through ``bibtexparser`` 2 and RIS through ``rispy``; CSL-JSON is the items
 themselves. The BibTeX is biblatex's dialect (``@online``, ``urldate``, ``date``), which is what
@@ -17,11 +17,10 @@ from bibtexparser import model
 from bibtexparser.entrypoint import write_string
 from bibtexparser.library import Library
 
-from pplx_nb._errors import ValidationError
-from pplx_nb.cite._items import CslDate, CslItem, to_csl_json_dict
-from pplx_nb.cite._references import Reference
+from pplx_nb._option_names import option_error
+from pplx_nb._references import CslDate, CslItem, Reference, to_csl_json_dict
 
-__all__ = ["FORMATS", "Format", "check_format", "write"]
+__all__ = ["FORMATS", "Format", "check_format", "write_references"]
 
 Format = Literal["bibtex", "csl-json", "ris"]
 FORMATS: tuple[str, ...] = get_args(Format)
@@ -47,12 +46,14 @@ _LATEX = {
 _LATEX_SPECIAL = re.compile(r"[\\{}%&#_$~^]|(?<=-)(?=-)|(?<=`)(?=`)|(?<=')(?=')|(?<=[?!])(?=`)")
 
 
-def check_format(value: str, *, option: str = "format") -> Format:
-    """``value`` as a :data:`Format`, or VALIDATION_ERROR naming ``option`` as the user wrote it."""
+def check_format(value: str) -> Format:
+    """``value`` as a :data:`Format`, or VALIDATION_ERROR naming the option as each surface
+    writes it."""
     if value not in FORMATS:
-        raise ValidationError(
-            f"{option} {value!r} is not a citation format: use one of {', '.join(FORMATS)}.",
-            field=option,
+        raise option_error(
+            "{given} is not a citation format: use one of " + ", ".join(FORMATS) + ".",
+            "format",
+            value,
         )
     return value  # type: ignore[return-value]
 
@@ -146,7 +147,7 @@ def to_ris_text(references: Sequence[Reference]) -> str:
     return rispy.dumps(records, implementation=_RisWriter) if records else ""
 
 
-def write(references: Sequence[Reference], fmt: Format) -> str:
+def write_references(references: Sequence[Reference], fmt: Format) -> str:
     """The references in ``fmt``."""
     writers = {"bibtex": to_bibtex_text, "csl-json": to_csl_json_text, "ris": to_ris_text}
     return writers[fmt](references)

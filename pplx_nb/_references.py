@@ -1,21 +1,45 @@
-"""A source as a CSL item: its canonical URL, its identifiers and the fields a citation needs.
+"""Sources as references: CSL items, canonical URLs, and keys that do not move.
 
-CSL-JSON (the Citation Style Language's data format) is what Zotero, pandoc and Quarto read;
-BibTeX and RIS are written from the same item (:mod:`pplx_nb.cite._formats`), so every format
-says the same thing about a page.
+A :class:`~pplx_nb._models.Source` becomes a CSL item (the Citation Style Language's data, what
+Zotero, pandoc and Quarto read): a ``webpage`` by default, an article when its URL holds a DOI or
+an arXiv id. BibTeX and RIS are written from the same item (:mod:`pplx_nb._citation_formats`), so
+every format says the same thing about a page.
+
+A page is one reference however often it is cited: sources are compared by canonical URL
+(:func:`canonical_url`). Its key is site + year + first title word (``python2024asyncio``), with
+a letter on a clash (``python2024asynciob``), handed out in the order pages were first cited —
+over a whole store, an older page keeps its key when newer conversations arrive, and the same
+page has the same key in every export from one store.
 """
 
 from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from typing import Any, Literal, NotRequired, TypedDict
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
-from pplx_nb._models import Source
+from pplx_nb._markdown import cited_and_consulted
+from pplx_nb._models import Answer, Conversation, Message, Source
 
-__all__ = ["CslDate", "CslItem", "canonical_url", "csl_item", "key_stem"]
+__all__ = [
+    "Cited",
+    "CslDate",
+    "CslItem",
+    "KeyBook",
+    "Reference",
+    "answer_references",
+    "canonical_url",
+    "cited_in",
+    "conversation_cites",
+    "csl_item",
+    "key_stem",
+    "references",
+    "to_csl_json_dict",
+]
 
 CslType = Literal["webpage", "article-journal", "article"]
 
@@ -199,3 +223,120 @@ def to_csl_json_dict(item: CslItem) -> dict[str, Any]:
             value = {"date-parts": value["date_parts"]}
         data[name.replace("_", "-")] = value
     return data
+
+
+@dataclass(frozen=True, slots=True)
+class Reference:
+    """One page as a citation: its key, its CSL item, and the turns that cite it."""
+
+    key: str
+    item: CslItem
+    canonical: str
+    cited_by: tuple[tuple[str, int], ...] = ()
+    """``(conversation id, turn)`` of each answer citing it (the turn is the message's index)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Cited:
+    """A source as one answer cites it: where, and whether the text cites it or the answer only
+    consulted it ("Also consulted")."""
+
+    source: Source
+    conversation_id: str
+    turn: int
+    accessed: str | None
+    consulted_only: bool
+
+
+def cited_in(
+    conversation_id: str, turn: int, message: Message, *, consulted: bool = False
+) -> Iterator[Cited]:
+    """The sources of one answer: those its text cites (all of them when it cites none), and
+    with ``consulted`` the ones it only consulted as well."""
+    sources = message.sources or []
+    if message.role != "assistant" or not sources or message.unanswered is not None:
+        return
+    cited, rest = cited_and_consulted(sources, message.content)
+    for index in cited:
+        yield Cited(sources[index], conversation_id, turn, message.timestamp, False)
+    if consulted:
+        for index in rest:
+            yield Cited(sources[index], conversation_id, turn, message.timestamp, True)
+
+
+def conversation_cites(conversation: Conversation, *, consulted: bool = False) -> Iterator[Cited]:
+    """Every answer's sources in ``conversation``, in order."""
+    for turn, message in enumerate(conversation.messages):
+        yield from cited_in(conversation.conversation_id, turn, message, consulted=consulted)
+
+
+@dataclass
+class KeyBook:
+    """Keys by canonical URL, handed out in the order pages are first seen."""
+
+    _keys: dict[str, str] = field(default_factory=dict)
+    _taken: set[str] = field(default_factory=set)
+
+    def key(self, canonical: str, item: CslItem) -> str:
+        """The key of the page at ``canonical`` (a new one, from ``item``, the first time)."""
+        found = self._keys.get(canonical)
+        if found is not None:
+            return found
+        stem = key_stem(item)
+        key, clash = stem, 0
+        while key in self._taken:
+            clash += 1
+            key = stem + _letters(clash)
+        self._keys[canonical] = key
+        self._taken.add(key)
+        return key
+
+    def learn(self, cites: Iterable[Cited]) -> None:
+        """Give a key to each page in ``cites`` not seen yet, in order."""
+        for cite in cites:
+            canonical = canonical_url(cite.source.url)
+            if canonical not in self._keys:
+                self.key(canonical, csl_item(cite.source, "", accessed=cite.accessed))
+
+
+def _letters(n: int) -> str:
+    """The n-th clash suffix: 1 → ``b``, 25 → ``z``, 26 → ``ba`` (``a`` is the unsuffixed key)."""
+    letters = ""
+    while n:
+        n, digit = divmod(n, 26)
+        letters = "abcdefghijklmnopqrstuvwxyz"[digit] + letters
+    return letters
+
+
+def references(cites: Iterable[Cited], book: KeyBook | None = None) -> list[Reference]:
+    """One :class:`Reference` per page in ``cites``, in the order first cited.
+
+    ``book`` holds the keys (those of the whole store, for keys that agree across exports);
+    without one, keys are handed out over ``cites`` alone.
+    """
+    book = book or KeyBook()
+    found: dict[str, tuple[Cited, list[tuple[str, int]]]] = {}
+    for cite in cites:
+        canonical = canonical_url(cite.source.url)
+        first, where = found.setdefault(canonical, (cite, []))
+        spot = (cite.conversation_id, cite.turn)
+        if spot not in where:
+            where.append(spot)
+    result: list[Reference] = []
+    for canonical, (first, where) in found.items():
+        draft = csl_item(first.source, "", accessed=first.accessed)
+        key = book.key(canonical, draft)
+        item = csl_item(first.source, key, accessed=first.accessed)
+        result.append(Reference(key, item, canonical, tuple(where)))
+    return result
+
+
+def answer_references(answer: Answer, *, consulted: bool = False) -> list[Reference]:
+    """The references of one answer (keys over its sources alone), accessed now."""
+    message = Message(role="assistant", content=answer.text, sources=answer.sources)
+    accessed = datetime.now(UTC).isoformat()
+    cites = (
+        Cited(c.source, c.conversation_id, c.turn, accessed, c.consulted_only)
+        for c in cited_in(answer.conversation_id or "", -1, message, consulted=consulted)
+    )
+    return references(cites)

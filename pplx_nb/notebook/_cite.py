@@ -1,0 +1,161 @@
+"""``%pplx_cite`` and ``%pplx_report``: stored answers as references and as a written report.
+
+Both read the store (every kernel's and MCP server's conversations), so a page has the key it
+has everywhere in that store (:mod:`pplx_nb.cite`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+from pathlib import Path
+from typing import Any
+
+from IPython.core.magic import magics_class, no_var_expand
+
+from pplx_nb._errors import ValidationError
+from pplx_nb._fs import atomic_write_bytes, fs_errors
+from pplx_nb.notebook._input import argument, magic_arguments, output_options, unquote
+from pplx_nb.notebook._kernel import CellMagics, line_magic, show
+
+__all__ = ["PplxCiteMagics"]
+
+
+@magics_class
+class PplxCiteMagics(CellMagics):
+    """References in BibTeX, CSL-JSON or RIS, and reports with a bibliography."""
+
+    @no_var_expand
+    @magic_arguments()
+    @argument("ids", nargs="*", help="conversation IDs (default: the last one)")
+    @argument("--all", action="store_true", help="every stored conversation")
+    @argument("--format", default="bibtex", help="bibtex (default), csl-json or ris")
+    @argument("--consulted", action="store_true", help="also the sources answers only consulted")
+    @argument("--file", metavar="PATH", help="write the references to PATH")
+    @argument("--force", action="store_true", help="with --file: overwrite PATH if it exists")
+    @output_options
+    @line_magic
+    def pplx_cite(self, line: str) -> str | None:
+        """The references of conversations in BibTeX, CSL-JSON or RIS.
+
+        Examples:
+          %pplx_cite
+          %pplx_cite 20261128-1764300000000 --format csl-json -o refs
+          %pplx_cite --all --file references.bib
+        """
+        with self._guard(line, "%pplx_cite"):
+            args = self._parse(self.pplx_cite, line)
+            from pplx_nb import cite
+
+            fmt = cite.check_format(unquote(args.format))
+            store = self.researcher.store
+            source: Any = store if args.all else self._ids(args)
+            references = cite.collect(source, store=store, consulted=args.consulted)
+            text = cite.write_references(references, fmt)
+            where = None
+            if args.file:
+                where = _write_new(Path(unquote(args.file)), text, force=args.force)
+            self._store(args, text)
+            show(_references_bundle(text, len(references), fmt, where))
+            return None
+        return None
+
+    @no_var_expand
+    @magic_arguments()
+    @argument("ids", nargs="*", help="conversation IDs, in report order (default: the last one)")
+    @argument("--file", metavar="PATH", default="report.md", help="the Markdown report (report.md)")
+    @argument("--style", default="apa", help="apa (default), chicago-author-date, ieee or a .csl")
+    @argument("--title", help="the report's title (default: Research report)")
+    @argument("--thinking", action="store_true", help="include each answer's thinking")
+    @argument("--failed", action="store_true", help="include questions that got no answer")
+    @argument("--consulted", action="store_true", help="also cite sources only consulted")
+    @argument("--force", action="store_true", help="overwrite the report's files if they exist")
+    @output_options
+    @line_magic
+    def pplx_report(self, line: str) -> None:
+        """Write conversations up as one report: Markdown + references.bib for pandoc, and HTML.
+
+        Examples:
+          %pplx_report --file report.md
+          %pplx_report ID1 ID2 --style ieee --file out/report.md --title "Asyncio notes"
+        """
+        with self._guard(line, "%pplx_report"):
+            args = self._parse(self.pplx_report, line)
+            from pplx_nb import cite
+
+            report = cite.to_report(
+                self.researcher.store,
+                self._ids(args),
+                Path(unquote(args.file)),
+                style=unquote(args.style),
+                title=unquote(args.title) if args.title else None,
+                thinking=args.thinking,
+                failed=args.failed,
+                consulted=args.consulted,
+                force=args.force,
+            )
+            self._store(args, report)
+            show(_report_bundle(report))
+
+    def _ids(self, args: argparse.Namespace) -> list[str]:
+        if getattr(args, "all", False) and args.ids:
+            raise ValidationError("Pass conversation IDs or --all, not both.")
+        given = [unquote(i) for i in args.ids]
+        return [self._conversation(i) for i in given] if given else [self._conversation(None)]
+
+
+def _write_new(path: Path, text: str, *, force: bool) -> Path:
+    path = path.expanduser()
+    if path.exists() and not force:
+        raise ValidationError(
+            f"{path} already exists; nothing was written. Choose another `--file`, or add "
+            "`--force` to overwrite it."
+        )
+    with fs_errors(path, "write the references to"):
+        atomic_write_bytes(path, text.encode("utf-8"))
+    return path
+
+
+def _references_bundle(text: str, count: int, fmt: str, where: Path | None) -> dict[str, str]:
+    if count == 0:
+        note = "No sources to cite: the answers chosen cite none. The bibliography is empty."
+        return {"text/plain": note, "text/html": f"<p>{html.escape(note)}</p>"}
+    noun = "reference" if count == 1 else "references"
+    said = f"{count} {noun} ({fmt})" + (f", written to {where}" if where else "")
+    return {
+        "text/plain": f"{said}\n\n{text}",
+        "text/html": (
+            f"<p>{html.escape(said)}</p>"
+            f'<pre style="max-height: 24em; overflow: auto">{html.escape(text)}</pre>'
+        ),
+    }
+
+
+def _report_bundle(report: Any) -> dict[str, str]:
+    noun = "reference" if report.references == 1 else "references"
+    said = (
+        f"Report written: {report.sections} sections, {report.references} {noun}. "
+        f"{report.markdown} (render with `pandoc --citeproc {report.markdown.name} -o "
+        f"report.pdf` beside {report.bibliography.name}), and {report.html} (ready to read)."
+    )
+    links = " · ".join(
+        f'<a href="{html.escape(_relative(p))}" target="_blank">{html.escape(p.name)}</a>'
+        for p in (report.html, report.markdown, report.bibliography)
+    )
+    return {
+        "text/plain": said,
+        "text/html": (
+            f"<p>Report written: {report.sections} sections, {report.references} {noun}.</p>"
+            f"<p>{links}</p>"
+            f"<p>Render the Markdown in any format with <code>pandoc --citeproc "
+            f"{html.escape(report.markdown.name)} -o report.pdf</code>.</p>"
+        ),
+    }
+
+
+def _relative(path: Path) -> str:
+    """A link a notebook can open: relative to the working directory when it is under it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return path.resolve().as_uri()

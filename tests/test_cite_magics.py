@@ -1,0 +1,66 @@
+"""``%pplx_cite`` and ``%pplx_report`` in a real IPython shell, on answers from the simulator."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from bibtexparser.entrypoint import parse_string
+from IPython.core.interactiveshell import InteractiveShell
+from support.ipython import Run, loaded_shell
+
+from pplx_nb import Answer, Researcher
+
+
+@pytest.fixture
+def shell(async_researcher: Researcher) -> Iterator[InteractiveShell]:
+    with loaded_shell(async_researcher, "refs", "report") as shell:
+        yield shell
+
+
+def test_cite_gives_the_last_answers_references_in_each_format(
+    shell: InteractiveShell, tmp_path: Path
+) -> None:
+    answer = Run(shell, "%%pplx\nHow do I cancel an asyncio task?").result
+    assert isinstance(answer, Answer) and answer.sources
+    bibtex = Run(shell, "%pplx_cite -o refs")
+    assert "(bibtex)" in bibtex.last["text/plain"]
+    entries = parse_string(shell.user_ns["refs"]).entries
+    assert entries and all(e["url"].startswith("https://docs.python.org/") for e in entries)
+    Run(shell, f"%pplx_cite {answer.conversation_id} --format csl-json -o refs")
+    items = json.loads(shell.user_ns["refs"])
+    assert [item["id"] for item in items] == [entry.key for entry in entries]
+    target = tmp_path / "refs.ris"
+    Run(shell, f"%pplx_cite --all --format ris --file {target}")
+    assert target.read_text().startswith("TY  - ELEC")
+    again = Run(shell, f"%pplx_cite --format ris --file {target}")
+    assert "already exists" in again.last["text/plain"] and "--force" in again.last["text/plain"]
+
+
+def test_cite_refuses_an_unknown_format_in_the_magics_words(shell: InteractiveShell) -> None:
+    Run(shell, "%%pplx\nWhat is asyncio.gather?")
+    run = Run(shell, "%pplx_cite --format endnote")
+    assert "--format endnote is not a citation format" in run.last["text/plain"]
+    assert "VALIDATION_ERROR" in run.last["text/plain"]
+
+
+def test_report_writes_markdown_bib_and_html_for_two_questions(
+    shell: InteractiveShell, tmp_path: Path
+) -> None:
+    first = Run(shell, "%%pplx\nHow do I cancel an asyncio task?").result
+    second = Run(shell, "%%pplx\nHow do I read a file line by line?").result
+    path = tmp_path / "out" / "report.md"
+    cids = f"{first.conversation_id} {second.conversation_id}"
+    run = Run(shell, f"%pplx_report {cids} --style ieee --file {path} -o report")
+    assert "Report written: 2 sections" in run.last["text/plain"]
+    text = path.read_text()
+    assert "## How do I cancel an asyncio task?" in text
+    assert "[@python" in text
+    assert (path.parent / "references.bib").exists()
+    assert (path.parent / "ieee.csl").exists()
+    assert 'class="csl-entry"' in path.with_suffix(".html").read_text()
+    refused = Run(shell, f"%pplx_report {cids} --file {path}")
+    assert "already exist" in refused.last["text/plain"]
+    assert "--force" in refused.last["text/plain"]
