@@ -35,6 +35,8 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "jobs": frozenset({"store"}),
     "research": frozenset({"api", "context", "store", "jobs"}),
     "export": frozenset({"store", "cite"}),
+    # Checks a saved notebook's answers against the store.
+    "provenance": frozenset({"store"}),
     "notebook": frozenset({"research", "export", "cite"}),
     # The MCP server confines attachments to PPLX_NB_FILE_ROOTS before the Researcher sees them.
     "mcp": frozenset({"research", "context"}),

@@ -1,0 +1,130 @@
+"""Check a notebook's answers against the store: ``python -m pplx_nb.provenance NOTEBOOK.ipynb``.
+
+Each output a pplx_nb magic showed carries ``metadata["pplx_nb"]`` (:mod:`pplx_nb._provenance`),
+saved in the ``.ipynb``. For each one this lists the cell, the conversation and turn, and whether
+the answer is still in the store as it was shown (``matching``), is there but different
+(``changed``: edited, or another answer took its place), or is gone (``missing``)::
+
+    $ python -m pplx_nb.provenance analysis.ipynb
+    cell  3  20261128-1764300000000 turn 1  matching
+    cell  7  20261128-1764300099999 turn 3  changed   the stored answer differs from the one shown
+
+Exit status: 0 when every answer matches, 1 when one changed or is missing, 2 when the notebook or
+the store cannot be read. ``--store`` names the store (a folder or a ``redis://`` URL); by
+default it is the one the settings name (``CONVERSATION_LOGS_DIR``, ``PPLX_NB_STORE``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pplx_nb._errors import ConversationNotFound, PplxError, ValidationError
+from pplx_nb._fs import DEFAULT_MAX_FILE_BYTES, read_bytes
+from pplx_nb._provenance import METADATA_KEY, answer_hash
+from pplx_nb.store import ConversationStore
+
+__all__ = ["Checked", "Status", "check_notebook", "main", "provenance_records"]
+
+Status = Literal["matching", "changed", "missing"]
+
+
+@dataclass(frozen=True)
+class Checked:
+    """One answer of the notebook, checked."""
+
+    cell: int
+    """The cell's position in the notebook, counting from 1 (as JupyterLab's "Cell N")."""
+    conversation_id: str
+    turn: int
+    status: Status
+    detail: str = ""
+
+    def __str__(self) -> str:
+        line = f"cell {self.cell:>3}  {self.conversation_id} turn {self.turn:<3} {self.status}"
+        return f"{line:<60} {self.detail}".rstrip()
+
+
+def provenance_records(notebook: Path | str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(cell number, record)`` for every output of ``notebook`` that carries one."""
+    path = Path(notebook).expanduser()
+    try:
+        document = json.loads(read_bytes(path, DEFAULT_MAX_FILE_BYTES * 4))
+    except json.JSONDecodeError as exc:
+        raise ValidationError(f"{path} is not a notebook (not JSON: {exc.msg}).") from None
+    if not isinstance(document, dict) or not isinstance(document.get("cells"), list):
+        raise ValidationError(f"{path} is not a Jupyter notebook (no cells).")
+    for number, cell in enumerate(document["cells"], 1):
+        for output in cell.get("outputs") or [] if isinstance(cell, dict) else []:
+            found = (output.get("metadata") or {}).get(METADATA_KEY)
+            if isinstance(found, dict) and isinstance(found.get("conversationId"), str):
+                yield number, found
+
+
+def check_notebook(notebook: Path | str, store: ConversationStore) -> list[Checked]:
+    """Every answer of ``notebook`` checked against ``store``, in notebook order."""
+    checked: list[Checked] = []
+    for number, found in provenance_records(notebook):
+        cid, turn = found["conversationId"], found.get("turn")
+        if not isinstance(turn, int):
+            checked.append(Checked(number, cid, -1, "missing", "the record names no turn"))
+            continue
+        checked.append(_check(store, number, cid, turn, found.get("answerSha256")))
+    return checked
+
+
+def _check(store: ConversationStore, cell: int, cid: str, turn: int, expected: object) -> Checked:
+    try:
+        conversation = store.load(cid)
+    except (ConversationNotFound, ValidationError):
+        return Checked(cell, cid, turn, "missing", "no such conversation in the store")
+    messages = conversation.messages
+    if not 0 <= turn < len(messages) or messages[turn].role != "assistant":
+        return Checked(cell, cid, turn, "missing", "the conversation has no answer at that turn")
+    if answer_hash(messages[turn].content) != expected:
+        return Checked(cell, cid, turn, "changed", "the stored answer differs from the one shown")
+    return Checked(cell, cid, turn, "matching")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m pplx_nb.provenance",
+        description="Check that each answer a notebook shows is still in the store, unchanged.",
+    )
+    parser.add_argument("notebook", help="the .ipynb file")
+    parser.add_argument("--store", help="a conversation-logs folder or redis:// URL")
+    parser.add_argument("--json", action="store_true", help="one JSON object per answer")
+    args = parser.parse_args(argv)
+    try:
+        store = _open(args.store)
+        results = check_notebook(args.notebook, store)
+    except PplxError as exc:
+        print(f"{exc.code}: {exc.message}", file=sys.stderr)
+        return 2
+    for result in results:
+        if args.json:
+            print(json.dumps(result.__dict__))
+        else:
+            print(result)
+    if not results:
+        print(f"{args.notebook}: no pplx_nb answers with provenance in this notebook.")
+    return 0 if all(r.status == "matching" for r in results) else 1
+
+
+def _open(where: str | None) -> ConversationStore:
+    if where is None:
+        from pplx_nb._config import Settings
+
+        return ConversationStore.from_settings(Settings.from_env())
+    from pplx_nb.store.__main__ import open_store
+
+    return open_store(where, "--store")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
