@@ -16,6 +16,7 @@ import rispy
 from bibtexparser import model
 from bibtexparser.entrypoint import write_string
 from bibtexparser.library import Library
+from bibtexparser.middlewares.parsestack import default_unparse_stack
 
 from pplx_nb._option_names import option_error
 from pplx_nb._references import CslDate, CslItem, Reference, to_csl_json_dict
@@ -43,6 +44,7 @@ _LATEX = {
     "~": r"\textasciitilde{}",
     "^": r"\textasciicircum{}",
 }
+_PLAIN = re.compile(r"[^\\{}%&#_$~^`'?!-]*")
 _LATEX_SPECIAL = re.compile(r"[\\{}%&#_$~^]|(?<=-)(?=-)|(?<=`)(?=`)|(?<=')(?=')|(?<=[?!])(?=`)")
 
 
@@ -60,6 +62,8 @@ def check_format(value: str) -> Format:
 
 def latex_text(text: str) -> str:
     """``text`` as LaTeX that prints it unchanged (UTF-8 letters kept as they are)."""
+    if _PLAIN.fullmatch(text):
+        return text
     return _LATEX_SPECIAL.sub(lambda m: _LATEX.get(m.group(0), "{}"), text)
 
 
@@ -95,7 +99,9 @@ def _bibtex_entry(item: CslItem) -> model.Entry:
 def to_bibtex_text(references: Sequence[Reference]) -> str:
     """The references as a biblatex ``.bib`` file."""
     library = Library([_bibtex_entry(r.item) for r in references])
-    return write_string(library) if references else ""
+    # The library is ours and thrown away: bibtexparser need not deep-copy every entry.
+    stack = default_unparse_stack(allow_inplace_modification=True)
+    return write_string(library, unparse_stack=stack) if references else ""
 
 
 def to_csl_json_text(references: Sequence[Reference]) -> str:

@@ -14,6 +14,7 @@ page has the same key in every export from one store.
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from collections.abc import Iterable, Iterator
@@ -89,10 +90,13 @@ _STOP_WORDS = frozenset(
 _ISO_DATE = re.compile(r"^(\d{4})(?:-(\d{1,2})(?:-(\d{1,2}))?)?")
 _US_DATE = re.compile(r"^(\d{1,2})/(\d{1,2})/(\d{4})$")
 _SPACE = re.compile(r"\s+")
+_NOT_KEY = re.compile(r"[^a-z0-9]")
+_WORD_BREAK = re.compile(r"[\s\-_/.:]+")
 # Characters a URL never holds unencoded but that BibTeX and RIS readers would take as markup.
-_UNSAFE_IN_URL = '{}\\ "<>|^`'
+_UNSAFE_IN_URL = str.maketrans({c: quote(c) for c in '{}\\ "<>|^`'})
 
 
+@functools.lru_cache(maxsize=65_536)
 def canonical_url(url: str) -> str:
     """One spelling per page: https, no ``www.``, no fragment, no trailing slash, no tracking
     parameters (``utm_*``, ``fbclid``, ...), the other parameters sorted; the host lower-cased.
@@ -112,7 +116,7 @@ def canonical_url(url: str) -> str:
 def _safe_url(url: str) -> str:
     """``url`` with characters that are never literal in a URL percent-encoded (a brace or a
     backslash would otherwise end a BibTeX field or start a LaTeX command)."""
-    return "".join(quote(c) if c in _UNSAFE_IN_URL else c for c in url.strip())
+    return url.strip().translate(_UNSAFE_IN_URL)
 
 
 def _identifiers(url: str) -> tuple[CslType, dict[str, str]]:
@@ -171,9 +175,10 @@ def _site(host: str) -> str:
     return labels[-2] if len(labels) >= 2 else (labels[0] if labels else "web")
 
 
+@functools.lru_cache(maxsize=16_384)
 def _ascii_word(text: str) -> str:
     plain = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode()
-    return re.sub(r"[^a-z0-9]", "", plain.lower())
+    return _NOT_KEY.sub("", plain.lower())
 
 
 def key_stem(item: CslItem) -> str:
@@ -182,7 +187,7 @@ def key_stem(item: CslItem) -> str:
     site = _ascii_word(_site(urlsplit(item["URL"]).hostname or "")) or "web"
     issued = item.get("issued")
     year = str(issued["date_parts"][0][0]) if issued else "nd"
-    words = [_ascii_word(w) for w in re.split(r"[\s\-_/.:]+", item["title"])]
+    words = (_ascii_word(w) for w in _WORD_BREAK.split(item["title"]))
     first = next((w for w in words if w and w not in _STOP_WORDS), "")
     if not first:
         path = [_ascii_word(p) for p in urlsplit(item["URL"]).path.split("/")]
@@ -291,6 +296,9 @@ class KeyBook:
         self._taken.add(key)
         return key
 
+    def __contains__(self, canonical: object) -> bool:
+        return canonical in self._keys
+
     def learn(self, cites: Iterable[Cited]) -> None:
         """Give a key to each page in ``cites`` not seen yet, in order."""
         for cite in cites:
@@ -308,25 +316,36 @@ def _letters(n: int) -> str:
     return letters
 
 
-def references(cites: Iterable[Cited], book: KeyBook | None = None) -> list[Reference]:
-    """One :class:`Reference` per page in ``cites``, in the order first cited.
+def references(
+    cites: Iterable[Cited], book: KeyBook | None = None, *, consulted: bool = False
+) -> list[Reference]:
+    """One :class:`Reference` per page the answers in ``cites`` cite (and, with ``consulted``,
+    only consulted), in the order first cited.
 
-    ``book`` holds the keys (those of the whole store, for keys that agree across exports);
-    without one, keys are handed out over ``cites`` alone.
+    ``book`` holds the keys; every page in ``cites`` (consulted ones too) takes its key in it in
+    order, so one pass over a whole store gives each page its store-wide key. Without a book,
+    keys are handed out over ``cites`` alone.
     """
     book = book or KeyBook()
-    found: dict[str, tuple[Cited, list[tuple[str, int]]]] = {}
+    found: dict[str, tuple[CslItem, list[tuple[str, int]]]] = {}
     for cite in cites:
         canonical = canonical_url(cite.source.url)
-        first, where = found.setdefault(canonical, (cite, []))
+        item: CslItem | None = None
+        if canonical not in book:
+            item = csl_item(cite.source, "", accessed=cite.accessed)
+            book.key(canonical, item)
+        if cite.consulted_only and not consulted:
+            continue
+        entry = found.get(canonical)
+        if entry is None:
+            item = item or csl_item(cite.source, "", accessed=cite.accessed)
+            entry = found[canonical] = (item, [])
         spot = (cite.conversation_id, cite.turn)
-        if spot not in where:
-            where.append(spot)
+        if spot not in entry[1]:
+            entry[1].append(spot)
     result: list[Reference] = []
-    for canonical, (first, where) in found.items():
-        draft = csl_item(first.source, "", accessed=first.accessed)
-        key = book.key(canonical, draft)
-        item = csl_item(first.source, key, accessed=first.accessed)
+    for canonical, (item, where) in found.items():
+        item["id"] = key = book.key(canonical, item)
         result.append(Reference(key, item, canonical, tuple(where)))
     return result
 
@@ -337,6 +356,6 @@ def answer_references(answer: Answer, *, consulted: bool = False) -> list[Refere
     accessed = datetime.now(UTC).isoformat()
     cites = (
         Cited(c.source, c.conversation_id, c.turn, accessed, c.consulted_only)
-        for c in cited_in(answer.conversation_id or "", -1, message, consulted=consulted)
+        for c in cited_in(answer.conversation_id or "", -1, message, consulted=True)
     )
-    return references(cites)
+    return references(cites, consulted=consulted)

@@ -124,14 +124,15 @@ def collect(source: Citable, **options: Unpack[CiteOptions]) -> list[Reference]:
         if filters:
             chosen = [s.conversation_id for s in store.list(**filters)]  # type: ignore[arg-type]
         conversations = _read(store, None)
+        if chosen is None:  # one pass: the keys are handed out in the store's order
+            return references(_cites(conversations), consulted=consulted)
         book = _book(conversations)
-        if chosen is not None:
-            wanted = set(chosen)
-            conversations = [c for c in conversations if c.conversation_id in wanted]
-        return references(_cites(conversations, consulted), book)
+        wanted = set(chosen)
+        chosen_ones = [c for c in conversations if c.conversation_id in wanted]
+        return references(_cites(chosen_ones), book, consulted=consulted)
     conversations = _conversations(source, store)
     keys = _book(_read(store, None)) if store is not None else None
-    return references(_cites(conversations, consulted), keys)
+    return references(_cites(conversations), keys, consulted=consulted)
 
 
 def export(source: Citable, fmt: str = "bibtex", **options: Unpack[CiteOptions]) -> str:
@@ -191,15 +192,16 @@ def to_report(
     return write_report(chosen, Path(path), options, _book(everything))
 
 
-def _cites(conversations: Iterable[Conversation], consulted: bool) -> Iterator[Cited]:
+def _cites(conversations: Iterable[Conversation]) -> Iterator[Cited]:
+    """Every source of every answer, those only consulted marked so."""
     for conversation in conversations:
-        yield from conversation_cites(conversation, consulted=consulted)
+        yield from conversation_cites(conversation, consulted=True)
 
 
 def _book(conversations: Iterable[Conversation]) -> KeyBook:
     """The keys of every page in ``conversations`` (oldest first), each cited or consulted."""
     book = KeyBook()
-    book.learn(_cites(conversations, True))
+    book.learn(_cites(conversations))
     return book
 
 

@@ -170,9 +170,9 @@ def _cited_references(
     chosen = [
         cite
         for conversation in conversations
-        for cite in conversation_cites(conversation, consulted=options.consulted)
+        for cite in conversation_cites(conversation, consulted=True)
     ]
-    return references(chosen, book)
+    return references(chosen, book, consulted=options.consulted)
 
 
 def _sections(
