@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import time
 from contextlib import aclosing, suppress
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from pplx_nb._config import Settings
 from pplx_nb._errors import (
@@ -31,7 +31,8 @@ from pplx_nb._errors import (
     SubmissionUnknown,
 )
 from pplx_nb._logging import get_logger
-from pplx_nb._models import Answer, JobStatus, Message
+from pplx_nb._models import Answer, JobParams, JobRequest, JobStatus, Message
+from pplx_nb._options import SearchOptions
 from pplx_nb.research._answers import assistant_message, priced
 from pplx_nb.research._clients import ClientPool
 from pplx_nb.research._guard import AnswerGuard
@@ -45,7 +46,6 @@ from pplx_nb.research._progress import (
 )
 from pplx_nb.research._runner import TurnRunner, submission_unknown, unknown_for
 from pplx_nb.research._turns import (
-    COLLECT_RUN,
     DEEP_RESEARCH_MODEL,
     build_request,
     fitted_messages,
@@ -99,13 +99,10 @@ class DeepResearchRunner:
         from pplx_nb import context
 
         conversation = self._store.load(job.conversation_id)
-        if any(
-            m.model_extra and m.model_extra.get("jobId") == job.job_id
-            for m in conversation.messages
-        ):
+        if any(m.job_id == job.job_id for m in conversation.messages):
             return
         kept = self._kept.restore(job.conversation_id)
-        if kept is not None and (kept.model_extra or {}).get("jobId") == job.job_id:
+        if kept is not None and kept.job_id == job.job_id:
             return  # stored, and the job completed with it
         # A job the TypeScript server queued has only its params; the question is stored.
         opts = _options(job.request, job.params)
@@ -161,7 +158,7 @@ class DeepResearchRunner:
         conversation_id: str,
         job_id: str,
         tool: str,
-        request: dict[str, Any],
+        request: JobRequest,
         report: Answer,
     ) -> JobStatus | None:
         """Store the report of cancelled job ``job_id``, whose run had finished before the
@@ -517,9 +514,9 @@ async def _reporting(
 def report_message(
     answer: Answer,
     tool: str,
-    request: dict[str, Any],
+    request: JobRequest,
     job_id: str,
-    params: dict[str, Any] | None = None,
+    params: JobParams | None = None,
 ) -> Message:
     """The assistant turn that stores a job's report (priced; tagged with ``jobId``), from
     the job's queued ``request`` (or the TypeScript server's ``params``)."""
@@ -532,15 +529,15 @@ def report_message(
         model=model,
         notes=[str(note) for note in request.get("notes") or []],
         show_thinking=bool(opts.get("show_thinking")),
-        jobId=job_id,
+        job_id=job_id,
     )
 
 
-def _options(request: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
-    return dict(request.get("opts") or ts_options(params))
+def _options(request: JobRequest, params: JobParams) -> SearchOptions:
+    return request.get("opts") or ts_options(params)
 
 
-def related_questions_asked(request: dict[str, Any]) -> bool:
+def related_questions_asked(request: JobRequest) -> bool:
     """Whether a job's queued ``request`` asked for related questions (its run's answer then
     ends with a list to split off)."""
     return bool(_options(request, {}).get("return_related_questions"))
@@ -570,7 +567,7 @@ async def _collecting(job: Job, ctx: JobContext) -> str | None:
     """The run a retried question already started (its report is read by id before anything
     is paid for again), recorded as the job's run; ``None`` when there is none. Only on the
     first attempt: a later one follows a run that failed, or was unknown and resubmitted."""
-    run = job.request.get(COLLECT_RUN)
+    run = job.request.get("collectRunId")
     if not isinstance(run, str) or not run or ctx.attempt != 1:
         return None
     logger.info("Reading run %s, started earlier for %s, by its id", run, job.conversation_id)
