@@ -4,7 +4,9 @@ Claude Desktop, Claude Code and the MCP Inspector are built on that client, and 
 than the Python one: it validates every structured result against the tool's output schema
 (and throws ``-32602`` when one does not match). ``tests/node/drive.mjs`` calls every tool with
 valid and invalid input, and also checks each structured result with ajv. The HTTP tests cover
-the bearer token and the Host/Origin checks on a loopback and a non-loopback bind.
+the bearer token and the Host/Origin checks on a loopback and a non-loopback bind. The MCP
+Inspector's CLI checks in ``--strict`` mode that every tool schema is portable (no type arrays,
+which clients mapping a schema onto one type per field reject).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 
 import pytest
 from support.mcp import INITIALIZE, ROOT, TOOLS, UNKNOWN_ID, http_server, server_env
-from support.node import drive
+from support.node import drive, inspect
 
 TOKEN = "test-token-0123456789abcdef-SECRET"
 
@@ -149,7 +151,7 @@ def _check_report(report: dict[str, Any], *, async_mode: bool, attachments: bool
     if async_mode:  # queued a moment ago: cancelled, unless it already finished
         assert stopped["status"] in ("cancelled", "completed"), stopped
     else:  # answered on the spot: there was never a job
-        assert stopped["status"] is None and stopped["cancelled"] is False
+        assert "status" not in stopped and stopped["cancelled"] is False
 
     invalid = results[len(valid) :]
     files_call = invalid.pop(len(INVALID))
@@ -405,3 +407,26 @@ def test_allow_unauthenticated_serves_a_trusted_network(tmp_path: Path) -> None:
         session = _session(port, {})
         status, body, _ = _post(port, CALL, session)
         assert status == 200 and '"result"' in body
+
+
+def test_the_inspector_finds_every_tool_schema_portable_in_strict_mode(tmp_path: Path) -> None:
+    env = server_env(tmp_path / "conversation-logs", PPLX_NB_FILE_ROOTS=str(tmp_path))
+    done = inspect(
+        [sys.executable, "-m", "pplx_nb.mcp"],
+        "--strict",
+        "--method",
+        "tools/list",
+        "--format",
+        "json",
+        env=env,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    findings = [line for line in done.stderr.splitlines() if line.startswith(("Warning", "Error"))]
+    assert not findings, done.stderr
+    listed = json.loads(done.stdout)
+    assert "schemaFindings" not in listed, listed["schemaFindings"]
+    tools = {tool["name"]: tool for tool in listed["result"]["tools"]}
+    assert set(tools) == TOOLS
+    assert "files" in tools["perplexity_search"]["inputSchema"]["properties"]
+    assert all(tool["outputSchema"] for tool in tools.values())

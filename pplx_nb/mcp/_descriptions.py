@@ -170,7 +170,7 @@ CANCEL = """Cancel a deep research job that is queued or running. A queued job l
 
 The unanswered question is closed with a note that it was cancelled, and the conversation stays open: ask again with `perplexity_deep_research_followup`, or follow up with `perplexity_search_followup`.
 
-A conversation whose job has already ended (completed, failed, cancelled) is left as it is; one that never had a research job has nothing to cancel. `structuredContent.status` is the job's state after the call (null without a job), `cancelled` whether it is cancelled, `remoteCancelled` whether the API confirmed the run stopped.
+A conversation whose job has already ended (completed, failed, cancelled) is left as it is; one that never had a research job has nothing to cancel. `structuredContent.status` is the job's state after the call (absent without a job), `cancelled` whether it is cancelled, `remoteCancelled` whether the API confirmed the run stopped.
 
 **Example**:
 {

@@ -21,6 +21,7 @@ from pplx_nb.mcp._schemas import (
     HistoriesResult,
     HistoryEntry,
     HistoryResult,
+    ResultModel,
     SourceOut,
     WebSearchResult,
 )
@@ -54,9 +55,9 @@ _FOLLOW_UP = (
 _ID_FORMAT = 'Expected: yyyymmdd-<13-digit unix ms>, e.g. "20250124-1706102400123".'
 
 
-def _result(text: str, structured: dict[str, Any] | None = None) -> CallToolResult:
+def _result(text: str, structured: ResultModel) -> CallToolResult:
     return CallToolResult(
-        content=[TextContent(type="text", text=text)], structured_content=structured
+        content=[TextContent(type="text", text=text)], structured_content=structured.structured()
     )
 
 
@@ -103,7 +104,7 @@ def answer_result(answer: Answer, *, followup: bool, show_thinking: bool) -> Cal
         thinking=answer.thinking if show_thinking else None,
         cached=answer.cached,
     )
-    return _result("\n\n".join(parts), structured.model_dump(mode="json"))
+    return _result("\n\n".join(parts), structured)
 
 
 def queued_result(status: JobStatus, path: str, *, followup: bool) -> CallToolResult:
@@ -128,7 +129,7 @@ def queued_result(status: JobStatus, path: str, *, followup: bool) -> CallToolRe
         status="pending",
         answer="",
     )
-    return _result(text, structured.model_dump(mode="json"))
+    return _result(text, structured)
 
 
 def web_search_result(results: WebResults, path: str | None) -> CallToolResult:
@@ -151,7 +152,7 @@ def web_search_result(results: WebResults, path: str | None) -> CallToolResult:
         conversationId=cid,
         conversationPath=path if cid else None,
     )
-    return _result(text, structured.model_dump(mode="json"))
+    return _result(text, structured)
 
 
 def cancel_result(conversation_id: str, path: str, status: JobStatus | None) -> CallToolResult:
@@ -174,7 +175,7 @@ def cancel_result(conversation_id: str, path: str, status: JobStatus | None) -> 
         message=said,
         **cancel_facts(status),
     )
-    return _result(text, structured.model_dump(mode="json"))
+    return _result(text, structured)
 
 
 def _message_text(index: int, role: str, content: str, meta: dict[str, Any]) -> str:
@@ -224,7 +225,7 @@ def history_result(
         job=status.to_json_dict() if status is not None else None,
         answeringSince=answering_since,
     )
-    return _result("\n\n".join(parts), structured.model_dump(mode="json"))
+    return _result("\n\n".join(parts), structured)
 
 
 def list_result(summaries: Sequence[ConversationSummary]) -> CallToolResult:
@@ -248,7 +249,7 @@ def list_result(summaries: Sequence[ConversationSummary]) -> CallToolResult:
             )
         lines.append("\nUse `get_conversation_history` with an ID to read one.")
         text = "\n".join(lines)
-    return _result(text, ConversationList(count=len(rows), conversations=rows).model_dump())
+    return _result(text, ConversationList(count=len(rows), conversations=rows))
 
 
 def error_result(error: PplxError) -> CallToolResult:
@@ -323,7 +324,7 @@ def histories_result(result: HistoriesResult, *, awaited: bool) -> CallToolResul
     parts = [head, "---"]
     parts += [_entry_text(cid, entry) for cid, entry in result.conversations.items()]
     parts.append("Use `get_conversation_history` with an ID for a conversation's every turn.")
-    return _result("\n\n".join(parts), result.model_dump(mode="json"))
+    return _result("\n\n".join(parts), result)
 
 
 def validation_message(tool: str, exc: PydanticValidationError) -> str:
