@@ -162,6 +162,7 @@ def test_tools_list_has_every_tool_with_bounded_closed_schemas(client: McpClient
         )
         assert tool.annotations.read_only_hint is read_only
         assert tool.output_schema is not None
+        assert tool.title, name
         # An optional field is left out, never null: one type each, no anyOf (cheaper for
         # clients to validate) and no type array (which Gemini's declarations reject).
         assert '"null"' not in json.dumps(tool.output_schema), name

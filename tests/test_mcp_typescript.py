@@ -429,4 +429,4 @@ def test_the_inspector_finds_every_tool_schema_portable_in_strict_mode(tmp_path:
     tools = {tool["name"]: tool for tool in listed["result"]["tools"]}
     assert set(tools) == TOOLS
     assert "files" in tools["perplexity_search"]["inputSchema"]["properties"]
-    assert all(tool["outputSchema"] for tool in tools.values())
+    assert all(tool["title"] and tool["outputSchema"] for tool in tools.values())

@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-__all__ = ["DESCRIPTIONS"]
+__all__ = ["DESCRIPTIONS", "TITLES"]
 
 _FOLLOW_UP = """**To follow up**:
 - Quick answer: `perplexity_search_followup` + conversationId + new query
@@ -189,3 +189,17 @@ DESCRIPTIONS = {
     "cancel_deep_research": CANCEL,
     "perplexity_web_search": WEB_SEARCH,
 }
+
+TITLES = {
+    "perplexity_search": "Ask Perplexity (new conversation)",
+    "perplexity_deep_research": "Deep Research (new conversation)",
+    "perplexity_search_followup": "Ask a Follow-up",
+    "perplexity_deep_research_followup": "Deep Research Follow-up",
+    "get_conversation_history": "Read a Conversation",
+    "get_conversation_histories": "Read Several Conversations",
+    "await_conversation_histories": "Wait for Research Reports",
+    "list_conversations": "List Conversations",
+    "cancel_deep_research": "Cancel Deep Research",
+    "perplexity_web_search": "Search the Web (results only)",
+}
+"""What a client shows a person for each tool (the description is written for the model)."""
