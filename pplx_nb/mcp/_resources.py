@@ -128,9 +128,10 @@ def register_conversation_resources(server: MCPServer[Any], backend: Backend) ->
 
 
 async def _complete_id(backend: Backend, prefix: str) -> Completion:
-    """The stored conversation IDs that start with ``prefix``, newest first."""
-    summaries = await backend.read(lambda researcher: researcher.conversations())
-    ids = [s.conversation_id for s in summaries if s.conversation_id.startswith(prefix)]
+    """The stored conversation IDs that start with ``prefix``, newest first (from the store's
+    listing of IDs alone: a client asks again at each keystroke)."""
+    stored = await backend.read(lambda researcher: researcher.store.ids())
+    ids = [cid for cid in stored if cid.startswith(prefix)]
     return Completion(
         values=ids[:MAX_COMPLETIONS], total=len(ids), has_more=len(ids) > MAX_COMPLETIONS
     )
