@@ -1154,3 +1154,34 @@ def test_cancel_deep_research_stops_a_running_job_and_the_conversation_goes_on(
         none = mcp.call("cancel_deep_research", {"conversationId": plain["conversationId"]})
         assert not none.is_error and "status" not in _data(none)
         assert _text(none).startswith("ℹ️ **Nothing to cancel**")
+
+
+def test_resources_list_the_newest_hundred_and_ids_complete_newest_first(tmp_path: Path) -> None:
+    from mcp import Client
+    from mcp_types import ResourceTemplateReference
+
+    from pplx_nb import ConversationStore
+    from pplx_nb.mcp.server import create_server
+
+    settings = Settings(offline=True, conversation_logs_dir=tmp_path / "logs")
+    store = ConversationStore.from_settings(settings)
+    made = [
+        store.create([{"role": "user", "content": f"q{n}"}]).conversation_id for n in range(105)
+    ]
+    newest = sorted(made, reverse=True)
+    template = ResourceTemplateReference(type="ref/resource", uri="pplx://conversations/{id}")
+
+    async def ask() -> tuple[list[str], list[Any]]:
+        async with Client(create_server(settings)) as client:
+            listed = await client.list_resources()
+            completions = [
+                (await client.complete(template, {"name": "id", "value": value})).completion
+                for value in ("", newest[0], "2019")
+            ]
+            return [str(r.uri) for r in listed.resources], completions
+
+    uris, (every, one, none) = asyncio.run(ask())
+    assert uris == ["pplx://health"] + [f"pplx://conversations/{cid}" for cid in newest[:100]]
+    assert every.values == newest[:100] and every.total == 105 and every.has_more is True
+    assert one.values == [newest[0]] and one.total == 1 and not one.has_more
+    assert none.values == [] and none.total == 0
