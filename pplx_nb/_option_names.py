@@ -60,7 +60,7 @@ OPTION_NAMES: dict[str, Names] = {
     "until": Names("until", "--until"),
     "limit": Names("limit", "--limit"),
     # Citations and reports: pplx_nb.cite, perplexity_cite, %pplx_cite / %pplx_report.
-    "format": Names(None, "--format"),
+    "format": Names("format", "--format"),
     "style": Names(None, "--style"),
     "force": Names(None, "--force", switch=True),
 }
