@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -29,7 +29,15 @@ from pplx_nb._fs import DEFAULT_MAX_FILE_BYTES, read_bytes
 from pplx_nb._provenance import METADATA_KEY, answer_hash
 from pplx_nb.store import ConversationStore
 
-__all__ = ["Checked", "Status", "check_notebook", "main", "provenance_records"]
+__all__ = [
+    "Checked",
+    "Status",
+    "check_notebook",
+    "check_records",
+    "main",
+    "provenance_records",
+    "records_of",
+]
 
 Status = Literal["matching", "changed", "missing"]
 
@@ -68,8 +76,24 @@ def provenance_records(notebook: Path | str) -> Iterator[tuple[int, dict[str, An
 
 def check_notebook(notebook: Path | str, store: ConversationStore) -> list[Checked]:
     """Every answer of ``notebook`` checked against ``store``, in notebook order."""
+    return check_records(provenance_records(notebook), store)
+
+
+def records_of(outputs: Iterable[Any]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(position, record)`` for each displayed output that carries one: the ``outputs`` of
+    IPython's ``%%capture`` (or anything with a ``metadata`` mapping), counted from 1."""
+    for number, output in enumerate(outputs, 1):
+        found = (getattr(output, "metadata", None) or {}).get(METADATA_KEY)
+        if isinstance(found, dict) and isinstance(found.get("conversationId"), str):
+            yield number, found
+
+
+def check_records(
+    records: Iterable[tuple[int, dict[str, Any]]], store: ConversationStore
+) -> list[Checked]:
+    """Each ``(position, record)`` checked against ``store``."""
     checked: list[Checked] = []
-    for number, found in provenance_records(notebook):
+    for number, found in records:
         cid, turn = found["conversationId"], found.get("turn")
         if not isinstance(turn, int):
             checked.append(Checked(number, cid, -1, "missing", "the record names no turn"))
