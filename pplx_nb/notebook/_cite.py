@@ -15,7 +15,13 @@ from IPython.core.magic import magics_class, no_var_expand
 
 from pplx_nb._errors import ValidationError
 from pplx_nb._fs import atomic_write_bytes, fs_errors
-from pplx_nb.notebook._input import argument, magic_arguments, output_options, unquote
+from pplx_nb.notebook._input import (
+    argument,
+    interpolate,
+    magic_arguments,
+    output_options,
+    unquote,
+)
 from pplx_nb.notebook._kernel import CellMagics, line_magic, show
 
 __all__ = ["PplxCiteMagics"]
@@ -54,7 +60,7 @@ class PplxCiteMagics(CellMagics):
             text = cite.write_references(references, fmt)
             where = None
             if args.file:
-                where = _write_new(Path(unquote(args.file)), text, force=args.force)
+                where = _write_new(self._path(args.file), text, force=args.force)
             self._store(args, text)
             show(_references_bundle(text, len(references), fmt, where))
             return None
@@ -86,7 +92,7 @@ class PplxCiteMagics(CellMagics):
             report = cite.to_report(
                 self.researcher.store,
                 self._ids(args),
-                Path(unquote(args.file)),
+                self._path(args.file),
                 style=unquote(args.style),
                 title=unquote(args.title) if args.title else None,
                 thinking=args.thinking,
@@ -96,6 +102,10 @@ class PplxCiteMagics(CellMagics):
             )
             self._store(args, report)
             show(_report_bundle(report))
+
+    def _path(self, given: str) -> Path:
+        """A ``--file`` as written, with ``{name}`` fields filled as in questions."""
+        return Path(interpolate(unquote(given), self.namespace))
 
     def _ids(self, args: argparse.Namespace) -> list[str]:
         if getattr(args, "all", False) and args.ids:
