@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from typing import Any, Literal, NotRequired, TypedDict
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+from urllib.parse import SplitResult, parse_qsl, quote, unquote_plus, urlencode, urlsplit, urlunsplit
 
 from pplx_nb._markdown import cited_and_consulted
 from pplx_nb._models import Answer, Conversation, Message, Source
@@ -92,6 +92,14 @@ _US_DATE = re.compile(r"^(\d{1,2})/(\d{1,2})/(\d{4})$")
 _SPACE = re.compile(r"\s+")
 _NOT_KEY = re.compile(r"[^a-z0-9]")
 _WORD_BREAK = re.compile(r"[\s\-_/.:]+")
+# Query parameters that carry a secret (a signed link's signature, an API key, a session): a
+# reference names the page, and its file is shared, so they are never written.
+_SECRET_PARAM = re.compile(
+    r"^(?:\w*[_\-.])?(?:pass|password|passwd|pwd|secret|token|key|apikey|api_key|auth|sig|"
+    r"signature|credentials?|session|sessionid|sid)$",
+    re.IGNORECASE,
+)
+_WEB = re.compile(r"\s*https?://", re.IGNORECASE)
 # Characters a URL never holds unencoded but that BibTeX and RIS readers would take as markup.
 _UNSAFE_IN_URL = str.maketrans({c: quote(c) for c in '{}\\ "<>|^`'})
 
@@ -103,20 +111,46 @@ def canonical_url(url: str) -> str:
 
     Two sources are the same reference when their canonical URLs are equal.
     """
-    parts = urlsplit(url.strip())
+    parts = _split(url)
     host = (parts.hostname or "").lower().removeprefix("www.")
-    if parts.port and parts.port not in (80, 443):
-        host = f"{host}:{parts.port}"
+    port = _port(parts)
+    if port and port not in (80, 443):
+        host = f"{host}:{port}"
     query = sorted((k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True))
     kept = urlencode([(k, v) for k, v in query if not _TRACKING.match(k)])
     path = parts.path.rstrip("/")
     return urlunsplit(("https", host, path, kept, ""))
 
 
+def _split(url: str) -> SplitResult:
+    """``url``'s parts; one :func:`urlsplit` refuses (``https://[::1/``) is read as no host."""
+    url = url.strip()
+    try:
+        return urlsplit(url)
+    except ValueError:
+        return SplitResult("", "", url, "", "")
+
+
+def _port(parts: SplitResult) -> int | None:
+    try:
+        return parts.port
+    except ValueError:  # out of range or not a number: not a port to keep
+        return None
+
+
 def _safe_url(url: str) -> str:
-    """``url`` with characters that are never literal in a URL percent-encoded (a brace or a
-    backslash would otherwise end a BibTeX field or start a LaTeX command)."""
-    return url.strip().translate(_UNSAFE_IN_URL)
+    """``url`` as a reference writes it: without the ``user:password@`` it may carry or query
+    parameters that hold a secret, and with characters that are never literal in a URL
+    percent-encoded (a brace or a backslash would otherwise end a BibTeX field or start a LaTeX
+    command)."""
+    parts = _split(url)
+    query = "&".join(
+        param
+        for param in parts.query.split("&")
+        if param and not _SECRET_PARAM.match(unquote_plus(param.partition("=")[0]))
+    )
+    public = parts._replace(netloc=parts.netloc.rpartition("@")[2], query=query)
+    return urlunsplit(public).translate(_UNSAFE_IN_URL)
 
 
 def _identifiers(url: str) -> tuple[CslType, dict[str, str]]:
@@ -184,13 +218,13 @@ def _ascii_word(text: str) -> str:
 def key_stem(item: CslItem) -> str:
     """A readable key without its clash suffix: site + year + first title word
     (``python2024asyncio``); ``nd`` when the page has no date."""
-    site = _ascii_word(_site(urlsplit(item["URL"]).hostname or "")) or "web"
+    site = _ascii_word(_site(_split(item["URL"]).hostname or "")) or "web"
     issued = item.get("issued")
     year = str(issued["date_parts"][0][0]) if issued else "nd"
     words = (_ascii_word(w) for w in _WORD_BREAK.split(item["title"]))
     first = next((w for w in words if w and w not in _STOP_WORDS), "")
     if not first:
-        path = [_ascii_word(p) for p in urlsplit(item["URL"]).path.split("/")]
+        path = [_ascii_word(p) for p in _split(item["URL"]).path.split("/")]
         first = next((p for p in reversed(path) if p), "")
     return f"{site}{year}{first[:20]}"
 
@@ -204,7 +238,7 @@ def csl_item(source: Source, key: str, *, accessed: str | None = None) -> CslIte
     """
     url = _safe_url(source.url)
     kind, identifiers = _identifiers(url)
-    host = urlsplit(url).hostname or ""
+    host = _split(url).hostname or ""
     title = _SPACE.sub(" ", source.title or "").strip() or host.removeprefix("www.") or url
     item: CslItem = {"id": key, "type": kind, "title": title, "URL": url}
     site = host.lower().removeprefix("www.")
@@ -257,16 +291,19 @@ def cited_in(
     conversation_id: str, turn: int, message: Message, *, consulted: bool = False
 ) -> Iterator[Cited]:
     """The sources of one answer: those its text cites (all of them when it cites none), and
-    with ``consulted`` the ones it only consulted as well."""
+    with ``consulted`` the ones it only consulted as well.
+
+    A source whose URL is not an http(s) page (``javascript:``, ``data:``, ``file:``) is no
+    reference: it is not cited, so no export or report carries it as a link."""
     sources = message.sources or []
     if message.role != "assistant" or not sources or message.unanswered is not None:
         return
     cited, rest = cited_and_consulted(sources, message.content)
-    for index in cited:
-        yield Cited(sources[index], conversation_id, turn, message.timestamp, False)
-    if consulted:
-        for index in rest:
-            yield Cited(sources[index], conversation_id, turn, message.timestamp, True)
+    consulted_only = set(rest)
+    for index in cited + (rest if consulted else []):
+        if _WEB.match(sources[index].url):
+            when = message.timestamp
+            yield Cited(sources[index], conversation_id, turn, when, index in consulted_only)
 
 
 def conversation_cites(conversation: Conversation, *, consulted: bool = False) -> Iterator[Cited]:
