@@ -63,6 +63,7 @@ OPTION_NAMES: dict[str, Names] = {
     "format": Names("format", "--format"),
     "style": Names(None, "--style"),
     "force": Names(None, "--force", switch=True),
+    "path": Names(None, "--file"),
 }
 """Each option by its Python keyword: its MCP argument and its magic flag."""
 

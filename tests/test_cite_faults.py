@@ -78,3 +78,74 @@ def test_urls_urllib_refuses_do_not_crash_an_export(store: ConversationStore) ->
     cid = _conversation(store, "[1] [2] [3]", *odd)
     for fmt in cite.FORMATS:
         assert cite.export([cid], fmt, store=store)
+
+
+def test_an_answer_holding_placeholder_text_is_reported_as_written(
+    store: ConversationStore, tmp_path: Path
+) -> None:
+    """The report marks citations while it renders them; an answer that spells such a mark is
+    text, not a citation (nor an index past the section's citations)."""
+    source = Source(url="https://example.org/page", title="Page")
+    cid = _conversation(store, "Literal PPLXCITE0X and PPLXCITE7X, cited [1].", source)
+    report = cite.to_report(store, [cid], tmp_path / "report.md")
+    markdown = report.markdown.read_text("utf-8")
+    assert "Literal PPLXCITE0X and PPLXCITE7X, cited [@examplendpage]." in markdown
+    assert "Literal PPLXCITE0X and PPLXCITE7X, cited <span" in report.html.read_text("utf-8")
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "<not xml",
+        "<?xml version='1.0'?><style xmlns='http://purl.org/net/xbiblio/csl'/>",
+    ],
+    ids=["not-xml", "no-layouts"],
+)
+def test_a_style_file_that_is_no_csl_style_is_a_validation_error(
+    store: ConversationStore, tmp_path: Path, content: str
+) -> None:
+    cid = _conversation(store, "See [1].", Source(url="https://example.org/a", title="A"))
+    style = tmp_path / "styles" / "mine.csl"
+    style.parent.mkdir()
+    style.write_text(content, "utf-8")
+    with pytest.raises(ValidationError) as caught:
+        cite.to_report(store, [cid], tmp_path / "out" / "report.md", style=str(style))
+    assert caught.value.details["option"] == "style"
+    assert "is not a CSL style" in caught.value.wordings["notebook"]
+    assert "--style" in caught.value.wordings["notebook"]
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_users_style_beside_the_report_is_not_an_existing_file(
+    store: ConversationStore, tmp_path: Path
+) -> None:
+    cid = _conversation(store, "See [1].", Source(url="https://example.org/a", title="A"))
+    mine = tmp_path / "mine.csl"
+    bundled = cite._report.style_path("ieee")
+    mine.write_bytes(bundled.read_bytes())
+    report = cite.to_report(store, [cid], tmp_path / "report.md", style=str(mine))
+    assert report.style == mine
+    assert mine.read_bytes() == bundled.read_bytes()
+
+
+@pytest.mark.parametrize("name", ["", ".", "/", "report.html", "references.bib", "ieee.csl"])
+def test_a_report_path_that_names_no_markdown_file_is_a_validation_error(
+    store: ConversationStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    cid = _conversation(store, "See [1].", Source(url="https://example.org/a", title="A"))
+    with pytest.raises(ValidationError) as caught:
+        cite.to_report(store, [cid], name, force=True)
+    assert caught.value.details["option"] == "path"
+    assert "--file" in caught.value.wordings["notebook"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["conversation-logs"]
+
+
+def test_a_report_path_that_is_a_folder_is_a_validation_error(
+    store: ConversationStore, tmp_path: Path
+) -> None:
+    cid = _conversation(store, "See [1].", Source(url="https://example.org/a", title="A"))
+    (tmp_path / "out").mkdir()
+    with pytest.raises(ValidationError, match="not a folder"):
+        cite.to_report(store, [cid], tmp_path / "out", force=True)
+    assert list((tmp_path / "out").iterdir()) == []

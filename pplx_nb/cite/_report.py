@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html
 import re
+import secrets
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -37,8 +38,11 @@ from pplx_nb._think import split_think
 __all__ = ["STYLES", "Report", "ReportOptions", "write_report"]
 
 STYLES = ("apa", "chicago-author-date", "ieee")
-_PLACEHOLDER = "PPLXCITE{}X"
-_PLACEHOLDERS = re.compile(r"PPLXCITE(\d+)X")
+# A citation's place in a section while it is rendered; the random part keeps an answer that
+# holds the same letters from being read as one of them.
+_NONCE = secrets.token_hex(6)
+_PLACEHOLDER = f"PPLXCITE{_NONCE}N{{}}X"
+_PLACEHOLDERS = re.compile(rf"PPLXCITE{_NONCE}N(\d+)X")
 
 
 @dataclass(frozen=True)
@@ -69,7 +73,7 @@ class Report:
 class _Section:
     heading: str
     body: str
-    """Markdown with ``PPLXCITE<n>X`` placeholders, ``n`` indexing the section's citations."""
+    """Markdown with ``PPLXCITE<nonce>N<n>X`` placeholders, ``n`` indexing the section's citations."""
     citations: list[list[str]] = field(default_factory=list)
     """Each citation: the keys it cites (one marker, or all the answer's sources when its
     text cites none)."""
@@ -81,13 +85,39 @@ def style_path(style: str) -> Path:
         return Path(str(resources.files("pplx_nb.cite") / "styles" / f"{style}.csl"))
     path = Path(style).expanduser()
     if path.suffix == ".csl" and path.is_file():
-        return path
+        return _checked_style(path, style)
     raise option_error(
         "{given} is not a citation style: use one of " + ", ".join(STYLES) + " or the path of "
         "a .csl file.",
         "style",
         style,
     )
+
+
+def _checked_style(path: Path, given: str) -> Path:
+    """``path`` when it is a CSL style citeproc-py can render: XML with a citation and a
+    bibliography layout."""
+    from citeproc import CitationStylesStyle
+    from lxml import etree
+
+    try:
+        root = CitationStylesStyle(str(path), validate=False).root
+    except (etree.LxmlError, ValueError, OSError) as exc:
+        problem = f"cannot be read ({exc})"
+    else:
+        layouts = [root.find(f"{{{_CSL}}}{name}") for name in ("citation", "bibliography")]
+        if all(layout is not None for layout in layouts):
+            return path
+        problem = "has no citation or no bibliography in it"
+    raise option_error(
+        "{given} is not a CSL style citeproc-py can use: the file " + problem + ". Use one of "
+        + ", ".join(STYLES) + " or a style from the CSL repository (styles.citationstyles.org).",
+        "style",
+        given,
+    )
+
+
+_CSL = "http://purl.org/net/xbiblio/csl"
 
 
 def write_report(
@@ -102,7 +132,8 @@ def write_report(
     path = path.expanduser()
     targets = _targets(path, style)
     if not options.force:
-        taken = [str(p) for p in targets if p.exists()]
+        # A style of the user's already beside the report is the file that would be written.
+        taken = [str(p) for p in targets if p.exists() and not _same_file(p, style)]
         if taken:
             raise option_error(
                 "{taken} already {verb}; nothing was written. Choose another path, or "
@@ -126,17 +157,35 @@ def write_report(
     with fs_errors(path.parent, "write the report in"):
         path.parent.mkdir(parents=True, exist_ok=True)
         for target, text in texts.items():
-            atomic_write_bytes(target, text.encode("utf-8"))
+            if not _same_file(target, style):
+                atomic_write_bytes(target, text.encode("utf-8"))
     return Report(markdown, bib, csl, page, len(sections), len(cited))
 
 
 def _targets(path: Path, style: Path) -> tuple[Path, Path, Path, Path]:
+    """The report's four files; a path that names no file, or whose files would be one
+    another, is a VALIDATION_ERROR."""
+    if not path.name or path.suffix.lower() in (".html", ".bib", ".csl") or path.is_dir():
+        raise option_error(
+            "{given} cannot be a report's Markdown file: name a .md file (report.md, not a "
+            "folder); the "
+            ".html, references.bib and the style's .csl are written beside it.",
+            "path",
+            str(path),
+        )
     return (
         path,
         path.with_name("references.bib"),
         path.with_name(style.name),
         path.with_suffix(".html"),
     )
+
+
+def _same_file(path: Path, other: Path) -> bool:
+    try:
+        return path.samefile(other)
+    except OSError:
+        return False
 
 
 def _answers(
@@ -224,7 +273,7 @@ def _answer_section(
     return section
 
 
-_RUN = re.compile(r"PPLXCITE\d+X(?:[ \t]*PPLXCITE\d+X)*")
+_RUN = re.compile(rf"{_PLACEHOLDERS.pattern}(?:[ \t]*{_PLACEHOLDERS.pattern})*")
 
 
 def _merge_runs(section: _Section, body: str) -> str:
