@@ -90,6 +90,9 @@ _STOP_WORDS = frozenset(
 _ISO_DATE = re.compile(r"^(\d{4})(?:-(\d{1,2})(?:-(\d{1,2}))?)?")
 _US_DATE = re.compile(r"^(\d{1,2})/(\d{1,2})/(\d{4})$")
 _SPACE = re.compile(r"\s+")
+# Control characters print nothing (or drive a terminal), and bidi embeddings, overrides and
+# isolates reorder the text after them (a title could show its URL backwards): not kept in titles.
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 _NOT_KEY = re.compile(r"[^a-z0-9]")
 _WORD_BREAK = re.compile(r"[\s\-_/.:]+")
 # Query parameters that carry a secret (a signed link's signature, an API key, a session): a
@@ -234,12 +237,13 @@ def csl_item(source: Source, key: str, *, accessed: str | None = None) -> CslIte
 
     ``accessed`` is when the answer citing it was given (ISO 8601); the page's own date, when
     the API gave one, is ``issued``. Whitespace in the title (newlines included) is collapsed:
-    a title is one line in every format.
+    a title is one line in every format; control and bidi-override characters are dropped.
     """
     url = _safe_url(source.url)
     kind, identifiers = _identifiers(url)
     host = _split(url).hostname or ""
-    title = _SPACE.sub(" ", source.title or "").strip() or host.removeprefix("www.") or url
+    title = _UNPRINTABLE.sub("", _SPACE.sub(" ", source.title or "")).strip()
+    title = title or host.removeprefix("www.") or url
     item: CslItem = {"id": key, "type": kind, "title": title, "URL": url}
     site = host.lower().removeprefix("www.")
     if site and site not in _RESOLVERS:

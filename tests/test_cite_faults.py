@@ -149,3 +149,13 @@ def test_a_report_path_that_is_a_folder_is_a_validation_error(
     with pytest.raises(ValidationError, match="not a folder"):
         cite.to_report(store, [cid], tmp_path / "out", force=True)
     assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_control_and_bidi_override_characters_leave_titles(store: ConversationStore) -> None:
+    """A NUL or an escape sequence prints nothing (or drives a terminal); a right-to-left
+    override would show the rest of the entry, URL included, backwards."""
+    title = "Safe\x00 \x1b[31mred\x07 \u202eevil\u202c \u2066iso\u2069 \u05e9\u05dc\u05d5\u05dd 🧪"
+    cid = _conversation(store, "See [1].", Source(url="https://example.org/a", title=title))
+    for fmt in cite.FORMATS:
+        text = cite.export([cid], fmt, store=store)
+        assert "Safe [31mred evil iso \u05e9\u05dc\u05d5\u05dd 🧪" in text, fmt
