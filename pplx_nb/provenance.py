@@ -19,13 +19,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from pplx_nb._errors import ConversationNotFound, PplxError, ValidationError
-from pplx_nb._fs import DEFAULT_MAX_FILE_BYTES, read_bytes
+from pplx_nb._fs import DEFAULT_MAX_FILE_BYTES, filesystem_error
 from pplx_nb._provenance import METADATA_KEY, answer_hash
 from pplx_nb.store import ConversationStore
 
@@ -59,19 +59,57 @@ class Checked:
 
 
 def provenance_records(notebook: Path | str) -> Iterator[tuple[int, dict[str, Any]]]:
-    """``(cell number, record)`` for every output of ``notebook`` that carries one."""
+    """``(cell number, record)`` for every output of ``notebook`` that carries one.
+
+    Cells, outputs and metadata of the wrong shape (a hand-edited or foreign file) carry none.
+    """
     path = Path(notebook).expanduser()
-    try:
-        document = json.loads(read_bytes(path, DEFAULT_MAX_FILE_BYTES * 4))
-    except json.JSONDecodeError as exc:
-        raise ValidationError(f"{path} is not a notebook (not JSON: {exc.msg}).") from None
+    document = _notebook(path)
     if not isinstance(document, dict) or not isinstance(document.get("cells"), list):
         raise ValidationError(f"{path} is not a Jupyter notebook (no cells).")
     for number, cell in enumerate(document["cells"], 1):
-        for output in cell.get("outputs") or [] if isinstance(cell, dict) else []:
-            found = (output.get("metadata") or {}).get(METADATA_KEY)
-            if isinstance(found, dict) and isinstance(found.get("conversationId"), str):
-                yield number, found
+        outputs = cell.get("outputs") if isinstance(cell, dict) else None
+        found = records_of(_Output(o) for o in outputs) if isinstance(outputs, list) else ()
+        for _, record in found:
+            yield number, record
+
+
+@dataclass(frozen=True)
+class _Output:
+    """One output of a saved notebook, read as :func:`records_of` reads displayed ones."""
+
+    saved: object
+
+    @property
+    def metadata(self) -> object:
+        return self.saved.get("metadata") if isinstance(self.saved, dict) else None
+
+
+_MAX_NOTEBOOK_BYTES = DEFAULT_MAX_FILE_BYTES * 4
+
+
+def _notebook(path: Path) -> object:
+    """The JSON document at ``path``; VALIDATION_ERROR when it is not a readable notebook."""
+    if not path.is_file():
+        raise ValidationError(f"{path} is not a file: pass the path of a saved .ipynb notebook.")
+    size = path.stat().st_size
+    if size > _MAX_NOTEBOOK_BYTES:
+        raise ValidationError(
+            f"{path} is {size:,} bytes, over the {_MAX_NOTEBOOK_BYTES:,}-byte limit for a "
+            "notebook: clear its outputs of images or data you do not need, and check it again."
+        )
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise filesystem_error(path, "read", exc) from None
+    try:
+        return json.loads(data)
+    except json.JSONDecodeError as exc:
+        raise ValidationError(f"{path} is not a notebook (not JSON: {exc.msg}).") from None
+    except UnicodeDecodeError:
+        raise ValidationError(f"{path} is not a notebook (not UTF-8 JSON).") from None
+    except RecursionError:
+        raise ValidationError(f"{path} is not a notebook (JSON nested too deeply).") from None
 
 
 def check_notebook(notebook: Path | str, store: ConversationStore) -> list[Checked]:
@@ -83,7 +121,8 @@ def records_of(outputs: Iterable[Any]) -> Iterator[tuple[int, dict[str, Any]]]:
     """``(position, record)`` for each displayed output that carries one: the ``outputs`` of
     IPython's ``%%capture`` (or anything with a ``metadata`` mapping), counted from 1."""
     for number, output in enumerate(outputs, 1):
-        found = (getattr(output, "metadata", None) or {}).get(METADATA_KEY)
+        metadata = getattr(output, "metadata", None)
+        found = metadata.get(METADATA_KEY) if isinstance(metadata, Mapping) else None
         if isinstance(found, dict) and isinstance(found.get("conversationId"), str):
             yield number, found
 
@@ -95,7 +134,7 @@ def check_records(
     checked: list[Checked] = []
     for number, found in records:
         cid, turn = found["conversationId"], found.get("turn")
-        if not isinstance(turn, int):
+        if not isinstance(turn, int) or isinstance(turn, bool):
             checked.append(Checked(number, cid, -1, "missing", "the record names no turn"))
             continue
         checked.append(_check(store, number, cid, turn, found.get("answerSha256")))

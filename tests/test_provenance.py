@@ -10,7 +10,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from pplx_nb import ConversationStore, Message, Source
+from pplx_nb import ConversationStore, Message, Source, ValidationError
 from pplx_nb._provenance import METADATA_KEY, answer_hash, find_turn, record
 from pplx_nb.provenance import check_notebook
 
@@ -123,3 +123,55 @@ def test_a_file_that_is_not_a_notebook_is_a_clear_error(logs_dir: Path, tmp_path
     )
     assert run.returncode == 2
     assert "VALIDATION_ERROR" in run.stderr and "is not a notebook" in run.stderr
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        (b"\xff\xfe{", "not UTF-8 JSON"),
+        (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+        (b"", "not JSON"),
+    ],
+    ids=["not-utf8", "deep", "empty"],
+)
+def test_bytes_that_are_no_notebook_are_a_validation_error(
+    logs_dir: Path, tmp_path: Path, content: bytes, said: str
+) -> None:
+    path = tmp_path / "n.ipynb"
+    path.write_bytes(content)
+    with pytest.raises(ValidationError, match=said):
+        check_notebook(path, ConversationStore(logs_dir))
+
+
+@pytest.mark.parametrize("name", ["missing.ipynb", "folder.ipynb"])
+def test_a_path_that_is_no_file_is_a_validation_error(
+    logs_dir: Path, tmp_path: Path, name: str
+) -> None:
+    (tmp_path / "folder.ipynb").mkdir()
+    with pytest.raises(ValidationError, match="is not a file"):
+        check_notebook(tmp_path / name, ConversationStore(logs_dir))
+
+
+def test_outputs_of_the_wrong_shape_carry_no_record(logs_dir: Path, tmp_path: Path) -> None:
+    """A hand-edited notebook: outputs that are not objects, metadata that is not a mapping,
+    a turn that is a string or a boolean, an id that is a path."""
+    store = ConversationStore(logs_dir)
+    cid, turn = _stored(store, "An answer.")
+    good = {"metadata": {METADATA_KEY: record(store.load(cid), turn)}}
+    document = {
+        "cells": [
+            "not a cell",
+            {"outputs": {"not": "a list"}},
+            {"outputs": ["text", 3, {"metadata": [1]}, {"metadata": "x"}, good]},
+            {"outputs": [{"metadata": {METADATA_KEY: {"conversationId": cid, "turn": True}}}]},
+            {"outputs": [{"metadata": {METADATA_KEY: {"conversationId": "../etc", "turn": 1}}}]},
+        ]
+    }
+    path = tmp_path / "n.ipynb"
+    path.write_text(json.dumps(document))
+    checked = check_notebook(path, store)
+    assert [(c.cell, c.conversation_id, c.turn, c.status) for c in checked] == [
+        (3, cid, 1, "matching"),
+        (4, cid, -1, "missing"),
+        (5, "../etc", 1, "missing"),
+    ]
