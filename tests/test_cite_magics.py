@@ -64,3 +64,20 @@ def test_report_writes_markdown_bib_and_html_for_two_questions(
     refused = Run(shell, f"%pplx_report {cids} --file {path}")
     assert "already exist" in refused.last["text/plain"]
     assert "--force" in refused.last["text/plain"]
+
+
+def test_cite_refuses_all_with_ids_and_a_folder_as_file(
+    shell: InteractiveShell, tmp_path: Path
+) -> None:
+    answer = Run(shell, "%%pplx\nHow do I cancel an asyncio task?").result
+    both = Run(shell, f"%pplx_cite --all {answer.conversation_id}")
+    assert "VALIDATION_ERROR: Pass conversation IDs or --all, not both." in both.last["text/plain"]
+    folder = tmp_path / "refs"
+    folder.mkdir()
+    refused = Run(shell, f"%pplx_cite --file {folder} --force")
+    said = refused.last["text/plain"]
+    assert said.startswith("VALIDATION_ERROR") and f"--file {folder} is a folder" in said
+    assert list(folder.iterdir()) == []
+    nested = tmp_path / "new" / "folder" / "refs.bib"
+    Run(shell, f"%pplx_cite --file {nested}")
+    assert nested.read_text().startswith("@online{")

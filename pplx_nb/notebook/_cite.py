@@ -55,7 +55,8 @@ class PplxCiteMagics(CellMagics):
 
             fmt = cite.check_format(unquote(args.format))
             store = self.researcher.store
-            source: Any = store if args.all else self._ids(args)
+            ids = self._ids(args)  # first: --all with IDs is refused, not half-read
+            source: Any = store if args.all else ids
             references = cite.collect(source, store=store, consulted=args.consulted)
             text = cite.write_references(references, fmt)
             where = None
@@ -108,20 +109,27 @@ class PplxCiteMagics(CellMagics):
         return Path(interpolate(unquote(given), self.namespace))
 
     def _ids(self, args: argparse.Namespace) -> list[str]:
-        if getattr(args, "all", False) and args.ids:
-            raise ValidationError("Pass conversation IDs or --all, not both.")
+        if getattr(args, "all", False):
+            if args.ids:
+                raise ValidationError("Pass conversation IDs or --all, not both.")
+            return []
         given = [unquote(i) for i in args.ids]
         return [self._conversation(i) for i in given] if given else [self._conversation(None)]
 
 
 def _write_new(path: Path, text: str, *, force: bool) -> Path:
     path = path.expanduser()
+    if path.is_dir() or not path.name:
+        raise ValidationError(
+            f"--file {path} is a folder: name the file to write, e.g. --file {path / 'refs.bib'}."
+        )
     if path.exists() and not force:
         raise ValidationError(
             f"{path} already exists; nothing was written. Choose another `--file`, or add "
             "`--force` to overwrite it."
         )
     with fs_errors(path, "write the references to"):
+        path.parent.mkdir(parents=True, exist_ok=True)  # as %pplx_report does
         atomic_write_bytes(path, text.encode("utf-8"))
     return path
 
