@@ -4,9 +4,11 @@ that cannot work. Each must give a clean export or a VALIDATION_ERROR, never a l
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
+from test_cite_report import _pandoc
 
 from pplx_nb import ConversationStore, Message, Source, ValidationError, cite
 
@@ -159,3 +161,44 @@ def test_control_and_bidi_override_characters_leave_titles(store: ConversationSt
     for fmt in cite.FORMATS:
         text = cite.export([cid], fmt, store=store)
         assert "Safe [31mred evil iso \u05e9\u05dc\u05d5\u05dd 🧪" in text, fmt
+
+
+def test_pandoc_renders_no_live_html_from_answers_thinking_or_title(
+    store: ConversationStore, tmp_path: Path
+) -> None:
+    """The Markdown is rendered by pandoc, which passes raw HTML through: the answer, its
+    thinking, the question, a failure's message and the report's title must reach it as text."""
+    pandoc = _pandoc()
+    attack = "<script>alert(1)</script><img src=x onerror=alert(2)>[x](javascript:alert(3))"
+    cid = store.create(
+        [
+            Message(role="user", content=f"Question {attack}?"),
+            Message(
+                role="assistant",
+                content=f"Answer {attack} [1].",
+                thinking=f"Thinking {attack}",
+                sources=[Source(url="https://example.org/a", title=f"Title {attack}")],
+                timestamp="2026-11-20T10:00:00Z",
+            ),
+        ]
+    ).conversation_id
+    report = cite.to_report(
+        store, [cid], tmp_path / "report.md", title=f"Report {attack}", thinking=True
+    )
+    for rendered in (_render(pandoc, report.markdown), report.html.read_text("utf-8")):
+        assert "<script" not in rendered
+        assert "<img" not in rendered
+        assert 'href="javascript:' not in rendered
+        assert "alert(1)" in rendered  # shown as text
+
+
+def _render(pandoc: str, markdown: Path) -> str:
+    run = subprocess.run(
+        [pandoc, "--citeproc", "--standalone", markdown.name, "-t", "html"],
+        cwd=markdown.parent,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return run.stdout

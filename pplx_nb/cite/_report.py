@@ -22,7 +22,7 @@ from typing import Any
 
 from pplx_nb._citation_formats import to_bibtex_text
 from pplx_nb._fs import atomic_write_bytes, fs_errors
-from pplx_nb._markdown import cited_and_consulted, escape, replace_citations
+from pplx_nb._markdown import cited_and_consulted, defuse, escape, replace_citations
 from pplx_nb._models import Conversation, Message
 from pplx_nb._option_names import option_error
 from pplx_nb._references import (
@@ -267,7 +267,8 @@ def _answer_section(
             section.citations.append(also)
             body += f"\n\nAlso consulted: {_PLACEHOLDER.format(len(section.citations) - 1)}"
     if options.thinking and thinking:
-        quoted = "\n".join(f"> {line}" for line in thinking.strip().splitlines())
+        # Thinking is the model's text as much as the answer is: its raw HTML stays text.
+        quoted = "\n".join(f"> {line}" for line in defuse(thinking.strip()).splitlines())
         body = f"> **Thinking**\n>\n{quoted}\n\n{body}"
     section.body = body
     return section
@@ -300,7 +301,7 @@ def _markdown(title: str, sections: Sequence[_Section], bib: str, csl: str) -> s
     date = datetime.now(UTC).date().isoformat()
     front = [
         "---",
-        f"title: {_yaml_string(title)}",
+        f"title: {_yaml_string(escape(title))}",  # pandoc reads it as Markdown
         f"date: {date}",
         f"bibliography: {bib}",
         f"csl: {csl}",
