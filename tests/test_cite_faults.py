@@ -202,3 +202,28 @@ def _render(pandoc: str, markdown: Path) -> str:
         check=True,
     )
     return run.stdout
+
+
+def test_python_arguments_of_the_wrong_type_are_validation_errors(
+    store: ConversationStore, tmp_path: Path
+) -> None:
+    cid = _conversation(store, "See [1].", Source(url="https://example.org/a", title="A"))
+    wrong: list[tuple[object, str]] = [
+        (lambda: cite.to_report(store, [cid], tmp_path / "a.md", style=None), "style=None"),
+        (lambda: cite.to_report(store, [cid], 3), "path=3 is not a path"),
+        (lambda: cite.to_report("logs", [cid], tmp_path / "b.md"), "store must be"),
+        (lambda: cite.to_bibtex([cid], store="logs"), "store must be"),
+        (lambda: cite.to_bibtex([cid], store=store, consulted_only=True), "consulted_only"),
+    ]
+    for call, said in wrong:
+        with pytest.raises(ValidationError, match=said):
+            call()  # type: ignore[operator]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["conversation-logs"]
+
+
+def test_one_conversation_id_as_a_string_is_one_id(
+    store: ConversationStore, tmp_path: Path
+) -> None:
+    cid = _conversation(store, "See [1].", Source(url="https://example.org/a", title="A"))
+    report = cite.to_report(store, cid, tmp_path / "report.md")
+    assert report.sections == 1 and report.references == 1

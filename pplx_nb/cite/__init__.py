@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
+from os import PathLike
 from pathlib import Path
 from typing import Any, Protocol, TypedDict, Unpack, runtime_checkable
 
@@ -23,6 +24,7 @@ from pplx_nb._citation_formats import FORMATS, Format, check_format, write_refer
 from pplx_nb._errors import ConversationNotFound, PplxError, ValidationError
 from pplx_nb._logging import get_logger
 from pplx_nb._models import Answer, Conversation, ConversationSummary
+from pplx_nb._option_names import option_error
 from pplx_nb._references import (
     Cited,
     CslItem,
@@ -113,8 +115,18 @@ def collect(source: Citable, **options: Unpack[CiteOptions]) -> list[Reference]:
         since, until, tool, model, text, limit: with a store as ``source``, which conversations
             (as :meth:`ConversationStore.list` filters them).
     """
+    unknown = sorted(set(options) - set(CiteOptions.__annotations__))
+    if unknown:
+        raise ValidationError(
+            f"Unknown option(s) {', '.join(unknown)}: citations take "
+            + ", ".join(CiteOptions.__annotations__)
+            + ".",
+            field=unknown[0],
+        )
     consulted = options.get("consulted", False)
     store = options.get("store")
+    if store is not None:
+        _check_store(store, "store")
     if isinstance(source, Answer):
         return answer_references(source, consulted=consulted)
     if isinstance(source, ConversationSource):
@@ -184,12 +196,30 @@ def to_report(
         consulted: include and cite the sources answers only consulted.
         force: overwrite files that exist (otherwise VALIDATION_ERROR, nothing written).
     """
+    _check_store(store, "store")
+    if isinstance(conversation_ids, str):  # one id, not its characters
+        conversation_ids = [conversation_ids]
     if not conversation_ids:
         raise ValidationError("A report needs at least one conversation id.", field="ids")
+    if not isinstance(path, (str, PathLike)):
+        raise option_error(
+            "{given} is not a path: give the report's Markdown file, e.g. report.md.",
+            "path",
+            path,
+        )
     everything = _read(store, None)
     options = ReportOptions(style, title, thinking, failed, consulted, force)
     chosen = _read(store, list(dict.fromkeys(conversation_ids)))
     return write_report(chosen, Path(path), options, _book(everything))
+
+
+def _check_store(store: object, name: str) -> None:
+    if not isinstance(store, ConversationSource):
+        raise ValidationError(
+            f"{name} must be a ConversationStore (for example researcher.store), not "
+            f"{type(store).__name__}.",
+            field=name,
+        )
 
 
 def _cites(conversations: Iterable[Conversation]) -> Iterator[Cited]:

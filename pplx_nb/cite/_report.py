@@ -81,6 +81,13 @@ class _Section:
 
 def style_path(style: str) -> Path:
     """The CSL file of ``style``: one of :data:`STYLES`, or a path to a ``.csl`` file."""
+    if not isinstance(style, str):
+        raise option_error(
+            "{given} is not a citation style: use one of " + ", ".join(STYLES) + " or the path "
+            "of a .csl file.",
+            "style",
+            style,
+        )
     if style in STYLES:
         return Path(str(resources.files("pplx_nb.cite") / "styles" / f"{style}.csl"))
     path = Path(style).expanduser()
