@@ -4,6 +4,7 @@ that cannot work. Each must give a clean export or a VALIDATION_ERROR, never a l
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -227,3 +228,34 @@ def test_one_conversation_id_as_a_string_is_one_id(
     cid = _conversation(store, "See [1].", Source(url="https://example.org/a", title="A"))
     report = cite.to_report(store, cid, tmp_path / "report.md")
     assert report.sections == 1 and report.references == 1
+
+
+def test_pandoc_reads_no_attributes_or_raw_output_from_an_answer(
+    store: ConversationStore, tmp_path: Path
+) -> None:
+    """Pandoc's Markdown gives "{...}" after a heading, span, link, image or code span as HTML
+    attributes (event handlers too), and `{=html}` makes raw output: none of it may survive."""
+    pandoc = _pandoc()
+    answer = (
+        "Text [span]{onmouseover=alert(1)} and `code`{onclick=alert(2)} and "
+        "`<script>alert(3)</script>`{=html} and "
+        "![img](https://example.org/a.png){onerror=alert(4)} [1].\n\n"
+        "```{=html}\n<script>alert(5)</script>\n```\n\n"
+        "::: {onclick=alert(6)}\ndiv\n:::\n"
+    )
+    cid = store.create(
+        [
+            Message(role="user", content="Question {onclick=alert(7)}"),
+            Message(
+                role="assistant",
+                content=answer,
+                sources=[Source(url="https://example.org/a", title="A")],
+                timestamp="2026-11-20T10:00:00Z",
+            ),
+        ]
+    ).conversation_id
+    report = cite.to_report(store, [cid], tmp_path / "report.md", title="T {onclick=alert(8)}")
+    for rendered in (_render(pandoc, report.markdown), report.html.read_text("utf-8")):
+        assert re.findall(r"<[^>]*\son\w+=", rendered) == []
+        assert "<script" not in rendered
+        assert "onmouseover=alert(1)" in rendered  # shown as text

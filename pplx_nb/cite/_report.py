@@ -22,7 +22,13 @@ from typing import Any
 
 from pplx_nb._citation_formats import to_bibtex_text
 from pplx_nb._fs import atomic_write_bytes, fs_errors
-from pplx_nb._markdown import cited_and_consulted, defuse, escape, replace_citations
+from pplx_nb._markdown import (
+    cited_and_consulted,
+    defuse,
+    escape,
+    outside_code,
+    replace_citations,
+)
 from pplx_nb._models import Conversation, Message
 from pplx_nb._option_names import option_error
 from pplx_nb._references import (
@@ -308,7 +314,7 @@ def _markdown(title: str, sections: Sequence[_Section], bib: str, csl: str) -> s
     date = datetime.now(UTC).date().isoformat()
     front = [
         "---",
-        f"title: {_yaml_string(escape(title))}",  # pandoc reads it as Markdown
+        f"title: {_yaml_string(_no_attributes(escape(title)))}",  # pandoc reads it as Markdown
         f"date: {date}",
         f"bibliography: {bib}",
         f"csl: {csl}",
@@ -322,9 +328,26 @@ def _markdown(title: str, sections: Sequence[_Section], bib: str, csl: str) -> s
         def pandoc(match: re.Match[str], section: _Section = section) -> str:
             return _pandoc_citation(section.citations[int(match.group(1))])
 
-        parts.append(f"## {escape(section.heading)}\n\n{_PLACEHOLDERS.sub(pandoc, section.body)}")
+        text = f"## {escape(section.heading)}\n\n{_PLACEHOLDERS.sub(pandoc, section.body)}"
+        parts.append(_for_pandoc(text))
     parts.append("## References\n\n::: {#refs}\n:::")
     return "\n\n".join(parts) + "\n"
+
+
+# Pandoc reads "{...}" after a heading, a span, a link, an image or code as HTML attributes
+# (``{onclick=...}``, ``{=html}`` for raw HTML), and a fence whose info holds braces as raw
+# output in a format: braces outside code are escaped, such fences lose their info.
+_BRACE = re.compile(r"(?<!\\)((?:\\\\)*)\{")
+_BRACED_FENCE = re.compile(r"^([ \t>]*(?:`{3,}|~{3,}))[^\n`]*\{[^\n]*$", re.MULTILINE)
+
+
+def _no_attributes(text: str) -> str:
+    return _BRACE.sub(r"\1\\{", text)
+
+
+def _for_pandoc(markdown: str) -> str:
+    """A section's Markdown with nothing pandoc would read as attributes or raw output."""
+    return outside_code(_BRACED_FENCE.sub(r"\1", markdown), _no_attributes)
 
 
 def _yaml_string(text: str) -> str:
