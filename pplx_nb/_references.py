@@ -21,7 +21,15 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from typing import Any, Literal, NotRequired, TypedDict
-from urllib.parse import SplitResult, parse_qsl, quote, unquote_plus, urlencode, urlsplit, urlunsplit
+from urllib.parse import (
+    SplitResult,
+    parse_qsl,
+    quote,
+    unquote_plus,
+    urlencode,
+    urlsplit,
+    urlunsplit,
+)
 
 from pplx_nb._markdown import cited_and_consulted
 from pplx_nb._models import Answer, Conversation, Message, Source

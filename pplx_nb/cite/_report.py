@@ -79,7 +79,8 @@ class Report:
 class _Section:
     heading: str
     body: str
-    """Markdown with ``PPLXCITE<nonce>N<n>X`` placeholders, ``n`` indexing the section's citations."""
+    """Markdown with ``PPLXCITE<nonce>N<n>X`` placeholders, ``n`` indexing the section's
+    citations."""
     citations: list[list[str]] = field(default_factory=list)
     """Each citation: the keys it cites (one marker, or all the answer's sources when its
     text cites none)."""
@@ -111,11 +112,10 @@ def _checked_style(path: Path, given: str) -> Path:
     """``path`` when it is a CSL style citeproc-py can render: XML with a citation and a
     bibliography layout."""
     from citeproc import CitationStylesStyle
-    from lxml import etree
 
     try:
         root = CitationStylesStyle(str(path), validate=False).root
-    except (etree.LxmlError, ValueError, OSError) as exc:
+    except (SyntaxError, ValueError, OSError) as exc:  # lxml's parse errors are SyntaxErrors
         problem = f"cannot be read ({exc})"
     else:
         layouts = [root.find(f"{{{_CSL}}}{name}") for name in ("citation", "bibliography")]
@@ -123,8 +123,11 @@ def _checked_style(path: Path, given: str) -> Path:
             return path
         problem = "has no citation or no bibliography in it"
     raise option_error(
-        "{given} is not a CSL style citeproc-py can use: the file " + problem + ". Use one of "
-        + ", ".join(STYLES) + " or a style from the CSL repository (styles.citationstyles.org).",
+        "{given} is not a CSL style citeproc-py can use: the file "
+        + problem
+        + ". Use one of "
+        + ", ".join(STYLES)
+        + " or a style from the CSL repository (styles.citationstyles.org).",
         "style",
         given,
     )
