@@ -13,6 +13,7 @@ import hashlib
 from typing import NotRequired, TypedDict
 
 from pplx_nb._models import Conversation, Message
+from pplx_nb._redact import url_without_credentials
 
 __all__ = ["METADATA_KEY", "Provenance", "answer_hash", "find_turn", "record"]
 
@@ -79,7 +80,8 @@ def record(
         "query": question.content if question else None,
         "reformulatedQuery": question.reformulated_query if question else None,
         "costUsd": message.cost.total_cost if message.cost else None,
-        "sources": [source.url for source in message.sources or []],
+        # The .ipynb is shared: a source's user:password@ or token never goes in it.
+        "sources": [url_without_credentials(source.url) for source in message.sources or []],
         "version": __version__,
     }
     if response_id:

@@ -175,3 +175,20 @@ def test_outputs_of_the_wrong_shape_carry_no_record(logs_dir: Path, tmp_path: Pa
         (4, cid, -1, "missing"),
         (5, "../etc", 1, "missing"),
     ]
+
+
+def test_the_record_carries_no_url_credentials(logs_dir: Path) -> None:
+    store = ConversationStore(logs_dir)
+    conversation = store.create(
+        [
+            Message(role="user", content="Q?"),
+            Message(
+                role="assistant",
+                content="A [1].",
+                sources=[Source(url="https://bob:hunter2-pass@intranet.example/p?token=t0k3n")],
+            ),
+        ]
+    )
+    saved = json.dumps(record(conversation, 1))
+    assert "intranet.example/p" in saved
+    assert "hunter2-pass" not in saved and "t0k3n" not in saved and "bob" not in saved
