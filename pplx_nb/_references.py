@@ -118,19 +118,39 @@ _UNSAFE_IN_URL = str.maketrans({c: quote(c) for c in '{}\\ "<>|^`'})
 @functools.lru_cache(maxsize=65_536)
 def canonical_url(url: str) -> str:
     """One spelling per page: https, no ``www.``, no fragment, no trailing slash, no tracking
-    parameters (``utm_*``, ``fbclid``, ...), the other parameters sorted; the host lower-cased.
+    parameters (``utm_*``, ``fbclid``, ...), the other parameters sorted; the host lower-cased
+    and in its Unicode form (``xn--bcher-kva.de`` is ``bücher.de``), the path percent-encoded
+    one way (``%7E`` is ``~``, a space is ``%20``).
 
     Two sources are the same reference when their canonical URLs are equal.
     """
     parts = _split(url)
-    host = (parts.hostname or "").lower().removeprefix("www.")
+    host = _unicode_host((parts.hostname or "").lower().rstrip(".").removeprefix("www."))
     port = _port(parts)
     if port and port not in (80, 443):
         host = f"{host}:{port}"
     query = sorted((k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True))
     kept = urlencode([(k, v) for k, v in query if not _TRACKING.match(k)])
-    path = parts.path.rstrip("/")
+    path = quote(_PERCENT.sub(_unreserved, parts.path), safe=_PATH_SAFE).rstrip("/")
     return urlunsplit(("https", host, path, kept, ""))
+
+
+_PERCENT = re.compile(r"%([0-9A-Fa-f]{2})")
+_UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+_PATH_SAFE = "/%:@!$&'()*+,;=-._~"
+
+
+def _unreserved(match: re.Match[str]) -> str:
+    """A percent-escape as one spelling: the letter when it needs none, else upper-case hex."""
+    char = chr(int(match.group(1), 16))
+    return char if char in _UNRESERVED else match.group(0).upper()
+
+
+def _unicode_host(host: str) -> str:
+    try:
+        return host.encode("ascii").decode("idna") if "xn--" in host else host
+    except UnicodeError:  # not valid punycode: compared as written
+        return host
 
 
 def _split(url: str) -> SplitResult:

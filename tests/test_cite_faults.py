@@ -259,3 +259,15 @@ def test_pandoc_reads_no_attributes_or_raw_output_from_an_answer(
         assert re.findall(r"<[^>]*\son\w+=", rendered) == []
         assert "<script" not in rendered
         assert "onmouseover=alert(1)" in rendered  # shown as text
+
+
+def test_one_page_spelt_many_ways_is_one_reference(store: ConversationStore) -> None:
+    spellings = [
+        "https://example.com/caf%C3%A9/~notes/a b",
+        "http://www.EXAMPLE.com./caf%c3%a9/%7Enotes/a%20b/",
+        "https://example.com/café/~notes/a%20b?utm_source=feed#part",
+    ]
+    idn = ["https://bücher.de/x", "https://xn--bcher-kva.de/x/"]
+    sources = [Source(url=url, title="Café notes") for url in spellings + idn]
+    cid = _conversation(store, " ".join(f"[{i}]" for i in range(1, 6)), *sources)
+    assert len(cite.collect([cid], store=store)) == 2
