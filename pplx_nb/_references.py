@@ -169,6 +169,7 @@ def _port(parts: SplitResult) -> int | None:
         return None
 
 
+@functools.lru_cache(maxsize=65_536)
 def _safe_url(url: str) -> str:
     """``url`` as a reference writes it: without the ``user:password@`` it may carry or query
     parameters that hold a secret, and with characters that are never literal in a URL
