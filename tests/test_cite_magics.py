@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -81,3 +82,17 @@ def test_cite_refuses_all_with_ids_and_a_folder_as_file(
     nested = tmp_path / "new" / "folder" / "refs.bib"
     Run(shell, f"%pplx_cite --file {nested}")
     assert nested.read_text().startswith("@online{")
+
+
+def test_report_links_in_the_notebook_are_paths_whatever_the_file_is_called(
+    shell: InteractiveShell, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    Run(shell, "%%pplx\nHow do I cancel an asyncio task?")
+    run = Run(shell, "%pplx_report --file javascript:alert(1)#x.md")
+    links = re.findall(r'href="([^"]*)"', run.last["text/html"])
+    assert links == [
+        "./javascript%3Aalert%281%29%23x.html",
+        "./javascript%3Aalert%281%29%23x.md",
+        "./references.bib",
+    ]

@@ -10,6 +10,7 @@ import argparse
 import html
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from IPython.core.magic import magics_class, no_var_expand
 
@@ -172,8 +173,11 @@ def _report_bundle(report: Any) -> dict[str, str]:
 
 
 def _relative(path: Path) -> str:
-    """A link a notebook can open: relative to the working directory when it is under it."""
+    """A link a notebook can open: relative to the working directory when it is under it.
+
+    Percent-encoded and starting with ``./``: a file named ``javascript:x.md`` or ``a#b.md``
+    is a path, never a scheme or a fragment."""
     try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
+        return "./" + quote(str(path.resolve().relative_to(Path.cwd().resolve())))
     except ValueError:
         return path.resolve().as_uri()
