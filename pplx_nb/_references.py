@@ -112,7 +112,15 @@ _SECRET_PARAM = re.compile(
 )
 _WEB = re.compile(r"\s*https?://", re.IGNORECASE)
 # Characters a URL never holds unencoded but that BibTeX and RIS readers would take as markup.
-_UNSAFE_IN_URL = str.maketrans({c: quote(c) for c in '{}\\ "<>|^`'})
+# Control characters and line separators too: a URL is one line in every format (an RIS record
+# whose URL holds a line break would end there).
+_UNSAFE_IN_URL = str.maketrans(
+    {
+        c: quote(c)
+        for c in '{}\\ "<>|^`\u2028\u2029'
+        + "".join(map(chr, [*range(0x20), *range(0x7F, 0xA0)]))
+    }
+)
 
 
 @functools.lru_cache(maxsize=65_536)

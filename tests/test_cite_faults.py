@@ -271,3 +271,23 @@ def test_one_page_spelt_many_ways_is_one_reference(store: ConversationStore) -> 
     sources = [Source(url=url, title="Café notes") for url in spellings + idn]
     cid = _conversation(store, " ".join(f"[{i}]" for i in range(1, 6)), *sources)
     assert len(cite.collect([cid], store=store)) == 2
+
+
+def test_a_url_is_one_line_in_every_format(store: ConversationStore) -> None:
+    """A line break or control character in a URL (one urllib cannot parse included) would end
+    an RIS line and let the rest pose as tags."""
+    urls = [
+        "https://[::1/x\nER  - \nTY  - JOUR\nTI  - injected",
+        "https://a.example/x\x0bER  - \x0cTY  - JOUR",
+        "https://b.example/y\u2028ER  - \u2029TI  - injected\x85\x00",
+    ]
+    cid = _conversation(store, "[1] [2] [3]", *(Source(url=u, title="T") for u in urls))
+    for fmt in cite.FORMATS:
+        text = cite.export([cid], fmt, store=store)
+        lines = text.splitlines()
+        assert [line for line in lines if "injected" in line or "JOUR" in line] == [
+            line for line in lines if "://" in line and ("injected" in line or "JOUR" in line)
+        ], fmt
+    ris = cite.to_ris([cid], store=store).splitlines()
+    assert sum(line.startswith("TY  - ") for line in ris) == 3
+    assert sum(line.startswith("ER  - ") for line in ris) == 3
