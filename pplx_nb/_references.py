@@ -117,8 +117,7 @@ _WEB = re.compile(r"\s*https?://", re.IGNORECASE)
 _UNSAFE_IN_URL = str.maketrans(
     {
         c: quote(c)
-        for c in '{}\\ "<>|^`\u2028\u2029'
-        + "".join(map(chr, [*range(0x20), *range(0x7F, 0xA0)]))
+        for c in '{}\\ "<>|^`\u2028\u2029' + "".join(map(chr, [*range(0x20), *range(0x7F, 0xA0)]))
     }
 )
 
