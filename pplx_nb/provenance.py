@@ -24,7 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pplx_nb._errors import ConversationNotFound, PplxError, ValidationError
+from pplx_nb._errors import (
+    ConversationCorrupted,
+    ConversationNotFound,
+    PplxError,
+    ValidationError,
+)
 from pplx_nb._fs import DEFAULT_MAX_FILE_BYTES, filesystem_error
 from pplx_nb._provenance import METADATA_KEY, answer_hash
 from pplx_nb.store import ConversationStore
@@ -146,6 +151,9 @@ def _check(store: ConversationStore, cell: int, cid: str, turn: int, expected: o
         conversation = store.load(cid)
     except (ConversationNotFound, ValidationError):
         return Checked(cell, cid, turn, "missing", "no such conversation in the store")
+    except ConversationCorrupted:  # the other answers are still checked
+        detail = "the stored conversation is corrupted: it no longer holds the answer as shown"
+        return Checked(cell, cid, turn, "changed", detail)
     messages = conversation.messages
     if not 0 <= turn < len(messages) or messages[turn].role != "assistant":
         return Checked(cell, cid, turn, "missing", "the conversation has no answer at that turn")

@@ -192,3 +192,19 @@ def test_the_record_carries_no_url_credentials(logs_dir: Path) -> None:
     saved = json.dumps(record(conversation, 1))
     assert "intranet.example/p" in saved
     assert "hunter2-pass" not in saved and "t0k3n" not in saved and "bob" not in saved
+
+
+def test_a_corrupted_conversation_is_changed_and_the_others_still_checked(
+    logs_dir: Path, tmp_path: Path
+) -> None:
+    store = ConversationStore(logs_dir)
+    broken, kept = _stored(store, "An answer."), _stored(store, "Another answer.")
+    path = tmp_path / "n.ipynb"
+    _notebook(path, store, broken, kept)
+    (store.path(broken[0]) / "conversation.json").write_text("{broken")
+    checked = check_notebook(path, store)
+    assert [(c.conversation_id, c.status) for c in checked] == [
+        (broken[0], "changed"),
+        (kept[0], "matching"),
+    ]
+    assert "corrupted" in checked[0].detail
