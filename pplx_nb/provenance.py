@@ -3,7 +3,8 @@
 Each output a pplx_nb magic showed carries ``metadata["pplx_nb"]`` (:mod:`pplx_nb._provenance`),
 saved in the ``.ipynb``. For each one this lists the cell, the conversation and turn, and whether
 the answer is still in the store as it was shown (``matching``), is there but different
-(``changed``: edited, another answer took its place, or its file is corrupted), or is gone (``missing``)::
+(``changed``: edited, another answer took its place, or its file is corrupted), or is gone
+(``missing``)::
 
     $ python -m pplx_nb.provenance analysis.ipynb
     cell  3  20261128-1764300000000 turn 1  matching
