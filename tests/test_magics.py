@@ -703,6 +703,8 @@ def test_an_interrupted_pplx_fails_the_cell_and_is_not_continued(
     assert not asked, asked
     assert isinstance(interrupted.error, KeyboardInterrupt), "the cell fails: Run All stops"
     assert "INTERRUPTED" in interrupted.last["text/html"]
+    shown = interrupted.stdout.strip().splitlines()
+    assert shown == ["KeyboardInterrupt"], "one line, not a traceback through the magic"
     assert bare.result is None
     assert "No conversation to continue" in bare.last["text/html"]
     assert len(_user_messages(researcher, str(first.conversation_id))) == 1

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AlreadyShown",
     "CellMagics",
+    "Interrupted",
     "Shown",
     "close_session",
     "forget",
@@ -287,8 +288,7 @@ class CellMagics(Magics):
             yield
         except AlreadyShown as shown:
             if isinstance(shown.error, KeyboardInterrupt):
-                # A fresh one: the traceback of where the wait was interrupted is noise here.
-                raise KeyboardInterrupt from None
+                raise Interrupted from None
         except UsageError as exc:
             error = ValidationError(f"{exc}. `{magic}?` lists the options.")
             show(error_bundle(error, debug="--debug" in line))
@@ -296,7 +296,7 @@ class CellMagics(Magics):
             show(error_bundle(exc, debug="--debug" in line))
         except KeyboardInterrupt as exc:
             show(error_bundle(exc))
-            raise KeyboardInterrupt from None
+            raise Interrupted from None
 
     def _question(self, words: list[str], cell: str | None, raw: bool) -> str:
         text = " ".join(unquote(w) if len(words) == 1 else w for w in words)
@@ -352,6 +352,17 @@ class CellMagics(Magics):
 def spelled(name: str, cell: str | None) -> str:
     """A line-cell magic as the user wrote it: ``%%name`` for a cell, ``%name`` for a line."""
     return f"%%{name}" if cell is not None else f"%{name}"
+
+
+class Interrupted(KeyboardInterrupt):
+    """The interrupt a magic raises again once it has shown what happened.
+
+    The cell still fails, so "Run All" stops there; IPython shows it as one line
+    (``_render_traceback_``) under the message, not a traceback through the magic's internals.
+    """
+
+    def _render_traceback_(self) -> list[str]:
+        return ["KeyboardInterrupt"]
 
 
 class AlreadyShown(Exception):
