@@ -26,6 +26,7 @@ from pplx_nb._errors import PplxError
 from pplx_nb._sync import TICK, iterate_sync
 from pplx_nb.notebook._input import (
     argument,
+    empty_cell_keeper,
     interpolate,
     magic_arguments,
     output_options,
@@ -115,6 +116,7 @@ class PplxMagics(CellMagics):
         self.monitors: dict[str, JobMonitor] = {}
         """Jobs a live JobMonitor in this kernel follows: their report shows there."""
         self.keep_question_marks = question_mark_keeper(self.magics["line"])
+        self.keep_empty_cells = empty_cell_keeper(self.magics["cell"])
 
     # -- showing answers and jobs ---------------------------------------------------------------
 
@@ -601,6 +603,7 @@ def load_ipython_extension(ipython: Any) -> None:
         formatter.for_type_by_name(module, name, magics.display_result)
     ipython.events.register("pre_run_cell", magics.shown.clear)
     ipython.input_transformers_cleanup.append(magics.keep_question_marks)
+    ipython.input_transformers_cleanup.append(magics.keep_empty_cells)
     with contextlib.suppress(Exception):
         show(loaded_bundle())
 
@@ -651,8 +654,9 @@ def unload_ipython_extension(ipython: Any) -> None:
         with contextlib.suppress(ValueError):
             ipython.events.unregister("pre_run_cell", magics.shown.clear)
     if magics is not None:
-        with contextlib.suppress(ValueError):
-            ipython.input_transformers_cleanup.remove(magics.keep_question_marks)
+        for transformer in (magics.keep_question_marks, magics.keep_empty_cells):
+            with contextlib.suppress(ValueError):
+                ipython.input_transformers_cleanup.remove(transformer)
     hook = ipython.displayhook
     original = getattr(hook, "_pplx_quiet", None)
     if original is not None:
