@@ -10,11 +10,13 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
-from support_browser.lab import CHROMIUM_ARGS, chromium_path, running_lab, write_notebook
+from support_browser.lab import CHROMIUM_ARGS, Lab, chromium_path, running_lab, write_notebook
 
 pytestmark = pytest.mark.browser
 
@@ -193,12 +195,27 @@ def _outputs(page: Any, index: int) -> str:
     )
 
 
-def test_a_cancelled_job_and_an_interrupted_wait_read_as_what_the_user_did(
-    tmp_path: Path,
-) -> None:
+@contextmanager
+def _chromium_on_lab(root: Path, env: dict[str, str]) -> Iterator[tuple[Lab, Any]]:
+    """A JupyterLab serving ``root`` offline (``env`` added) and a headless chromium."""
     executable = _require_browser()
     from playwright.sync_api import sync_playwright
 
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    logs = {"PPLX_NB_OFFLINE": "1", "CONVERSATION_LOGS_DIR": str(root.parent / "logs")}
+    with running_lab(root, {**logs, **env}) as lab, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=executable, headless=True, args=CHROMIUM_ARGS
+        )
+        try:
+            yield lab, browser
+        finally:
+            browser.close()
+
+
+def test_a_cancelled_job_and_an_interrupted_wait_read_as_what_the_user_did(
+    tmp_path: Path,
+) -> None:
     root = tmp_path / "notebooks"
     root.mkdir()
     write_notebook(
@@ -217,88 +234,63 @@ def test_a_cancelled_job_and_an_interrupted_wait_read_as_what_the_user_did(
             "print('Run All went on')",
         ],
     )
-    env = {
-        "PPLX_NB_OFFLINE": "1",
-        "PPLX_NB_SIM_DEEP_RESEARCH_SECONDS": "120",
-        "PPLX_NB_SIM_LATENCY_MS": "100",
-        "CONVERSATION_LOGS_DIR": str(tmp_path / "conversation-logs"),
-    }
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with running_lab(root, env) as lab, sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=executable, headless=True, args=CHROMIUM_ARGS
-        )
-        try:
-            page = _lab_page(browser, lab.notebook_url("cancel.ipynb"))
-            page.evaluate("window.jupyterapp.shell.currentWidget.content.activeCellIndex = 0")
-            page.evaluate(RUN_NEXT)
-            page.evaluate(RUN_NEXT)
-            # The cancel once the bar has moved, as a user who watched it would.
-            page.wait_for_function(f"() => ({MONITOR})(1)?.width > 0", timeout=60_000)
-            page.evaluate(RUN_NEXT)
-            page.wait_for_function(
-                f"() => ({MONITOR})(1)?.text.includes('cancelled')", timeout=30_000
-            )
-            monitor = page.evaluate(f"({MONITOR})(1)")
-            assert monitor["width"] > 0, f"the bar dropped to 0 %: {monitor}"
-            assert f"cancelled at {monitor['width']:.0f}%" in monitor["text"], monitor
-            assert "danger" not in monitor["bar"] and "warning" not in monitor["bar"], monitor
-            assert "PPLX_ERROR" not in monitor["text"] and "⚠" not in monitor["text"]
-            assert "billed" in monitor["text"] or "cost unknown" in monitor["text"], monitor
-            assert "is cancelled" in _outputs(page, 2)
-            time.sleep(0.3)
-            page.screenshot(path=str(ARTIFACTS / "cancelled-monitor.png"), clip=_clip(page))
+    slow = {"PPLX_NB_SIM_DEEP_RESEARCH_SECONDS": "120", "PPLX_NB_SIM_LATENCY_MS": "100"}
+    with _chromium_on_lab(root, slow) as (lab, browser):
+        page = _lab_page(browser, lab.notebook_url("cancel.ipynb"))
+        page.evaluate("window.jupyterapp.shell.currentWidget.content.activeCellIndex = 0")
+        page.evaluate(RUN_NEXT)
+        page.evaluate(RUN_NEXT)
+        # The cancel once the bar has moved, as a user who watched it would.
+        page.wait_for_function(f"() => ({MONITOR})(1)?.width > 0", timeout=60_000)
+        page.evaluate(RUN_NEXT)
+        page.wait_for_function(f"() => ({MONITOR})(1)?.text.includes('cancelled')", timeout=30_000)
+        monitor = page.evaluate(f"({MONITOR})(1)")
+        assert monitor["width"] > 0, f"the bar dropped to 0 %: {monitor}"
+        assert f"cancelled at {monitor['width']:.0f}%" in monitor["text"], monitor
+        assert "danger" not in monitor["bar"] and "warning" not in monitor["bar"], monitor
+        assert "PPLX_ERROR" not in monitor["text"] and "⚠" not in monitor["text"]
+        assert "billed" in monitor["text"] or "cost unknown" in monitor["text"], monitor
+        assert "is cancelled" in _outputs(page, 2)
+        time.sleep(0.3)
+        page.screenshot(path=str(ARTIFACTS / "cancelled-monitor.png"), clip=_clip(page))
 
-            page = _lab_page(browser, lab.notebook_url("interrupt.ipynb"))
-            # Not awaited: the command's promise settles only when every cell has run.
-            page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
-            waiting = page.locator(".jp-Notebook .jp-Cell").nth(1).locator("progress")
-            waiting.first.wait_for(timeout=60_000)
-            page.evaluate("window.jupyterapp.commands.execute('notebook:interrupt-kernel')")
-            _wait_kernel_idle(page, 60_000)
-            cell = page.locator(".jp-Notebook .jp-Cell").nth(1)
-            cell.get_by_text("INTERRUPTED").wait_for(timeout=30_000)
-            stderr = cell.locator("[data-mime-type='application/vnd.jupyter.stderr']")
-            assert stderr.count() == 1, _outputs(page, 1)
-            after = stderr.inner_text().strip().splitlines()
-            assert len(after) <= 1, f"a traceback under the message: {after}"
-            text = _outputs(page, 1)
-            assert "contextlib" not in text and "_kernel.py" not in text, text
-            assert "Run the cell again to retry" in text
-            assert "Run All went on" not in _outputs(page, 2), "the cell failed: Run All stops"
-            time.sleep(0.3)
-            page.screenshot(path=str(ARTIFACTS / "interrupted.png"), clip=_clip(page))
-        finally:
-            browser.close()
+        page = _lab_page(browser, lab.notebook_url("interrupt.ipynb"))
+        # Not awaited: the command's promise settles only when every cell has run.
+        page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+        waiting = page.locator(".jp-Notebook .jp-Cell").nth(1).locator("progress")
+        waiting.first.wait_for(timeout=60_000)
+        page.evaluate("window.jupyterapp.commands.execute('notebook:interrupt-kernel')")
+        _wait_kernel_idle(page, 60_000)
+        cell = page.locator(".jp-Notebook .jp-Cell").nth(1)
+        cell.get_by_text("INTERRUPTED").wait_for(timeout=30_000)
+        stderr = cell.locator("[data-mime-type='application/vnd.jupyter.stderr']")
+        assert stderr.count() == 1, _outputs(page, 1)
+        after = stderr.inner_text().strip().splitlines()
+        assert len(after) <= 1, f"a traceback under the message: {after}"
+        text = _outputs(page, 1)
+        assert "contextlib" not in text and "_kernel.py" not in text, text
+        assert "Run the cell again to retry" in text
+        assert "Run All went on" not in _outputs(page, 2), "the cell failed: Run All stops"
+        time.sleep(0.3)
+        page.screenshot(path=str(ARTIFACTS / "interrupted.png"), clip=_clip(page))
 
 
 def test_notebook_02_reopened_shows_how_its_jobs_ended(tmp_path: Path) -> None:
-    executable = _require_browser()
-    from playwright.sync_api import sync_playwright
-
     root = tmp_path / "notebooks"
     root.mkdir()
     source = _ROOT / "notebooks" / "02-deep-research-async.ipynb"
     (root / "02.ipynb").write_text(source.read_text(encoding="utf-8"), encoding="utf-8")
-    env = {"PPLX_NB_OFFLINE": "1", "CONVERSATION_LOGS_DIR": str(tmp_path / "conversation-logs")}
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with running_lab(root, env) as lab, sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=executable, headless=True, args=CHROMIUM_ARGS
-        )
-        try:
-            page = _lab_page(browser, lab.notebook_url("02.ipynb"))
-            queued = page.locator(".jp-Notebook .jp-Cell").nth(3).locator(".jp-OutputArea")
-            queued.get_by_text("Research job").first.wait_for(timeout=30_000)
-            notebook = page.locator(".jp-Notebook").inner_text()
-            assert "reading status" not in notebook
-            assert re.search(r"Research job \d{8}-\d{13}: completed", queued.inner_text())
-            assert re.search(r"Research job \d{8}-\d{13}: cancelled at \d+%", notebook)
-            assert "PPLX_ERROR" not in notebook
-            time.sleep(0.3)
-            page.screenshot(path=str(ARTIFACTS / "reopened-02.png"), clip=_clip(page, 700))
-        finally:
-            browser.close()
+    with _chromium_on_lab(root, {}) as (lab, browser):
+        page = _lab_page(browser, lab.notebook_url("02.ipynb"))
+        queued = page.locator(".jp-Notebook .jp-Cell").nth(3).locator(".jp-OutputArea")
+        queued.get_by_text("Research job").first.wait_for(timeout=30_000)
+        notebook = page.locator(".jp-Notebook").inner_text()
+        assert "reading status" not in notebook
+        assert re.search(r"Research job \d{8}-\d{13}: completed", queued.inner_text())
+        assert re.search(r"Research job \d{8}-\d{13}: cancelled at \d+%", notebook)
+        assert "PPLX_ERROR" not in notebook
+        time.sleep(0.3)
+        page.screenshot(path=str(ARTIFACTS / "reopened-02.png"), clip=_clip(page, 700))
 
 
 PROMPTS = """() => Array.from(

@@ -973,11 +973,11 @@ def test_a_question_too_long_says_how_to_attach_it_and_nothing_is_asked(
 def test_a_simulator_knob_changed_after_the_first_magic_is_said_to_need_a_new_kernel(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    shell = InteractiveShell.instance()
-    monkeypatch.setenv("PPLX_NB_OFFLINE", "1")
-    monkeypatch.setenv("PPLX_NB_SIM_LATENCY_MS", "0")
-    monkeypatch.setenv("CONVERSATION_LOGS_DIR", str(tmp_path))
+    env = {"PPLX_NB_OFFLINE": "1", "PPLX_NB_SIM_LATENCY_MS": "0", "CONVERSATION_LOGS_DIR": tmp_path}
+    for name, value in env.items():
+        monkeypatch.setenv(name, str(value))
     magics.set_researcher(None)
+    shell = InteractiveShell.instance()
     shell.run_line_magic("load_ext", "pplx_nb")
     try:
         Run(shell, "%pplx_conversations")
