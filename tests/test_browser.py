@@ -10,11 +10,13 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
-from support_browser.lab import CHROMIUM_ARGS, chromium_path, running_lab, write_notebook
+from support_browser.lab import CHROMIUM_ARGS, Lab, chromium_path, running_lab, write_notebook
 
 pytestmark = pytest.mark.browser
 
@@ -174,6 +176,123 @@ def _follow_job(page: Any, timeout: float) -> list[dict[str, Any]]:
     pytest.fail(f"the job did not complete in {timeout} s: {samples[-5:]}")
 
 
+MONITOR = """(index) => {
+  const cell = document.querySelectorAll('.jp-Notebook .jp-Cell')[index];
+  const monitor = cell && cell.querySelector('.pplx-job-monitor');
+  const bar = monitor && monitor.querySelector('.widget-hprogress .progress-bar');
+  return monitor ? {
+    text: monitor.innerText,
+    width: bar ? parseFloat(bar.style.width) : null,
+    bar: bar ? bar.className : null,
+  } : null;
+}"""
+RUN_NEXT = "window.jupyterapp.commands.execute('notebook:run-cell-and-select-next')"
+
+
+def _outputs(page: Any, index: int) -> str:
+    return str(
+        page.locator(".jp-Notebook .jp-Cell").nth(index).locator(".jp-OutputArea").inner_text()
+    )
+
+
+@contextmanager
+def _chromium_on_lab(root: Path, env: dict[str, str]) -> Iterator[tuple[Lab, Any]]:
+    """A JupyterLab serving ``root`` offline (``env`` added) and a headless chromium."""
+    executable = _require_browser()
+    from playwright.sync_api import sync_playwright
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    logs = {"PPLX_NB_OFFLINE": "1", "CONVERSATION_LOGS_DIR": str(root.parent / "logs")}
+    with running_lab(root, {**logs, **env}) as lab, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=executable, headless=True, args=CHROMIUM_ARGS
+        )
+        try:
+            yield lab, browser
+        finally:
+            browser.close()
+
+
+def test_a_cancelled_job_and_an_interrupted_wait_read_as_what_the_user_did(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "notebooks"
+    root.mkdir()
+    write_notebook(
+        root / "cancel.ipynb",
+        [
+            "%load_ext pplx_nb",
+            "%%pplx_research -o job\nWrite a history of asyncio from PEP 3156 to TaskGroup",
+            "%pplx_cancel",
+        ],
+    )
+    write_notebook(
+        root / "interrupt.ipynb",
+        [
+            "%load_ext pplx_nb",
+            "%%pplx_research --wait\nCompare asyncio.gather and asyncio.TaskGroup",
+            "print('Run All went on')",
+        ],
+    )
+    slow = {"PPLX_NB_SIM_DEEP_RESEARCH_SECONDS": "120", "PPLX_NB_SIM_LATENCY_MS": "100"}
+    with _chromium_on_lab(root, slow) as (lab, browser):
+        page = _lab_page(browser, lab.notebook_url("cancel.ipynb"))
+        page.evaluate("window.jupyterapp.shell.currentWidget.content.activeCellIndex = 0")
+        page.evaluate(RUN_NEXT)
+        page.evaluate(RUN_NEXT)
+        # The cancel once the bar has moved, as a user who watched it would.
+        page.wait_for_function(f"() => ({MONITOR})(1)?.width > 0", timeout=60_000)
+        page.evaluate(RUN_NEXT)
+        page.wait_for_function(f"() => ({MONITOR})(1)?.text.includes('cancelled')", timeout=30_000)
+        monitor = page.evaluate(f"({MONITOR})(1)")
+        assert monitor["width"] > 0, f"the bar dropped to 0 %: {monitor}"
+        assert f"cancelled at {monitor['width']:.0f}%" in monitor["text"], monitor
+        assert "danger" not in monitor["bar"] and "warning" not in monitor["bar"], monitor
+        assert "PPLX_ERROR" not in monitor["text"] and "⚠" not in monitor["text"]
+        assert "billed" in monitor["text"] or "cost unknown" in monitor["text"], monitor
+        assert "is cancelled" in _outputs(page, 2)
+        time.sleep(0.3)
+        page.screenshot(path=str(ARTIFACTS / "cancelled-monitor.png"), clip=_clip(page))
+
+        page = _lab_page(browser, lab.notebook_url("interrupt.ipynb"))
+        # Not awaited: the command's promise settles only when every cell has run.
+        page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+        waiting = page.locator(".jp-Notebook .jp-Cell").nth(1).locator("progress")
+        waiting.first.wait_for(timeout=60_000)
+        page.evaluate("window.jupyterapp.commands.execute('notebook:interrupt-kernel')")
+        _wait_kernel_idle(page, 60_000)
+        cell = page.locator(".jp-Notebook .jp-Cell").nth(1)
+        cell.get_by_text("INTERRUPTED").wait_for(timeout=30_000)
+        stderr = cell.locator("[data-mime-type='application/vnd.jupyter.stderr']")
+        assert stderr.count() == 1, _outputs(page, 1)
+        after = stderr.inner_text().strip().splitlines()
+        assert len(after) <= 1, f"a traceback under the message: {after}"
+        text = _outputs(page, 1)
+        assert "contextlib" not in text and "_kernel.py" not in text, text
+        assert "Run the cell again to retry" in text
+        assert "Run All went on" not in _outputs(page, 2), "the cell failed: Run All stops"
+        time.sleep(0.3)
+        page.screenshot(path=str(ARTIFACTS / "interrupted.png"), clip=_clip(page))
+
+
+def test_notebook_02_reopened_shows_how_its_jobs_ended(tmp_path: Path) -> None:
+    root = tmp_path / "notebooks"
+    root.mkdir()
+    source = _ROOT / "notebooks" / "02-deep-research-async.ipynb"
+    (root / "02.ipynb").write_text(source.read_text(encoding="utf-8"), encoding="utf-8")
+    with _chromium_on_lab(root, {}) as (lab, browser):
+        page = _lab_page(browser, lab.notebook_url("02.ipynb"))
+        queued = page.locator(".jp-Notebook .jp-Cell").nth(3).locator(".jp-OutputArea")
+        queued.get_by_text("Research job").first.wait_for(timeout=30_000)
+        notebook = page.locator(".jp-Notebook").inner_text()
+        assert "reading status" not in notebook
+        assert re.search(r"Research job \d{8}-\d{13}: completed", queued.inner_text())
+        assert re.search(r"Research job \d{8}-\d{13}: cancelled at \d+%", notebook)
+        assert "PPLX_ERROR" not in notebook
+        time.sleep(0.3)
+        page.screenshot(path=str(ARTIFACTS / "reopened-02.png"), clip=_clip(page, 700))
+
+
 PROMPTS = """() => Array.from(
   document.querySelectorAll('.jp-Notebook .jp-CodeCell .jp-InputArea-prompt')
 ).map(p => p.textContent.trim())"""
@@ -236,7 +355,7 @@ def test_notebook_02_runs_twice_and_an_error_shows_in_a_box(tmp_path: Path) -> N
             _run_all_and_wait(page, 120)
             prompts = _run_all_and_wait(page, 120)
             notebook = page.locator(".jp-Notebook").inner_text()
-            for stuck in ("TIMEOUT_ERROR", "JOB_IN_PROGRESS", "None · None"):
+            for stuck in ("TIMEOUT_ERROR", "JOB_IN_PROGRESS", "None · None", "PPLX_ERROR"):
                 assert stuck not in notebook, f"{stuck} after the second Run All"
             assert "perplexity_deep_research · " in notebook
             assert notebook.count("report is in its monitor above") >= 1, "no report twice"
@@ -264,7 +383,7 @@ def test_notebook_02_runs_twice_and_an_error_shows_in_a_box(tmp_path: Path) -> N
             browser.close()
 
 
-def _clip(page: Any) -> dict[str, float]:
+def _clip(page: Any, height: float = 420) -> dict[str, float]:
     """The notebook's first cells, where the error boxes are."""
     box = page.locator(".jp-Notebook").bounding_box()
-    return {"x": box["x"], "y": box["y"], "width": box["width"], "height": 420}
+    return {"x": box["x"], "y": box["y"], "width": box["width"], "height": height}
