@@ -156,6 +156,13 @@ def test_streaming_bundle_shows_text_with_cursor_and_hides_think_block() -> None
     assert after["text/markdown"].endswith("The answer▌")
 
 
+def test_streaming_text_renders_as_it_will_with_what_it_leaves_open_closed() -> None:
+    shown = display.streaming_bundle("*Offline simulator answer from ")["text/markdown"]
+    assert shown.endswith("\n\n*Offline simulator answer from* ▌")
+    html = markdown_to_html(shown.split("\n\n", 1)[1])
+    assert html == "<p><em>Offline simulator answer from</em> ▌</p>"
+
+
 def test_streaming_text_shows_raw_html_as_text() -> None:
     bundle = display.streaming_bundle("Partial <img src=x onerror=alert(1)> [x](javascript:y)")
     shown = "Partial \\<img src=x onerror=alert(1)> [x\\](javascript:y)▌"

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from pplx_nb._errors import PplxError, redact
 from pplx_nb._markdown import (
+    close_markdown,
     defuse,
     link_citations,
     notes_markdown,
@@ -259,6 +260,9 @@ def streaming_bundle(
 ) -> Bundle:
     """What a cell shows while an answer streams in: the text so far and a cursor.
 
+    The text renders as it will when complete: what it leaves open (emphasis, code, a link) is
+    closed (:func:`~pplx_nb._markdown.close_markdown`), so no raw ``*`` shows meanwhile.
+
     A leading ``<think>`` block (reasoning models) is shown as "thinking" rather than as text.
     """
     thinking = _THINK.match(text)
@@ -269,7 +273,7 @@ def streaming_bundle(
             status = "Thinking"
     clock = f" · {elapsed:.1f} s" if elapsed is not None else ""
     line = f"<sub>{icon('waiting')} {status}…{clock}</sub>"
-    body = f"{defuse(text)}▌" if text else ""
+    body = close_markdown(defuse(text), "▌") if text else ""
     return {
         "text/markdown": f"{line}\n\n{body}" if body else line,
         "text/plain": text or f"{status}…",
