@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+from IPython import get_ipython
 from IPython.core import magic as _magic
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics
@@ -36,6 +37,7 @@ from IPython.display import display
 
 from pplx_nb._errors import APITimeoutError, ValidationError
 from pplx_nb.notebook._input import interpolate, parse_argstring, unquote
+from pplx_nb.notebook._terminal import print_bundle
 from pplx_nb.notebook.display import error_bundle, terminal_publisher
 
 if TYPE_CHECKING:
@@ -231,8 +233,11 @@ class Shown:
 
 
 def show(bundle: Bundle) -> None:
-    """Display a MIME bundle as an output of the running cell."""
-    display(bundle, raw=True)  # type: ignore[no-untyped-call]
+    """Display a MIME bundle as an output of the running cell (printed for it in a terminal)."""
+    if is_terminal(get_ipython()):
+        print_bundle(bundle)
+    else:
+        display(bundle, raw=True)  # type: ignore[no-untyped-call]
 
 
 def show_widget(widget: Any) -> None:

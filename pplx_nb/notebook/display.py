@@ -35,6 +35,7 @@ from pplx_nb.notebook._render import (
     markdown_to_html,
     notebook_message,
 )
+from pplx_nb.notebook._terminal import StatusLine, print_bundle
 
 if TYPE_CHECKING:
     from pplx_nb._models import Answer, Conversation, JobStatus, Progress, Source
@@ -455,23 +456,22 @@ def _publish(bundle: Bundle, display_id: str | None, update: bool) -> None:
 
 
 class _TerminalPublisher:
-    """Live views in a terminal, where every display is printed: one line for the live area.
-
-    A terminal cannot update an output in place, so of a live area only its first words
-    ("Searching…") are printed, once; the outcome is printed in full when it comes.
+    """Live views in a terminal, which cannot update an output in place: of a live area only
+    its first words ("Searching…") show, on a line the outcome replaces; the outcome is printed
+    rendered for the terminal (:func:`._terminal.print_bundle`).
     """
 
     def __init__(self) -> None:
-        self.announced = False
+        self.status = StatusLine()
 
     def __call__(self, bundle: Bundle, display_id: str | None, update: bool) -> None:
         if display_id is None:
-            _publish(bundle, None, False)
-            return
-        text = bundle.get("text/plain", "")
-        if text and not self.announced:
-            self.announced = True
-            print(text.splitlines()[0], flush=True)
+            self.status.clear()
+            print_bundle(bundle)
+        elif bundle.get("text/plain"):
+            self.status.show(bundle["text/plain"])
+        else:
+            self.status.clear()
 
 
 def terminal_publisher() -> Publisher:
