@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING, Any
 import ipywidgets as widgets
 
 from pplx_nb._errors import redact
+from pplx_nb._markdown import close_markdown
 from pplx_nb.notebook._icons import IconName, icon
+from pplx_nb.notebook._render import markdown_to_html
 from pplx_nb.notebook.display import answer_html, error_bundle, status_line
 
 if TYPE_CHECKING:
@@ -273,8 +275,8 @@ class RelatedQuestions(widgets.VBox):  # type: ignore[misc]
                     if now - last >= interval:
                         last = now
                         self.result.value = (
-                            f"<i>{icon('waiting')} {html.escape(question)}</i><br>"
-                            + html.escape(text)
+                            f"<i>{icon('waiting')} {html.escape(question)}</i>"
+                            + markdown_to_html(close_markdown(text, "▌"))
                         )
                 else:
                     self.answer = item
