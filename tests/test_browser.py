@@ -275,12 +275,7 @@ def test_outputs_draw_no_missing_glyph_box_without_an_emoji_font(tmp_path: Path)
     write_notebook(root / "glyphs.ipynb", GLYPH_CELLS)
     fonts = tmp_path / "fonts.conf"
     fonts.write_text(NO_EMOJI_FONTS)
-    env = {
-        "PPLX_NB_OFFLINE": "1",
-        "PPLX_NB_SIM_DEEP_RESEARCH_SECONDS": "2",
-        "PPLX_NB_SIM_LATENCY_MS": "100",
-        "CONVERSATION_LOGS_DIR": str(tmp_path / "conversation-logs"),
-    }
+    env = _offline(tmp_path)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with running_lab(root, env) as lab, sync_playwright() as playwright:
         browser = playwright.chromium.launch(
@@ -338,6 +333,16 @@ def _run_all_and_wait(page: Any, timeout: float) -> list[str]:
     pytest.fail(f"Run All did not finish in {timeout} s: {prompts}")
 
 
+def _offline(tmp_path: Path) -> dict[str, str]:
+    """The lab's settings: the simulator, quick, conversations under ``tmp_path``."""
+    return {
+        "PPLX_NB_OFFLINE": "1",
+        "PPLX_NB_SIM_DEEP_RESEARCH_SECONDS": "2",
+        "PPLX_NB_SIM_LATENCY_MS": "100",
+        "CONVERSATION_LOGS_DIR": str(tmp_path / "conversation-logs"),
+    }
+
+
 def _lab_page(browser: Any, url: str) -> Any:
     page = browser.new_page(viewport={"width": 1280, "height": 1100})
     page.goto(url)
@@ -362,12 +367,7 @@ def test_notebook_02_runs_twice_and_an_error_shows_in_a_box(tmp_path: Path) -> N
             "%%pplx -o 1x\nWhat is asyncio?",
         ],
     )
-    env = {
-        "PPLX_NB_OFFLINE": "1",
-        "PPLX_NB_SIM_DEEP_RESEARCH_SECONDS": "2",
-        "PPLX_NB_SIM_LATENCY_MS": "100",
-        "CONVERSATION_LOGS_DIR": str(tmp_path / "conversation-logs"),
-    }
+    env = _offline(tmp_path)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with running_lab(root, env) as lab, sync_playwright() as playwright:
         browser = playwright.chromium.launch(

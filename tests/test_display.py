@@ -237,13 +237,19 @@ def test_progress_bundle_has_a_bar_step_elapsed_and_attempt() -> None:
     assert '<progress value="0"' in waiting["text/html"]
 
 
+def make_status(**changes: object) -> JobStatus:
+    fields: dict[str, object] = {
+        "conversation_id": CID,
+        "status": "failed",
+        "tool_name": "perplexity_deep_research",
+        "started_at": "2026-11-22T07:00:00.000Z",
+        "updated_at": "2026-11-22T07:00:05.000Z",
+    }
+    return JobStatus.model_validate(fields | changes)
+
+
 def test_job_bundle_says_how_to_wait_and_status_line_shows_failure() -> None:
-    status = JobStatus(
-        conversation_id=CID,
-        status="failed",
-        tool_name="perplexity_deep_research",
-        started_at="2026-11-22T07:00:00.000Z",
-        updated_at="2026-11-22T07:00:05.000Z",
+    status = make_status(
         attempts=3,
         error=ErrorInfo(code="API_SERVER_ERROR", message="The API failed; retry later."),
     )
@@ -454,13 +460,7 @@ EMOJI = re.compile("[\U0001f000-\U0001faff\u2300-\u23ff\u2600-\u27bf\u2b00-\u2bf
 def test_no_notebook_output_needs_an_emoji_font() -> None:
     from pplx_nb._web_results import WebResults
 
-    status = JobStatus(
-        conversation_id=CID,
-        status="cancelled",
-        tool_name="perplexity_deep_research",
-        started_at="2026-11-22T07:00:00.000Z",
-        updated_at="2026-11-22T07:00:05.000Z",
-    )
+    status = make_status(status="cancelled")
     conversation = Conversation(
         conversation_id=CID,
         created_at="2026-11-22T07:00:00.000Z",
