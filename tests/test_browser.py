@@ -263,6 +263,15 @@ GLYPHS = """() => {
     calibration: {emoji: box('🔗', family), letter: box('a', family)},
   };
 }"""
+ICONS_LOADED = """() => {
+  const icons = Array.from(document.querySelectorAll('.jp-OutputArea img.pplx-icon'));
+  return icons.length >= 4 && icons.every(icon => icon.complete);
+}"""
+TRUSTED = """() => {
+  const cells = window.jupyterapp.shell.currentWidget.content.model.cells;
+  return Array.from({length: cells.length}, (_, i) => cells.get(i))
+    .filter(cell => cell.type === 'code' && cell.outputs.length).map(cell => cell.trusted);
+}"""
 EMOJI = re.compile("[\U0001f000-\U0001faff\u2300-\u23ff\u2600-\u27bf\u2b00-\u2bff\ufe0f]")
 
 
@@ -273,6 +282,8 @@ def test_outputs_draw_no_missing_glyph_box_without_an_emoji_font(tmp_path: Path)
     root = tmp_path / "notebooks"
     root.mkdir()
     write_notebook(root / "glyphs.ipynb", GLYPH_CELLS)
+    quickstart = (_ROOT / "notebooks" / "01-quickstart.ipynb").read_text(encoding="utf-8")
+    (root / "saved.ipynb").write_text(quickstart, encoding="utf-8")
     fonts = tmp_path / "fonts.conf"
     fonts.write_text(NO_EMOJI_FONTS)
     env = _offline(tmp_path)
@@ -285,11 +296,20 @@ def test_outputs_draw_no_missing_glyph_box_without_an_emoji_font(tmp_path: Path)
             env={**os.environ, "FONTCONFIG_FILE": str(fonts)},
         )
         try:
+            # Saved outputs of a notebook never run here are untrusted: JupyterLab sanitizes them.
+            page = _lab_page(browser, lab.notebook_url("saved.ipynb"))
+            page.wait_for_function(ICONS_LOADED, timeout=30_000)
+            trusted = page.evaluate(TRUSTED)
+            assert trusted and not any(trusted), f"the saved notebook was trusted: {trusted}"
+            saved = page.evaluate(GLYPHS)
+            assert saved["icons"] >= 4 and not saved["broken"] and not saved["boxes"], saved
+            page.close()
             page = _lab_page(browser, lab.notebook_url("glyphs.ipynb"))
             _run_all_and_wait(page, 120)
             page.locator(".pplx-job-monitor").get_by_text("completed").first.wait_for(
                 timeout=30_000
             )
+            page.wait_for_function(ICONS_LOADED, timeout=30_000)
             found = page.evaluate(GLYPHS)
             assert found["calibration"] == {"emoji": True, "letter": False}, (
                 "an emoji font is still in use, or the box is not recognised"
