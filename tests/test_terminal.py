@@ -188,3 +188,12 @@ def test_terminal_ipython_shows_the_answer_rendered_with_titled_sources(
     assert re.search(r"^\s*Also consulted\s*$", answer, re.M), answer
     assert re.search(r"continue with %pplx_followup \d{8}-\d{13} <question>", answer), answer
     assert "Out[" not in answer
+
+    shell.type("%pplx_history")
+    history = _between(shell.wait_for(r"In \[4\]: "), "In [3]:", "In [4]:")
+    assert re.search(r"^\s*Question\b", history, re.M), f"no conversation shown:\n{history}"
+    assert re.search(r"^\s*Answer\b", history, re.M) and "**" not in history, history
+    shell.type("%pplx_conversations")
+    table = _between(shell.wait_for(r"In \[5\]: "), "In [4]:", "In [5]:")
+    assert re.search(r"\b\d{8}-\d{13}\b", table), f"no conversation listed:\n{table}"
+    assert stats(url)["generations"] == 1, "showing them asks nothing"
