@@ -17,6 +17,7 @@ from IPython.utils.capture import capture_output
 
 from pplx_nb import Answer, Conversation, JobStatus, Researcher, Settings
 from pplx_nb.notebook import magics
+from pplx_nb.notebook._icons import icon
 from pplx_nb.notebook._input import interpolate, search_opts, split_conversation_id, unquote
 from pplx_nb.sim import stats
 
@@ -229,7 +230,7 @@ def test_the_clock_moves_before_the_first_byte_arrives(
     assert isinstance(run.result, Answer), run.text()
     painted = [data.get("text/markdown", "") for data in run.outputs]
     first_text = next(n for n, markdown in enumerate(painted) if "▌" in markdown)
-    clocks = re.findall(r"⏳ Searching… · (\d+\.\d) s", "\n".join(painted[:first_text]))
+    clocks = re.findall(r"> Searching… · (\d+\.\d) s", "\n".join(painted[:first_text]))
     assert len(clocks) >= 3, f"the cell stayed static while waiting: {painted[:first_text]}"
     assert clocks == sorted(clocks, key=float) and float(clocks[-1]) >= 0.4
 
@@ -249,7 +250,7 @@ def test_the_status_line_says_what_the_run_is_doing_before_the_text_comes(
     painted = [data.get("text/markdown", "") for data in run.outputs]
     first_text = next(n for n, markdown in enumerate(painted) if "▌" in markdown)
     told = re.findall(
-        r"⏳ ((?:Planning|Searching: |Read |Writing)[^…]*)…", "\n".join(painted[:first_text])
+        r"> ((?:Planning|Searching: |Read |Writing)[^…]*)…", "\n".join(painted[:first_text])
     )
     assert told, painted[:first_text]
     assert all(not m.endswith(".") for m in told)
@@ -908,7 +909,7 @@ def test_pplx_cancel_stops_the_last_research_with_one_line_and_followups_go_on(
             again = ended.last["text/plain"]
             assert f"conversation {cid} was already cancelled at " in again
             assert "nothing was sent" in again and "stop" not in again
-            assert "🚫" not in ended.last["text/html"]
+            assert icon("cancelled") not in ended.last["text/html"]
             none = Run(shell, "%pplx_cancel 20250124-1706102400123")
             assert "CONVERSATION_NOT_FOUND" in none.last["text/html"]
             # Every run started was cancelled (by the magic, or by the worker if the run's id

@@ -78,9 +78,14 @@ def test_related_question_button_asks_the_follow_up_in_the_same_conversation(
     assert [b.description for b in widget.buttons] == answer.related_questions
     assert repr(widget) == "Related questions: " + " | ".join(answer.related_questions)
 
+    shown: list[str] = []
+    widget.result.observe(lambda change: shown.append(change["new"]), names="value")
     widget.buttons[0].click()
 
     assert len(asked) == 1
+    streamed = [value for value in shown if "▌" in value]
+    assert streamed and "<em>Offline simulator answer" in streamed[0], shown
+    assert not [value for value in streamed if "*" in value], "Markdown shown raw while streaming"
     follow_up = asked[0]
     assert follow_up.conversation_id == answer.conversation_id
     assert 'href="https://docs.python.org/' in widget.result.value

@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+from IPython import get_ipython
 from IPython.core import magic as _magic
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics
@@ -45,6 +46,7 @@ from pplx_nb.notebook._input import (
     parse_argstring,
     unquote,
 )
+from pplx_nb.notebook._terminal import print_bundle
 from pplx_nb.notebook.display import error_bundle, notice_bundle, terminal_publisher
 
 if TYPE_CHECKING:
@@ -279,8 +281,11 @@ class Shown:
 
 
 def show(bundle: Bundle) -> None:
-    """Display a MIME bundle as an output of the running cell."""
-    display(bundle, raw=True)  # type: ignore[no-untyped-call]
+    """Display a MIME bundle as an output of the running cell (printed for it in a terminal)."""
+    if is_terminal(get_ipython()):
+        print_bundle(bundle)
+    else:
+        display(bundle, raw=True)  # type: ignore[no-untyped-call]
 
 
 def show_widget(widget: Any) -> None:

@@ -597,7 +597,7 @@ def load_ipython_extension(ipython: Any) -> None:
     ipython.register_magics(magics, PplxLookbackMagics(ipython))
     register_exit()
     if is_terminal(ipython):
-        _quiet_after_magics(ipython)
+        _quiet_after_magics(ipython, magics.shown)
     formatter = ipython.display_formatter.ipython_display_formatter
     for module, name in _DISPLAYED_TYPES:
         formatter.for_type_by_name(module, name, magics.display_result)
@@ -611,11 +611,13 @@ def load_ipython_extension(ipython: Any) -> None:
 _MAGIC_CALL = re.compile(r"^get_ipython\(\)\.run_(?:line|cell)_magic\('pplx\w*'")
 
 
-def _quiet_after_magics(ipython: Any) -> None:
-    """In a terminal, no ``Out[n]:`` for a magic's result: the magic has shown it already.
+def _quiet_after_magics(ipython: Any, shown: Shown) -> None:
+    """In a terminal, no ``Out[n]:`` for a result the magic has shown already.
 
     IPython prints the prompt for any value a cell ends with, even one that displays nothing
-    more; a cell whose last line is a pplx magic call is made quiet instead (as with ``;``).
+    more; a cell whose last line is a pplx magic call that showed its result is made quiet
+    instead (as with ``;``). A result it left to the display hook (``%pplx_history``'s
+    conversation, ``%pplx_conversations``' table) is shown as any other.
     """
     hook = ipython.displayhook
     if getattr(hook, "_pplx_quiet", None) is not None:
@@ -628,7 +630,8 @@ def _quiet_after_magics(ipython: Any) -> None:
         except (IndexError, AttributeError):
             cell = ""
         lines = [line for line in cell.splitlines() if line.strip()]
-        return bool(lines and _MAGIC_CALL.match(lines[-1].strip())) or bool(original())
+        magic = bool(lines and _MAGIC_CALL.match(lines[-1].strip()))
+        return (magic and bool(shown.ids)) or bool(original())
 
     hook._pplx_quiet = original
     hook.quiet = quiet

@@ -19,6 +19,9 @@ import ipywidgets as widgets
 
 from pplx_nb._cancel import cancel_facts
 from pplx_nb._errors import redact
+from pplx_nb._markdown import close_markdown
+from pplx_nb.notebook._icons import IconName, icon
+from pplx_nb.notebook._render import markdown_to_html
 from pplx_nb.notebook.display import answer_html, error_bundle, status_line
 
 if TYPE_CHECKING:
@@ -28,12 +31,12 @@ if TYPE_CHECKING:
 __all__ = ["JobMonitor", "RelatedQuestions"]
 
 _BAR_STYLES = {"completed": "success", "failed": "danger", "cancelled": "warning"}
-_STATE_ICONS = {
-    "pending": "🕒",
-    "in_progress": "⏳",
-    "completed": "✅",
-    "failed": "❌",
-    "cancelled": "⏹️",
+_STATE_ICONS: dict[str, IconName] = {
+    "pending": "pending",
+    "in_progress": "waiting",
+    "completed": "completed",
+    "failed": "failed",
+    "cancelled": "cancelled",
 }
 
 
@@ -91,7 +94,7 @@ class JobMonitor(widgets.VBox):  # type: ignore[misc]
             layout=widgets.Layout(width="320px"),
         )
         self.title = widgets.HTML(
-            f"🆕 <b>Research job</b> <code>{html.escape(conversation_id)}</code>"
+            f"{icon('job')} <b>Research job</b> <code>{html.escape(conversation_id)}</code>"
         )
         self.state = widgets.HTML("Reading status…")
         self.report = widgets.HTML("")
@@ -204,9 +207,10 @@ class JobMonitor(widgets.VBox):  # type: ignore[misc]
         self.bar.value = percentage
         self.bar.description = f"{percentage}%"
         self.bar.bar_style = _BAR_STYLES.get(status.status, "info")
-        icon = _STATE_ICONS.get(status.status, "")
+        state = _STATE_ICONS.get(status.status)
+        mark = icon(state) if state else ""
         self.state.value = (
-            f"{icon} {html.escape(status_line(status, percentage=False))} "
+            f"{mark} {html.escape(status_line(status, percentage=False))} "
             f'<span style="opacity:0.7">· {_elapsed(status):.0f} s</span>'
         )
 
@@ -338,8 +342,9 @@ class RelatedQuestions(widgets.VBox):  # type: ignore[misc]
                     now = time.monotonic()
                     if now - last >= interval:
                         last = now
-                        self.result.value = f"<i>⏳ {html.escape(question)}</i><br>" + html.escape(
-                            text
+                        self.result.value = (
+                            f"<i>{icon('waiting')} {html.escape(question)}</i>"
+                            + markdown_to_html(close_markdown(text, "▌"))
                         )
                 else:
                     self.answer = item
