@@ -24,6 +24,7 @@ from pplx_nb import (
 from pplx_nb._models import Progress, Usage
 from pplx_nb._pricing import estimate_cost
 from pplx_nb.api import AsyncClient
+from pplx_nb.backends import open_queue
 from pplx_nb.sim import stats
 
 
@@ -141,10 +142,10 @@ def test_wait_returns_the_jobs_report_after_the_conversation_moved_on(
 def _resume_after_a_crash(r: Researcher, remote_id: str) -> tuple[str, Answer]:
     """Queue a job, let a worker that then crashes claim it with ``remote_id`` recorded, and
     run it on a fresh worker; the conversation id and the report."""
-    from pplx_nb.jobs import JobQueue, Worker
+    from pplx_nb.jobs import Worker
     from pplx_nb.research import job_runner
 
-    queue = JobQueue.from_settings(r.settings)
+    queue = open_queue(r.settings)
     queued = r.deep_research("Describe the json module", wait=False)
     assert isinstance(queued, JobStatus)
     job = queue.claim("crashed-worker")

@@ -117,6 +117,7 @@ class FileBackend:
         self, root: Path, *, durable: bool = False, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
     ) -> None:
         self.root = root
+        self.where = str(root)
         self.durable = durable
         self.max_file_bytes = max_file_bytes
         self._layout = Layout(root)
