@@ -45,7 +45,7 @@ def _done(queue: JobQueue, conversation_id: str) -> bool:
     return status is not None and status.done
 
 
-def test_from_settings_with_a_store_url_is_the_redis_queue_and_writes_no_file(
+def test_opened_with_a_store_url_the_queue_is_in_redis_and_writes_no_file(
     redis_url: str, logs_dir: Path
 ) -> None:
     settings = Settings(store_url=redis_url, conversation_logs_dir=logs_dir, offline=True)

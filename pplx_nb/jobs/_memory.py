@@ -22,7 +22,7 @@ from pplx_nb._layout import JOB_FILE, STATUS_FILE
 from pplx_nb._memory import MemorySpace
 from pplx_nb._models import JobRecord, JobState, JobStatus
 from pplx_nb.jobs._codec import encode, parse_record, parse_state, parse_status
-from pplx_nb.jobs._lease import LeaseClock
+from pplx_nb.jobs._lease import WatchedLeases
 
 __all__ = ["MemoryClaimIndex", "MemoryStatusBackend"]
 
@@ -134,16 +134,17 @@ class MemoryStatusBackend:
         return f"memory {conversation_id}/{part}"
 
 
-class MemoryClaimIndex:
-    """Pending markers kept sorted (claim order), claimed ones in a set; one lock for both."""
+class MemoryClaimIndex(WatchedLeases):
+    """Pending markers kept sorted (claim order), claimed ones in a set; one lock for both.
+    Leases are judged by this process's clock (:class:`WatchedLeases`), as the file index's."""
 
     location = "memory"
 
     def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(clock)
         self._lock = threading.Lock()
         self._pending: list[str] = []
         self._claimed: set[str] = set()
-        self._leases = LeaseClock(clock)
 
     def __repr__(self) -> str:
         return f"MemoryClaimIndex(pending={len(self._pending)}, claimed={len(self._claimed)})"
@@ -200,21 +201,3 @@ class MemoryClaimIndex:
         """Every claimed marker."""
         with self._lock:
             return sorted(self._claimed)
-
-    def recoverable(self, claimed: list[str]) -> list[str]:
-        """All of them: each lease is judged by watching its heartbeat."""
-        self._leases.keep_only(claimed)
-        return claimed
-
-    def renew(self, marker: str, heartbeat: str | None) -> bool:
-        """Note the heartbeat this process wrote; always True (see the file index)."""
-        self._leases.saw(marker, heartbeat)
-        return True
-
-    def lease_age(self, marker: str, heartbeat: str | None) -> float:
-        """For how long this process has seen ``heartbeat`` unchanged."""
-        return self._leases.saw(marker, heartbeat)
-
-    def held(self, marker: str) -> bool:
-        """Always True: see :meth:`renew`."""
-        return True

@@ -24,7 +24,14 @@ from pplx_nb._memory import MemorySpace
 from pplx_nb._models import now_iso
 from pplx_nb.store import _answering as answering
 from pplx_nb.store._answering import AnsweringMarker
-from pplx_nb.store._document import append_messages, encode, parse, split, summarize
+from pplx_nb.store._document import (
+    appended,
+    encode,
+    new_document,
+    parse,
+    replaced,
+    summarize,
+)
 from pplx_nb.store._file import not_found, or_error
 
 __all__ = ["MemoryBackend"]
@@ -67,15 +74,7 @@ class MemoryBackend:
             conversation_id = id_from_ms(unix_ms)
             self._next_ms = unix_ms + 1
             stamp = now_iso(datetime.fromtimestamp(unix_ms / 1000, UTC))
-            document: dict[str, Any] = {
-                "conversationId": conversation_id,
-                "createdAt": stamp,
-                "updatedAt": stamp,
-                "messageCount": len(messages),
-                **meta,
-                "messages": [dict(m) for m in messages],
-            }
-            data = encode(document)
+            data = new_document(conversation_id, stamp, messages, meta)
             self.space.folders[conversation_id] = {CONVERSATION_FILE: data}
         return data
 
@@ -112,15 +111,8 @@ class MemoryBackend:
         data = self.read(conversation_id)
         if check is not None:
             check(data)
-        canonical = split(data)
-        if canonical is None:
-            document = parse(data, conversation_id, self.document_location(conversation_id))
-            document["messages"].extend(dict(m) for m in messages)
-            document["updatedAt"] = now_iso()
-            document["messageCount"] = len(document["messages"])
-            new = encode(document)
-        else:
-            new = append_messages(canonical, messages, now_iso())
+        where = self.document_location(conversation_id)
+        new = appended(data, messages, now_iso(), conversation_id, where)
         self._write_then(conversation_id, new, data, then)
         return new
 
@@ -140,9 +132,7 @@ class MemoryBackend:
             document = parse(data, conversation_id, self.document_location(conversation_id))
             if index == len(document["messages"]):
                 return self.append_locked(conversation_id, [message], then=then)
-            document["messages"][index] = dict(message)
-            document["updatedAt"] = now_iso()
-            new = encode(document)
+            new = replaced(document, index, message, now_iso())
             self._write_then(conversation_id, new, data, then)
             return new
 
