@@ -57,6 +57,13 @@ class MemorySpace:
         with self.guard:
             self.folders.get(conversation_id, {}).pop(part, None)
 
+    def drop(self, conversation_id: str) -> None:
+        """Remove the conversation, every part kept with it and its lock (ids are never used
+        again, so a waiter on the old lock finds the conversation gone)."""
+        with self.guard:
+            self.folders.pop(conversation_id, None)
+            self._locks.pop(conversation_id, None)
+
     def present(self, conversation_id: str) -> bool:
         """Whether the conversation exists."""
         with self.guard:

@@ -158,8 +158,7 @@ class MemoryBackend:
         with self.locked(conversation_id):
             if before is not None:
                 before()
-            with self.space.guard:
-                self.space.folders.pop(conversation_id, None)
+            self.space.drop(conversation_id)
 
     # -- the question being answered ------------------------------------------------------------
 
