@@ -14,20 +14,21 @@ import bisect
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 
-from pplx_nb._errors import ConversationCorrupted, ConversationNotFound, FilesystemError
+from pplx_nb._errors import ConversationNotFound
 from pplx_nb._fs import validate_conversation_id
 from pplx_nb._layout import JOB_FILE, STATUS_FILE
 from pplx_nb._memory import MemorySpace
 from pplx_nb._models import JobRecord, JobState, JobStatus
+from pplx_nb.jobs._backend import OneAtATime
 from pplx_nb.jobs._codec import encode, parse_record, parse_state, parse_status
 from pplx_nb.jobs._lease import WatchedLeases
 
 __all__ = ["MemoryClaimIndex", "MemoryStatusBackend"]
 
 
-class MemoryStatusBackend:
+class MemoryStatusBackend(OneAtATime):
     """Job statuses and queued requests beside the conversations of ``space``."""
 
     def __init__(self, space: MemorySpace) -> None:
@@ -55,32 +56,10 @@ class MemoryStatusBackend:
         raw = self.space.get(validate_conversation_id(conversation_id), STATUS_FILE)
         return None if raw is None else parse_state(raw, self._where(conversation_id))
 
-    def states(self, conversation_ids: Sequence[str]) -> list[JobState | None]:
-        """:meth:`state` of each; an unreadable one is ``None``."""
-        found: list[JobState | None] = []
-        for conversation_id in conversation_ids:
-            try:
-                found.append(self.state(conversation_id))
-            except ConversationCorrupted:
-                found.append(None)
-        return found
-
     def read(self, conversation_id: str) -> JobStatus | None:
         """The whole status; ``None`` if no job ever ran for the conversation."""
         raw = self.space.get(validate_conversation_id(conversation_id), STATUS_FILE)
         return None if raw is None else parse_status(raw, self._where(conversation_id))
-
-    def read_many(
-        self, conversation_ids: Sequence[str]
-    ) -> list[JobStatus | ConversationCorrupted | FilesystemError | None]:
-        """:meth:`read` of each, or the error reading it gave."""
-        found: list[JobStatus | ConversationCorrupted | FilesystemError | None] = []
-        for conversation_id in conversation_ids:
-            try:
-                found.append(self.read(conversation_id))
-            except ConversationCorrupted as exc:
-                found.append(exc)
-        return found
 
     def write(self, status: JobStatus) -> None:
         """Replace the status (the bytes status.json would hold)."""
