@@ -837,7 +837,7 @@ def test_kernel_researcher_comes_from_the_environment_and_queues_unless_told_not
     try:
         assert magics.get_researcher() is researcher, "one Researcher per kernel"
         assert researcher.async_deep_research is queued
-        assert researcher.store.root == tmp_path.resolve()
+        assert Path(researcher.store.location) == tmp_path.resolve()
     finally:
         magics.set_researcher(None)
         researcher.close()
