@@ -1160,11 +1160,10 @@ def test_resources_list_the_newest_hundred_and_ids_complete_newest_first(tmp_pat
     from mcp import Client
     from mcp_types import ResourceTemplateReference
 
-    from pplx_nb import ConversationStore
     from pplx_nb.mcp.server import create_server
 
     settings = Settings(offline=True, conversation_logs_dir=tmp_path / "logs")
-    store = ConversationStore.from_settings(settings)
+    store = open_store(settings)
     made = [
         store.create([{"role": "user", "content": f"q{n}"}]).conversation_id for n in range(105)
     ]
