@@ -141,13 +141,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _open(where: str | None) -> ConversationStore:
+    from pplx_nb.backends import open_store
+
     if where is None:
-        from pplx_nb._config import Settings
+        return open_store()
+    from pplx_nb.store.__main__ import open_location
 
-        return ConversationStore.from_settings(Settings.from_env())
-    from pplx_nb.store.__main__ import open_store
-
-    return open_store(where, "--store")
+    if "://" not in where and not Path(where).expanduser().is_dir():
+        raise ValidationError(
+            f"--store {where} is not a folder. Pass the conversation-logs folder the notebook's "
+            "answers were stored in, or a redis:// URL."
+        )
+    return open_location(where, "--store").conversation_store()
 
 
 if __name__ == "__main__":

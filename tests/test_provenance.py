@@ -12,6 +12,7 @@ import pytest
 
 from pplx_nb import ConversationStore, Message, Source
 from pplx_nb._provenance import METADATA_KEY, answer_hash, find_turn, record
+from pplx_nb.backends import open_store
 from pplx_nb.provenance import check_notebook
 
 
@@ -48,7 +49,7 @@ def _notebook(path: Path, store: ConversationStore, *answers: tuple[str, int]) -
 
 
 def test_the_record_says_where_the_answer_came_from(logs_dir: Path) -> None:
-    store = ConversationStore(logs_dir)
+    store = open_store(root=logs_dir)
     cid, turn = _stored(store, "Call task.cancel() [1].")
     found = record(store.load(cid), turn, response_id="resp_1", effort="low")
     assert found == {
@@ -69,7 +70,7 @@ def test_the_record_says_where_the_answer_came_from(logs_dir: Path) -> None:
 
 
 def test_matching_changed_and_missing(logs_dir: Path, tmp_path: Path) -> None:
-    store = ConversationStore(logs_dir)
+    store = open_store(root=logs_dir)
     kept = _stored(store, "Kept as shown.")
     edited = _stored(store, "Edited later.")
     deleted = _stored(store, "Deleted later.")
@@ -94,7 +95,7 @@ def test_matching_changed_and_missing(logs_dir: Path, tmp_path: Path) -> None:
 def test_the_command_line_says_it_and_exits_accordingly(
     logs_dir: Path, tmp_path: Path, edit: bool, code: int
 ) -> None:
-    store = ConversationStore(logs_dir)
+    store = open_store(root=logs_dir)
     answer = _stored(store, "An answer.")
     path = tmp_path / "n.ipynb"
     _notebook(path, store, answer)

@@ -307,16 +307,31 @@ class TurnBuilder:
         return None
 
 
-def check_query(query: object) -> tuple[str, list[str]]:
+_ATTACH = {
+    "python": "Shorten it, or save the long material to a file and attach it: "
+    "`files=['notes.md']`.",
+    "mcp": 'Shorten it, or save the long material to a file and attach it: `files: ["notes.md"]`.',
+    "notebook": "Shorten it, or save the long material to a file and attach it with "
+    "`--file PATH` (`%%pplx --file notes.md`, repeatable).",
+}
+"""How each surface attaches long material to a question."""
+
+
+def check_query(query: object, *, attach: bool = True) -> tuple[str, list[str]]:
     """The question to send and store, stripped, key-shaped text replaced by ``***``, and notes
-    saying so; VALIDATION_ERROR when empty, over :data:`MAX_QUERY_CHARS` or not Unicode."""
+    saying so; VALIDATION_ERROR when empty, over :data:`MAX_QUERY_CHARS` or not Unicode.
+
+    ``attach``: the question may come with files, so a long one is told how to attach them.
+    """
     if not isinstance(query, str) or not query.strip():
         raise ValidationError("The query is empty: ask a question in words.")
     if len(query) > MAX_QUERY_CHARS:
-        raise ValidationError(
-            f"The query is {len(query):,} characters; the limit is {MAX_QUERY_CHARS:,}. "
-            "Shorten it, or attach long material as a file."
-        )
+        said = f"The query is {len(query):,} characters; the limit is {MAX_QUERY_CHARS:,}."
+        wordings = {
+            surface: f"{said} {how if attach else 'Shorten it.'}"
+            for surface, how in _ATTACH.items()
+        }
+        raise ValidationError(wordings["python"], wordings=wordings)
     try:
         query.encode("utf-8")
     except UnicodeEncodeError as exc:
