@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import pydantic
+
 from pplx_nb._errors import ConversationNotFound, PplxError, ValidationError
 from pplx_nb._fs import DEFAULT_MAX_FILE_BYTES, read_bytes
 from pplx_nb._provenance import METADATA_KEY, answer_hash
@@ -141,18 +143,25 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _open(where: str | None) -> ConversationStore:
-    from pplx_nb.backends import open_store
+    """The store ``--store`` names (a folder or a ``redis://`` URL), else the settings' one."""
+    from pplx_nb._config import Settings
+    from pplx_nb.backends import is_store_url, open_store
 
     if where is None:
         return open_store()
-    from pplx_nb.store.__main__ import open_location
-
-    if "://" not in where and not Path(where).expanduser().is_dir():
+    if is_store_url(where):
+        try:
+            settings = Settings(store_url=where)
+        except pydantic.ValidationError as exc:
+            problem = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
+            raise ValidationError(f"--store: {problem}") from None
+        return open_store(settings)
+    if not Path(where).expanduser().is_dir():
         raise ValidationError(
             f"--store {where} is not a folder. Pass the conversation-logs folder the notebook's "
             "answers were stored in, or a redis:// URL."
         )
-    return open_location(where, "--store").conversation_store()
+    return open_store(root=where)
 
 
 if __name__ == "__main__":

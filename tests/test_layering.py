@@ -44,8 +44,9 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     # Checks a saved notebook's answers against the store it opens.
     "provenance": frozenset({"backends", "store"}),
     "notebook": frozenset({"research", "export", "cite"}),
-    # The MCP server confines attachments to PPLX_NB_FILE_ROOTS before the Researcher sees them.
-    "mcp": frozenset({"research", "context"}),
+    # The MCP server confines attachments to PPLX_NB_FILE_ROOTS before the Researcher sees them,
+    # reads a conversation resource as the Markdown export writes it, and cites sources.
+    "mcp": frozenset({"research", "context", "export", "cite"}),
     "worker": frozenset({"research", "backends", "jobs"}),
 }
 """Which other layers each layer may import (its own modules, the shared ones and the root
