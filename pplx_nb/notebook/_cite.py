@@ -9,11 +9,11 @@ from __future__ import annotations
 import argparse
 import html
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from IPython.core.magic import magics_class, no_var_expand
 
-from pplx_nb._errors import ValidationError
+from pplx_nb._errors import PplxError, ValidationError
 from pplx_nb._fs import atomic_write_bytes, fs_errors
 from pplx_nb.notebook._input import (
     argument,
@@ -24,7 +24,13 @@ from pplx_nb.notebook._input import (
 )
 from pplx_nb.notebook._kernel import CellMagics, line_magic, show
 
-__all__ = ["PplxCiteMagics"]
+if TYPE_CHECKING:
+    from pplx_nb._models import Answer
+    from pplx_nb._web_results import WebResults
+    from pplx_nb.notebook.display import Metadata
+    from pplx_nb.store import ConversationStore
+
+__all__ = ["PplxCiteMagics", "provenance_of", "web_provenance"]
 
 
 @magics_class
@@ -112,6 +118,36 @@ class PplxCiteMagics(CellMagics):
             raise ValidationError("Pass conversation IDs or --all, not both.")
         given = [unquote(i) for i in args.ids]
         return [self._conversation(i) for i in given] if given else [self._conversation(None)]
+
+
+def provenance_of(answer: Answer, store: ConversationStore) -> Metadata | None:
+    """An answer's output metadata, ``{"pplx_nb": record}`` (:mod:`pplx_nb._provenance`):
+    where it is stored and what it was. ``None`` when it is not stored or the store cannot be
+    read now; a display never fails for its provenance."""
+    # Imported here: %load_ext pplx_nb loads this module and must not load pydantic.
+    from pplx_nb._provenance import METADATA_KEY, find_turn, record
+
+    if not answer.conversation_id:
+        return None
+    try:
+        conversation = store.load(answer.conversation_id)
+    except PplxError:
+        return None
+    turn = find_turn(conversation, answer.text)
+    if turn is None:
+        return None
+    effort = getattr(answer, "effort", None)
+    found = record(conversation, turn, response_id=answer.response_id, effort=effort)
+    return {METADATA_KEY: dict(found)}
+
+
+def web_provenance(results: WebResults) -> Metadata:
+    """Web results' output metadata: the query, the pages, when (and the conversation, when
+    they were saved)."""
+    from pplx_nb._provenance import METADATA_KEY, web_record
+
+    urls = [source.url for source in results]
+    return {METADATA_KEY: dict(web_record(results.query, urls, results.conversation_id))}
 
 
 def _write_new(path: Path, text: str, *, force: bool) -> Path:

@@ -37,6 +37,7 @@ class Run:
         self.result = outcome.result
         self.error = outcome.error_in_exec
         self.outputs = [output.data for output in captured.outputs]
+        self.metadata = [output.metadata or {} for output in captured.outputs]
         self.updates = [output.update for output in captured.outputs]
         self.ids = [(output.transient or {}).get("display_id") for output in captured.outputs]
         self.stdout = captured.stdout
