@@ -98,10 +98,13 @@ _UNSAFE_IN_URL = str.maketrans({c: quote(c) for c in '{}\\ "<>|^`'})
 
 @functools.lru_cache(maxsize=65_536)
 def canonical_url(url: str) -> str:
-    """One spelling per page: https, no ``www.``, no fragment, no trailing slash, no tracking
-    parameters (``utm_*``, ``fbclid``, ...), the other parameters sorted; the host lower-cased.
+    """One spelling per page: https, no ``www.``, no trailing slash, no tracking parameters
+    (``utm_*``, ``fbclid``, ...), the other parameters sorted; the host lower-cased.
 
-    Two sources are the same reference when their canonical URLs are equal.
+    Two sources are the same reference when their canonical URLs are equal. The fragment is
+    kept: on documentation pages it names the entry cited (``asyncio.html#asyncio.Task.cancel``
+    and ``#asyncio.wait_for`` are two references); a browser's text directive
+    (``#:~:text=...``) is dropped, as it only scrolls.
     """
     parts = urlsplit(url.strip())
     host = (parts.hostname or "").lower().removeprefix("www.")
@@ -110,7 +113,8 @@ def canonical_url(url: str) -> str:
     query = sorted((k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True))
     kept = urlencode([(k, v) for k, v in query if not _TRACKING.match(k)])
     path = parts.path.rstrip("/")
-    return urlunsplit(("https", host, path, kept, ""))
+    fragment = parts.fragment.split(":~:", 1)[0]
+    return urlunsplit(("https", host, path, kept, fragment))
 
 
 def _safe_url(url: str) -> str:

@@ -82,11 +82,13 @@ def check_notebook(notebook: Path | str, store: ConversationStore) -> list[Check
 
 
 def records_of(outputs: Iterable[Any]) -> Iterator[tuple[int, dict[str, Any]]]:
-    """``(position, record)`` for each displayed output that carries one: the ``outputs`` of
-    IPython's ``%%capture`` (or anything with a ``metadata`` mapping), counted from 1."""
-    for number, output in enumerate(outputs, 1):
+    """``(n, record)`` for each displayed output that carries one, the n-th such output: the
+    ``outputs`` of IPython's ``%%capture`` (or anything with a ``metadata`` mapping)."""
+    number = 0
+    for output in outputs:
         found = (getattr(output, "metadata", None) or {}).get(METADATA_KEY)
         if isinstance(found, dict) and isinstance(found.get("conversationId"), str):
+            number += 1
             yield number, found
 
 

@@ -39,14 +39,19 @@ ASYNCIO = Source(
     title="Coroutines and Tasks",
     date="2024-05-17",
 )
-ASYNCIO_AGAIN = Source(url="http://www.docs.python.org/3/library/asyncio-task.html/")
+ASYNCIO_AGAIN = Source(
+    url="http://www.docs.python.org/3/library/asyncio-task.html/#asyncio.wait_for"
+)
 QUEUES = Source(url="https://docs.python.org/3/library/asyncio-queue.html", title="Queues")
 
 
 @pytest.mark.parametrize(
     ("url", "canonical"),
     [
-        ("http://www.Example.org/a/b/?utm_source=x&b=2&a=1#top", "https://example.org/a/b?a=1&b=2"),
+        ("http://www.Example.org/a/b/?utm_source=x&b=2&a=1", "https://example.org/a/b?a=1&b=2"),
+        ("https://docs.python.org/3/x.html#a.b", "https://docs.python.org/3/x.html#a.b"),
+        ("https://example.org/p#:~:text=hello", "https://example.org/p"),
+        ("https://example.org/p#top:~:text=hello", "https://example.org/p#top"),
         ("https://example.org/?fbclid=abc", "https://example.org"),
         ("https://example.org:8443/x", "https://example.org:8443/x"),
         ("https://example.org:443/x", "https://example.org/x"),

@@ -184,10 +184,7 @@ def _report_bundle(report: Any) -> dict[str, str]:
         f"{report.markdown} (render with `pandoc --citeproc {report.markdown.name} -o "
         f"report.pdf` beside {report.bibliography.name}), and {report.html} (ready to read)."
     )
-    links = " · ".join(
-        f'<a href="{html.escape(_relative(p))}" target="_blank">{html.escape(p.name)}</a>'
-        for p in (report.html, report.markdown, report.bibliography)
-    )
+    links = " · ".join(_link(p) for p in (report.html, report.markdown, report.bibliography))
     return {
         "text/plain": said,
         "text/html": (
@@ -199,9 +196,13 @@ def _report_bundle(report: Any) -> dict[str, str]:
     }
 
 
-def _relative(path: Path) -> str:
-    """A link a notebook can open: relative to the working directory when it is under it."""
+def _link(path: Path) -> str:
+    """A link JupyterLab opens for a file under the working directory (the notebook's
+    folder); elsewhere the path, which a browser page cannot open."""
     try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
+        relative = path.resolve().relative_to(Path.cwd().resolve())
     except ValueError:
-        return path.resolve().as_uri()
+        return f"<code>{html.escape(str(path))}</code>"
+    return (
+        f'<a href="{html.escape(relative.as_posix())}" target="_blank">{html.escape(path.name)}</a>'
+    )
