@@ -40,8 +40,9 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "research": frozenset({"api", "context", "backends", "store", "jobs"}),
     "export": frozenset({"backends", "store"}),
     "notebook": frozenset({"research", "export"}),
-    # The MCP server confines attachments to PPLX_NB_FILE_ROOTS before the Researcher sees them.
-    "mcp": frozenset({"research", "context"}),
+    # The MCP server confines attachments to PPLX_NB_FILE_ROOTS before the Researcher sees them,
+    # and reads a conversation resource as the Markdown export writes it.
+    "mcp": frozenset({"research", "context", "export"}),
     "worker": frozenset({"research", "backends", "jobs"}),
 }
 """Which other layers each layer may import (its own modules, the shared ones and the root
