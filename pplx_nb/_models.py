@@ -171,6 +171,10 @@ class Message(_Stored):
     thinking: str | None = None
     notes: list[str] | None = None
     """What the answer's caller should know, e.g. an attached file that was cut to fit."""
+    effort: str | None = None
+    """The effort the answer's run went with; ``preset``: the same in the API's deprecated
+    field."""
+    preset: str | None = None
     unanswered: Unanswered | None = None
     """Set on the assistant turn that closes a question which got no answer."""
 
@@ -351,6 +355,11 @@ class Answer(BaseModel):
     cost: Cost | None = None
     response_id: str | None = None
     finish_reason: str | None = None
+    effort: str | None = None
+    """The effort the run went with (``fast`` ... ``xhigh``, possibly pinned to a version), as
+    the API reports it, else as asked."""
+    preset: str | None = None
+    """The same as the API's deprecated ``preset`` field reports it."""
     conversation_id: str | None = None
     conversation_path: str | None = None
     reformulated_query: str | None = None

@@ -130,6 +130,16 @@ def test_cancel_answers_cancelling_and_the_run_ends_cancelled(pplx: Perplexity) 
     assert stats(url)["cancels"] == 1
 
 
+def test_effort_pinned_or_not_is_echoed_with_the_deprecated_preset(pplx: Perplexity) -> None:
+    pinned = pplx.responses.create(effort="fast@2026-10-16.0", input=QUESTION)
+    assert (pinned.effort, pinned.preset) == ("fast@2026-10-16.0", "fast@2026-10-16.0")
+    assert pinned.model == "perplexity/sonar"
+    both = pplx.responses.create(preset="fast", effort="low", input=QUESTION)
+    assert both.effort == "low" and both.model == "openai/gpt-5-mini"
+    with pytest.raises(BadRequestError):
+        pplx.responses.create(effort="fast-search", input=QUESTION)
+
+
 # -- Search API, models, retired endpoints -----------------------------------------------------
 
 

@@ -266,6 +266,31 @@ def test_good_option_values_pass(researcher: Researcher) -> None:
     assert answer.text
 
 
+def test_an_effort_is_reported_in_the_answer_and_its_stored_turn(researcher: Researcher) -> None:
+    answer = researcher.search("What is asyncio.gather?", effort="fast@2026-10-16.0")
+    assert (answer.effort, answer.preset) == ("fast@2026-10-16.0", "fast@2026-10-16.0")
+    stored = _file(answer)["messages"][-1]  # type: ignore[index]
+    assert (stored["effort"], stored["preset"]) == ("fast@2026-10-16.0", "fast@2026-10-16.0")
+    again = researcher.history(answer.conversation_id or "").messages[-1]
+    assert again.effort == "fast@2026-10-16.0"
+    with pytest.raises(ValidationError, match="not an effort"):
+        researcher.search("What is asyncio.gather?", effort="turbo")
+
+
+def test_preset_is_taken_as_effort_with_one_warning_and_effort_wins(
+    researcher: Researcher, caplog: pytest.LogCaptureFixture
+) -> None:
+    from pplx_nb._options import _warn_preset
+
+    _warn_preset.cache_clear()
+    with caplog.at_level("WARNING", logger="pplx_nb"):
+        first = researcher.search("What is asyncio.gather?", preset="low")
+        both = researcher.search("What is asyncio.wait?", preset="low", effort="fast")
+    assert first.effort == "low" and both.effort == "fast"
+    warned = [r for r in caplog.records if "preset option is deprecated" in r.getMessage()]
+    assert len(warned) == 1
+
+
 def test_fork_continues_in_a_child_and_leaves_the_parent_alone(researcher: Researcher) -> None:
     first = researcher.search("What is itertools.groupby?")
     parent = first.conversation_id or ""

@@ -1,8 +1,9 @@
 """The Agent protocol: ``POST /v1/agent`` (Responses-style), streamed events and background runs.
 
 The Agent API rejects unknown fields, so only mapped fields are sent: sonar model names become
-provider models or presets, search filters go into the ``web_search`` tool, and related questions
-are asked for in ``instructions`` and split off the answer text (there is no API field for them).
+provider models or efforts (never the deprecated ``preset``), search filters go into the
+``web_search`` tool, and related questions are asked for in ``instructions`` and split off the
+answer text (there is no API field for them).
 A run that ends ``failed`` or ``cancelled`` arrives as HTTP 200 and is raised as an error here.
 """
 
@@ -120,6 +121,8 @@ class _Response(BaseModel):
     id: str | None = None
     status: str | None = None
     model: str | None = None
+    effort: str | None = None
+    preset: str | None = None
     output: list[_Item] = []
     usage: _Usage | None = None
     error: _Error | str | None = None
@@ -244,10 +247,13 @@ def _run_failed(response: _Response) -> RemoteRunFailed:
     )
 
 
-def _answer(response: _Response, model: str, *, related: bool, streamed: str = "") -> Answer:
+def _answer(
+    response: _Response, model: str, *, related: bool, streamed: str = "", asked: str | None = None
+) -> Answer:
     """The answer in a finished response; failed, cancelled or empty-incomplete runs raise.
 
     ``related``: related questions were asked for, so a trailing list is split off the text.
+    ``asked``: the effort sent, reported when the API does not say which it ran with.
     """
     if (
         response.status is None
@@ -279,8 +285,15 @@ def _answer(response: _Response, model: str, *, related: bool, streamed: str = "
             "cost": cost,
             "response_id": response.id,
             "finish_reason": finish,
+            "effort": response.effort or asked,
+            "preset": response.preset,
         }
     )
+
+
+def _effort_sent(request: Request, model: str) -> str | None:
+    """The ``effort`` a request for ``model`` carries, if any."""
+    return request.effort or agent_target(model).get("effort")
 
 
 class AgentStream:
@@ -293,8 +306,9 @@ class AgentStream:
     a stream cut after that can be read back by id.
     """
 
-    def __init__(self, *, related: bool, model: str = "") -> None:
+    def __init__(self, *, related: bool, model: str = "", effort: str | None = None) -> None:
         self._model = model
+        self._effort = effort
         self._related = related
         self._filter = DeltaFilter(related=self._related)
         self._parts: list[str] = []
@@ -348,7 +362,11 @@ class AgentStream:
         if self._final is None:
             raise stream_cut_short()
         return _answer(
-            self._final, self._model, related=self._related, streamed="".join(self._parts)
+            self._final,
+            self._model,
+            related=self._related,
+            streamed="".join(self._parts),
+            asked=self._effort,
         )
 
 
@@ -389,6 +407,8 @@ class AgentAdapter:
             body["temperature"] = request.temperature
         if request.reasoning_effort is not None:
             body["reasoning"] = {"effort": request.reasoning_effort}
+        if request.effort is not None:
+            body["effort"] = request.effort  # over one named as the model, as the API does
         return body
 
     def chat(self, request: Request, model: str, *, stream: bool) -> Call:
@@ -397,18 +417,27 @@ class AgentAdapter:
         body = self._body(request, model)
         if stream:
             body["stream"] = True
-            if is_deep_research(model):
+            if is_deep_research(request.tier(model)):
                 body["store"] = True
         return Call("POST", "/v1/agent", encode(body))
 
     def parse(self, raw: bytes, request: Request, model: str) -> Answer:
         """The answer in a ``response`` object; failed runs (HTTP 200) raise."""
         response = read_wire(_Response, raw, "a response")
-        return _answer(response, model, related=request.return_related_questions)
+        return _answer(
+            response,
+            model,
+            related=request.return_related_questions,
+            asked=_effort_sent(request, model),
+        )
 
     def stream_parser(self, request: Request, model: str) -> AgentStream:
         """A parser for the typed ``response.*`` events."""
-        return AgentStream(related=request.return_related_questions, model=model)
+        return AgentStream(
+            related=request.return_related_questions,
+            model=model,
+            effort=_effort_sent(request, model),
+        )
 
     def follow_parser(self, related: bool) -> AgentStream:
         """A parser for the events of a background run being followed.

@@ -166,7 +166,7 @@ class AsyncClient:
             if hit is not None:
                 logger.debug("Cache hit for %s %s (model %s)", call.method, call.path, model)
                 return hit
-        paid = is_deep_research(model)
+        paid = is_deep_research(request.tier(model))
         raw = await self._wire.send(call, self._timeout(request, model), paid=paid)
         try:
             parsed = self._adapter.parse(raw, request, model)
@@ -205,7 +205,7 @@ class AsyncClient:
         model = request.model or self.settings.model
         call = self._adapter.chat(request, model, stream=True)
         timeout = self._timeout(request, model)
-        paid = is_deep_research(model)
+        paid = is_deep_research(request.tier(model))
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         retries = 0
@@ -432,7 +432,7 @@ class AsyncClient:
     def _timeout(self, request: Request, model: str) -> float:
         if request.timeout_ms is not None:
             return request.timeout_ms / 1000
-        if is_deep_research(model):
+        if is_deep_research(request.tier(model)):
             return self.settings.deep_research_timeout_ms / 1000
         return self.settings.timeout_ms / 1000
 

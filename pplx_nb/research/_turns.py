@@ -45,7 +45,7 @@ SYSTEM_PROMPT = (
 DEEP_RESEARCH_MODEL = "medium"
 """Deep research: the Agent preset that replaced ``sonar-deep-research`` (mapped back for Sonar)."""
 MAX_QUERY_CHARS = 32_000
-_REQUEST_FIELDS = SEARCH_OPTIONS - {"model", "show_thinking"}
+_REQUEST_FIELDS = SEARCH_OPTIONS - {"model", "show_thinking", "preset"}
 _TOOLS = {
     ("search", False): "perplexity_search",
     ("research", False): "perplexity_deep_research",
@@ -325,6 +325,8 @@ def build_request(messages: list[dict[str, str]], model: str, opts: dict[str, An
     from pplx_nb.api import Request
 
     fields = {key: value for key, value in opts.items() if key in _REQUEST_FIELDS}
+    if "preset" in opts:  # its deprecated name; effort wins, as at the API
+        fields.setdefault("effort", opts["preset"])
     return Request(messages=messages, model=model, **fields)
 
 

@@ -8,6 +8,7 @@ the run goes when a model is named beside it.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -164,11 +165,26 @@ def _known_model(name: Any, param: str) -> str:
     return name
 
 
+_EFFORTS = ("fast", "low", "medium", "high", "xhigh")
+_PINNED = re.compile(r"(?P<tier>[a-z-]+)@[0-9A-Za-z][0-9A-Za-z.\-]*")
+
+
 def _tier_name(data: dict[str, Any], key: str) -> str | None:
+    """``data[key]`` when it names a tier: an effort level (``effort``; also any preset name
+    for ``preset``), as given or pinned to a version (``fast@2026-10-16.0``)."""
     value = data.get(key)
-    if value is not None and (not isinstance(value, str) or value not in PRESETS):
-        raise Invalid(f"unknown {key} {value!r}; use one of {', '.join(PRESETS)}", key)
-    return value
+    if value is None:
+        return None
+    pinned = _PINNED.fullmatch(value) if isinstance(value, str) else None
+    tier = pinned["tier"] if pinned else value
+    known = _EFFORTS if key == "effort" else tuple(PRESETS)
+    if not isinstance(tier, str) or tier not in known:
+        raise Invalid(
+            f"unknown {key} {value!r}; use one of {', '.join(known)}, optionally pinned to a "
+            "version (fast@2026-10-16.0)",
+            key,
+        )
+    return str(value)
 
 
 def _engine(data: dict[str, Any]) -> tuple[str, str]:
@@ -183,8 +199,8 @@ def _engine(data: dict[str, Any]) -> tuple[str, str]:
     named = chain[0] if chain else model
     if named is None and tier is None:
         raise Invalid("one of model, models, preset or effort is required", "model")
-    resolved = named or PRESETS[str(tier)]
-    return resolved, tier or resolved
+    resolved = named or PRESETS[str(tier).partition("@")[0]]
+    return resolved, (tier or resolved).partition("@")[0]
 
 
 def parse_agent(data: dict[str, Any]) -> AgentRequest:
@@ -222,6 +238,6 @@ def parse_agent(data: dict[str, Any]) -> AgentRequest:
         related_in_text=asks_for_related(everything),
         filters=Filters(domains),
         input_tokens=count_tokens(everything),
-        preset=data.get("preset"),
-        effort=data.get("effort"),
+        preset=data.get("effort") or data.get("preset"),
+        effort=data.get("effort") or data.get("preset"),
     )
