@@ -199,6 +199,8 @@ def closing_turn(
     cost_unknown: bool = False,
     job_id: str | None = None,
     remote_id: str | None = None,
+    cost: Cost | None = None,
+    usage: Usage | None = None,
 ) -> Message:
     """The assistant turn that closes a question left without an answer, saying why.
 
@@ -207,10 +209,13 @@ def closing_turn(
     cost; a SUBMISSION_UNKNOWN failure counts as one (it may have been billed). ``job_id``
     names the job that ended without an answer (``closesJob``): a report its run delivers
     after all takes this turn's place. ``remote_id``: the run the API named for the question;
-    a run that was started and did not answer counts as one whose cost is unknown.
+    a run that was started and did not answer counts as one whose cost is unknown, unless
+    ``cost`` says what it reported (a run stopped ``requires_action``; ``usage`` beside it).
     """
     reason = _NOT_ANSWERED[state] + (f" ({code})" if code else "")
-    unknown = cost_unknown or code == "SUBMISSION_UNKNOWN" or remote_id is not None
+    unknown = cost is None and (
+        cost_unknown or code == "SUBMISSION_UNKNOWN" or remote_id is not None
+    )
     tagged = {"closesJob": job_id} if job_id else {}
     return Message(
         role="assistant",
@@ -223,6 +228,8 @@ def closing_turn(
             cost_unknown=True if unknown else None,
             remote_id=remote_id,
         ),
+        cost=cost,
+        usage=usage,
         **tagged,
     )
 

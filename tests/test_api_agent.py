@@ -17,6 +17,7 @@ from pplx_nb._errors import (
     InvalidInput,
     NetworkError,
     RemoteRunFailed,
+    RunRequiresAction,
 )
 from pplx_nb._models import Answer
 from pplx_nb.api import AsyncClient, Request, RetryPolicy
@@ -429,6 +430,38 @@ def test_stream_failure_terminals_raise(terminal: str) -> None:
     parser.feed(events({"type": "response.output_text.delta", "delta": "Partial"})[0])
     with pytest.raises(APIServerError):
         parser.feed(events({"type": terminal, "response": response(terminal.split(".")[1])})[0])
+
+
+def test_a_run_that_requires_action_raises_with_the_cost_it_reported() -> None:
+    waiting = response("requires_action")
+    with pytest.raises(RunRequiresAction, match="requires_action") as raised:
+        ADAPTER.parse(json.dumps(waiting).encode(), question(), "sonar")
+    error = raised.value
+    assert error.code == "RUN_REQUIRES_ACTION" and error.request_id == "resp_1"
+    assert (
+        error.cost is not None and error.cost.total_cost == waiting["usage"]["cost"]["total_cost"]
+    )
+    assert error.usage is not None and error.usage.total_tokens == 10
+    assert isinstance(error, RemoteRunFailed), "final: polling it again cannot help"
+    with pytest.raises(RunRequiresAction):
+        ADAPTER.polled(json.dumps(waiting).encode())
+    for terminal in ("response.in_progress", "response.completed"):
+        parser = ADAPTER.stream_parser(question(), "sonar")
+        with pytest.raises(RunRequiresAction):
+            for event in events({"type": terminal, "response": waiting}):
+                parser.feed(event)
+            parser.finish()
+
+
+def test_a_loaded_skill_is_shown_as_the_runs_activity() -> None:
+    parser = ADAPTER.stream_parser(question(), "sonar")
+    for event in events(
+        {"type": "response.reasoning.started"},
+        {"type": "response.skill.loaded", "name": "office/pdf", "sequence_number": 3},
+    ):
+        assert parser.feed(event) == ""
+    assert parser.activity is not None
+    assert (parser.activity.stage, parser.activity.skill) == ("skill", "office/pdf")
 
 
 def test_stream_error_event_raises_and_missing_terminal_is_network_error() -> None:

@@ -4,7 +4,8 @@ The Agent API rejects unknown fields, so only mapped fields are sent: sonar mode
 provider models or efforts (never the deprecated ``preset``), search filters go into the
 ``web_search`` tool, and related questions are asked for in ``instructions`` and split off the
 answer text (there is no API field for them).
-A run that ends ``failed`` or ``cancelled`` arrives as HTTP 200 and is raised as an error here.
+A run that ends ``failed`` or ``cancelled``, or stops ``requires_action``, arrives as HTTP 200
+and is raised as an error here.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ from urllib.parse import quote
 from pydantic import BaseModel, field_validator
 from typing_extensions import TypedDict
 
-from pplx_nb._errors import APIServerError, RemoteRunFailed
-from pplx_nb._models import Answer
-from pplx_nb.api._activity import Activity, ActivityLog
+from pplx_nb._errors import APIServerError, RemoteRunFailed, RunRequiresAction
+from pplx_nb._models import Answer, Cost, Usage
+from pplx_nb.api._activity import SKILL_EVENTS, Activity, ActivityLog
 from pplx_nb.api._adapter import (
     Call,
     SearchResult,
@@ -227,6 +228,16 @@ def _usage(usage: _Usage | None) -> tuple[dict[str, Any] | None, dict[str, Any] 
 def _run_failed(response: _Response) -> RemoteRunFailed:
     ident = response.id or "(no id)"
     status = response.status or "failed"
+    if status == "requires_action":
+        usage, cost = _usage(response.usage)
+        return RunRequiresAction(
+            f"The run {ident} stopped to wait for an action pplx_nb does not take (status "
+            "requires_action: a tool call to approve, a function's output to send), so it is "
+            "not waited for; its cost so far is recorded. Ask again, or use another model.",
+            request_id=response.id,
+            cost=None if cost is None else Cost.model_validate(cost),
+            usage=None if usage is None else Usage.model_validate(usage),
+        )
     if status == "cancelled":
         return RemoteRunFailed(
             f"The run {ident} was cancelled before it finished. Ask again to start a new one.",
@@ -332,9 +343,15 @@ class AgentStream:
         if kind.startswith("response.reasoning."):
             self._log.reasoning(kind, event.data)
             return ""
-        if kind in _SNAPSHOTS and self.response_id is None:
+        if kind in SKILL_EVENTS:
+            self._log.skill(event.data)
+            return ""
+        if kind in _SNAPSHOTS:
             snapshot = read_wire(_Event, event.data, "a stream event").response
-            self.response_id = snapshot.id if snapshot is not None else None
+            if snapshot is not None and snapshot.status == "requires_action":
+                raise _run_failed(snapshot)  # the run waits: nothing more will come
+            if self.response_id is None:
+                self.response_id = snapshot.id if snapshot is not None else None
         if kind not in _EVENTS:
             return ""
         data = read_wire(_Event, event.data, "a stream event")

@@ -16,6 +16,7 @@ from pplx_nb._errors import (
     InvalidInput,
     PplxError,
     RemoteRunFailed,
+    RunRequiresAction,
     SubmissionUnknown,
 )
 from pplx_nb._logging import get_logger
@@ -291,7 +292,7 @@ def submission_unknown(
 
 def _may_be_billed(turn: Turn, error: BaseException) -> bool:
     """Whether a failed turn may have cost something, so its question stays to retry."""
-    if isinstance(error, SubmissionUnknown):
+    if isinstance(error, SubmissionUnknown | RunRequiresAction):
         return True
     # Interrupted mid-answer (cancelled, Ctrl-C): a paid run may be under way.
     return _paid(turn) and not isinstance(error, Exception)

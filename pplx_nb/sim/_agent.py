@@ -106,6 +106,8 @@ class AgentRequest:
     input_tokens: int
     preset: str | None = None
     effort: str | None = None
+    skills: tuple[str, ...] = ()
+    """The names of the skills it asked for: the run loads each one."""
 
     @property
     def deep(self) -> bool:
@@ -152,6 +154,24 @@ def _tool_filters(tools: Any) -> tuple[str, ...]:
             check_fields(filters, _FILTERS)
             domains += check_filters(filters)
     return domains
+
+
+def _skill_names(skills: Any) -> tuple[str, ...]:
+    if skills is None:
+        return ()
+    if not isinstance(skills, list):
+        raise Invalid("skills must be a list", "skills")
+    names = []
+    for n, skill in enumerate(skills):
+        if (
+            not isinstance(skill, dict)
+            or skill.get("type") not in ("builtin", "inline")
+            or not isinstance(skill.get("name"), str)
+            or not skill["name"]
+        ):
+            raise Invalid(f"skills[{n}] must be a builtin or inline skill with a name", "skills")
+        names.append(skill["name"])
+    return tuple(names)
 
 
 def _known_model(name: Any, param: str) -> str:
@@ -240,4 +260,5 @@ def parse_agent(data: dict[str, Any]) -> AgentRequest:
         input_tokens=count_tokens(everything),
         preset=data.get("effort") or data.get("preset"),
         effort=data.get("effort") or data.get("preset"),
+        skills=_skill_names(data.get("skills")),
     )
