@@ -165,7 +165,11 @@ class Wire:
         await self.throttle.observe(response.status_code, response.headers)
         if response.status_code < 300:
             return body
-        raise from_status(
+        raise self._refusal(response, body, what, retries)
+
+    def _refusal(self, response: httpx2.Response, body: bytes, what: str, retries: int) -> APIError:
+        """The error for a response with an error status (``body``: what it said)."""
+        return from_status(
             response.status_code,
             body,
             response.headers,
@@ -207,14 +211,7 @@ class Wire:
                 if response.status_code >= 300:
                     async with asyncio.timeout_at(deadline):
                         body = await read_capped(response, self._max_bytes, what)
-                    raise from_status(
-                        response.status_code,
-                        body,
-                        response.headers,
-                        what=what,
-                        retries=retries,
-                        secret=self._secret,
-                    )
+                    raise self._refusal(response, body, what, retries)
                 kind = response.headers.get("content-type", "")
                 if only_events and not kind.startswith("text/event-stream"):
                     raise APIServerError(
