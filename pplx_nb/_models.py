@@ -367,6 +367,9 @@ class Answer(BaseModel):
     the API reports it, else as asked."""
     preset: str | None = None
     """The same as the API's deprecated ``preset`` field reports it."""
+    searched: bool | None = None
+    """Whether the run searched the web for this answer (``False``: from the model alone;
+    ``None``: not reported)."""
     conversation_id: str | None = None
     conversation_path: str | None = None
     reformulated_query: str | None = None

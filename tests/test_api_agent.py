@@ -132,6 +132,25 @@ def test_an_effort_is_sent_as_effort_over_one_named_as_the_model_and_never_as_pr
     assert deep["store"] is True, "an effort that runs deep research makes a paid stream"
 
 
+def test_a_grounded_question_requires_the_search_tool() -> None:
+    for model in ("low", "openai/gpt-5.1", "fast@2026-10-16.0"):
+        body = sent(question(tool_choice="required"), model)
+        assert body["tool_choice"] == "required" and body["tools"] == [{"type": "web_search"}]
+    assert "tool_choice" not in sent(question(), "low")
+    bare = sent(question(tool_choice="required", disable_search=True), "openai/gpt-5.1")
+    assert "tool_choice" not in bare and "tools" not in bare
+
+
+def test_the_answer_says_whether_its_run_searched() -> None:
+    searched = ADAPTER.parse(json.dumps(response()).encode(), question(), "sonar")
+    assert searched.searched is True
+    alone = response()
+    alone["output"] = alone["output"][1:]
+    assert ADAPTER.parse(json.dumps(alone).encode(), question(), "sonar").searched is False
+    del alone["usage"]
+    assert ADAPTER.parse(json.dumps(alone).encode(), question(), "sonar").searched is None
+
+
 def test_the_answer_reports_the_effort_and_preset_the_run_went_with() -> None:
     body = {
         "id": "resp_1",

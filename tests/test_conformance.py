@@ -176,6 +176,23 @@ def test_a_requested_skill_is_loaded_with_its_sdk_event(pplx: Perplexity) -> Non
     assert [e.sequence_number for e in events] == list(range(len(events)))
 
 
+def test_tool_choice_is_validated_as_the_api_does(pplx: Perplexity) -> None:
+    required = pplx.responses.create(
+        model="perplexity/sonar",
+        input=QUESTION,
+        tools=[{"type": "web_search"}],
+        tool_choice="required",
+    )
+    assert required.status == "completed"
+    assert any(item.type == "search_results" for item in required.output)
+    bare = pplx.responses.create(
+        model="openai/gpt-5.1", input=QUESTION, tools=[{"type": "web_search"}], tool_choice="none"
+    )
+    assert not any(item.type == "search_results" for item in bare.output)
+    with pytest.raises(BadRequestError, match="requires a tool"):
+        pplx.responses.create(model="openai/gpt-5.1", input=QUESTION, tool_choice="required")
+
+
 # -- Search API, models, retired endpoints -----------------------------------------------------
 
 

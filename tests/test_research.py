@@ -24,7 +24,7 @@ from pplx_nb import (
 from pplx_nb._models import Progress, Usage
 from pplx_nb._pricing import estimate_cost
 from pplx_nb.api import AsyncClient
-from pplx_nb.sim import stats
+from pplx_nb.sim import inject_faults, stats
 
 
 def _file(answer: Answer) -> dict[str, object]:
@@ -289,6 +289,21 @@ def test_preset_is_taken_as_effort_with_one_warning_and_effort_wins(
     assert first.effort == "low" and both.effort == "fast"
     warned = [r for r in caplog.records if "preset option is deprecated" in r.getMessage()]
     assert len(warned) == 1
+
+
+def test_a_search_answer_is_searched_and_one_that_was_not_is_marked(
+    researcher: Researcher, sim_url: str
+) -> None:
+    answer = researcher.search("What is asyncio.gather?")
+    assert answer.searched is True and answer.sources and not answer.notes
+    inject_faults(sim_url, {"unsearched": True, "path": "/v1/agent"})
+    alone = researcher.search("What is asyncio.wait?")
+    assert alone.searched is False and not alone.sources
+    assert alone.notes and alone.notes[-1].startswith("No web search was made for this answer")
+    assert "No web search was made" in alone.to_markdown()
+    stored = researcher.history(alone.conversation_id or "").messages[-1]
+    assert stored.notes == alone.notes
+    assert stats(sim_url)["generations"] == 2
 
 
 def test_fork_continues_in_a_child_and_leaves_the_parent_alone(researcher: Researcher) -> None:

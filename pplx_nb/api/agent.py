@@ -225,6 +225,16 @@ def _usage(usage: _Usage | None) -> tuple[dict[str, Any] | None, dict[str, Any] 
     }
 
 
+def _searched(response: _Response, usage: dict[str, Any] | None) -> bool | None:
+    """Whether the run searched: it has search results, or its usage counts web searches;
+    ``None`` when the response says neither way (a minimal terminal event)."""
+    if any(item.type == "search_results" for item in response.output):
+        return True
+    if usage is None:
+        return None
+    return bool(usage.get("num_search_queries"))
+
+
 def _run_failed(response: _Response) -> RemoteRunFailed:
     ident = response.id or "(no id)"
     status = response.status or "failed"
@@ -285,6 +295,7 @@ def _answer(
     text, thinking = split_think(text)
     text, questions = split_related(text) if related else (text, [])
     usage, cost = _usage(response.usage)
+    searched = _searched(response, usage)
     return Answer.model_validate(
         {
             "text": text,
@@ -298,6 +309,7 @@ def _answer(
             "finish_reason": finish,
             "effort": response.effort or asked,
             "preset": response.preset,
+            "searched": searched,
         }
     )
 
@@ -410,7 +422,12 @@ class AgentAdapter:
         else:
             body["input"] = turns
         filters = request.filters()
-        wants_search = "model" in target or filters or request.search_context_size is not None
+        wants_search = (
+            "model" in target
+            or filters
+            or request.search_context_size is not None
+            or request.tool_choice == "required"
+        )
         if wants_search and not request.disable_search:
             tool: dict[str, Any] = {"type": "web_search"}
             if filters:
@@ -426,6 +443,8 @@ class AgentAdapter:
             body["reasoning"] = {"effort": request.reasoning_effort}
         if request.effort is not None:
             body["effort"] = request.effort  # over one named as the model, as the API does
+        if request.tool_choice is not None and not request.disable_search:
+            body["tool_choice"] = request.tool_choice
         return body
 
     def chat(self, request: Request, model: str, *, stream: bool) -> Call:

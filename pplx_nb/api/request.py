@@ -33,6 +33,8 @@ class Request:
     ``use_cache=False`` skips the response cache; ``timeout_ms`` overrides the configured
     timeout for this request. ``effort`` (Agent API: ``fast`` ... ``xhigh``, or pinned such as
     ``fast@2026-10-16.0``) sets how much the run does, over an effort named as the model.
+    ``tool_choice`` (Agent API: ``none``, ``auto``, ``required``): ``required`` makes the run
+    search before it answers (a grounded question), rather than leave it to the model.
     """
 
     messages: list[dict[str, Any]] = field(default_factory=list)
@@ -50,6 +52,7 @@ class Request:
     max_tokens: int | None = None
     temperature: float | None = None
     disable_search: bool = False
+    tool_choice: str | None = None
     use_cache: bool = True
     timeout_ms: int | None = None
 

@@ -1,9 +1,10 @@
 """Agent API requests (``/v1/agent``, ``/v1/responses``), checked as strictly as the live API.
 
 Every field the SDK defines is accepted; any other field, at the top or inside a web_search tool,
-is the live API's 400 ``unknown field``. The engine is ``models`` (first of a fallback chain),
-else ``model``, else ``effort``, else ``preset``; a preset or effort level still sets how deep
-the run goes when a model is named beside it.
+is the live API's 400 ``unknown field``; a ``tool_choice`` it refuses is a 400 too, and
+``tool_choice: "none"`` answers without searching. The engine is ``models`` (first of a fallback
+chain), else ``model``, else ``effort``, else ``preset``; a preset or effort level still sets how
+deep the run goes when a model is named beside it.
 """
 
 from __future__ import annotations
@@ -108,6 +109,8 @@ class AgentRequest:
     effort: str | None = None
     skills: tuple[str, ...] = ()
     """The names of the skills it asked for: the run loads each one."""
+    searches: bool = True
+    """Whether the run searches: not when ``tool_choice`` rules the search out."""
 
     @property
     def deep(self) -> bool:
@@ -172,6 +175,38 @@ def _skill_names(skills: Any) -> tuple[str, ...]:
             raise Invalid(f"skills[{n}] must be a builtin or inline skill with a name", "skills")
         names.append(skill["name"])
     return tuple(names)
+
+
+_CHOICES = ("none", "auto", "required")
+
+
+def _searches(choice: Any, tools: Any, tiered: bool) -> bool:
+    """Whether a run with this ``tool_choice`` searches; a 400 for a choice the API refuses:
+    not one of none, auto, required or an object naming a tool type, or one that requires a
+    tool the request does not have (an effort or preset brings its own tools)."""
+    if choice is None or choice == "auto":
+        return True
+    named = choice.get("type") if isinstance(choice, dict) else None
+    if choice not in _CHOICES and named not in _TOOLS:
+        raise Invalid(
+            f"tool_choice must be one of {', '.join(_CHOICES)} or an object naming a tool type "
+            f"({', '.join(_TOOLS)}); got {choice!r}",
+            "tool_choice",
+        )
+    if named == "function" and not isinstance(choice.get("name"), str):
+        raise Invalid("tool_choice of type function needs the function's name", "tool_choice")
+    if choice == "none":
+        return False
+    kinds = {t.get("type") for t in tools or () if isinstance(t, dict)}
+    if not kinds and not tiered:
+        raise Invalid(
+            f"tool_choice {choice!r} requires a tool, and the request has none: add tools "
+            "(such as web_search) or use an effort",
+            "tool_choice",
+        )
+    if named is not None and kinds and named not in kinds:
+        raise Invalid(f"tool_choice names {named!r}, which is not in tools", "tool_choice")
+    return named in (None, "web_search")
 
 
 def _known_model(name: Any, param: str) -> str:
@@ -244,6 +279,8 @@ def parse_agent(data: dict[str, Any]) -> AgentRequest:
         if data.get(flag) is not None and not isinstance(data[flag], bool):
             raise Invalid(f"{flag} must be a boolean", flag)
     domains = _tool_filters(data.get("tools"))
+    tiered = data.get("effort") is not None or data.get("preset") is not None
+    searches = _searches(data.get("tool_choice"), data.get("tools"), tiered)
     query = next(text for role, text in reversed(turns) if role == "user")
     everything = "\n".join([instructions or "", *(text for _, text in turns)])
     return AgentRequest(
@@ -261,4 +298,5 @@ def parse_agent(data: dict[str, Any]) -> AgentRequest:
         preset=data.get("effort") or data.get("preset"),
         effort=data.get("effort") or data.get("preset"),
         skills=_skill_names(data.get("skills")),
+        searches=searches,
     )

@@ -8,7 +8,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from pplx_nb.sim._agent import AgentRequest, parse_agent
-from pplx_nb.sim._answers import Answer
+from pplx_nb.sim._answers import Answer, unsearched
 from pplx_nb.sim._faults import Fault
 from pplx_nb.sim._handlers import STREAM_PIECES, Handlers, remember
 from pplx_nb.sim._http import Reply, Request, Stream, error_reply, json_reply
@@ -32,13 +32,14 @@ class AgentHandlers(Handlers):
     """``/v1/agent`` and ``/v1/responses`` with the runs they keep."""
 
     def _agent_answer(self, agent: AgentRequest) -> Answer:
-        return self._answer(
+        answer = self._answer(
             agent.query,
             agent.tier,
             agent.filters,
             related_in_text=agent.related_in_text,
             max_tokens=agent.max_output_tokens,
         )
+        return answer if agent.searches else unsearched(answer)
 
     def _run(
         self,
@@ -103,6 +104,8 @@ class AgentHandlers(Handlers):
         agent = parse_agent(parse_json_object(request.body))
         if fault is not None and fault.skill_loaded:
             agent = replace(agent, skills=(*agent.skills, fault.skill_loaded))
+        if fault is not None and fault.unsearched:
+            agent = replace(agent, searches=False)
         answer = self._agent_answer(agent)
         failed = fault is not None and fault.agent_failed
         waits = fault is not None and fault.requires_action and not failed

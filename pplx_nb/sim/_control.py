@@ -30,7 +30,8 @@ def inject_faults(base_url: str, *faults: dict[str, Any]) -> None:
 
     Keys: ``status``, ``retry_after``, ``retry_after_ms``, ``html``, ``hang``, ``trickle``,
     ``disconnect_after``, ``agent_failed``, ``requires_action``, ``skill_loaded`` (a skill name),
-    ``odd``, ``headers`` (added to the reply), ``path`` (substring filter), ``times`` (default 1).
+    ``unsearched``, ``odd``, ``headers`` (added to the reply), ``path`` (substring filter),
+    ``times`` (default 1).
     A single request can also carry one fault as JSON in its ``X-Sim-Fault`` header.
     """
     _call(base_url, "POST", "/_sim/faults", {"faults": list(faults)})

@@ -25,6 +25,8 @@ class Fault:
     Agent run ``requires_action`` (waiting for a tool call's approval) with the usage of its
     research; ``skill_loaded=NAME`` has an Agent run load that skill (a
     ``response.skill.loaded`` event in its stream), as a request's ``skills`` do.
+    ``unsearched`` has an Agent run answer without searching whatever its ``tool_choice`` (a
+    server that ignores it).
     """
 
     status: int | None = None
@@ -37,6 +39,7 @@ class Fault:
     agent_failed: bool = False
     requires_action: bool = False
     skill_loaded: str | None = None
+    unsearched: bool = False
     odd: bool = False
     headers: tuple[tuple[str, str], ...] = ()
     path: str | None = None
@@ -114,6 +117,7 @@ def parse_fault(raw: Any) -> Fault:
         agent_failed=bool(raw.get("agent_failed", False)),
         requires_action=bool(raw.get("requires_action", False)),
         skill_loaded=skill,
+        unsearched=bool(raw.get("unsearched", False)),
         odd=bool(raw.get("odd", False)),
         headers=_headers(raw.get("headers")),
         path=path,

@@ -111,7 +111,7 @@ def _message_item(item_id: str, text: str | None, status: str) -> dict[str, Any]
 
 
 def _output(answer: Answer, message_id: str, style: CitationStyle) -> list[dict[str, Any]]:
-    items = [_search_item(answer)]
+    items = [_search_item(answer)] if answer.queries else []
     if answer.deep:
         items.append({"type": "fetch_url_results", "contents": _fetched(answer)})
     items.append(_message_item(message_id, cite(answer.text, answer.sources, style), "completed"))
@@ -167,7 +167,7 @@ def requires_action_response(
     """A run that stopped to wait for an action (an injected ``requires_action`` fault): its
     searches in ``output`` and their usage, no message."""
     payload = response_object(ident, request, created, status="requires_action")
-    payload["output"] = [_search_item(answer)]
+    payload["output"] = [_search_item(answer)] if answer.queries else []
     payload["usage"] = _usage(request, answer, written=False)
     return payload
 
