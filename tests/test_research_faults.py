@@ -494,8 +494,8 @@ def test_a_deep_research_whose_run_requires_action_fails_at_once_billed_once(
         closing = r.history(cid).messages[-1]
     assert time.monotonic() - started < 60, "not polled until its 600 s deadline"
     assert closing.unanswered is not None and closing.unanswered.code == "RUN_REQUIRES_ACTION"
-    if wait:
-        assert closing.cost is not None and closing.cost.total_cost > 0
+    assert closing.cost is not None and closing.cost.total_cost > 0
+    assert closing.unanswered.cost_unknown is None
     counters = stats(sim_url)
     assert counters["generations"] == 1 and counters["requests"]["POST /v1/agent"] == 1
     if not wait:

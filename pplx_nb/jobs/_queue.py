@@ -36,6 +36,7 @@ from pplx_nb._errors import (
 from pplx_nb._fs import CONVERSATION_ID_RE, validate_conversation_id
 from pplx_nb._models import (
     ACTIVE_JOB_STATES,
+    Cost,
     JobRecord,
     JobState,
     JobStatus,
@@ -713,6 +714,7 @@ def _close_unanswered(answers: AnswerLookup, status: JobStatus) -> None:
         return
     error = status.error
     result = (status.model_extra or {}).get("result")
+    spent = result.get("cost") if isinstance(result, dict) else None
     closing = closing_turn(
         "failed" if status.status == "failed" else "cancelled",
         error.code if error else None,
@@ -721,6 +723,7 @@ def _close_unanswered(answers: AnswerLookup, status: JobStatus) -> None:
         job_id=status.job_id,
         # A failed job keeps its run's id only while that run may still answer: retry reads it.
         remote_id=status.remote_id if status.status == "failed" else None,
+        cost=Cost.model_validate(spent) if isinstance(spent, dict) else None,
     )
     try:
         answers.close_question_locked(status.conversation_id, closing)

@@ -31,6 +31,7 @@ from pplx_nb._errors import (
     LeaseLost,
     PplxError,
     RemoteRunFailed,
+    RunRequiresAction,
     RunTimedOut,
     redact,
 )
@@ -383,6 +384,8 @@ def fail_or_retry(
                 update={"message": info.message + " The next attempt submits a new background run."}
             )
     update["error_history"] = [*status.error_history, info]
+    if isinstance(error, RunRequiresAction) and error.cost is not None:
+        update["result"] = {"cost": error.cost.to_json_dict()}  # billed, and known
     failed = status.model_copy(update=update)
     if retry:
         return _requeued(failed, now), True
