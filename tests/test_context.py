@@ -127,6 +127,44 @@ def test_reformulate_names_the_module_the_sources_share() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("first", "sources", "second", "rewritten"),
+    [
+        (
+            "How do I run a subprocess with a timeout?",
+            ("subprocess.run", "subprocess.TimeoutExpired", "subprocess.Popen.wait"),
+            "how do I cancel it?",
+            "how do I cancel subprocess?",
+        ),
+        (
+            "How do I connect to a socket with a timeout?",
+            ("socket.create_connection", "socket.socket.settimeout", "socket.socket.connect"),
+            "How do I close it?",
+            "How do I close socket?",
+        ),
+        (
+            "How do I schedule a callback after a delay with asyncio?",
+            ("asyncio.loop.call_later", "asyncio.loop.call_at", "asyncio.TimerHandle.cancel"),
+            "How do I cancel it before it runs?",
+            "How do I cancel callback in asyncio before it runs?",
+        ),
+        (
+            "How do I parse a date string into a datetime?",
+            ("datetime.datetime.strptime", "datetime.datetime.fromisoformat", "datetime.date"),
+            "How do I add a day to it?",
+            "How do I add a day to datetime?",
+        ),
+    ],
+)
+def test_the_pronoun_stands_for_the_object_not_the_circumstance(
+    first: str, sources: tuple[str, ...], second: str, rewritten: str
+) -> None:
+    # "with a timeout" says how the subprocess runs; "it" is the subprocess. A phrase the
+    # object turns into ("into a datetime") is what the next question handles.
+    history = [Message(role="user", content=first), _answer(*sources)]
+    assert context.reformulate(second, history) == rewritten
+
+
 def test_reformulate_appends_only_the_module_when_the_query_names_its_own_object() -> None:
     history = [
         Message(role="user", content="How do I get all permutations of a list with itertools?"),

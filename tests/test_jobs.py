@@ -254,7 +254,7 @@ def test_completion_removes_job_json_and_keeps_status(queue: JobQueue, world: Wo
     assert status.status == "completed" and status.completed_at
     assert status.progress is not None and status.progress.percentage == 100
     assert world.parts(cid) == {"status.json"}
-    assert (status.model_extra or {}).get("result") == {"tokens": 120, "cost": 0.01}
+    assert status.result == {"tokens": 120, "cost": 0.01}
 
 
 def test_failed_attempts_are_retried_then_the_job_fails_after_three(
@@ -618,7 +618,7 @@ def test_a_cancel_after_the_worker_stored_its_answer_completes_the_job(world: Wo
     store.append(job.conversation_id, _report(job), check=JobContext(queue, job).check_owner)
     status = queue.cancel(job.conversation_id)
     assert status is not None and status.status == "completed"
-    assert (status.model_extra or {})["result"] == {"tokens": 15, "cost": 0.0126}
+    assert status.result == {"tokens": 15, "cost": 0.0126}
     assert world.parts(job.conversation_id) == {"status.json"}
     assert [m.role for m in store.load(job.conversation_id).messages] == ["user", "assistant"]
     with pytest.raises(LeaseLost, match="completed"):
@@ -653,11 +653,11 @@ def test_a_late_report_completes_its_cancelled_job_once_in_place_of_the_notice(
     cancelled = queue.cancel(cid)
     assert cancelled is not None and cancelled.status == "cancelled"
     closing = store.load(cid).messages[-1]
-    assert closing.unanswered is not None and closing.model_extra == {"closesJob": job.job_id}
+    assert closing.unanswered is not None and closing.closes_job == job.job_id
     assert _late(store, queue, job)
     status = queue.status(cid)
     assert status is not None and status.status == "completed"
-    result = (status.model_extra or {})["result"]
+    result = status.result
     assert result == {"tokens": 15, "cost": 0.0126, "finishedBeforeCancel": True}
     assert status.progress is not None and status.progress.percentage == 100
     assert [m.content for m in store.load(cid).messages] == [
@@ -685,7 +685,7 @@ def test_the_report_of_an_attempt_past_its_lease_completes_the_job_it_lost_once(
     assert _late(store, queue, job)
     status = queue.status(cid)
     assert status is not None and status.status == "completed" and status.error is None
-    result = (status.model_extra or {})["result"]
+    result = status.result
     assert result == {"tokens": 15, "cost": 0.0126, "handedOver": True}
     assert world.parts(cid) == {"status.json"}
     assert queue.claim("third") is None

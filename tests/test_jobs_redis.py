@@ -344,7 +344,7 @@ def test_four_worker_processes_drain_300_jobs_exactly_once_with_one_killed(
         assert status is not None
         replies = [m for m in store.load(cid).messages if m.role == "assistant"]
         # Answered exactly once, by the attempt the status says completed it.
-        assert [(m.model_extra or {}).get("jobId") for m in replies] == [status.job_id]
+        assert [m.job_id for m in replies] == [status.job_id]
     for cid in orphans:
         status = statuses[cid]
         assert status is not None and status.worker_id != "w0" and status.attempts >= 2

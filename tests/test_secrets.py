@@ -381,23 +381,34 @@ def chain_views(error: BaseException) -> list[str]:
 
 
 def _mcp_result(settings: Settings) -> list[str]:
-    """What ``perplexity_deep_research`` returns to an MCP client: text and structured content."""
+    """What ``perplexity_deep_research`` returns to an MCP client (text and structured content),
+    and every stored conversation read as a resource."""
     import json
 
     from mcp import Client as McpClient
 
     from pplx_nb.mcp.server import create_server
 
-    async def call() -> Any:
+    async def call() -> tuple[Any, list[str]]:
         async with McpClient(create_server(settings)) as client:
-            return await client.call_tool(
+            result = await client.call_tool(
                 "perplexity_deep_research", {"query": "What is asyncio.TaskGroup?"}
             )
+            listed = await client.list_resources()
+            uris = [r.uri for r in listed.resources if r.uri.startswith("pplx://conversations/")]
+            reads = [await client.read_resource(uri) for uri in uris]
+            return result, [read.model_dump_json() for read in reads]
 
-    result = asyncio.run(call())
-    assert result.is_error
+    result, resources = asyncio.run(call())
+    assert result.is_error and resources
     texts = [getattr(item, "text", "") for item in result.content]
-    return [*texts, json.dumps(result.structured_content), result.model_dump_json(), repr(result)]
+    return [
+        *texts,
+        json.dumps(result.structured_content),
+        result.model_dump_json(),
+        repr(result),
+        *resources,
+    ]
 
 
 def _notebook_output(settings: Settings) -> list[str]:

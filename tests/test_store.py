@@ -583,12 +583,29 @@ def test_a_late_report_takes_the_place_of_its_cancelled_jobs_closing_turn(
         "What is trio?",
         "A library.",
     ]
-    assert loaded.messages[1].model_extra == {"jobId": "job-1"} and loaded.message_count == 4
+    assert loaded.messages[1].job_id == "job-1" and loaded.message_count == 4
     (summary,) = store.list()
     assert summary.message_count == 4 and "m/deep" in summary.models
     assert set(summary.tools) == {"perplexity_search", "perplexity_deep_research"}
     assert not store.answer_closed(cid, report, "job-1"), "stored once"
     assert len(store.load(cid).messages) == 4
+
+
+def test_a_turns_job_tags_are_typed_fields_stored_under_their_keys(
+    store: ConversationStore,
+) -> None:
+    """``jobId`` and ``closesJob`` read as ``job_id`` / ``closes_job``, are written last under
+    the same keys, and are left out of a turn that has none."""
+    cid = store.create([user("Compare trio and asyncio")]).conversation_id
+    store.close_question(cid, closing_turn("cancelled", job_id="job-1"))
+    store.append(cid, user("And now?"), assistant("The report.", job_id="job-2"))
+    stored = store.read_raw(cid)["messages"]
+    assert list(stored[1])[-1] == "closesJob" and stored[1]["closesJob"] == "job-1"
+    assert list(stored[3])[-1] == "jobId" and stored[3]["jobId"] == "job-2"
+    assert "jobId" not in stored[0] and "closesJob" not in stored[3]
+    messages = store.load(cid).messages
+    assert (messages[1].closes_job, messages[3].job_id) == ("job-1", "job-2")
+    assert not any(m.model_extra for m in messages), "declared, not passed through"
 
 
 def test_a_late_report_is_put_back_when_its_step_fails_and_refused_when_misplaced(
@@ -606,7 +623,7 @@ def test_a_late_report_is_put_back_when_its_step_fails_and_refused_when_misplace
     with pytest.raises(ValidationError):
         store.answer_closed(cid, report, "job-1", check=lambda _: fails_check())
     closing = store.load(cid).messages[-1]
-    assert closing.unanswered is not None and closing.model_extra == {"closesJob": "job-1"}
+    assert closing.unanswered is not None and closing.closes_job == "job-1"
     assert not store.answer_closed(cid, report, "another-job"), "not its closing turn"
     other = store.create([user("Is the question still open?")]).conversation_id
     assert store.answer_closed(other, report, "job-1"), "an open question takes it"
@@ -1026,4 +1043,4 @@ def test_the_job_side_asks_the_store_for_a_jobs_answer(logs_dir: Path) -> None:
     assert stored is not None and stored.content == "the report"
     assert store.job_answer(cid, "another-job") is None
     status = queue.complete(job)
-    assert (status.model_extra or {}).get("result") == {"tokens": 42}
+    assert status.result == {"tokens": 42}

@@ -78,9 +78,7 @@ def _status(queue: JobQueue, cid: str) -> JobStatus:
 
 
 def _job_id(item: JobStatus | Message) -> object:
-    if isinstance(item, JobStatus):
-        return item.job_id
-    return (item.model_extra or {}).get("jobId")
+    return item.job_id
 
 
 def _replies(store: ConversationStore, cid: str) -> list[Message]:

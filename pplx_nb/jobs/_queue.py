@@ -22,7 +22,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Unpack, cast
 
 from pplx_nb._errors import (
     ConversationCorrupted,
@@ -37,7 +37,10 @@ from pplx_nb._fs import CONVERSATION_ID_RE, validate_conversation_id
 from pplx_nb._models import (
     ACTIVE_JOB_STATES,
     Cost,
+    JobParams,
     JobRecord,
+    JobRequest,
+    JobResult,
     JobState,
     JobStatus,
     Message,
@@ -189,10 +192,10 @@ class JobQueue:
         self,
         conversation_id: str,
         tool: str,
-        request: dict[str, Any],
+        request: JobRequest,
         priority: int = 0,
         *,
-        params: dict[str, Any] | None = None,
+        params: JobParams | None = None,
     ) -> JobStatus:
         """Queue a job for an existing conversation: writes job.json and a ``pending`` status.json.
 
@@ -217,10 +220,10 @@ class JobQueue:
         self,
         conversation_id: str,
         tool: str,
-        request: dict[str, Any],
+        request: JobRequest,
         priority: int = 0,
         *,
-        params: dict[str, Any] | None = None,
+        params: JobParams | None = None,
     ) -> JobStatus:
         """:meth:`enqueue` for a caller that holds the conversation lock.
 
@@ -233,7 +236,7 @@ class JobQueue:
         events.enqueued(status)
         return status
 
-    def _check_request(self, conversation_id: str, request: dict[str, Any], priority: int) -> None:
+    def _check_request(self, conversation_id: str, request: JobRequest, priority: int) -> None:
         validate_conversation_id(conversation_id)
         if not isinstance(priority, int) or not -PRIORITY_MAX <= priority <= PRIORITY_MAX:
             raise ValidationError(
@@ -253,9 +256,9 @@ class JobQueue:
         self,
         conversation_id: str,
         tool: str,
-        request: dict[str, Any],
+        request: JobRequest,
         priority: int,
-        params: dict[str, Any] | None,
+        params: JobParams | None,
     ) -> JobStatus:
         """Write the job of a checked request (lock held): job.json, status.json, its marker."""
         statuses = self._statuses
@@ -403,7 +406,7 @@ class JobQueue:
             job_id=record.job_id,
             conversation_id=conversation_id,
             tool=record.tool_name,
-            request=dict(record.request),
+            request=record.request.copy(),
             priority=record.priority,
             attempt=status.attempts,
             enqueued_at=record.enqueued_at,
@@ -412,7 +415,7 @@ class JobQueue:
             remote_id=status.remote_id,
             submitted_at=status.submitted_at,
             submitting=bool(status.submitting_at),
-            params=dict(record.params or {}),
+            params=(record.params or {}).copy(),
         )
 
     # -- while a job runs ----------------------------------------------------------------------
@@ -459,7 +462,7 @@ class JobQueue:
 
     # -- ending --------------------------------------------------------------------------------
 
-    def complete(self, job: Job, **result_meta: Any) -> JobStatus:
+    def complete(self, job: Job, **result_meta: Unpack[JobResult]) -> JobStatus:
         """Mark ``job`` completed, remove job.json and its marker; log duration, tokens and cost.
 
         ``result_meta`` (e.g. ``tokens=``, ``cost=``) is logged and kept under ``result``; without
@@ -688,7 +691,7 @@ class JobQueue:
         except PplxError:
             return None
 
-    def _answer_meta(self, job: Job) -> dict[str, Any]:
+    def _answer_meta(self, job: Job) -> JobResult:
         try:
             answer = self._answer_lookup().job_answer(job.conversation_id, job.job_id)
         except PplxError:
@@ -713,17 +716,17 @@ def _close_unanswered(answers: AnswerLookup, status: JobStatus) -> None:
     if status.status not in ("failed", "cancelled"):
         return
     error = status.error
-    result = (status.model_extra or {}).get("result")
-    spent = result.get("cost") if isinstance(result, dict) else None
+    result = status.result or {}
+    spent = result.get("cost")
     closing = closing_turn(
         "failed" if status.status == "failed" else "cancelled",
         error.code if error else None,
         error.message if error else None,
-        cost_unknown=isinstance(result, dict) and result.get("costUnknown") is True,
+        cost_unknown=result.get("costUnknown") is True,
         job_id=status.job_id,
         # A failed job keeps its run's id only while that run may still answer: retry reads it.
         remote_id=status.remote_id if status.status == "failed" else None,
-        cost=Cost.model_validate(spent) if isinstance(spent, dict) else None,
+        cost=None if spent is None else Cost(total_cost=spent),
     )
     try:
         answers.close_question_locked(status.conversation_id, closing)

@@ -34,9 +34,9 @@ def assistant_message(
     model: str,
     notes: Sequence[str] = (),
     show_thinking: bool = False,
-    **extra: Any,
+    job_id: str | None = None,
 ) -> Message:
-    """The assistant turn that stores ``answer`` (``extra``: more fields, e.g. ``jobId``).
+    """The assistant turn that stores ``answer`` (``job_id``: the job whose report it is).
 
     ``model`` is the one asked, kept when the API does not say which answered; the reasoning is
     kept only when ``show_thinking`` asked for it.
@@ -56,7 +56,7 @@ def assistant_message(
         notes=list(notes) or None,
         effort=answer.effort,
         preset=answer.preset,
-        **extra,
+        job_id=job_id,
     )
 
 
@@ -119,9 +119,7 @@ def _job_answer(conversation: Conversation, job_id: str) -> Message | None:
         (
             message
             for message in reversed(conversation.messages)
-            if message.role == "assistant"
-            and message.model_extra
-            and message.model_extra.get("jobId") == job_id
+            if message.role == "assistant" and message.job_id == job_id
         ),
         None,
     )

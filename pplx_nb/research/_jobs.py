@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from pplx_nb._config import Settings
 from pplx_nb._errors import APITimeoutError, PplxError, error_from_code
 from pplx_nb._logging import get_logger
-from pplx_nb._models import Answer, JobStatus
+from pplx_nb._models import Answer, JobResult, JobStatus
 from pplx_nb.research._answers import stored_answer
 from pplx_nb.research._deep import (
     DeepResearchRunner,
@@ -129,7 +129,7 @@ class JobDesk:
         # The worker running the job also cancels the run when it notices the job is gone,
         # but it may be dead, or far from its next heartbeat: ask now. A run the API will not
         # stop may have finished: its report is then read and kept.
-        request = (status.model_extra or {}).get("request") or {}
+        request = status.request or {}
         stopped, report = await stop_or_collect(
             client, status.remote_id, related=related_questions_asked(request)
         )
@@ -147,7 +147,7 @@ class JobDesk:
                 status.remote_id,
                 conversation_id,
             )
-        result = {**(status.model_extra or {}).get("result", {}), "remoteCancelled": stopped}
+        result: JobResult = {**(status.result or {}), "remoteCancelled": stopped}
         return status.model_copy(update={"result": result})
 
     async def wait(
@@ -222,5 +222,5 @@ class JobDesk:
 
 def _already_ended(status: JobStatus) -> JobStatus:
     """``status`` of a job that had ended before the cancel: nothing of it was cancelled now."""
-    result = {**((status.model_extra or {}).get("result") or {}), "alreadyEnded": True}
+    result: JobResult = {**(status.result or {}), "alreadyEnded": True}
     return status.model_copy(update={"result": result})

@@ -141,7 +141,7 @@ class Researcher:
         **opts: Unpack[SearchOptions],
     ) -> Answer:
         """Ask a question with web search; starts and stores a NEW conversation."""
-        turn = self._turns.new(query, "search", files, dict(opts))
+        turn = self._turns.new(query, "search", files, opts)
         return await last(self._runner.run(turn, stream=False))
 
     async def astream_search(
@@ -157,7 +157,7 @@ class Researcher:
         ``on_activity`` is told what the run reports doing ("Searching: 2 queries", "Read 8
         results", ...) as it goes, when the API says so (the Agent API does).
         """
-        turn = self._turns.new(query, "search", files, dict(opts))
+        turn = self._turns.new(query, "search", files, opts)
         run = self._runner.run(turn, stream=True, on_activity=on_activity)
         async with contextlib.aclosing(run) as items:
             async for item in items:
@@ -177,7 +177,7 @@ class Researcher:
         Queued as a background job (returns its :class:`JobStatus` at once) when ``wait`` is False,
         or when it is None and async deep research is on; otherwise blocks, reporting progress.
         """
-        turn = self._turns.new(query, "research", files, dict(opts))
+        turn = self._turns.new(query, "research", files, opts)
         if self._queued(wait):
             return self._enqueue(turn)
         return await last(self._runner.run(turn, stream=True, on_progress=on_progress))
@@ -204,7 +204,7 @@ class Researcher:
         if mode not in ("search", "research"):
             raise ValidationError(f"Unknown mode {mode!r}: use 'search' or 'research'.")
         self._restore(conversation_id)
-        turn = await self._turns.followup(conversation_id, query, mode, fork, files, dict(opts))
+        turn = await self._turns.followup(conversation_id, query, mode, fork, files, opts)
         if mode == "research" and self._queued(wait):
             return self._enqueue(turn)
         ticket = self._ask(turn)
@@ -224,7 +224,7 @@ class Researcher:
         """Like :meth:`afollowup` in search mode, yielding text deltas, then the stored Answer
         (``on_activity`` as for :meth:`astream_search`)."""
         self._restore(conversation_id)
-        turn = await self._turns.followup(conversation_id, query, "search", fork, files, dict(opts))
+        turn = await self._turns.followup(conversation_id, query, "search", fork, files, opts)
         ticket = self._ask(turn)
         # A consumer that stops early closes this generator, not the run: aclosing closes the run
         # too, so the question's ticket ends at once rather than at garbage collection.
@@ -262,7 +262,7 @@ class Researcher:
                 where = self._store.conversation_location(conversation_id)
                 return stored_answer(self._store.load(conversation_id), where, turn=kept)
             status = self._jobs.queue.status(conversation_id)
-            turn = self._turns.retry(conversation_id, status, dict(opts))
+            turn = self._turns.retry(conversation_id, status, opts)
         logger.info("Resubmitting the question of %s deliberately", conversation_id)
         if self._queued(wait):
             with self._runner.counted():
@@ -334,7 +334,7 @@ class Researcher:
         result), which follow-ups can continue. The result is a list of
         :class:`~pplx_nb._models.Source`, best first, that renders as a table.
         """
-        return await self._web.search(query, max_results, save, dict(filters))
+        return await self._web.search(query, max_results, save, filters)
 
     search = sync_twin(asearch)
     stream_search = sync_twin(astream_search)

@@ -33,7 +33,7 @@ _clients: dict[asyncio.AbstractEventLoop, httpx2.AsyncClient] = {}
 def answered(store: ConversationStore, job: Job) -> bool:
     """Whether the conversation already holds the answer of ``job`` (tagged with its jobId)."""
     conversation = store.load(job.conversation_id)
-    return any((m.model_extra or {}).get("jobId") == job.job_id for m in conversation.messages)
+    return any(m.job_id == job.job_id for m in conversation.messages)
 
 
 def _client(settings: Settings) -> httpx2.AsyncClient:
