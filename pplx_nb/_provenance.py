@@ -118,7 +118,7 @@ def record(
     }
     if response_id:
         found["responseId"] = response_id
-    effort = effort or getattr(message, "effort", None)
-    if isinstance(effort, str) and effort:
+    effort = effort or message.effort
+    if effort:
         found["effort"] = effort
     return found

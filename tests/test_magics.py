@@ -82,6 +82,8 @@ def test_split_conversation_id_takes_a_leading_id_only() -> None:
 def test_search_opts_map_flags_to_api_fields() -> None:
     args = argparse.Namespace(
         model='"sonar"',
+        effort="fast@2026-10-16.0",
+        preset="low",
         domain=["docs.python.org", "-example.com"],
         recency="week",
         after="01/02/2025",
@@ -94,6 +96,8 @@ def test_search_opts_map_flags_to_api_fields() -> None:
     )
     assert search_opts(args) == {
         "model": "sonar",
+        "effort": "fast@2026-10-16.0",
+        "preset": "low",
         "search_domain_filter": ["docs.python.org", "-example.com"],
         "search_recency_filter": "week",
         "search_after_date_filter": "01/02/2025",

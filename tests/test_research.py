@@ -26,7 +26,7 @@ from pplx_nb._models import Progress, Usage
 from pplx_nb._pricing import estimate_cost
 from pplx_nb.api import AsyncClient
 from pplx_nb.backends import open_backends, open_queue
-from pplx_nb.sim import stats
+from pplx_nb.sim import inject_faults, stats
 
 
 @pytest.fixture
@@ -283,6 +283,46 @@ def test_good_option_values_pass(researcher: Researcher) -> None:
         return_images=True,
     )
     assert answer.text
+
+
+def test_an_effort_is_reported_in_the_answer_and_its_stored_turn(researcher: Researcher) -> None:
+    answer = researcher.search("What is asyncio.gather?", effort="fast@2026-10-16.0")
+    assert (answer.effort, answer.preset) == ("fast@2026-10-16.0", "fast@2026-10-16.0")
+    stored = _file(answer)["messages"][-1]  # type: ignore[index]
+    assert (stored["effort"], stored["preset"]) == ("fast@2026-10-16.0", "fast@2026-10-16.0")
+    again = researcher.history(answer.conversation_id or "").messages[-1]
+    assert again.effort == "fast@2026-10-16.0"
+    with pytest.raises(ValidationError, match="not an effort"):
+        researcher.search("What is asyncio.gather?", effort="turbo")
+
+
+def test_preset_is_taken_as_effort_with_one_warning_and_effort_wins(
+    researcher: Researcher, caplog: pytest.LogCaptureFixture
+) -> None:
+    from pplx_nb._options import _warn_preset
+
+    _warn_preset.cache_clear()
+    with caplog.at_level("WARNING", logger="pplx_nb"):
+        first = researcher.search("What is asyncio.gather?", preset="low")
+        both = researcher.search("What is asyncio.wait?", preset="low", effort="fast")
+    assert first.effort == "low" and both.effort == "fast"
+    warned = [r for r in caplog.records if "preset option is deprecated" in r.getMessage()]
+    assert len(warned) == 1
+
+
+def test_a_search_answer_is_searched_and_one_that_was_not_is_marked(
+    researcher: Researcher, sim_url: str
+) -> None:
+    answer = researcher.search("What is asyncio.gather?")
+    assert answer.searched is True and answer.sources and not answer.notes
+    inject_faults(sim_url, {"unsearched": True, "path": "/v1/agent"})
+    alone = researcher.search("What is asyncio.wait?")
+    assert alone.searched is False and not alone.sources
+    assert alone.notes and alone.notes[-1].startswith("No web search was made for this answer")
+    assert "No web search was made" in alone.to_markdown()
+    stored = researcher.history(alone.conversation_id or "").messages[-1]
+    assert stored.notes == alone.notes
+    assert stats(sim_url)["generations"] == 2
 
 
 def test_fork_continues_in_a_child_and_leaves_the_parent_alone(researcher: Researcher) -> None:

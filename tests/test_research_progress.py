@@ -76,6 +76,9 @@ def test_activity_progress_grows_with_the_work_and_stays_below_100() -> None:
     assert messages[16] == "Read 40 results" and messages[17] == "Fetching 4 pages"
     assert set(messages[18:]) == {"Writing the report..."}
     assert activity_step(Activity("writing"), report=False)[1] == "Writing the answer..."
+    log.skill(json.dumps({"type": "response.skill.loaded", "name": "office/pdf"}))
+    assert log.current is not None
+    assert activity_step(log.current)[1] == "Loaded the office/pdf skill"
 
 
 def test_a_followed_runs_percentage_moves_with_time_and_says_85_only_late() -> None:

@@ -34,6 +34,7 @@ from pplx_nb._errors import (
 from pplx_nb._fs import CONVERSATION_ID_RE, validate_conversation_id
 from pplx_nb._models import (
     ACTIVE_JOB_STATES,
+    Cost,
     JobParams,
     JobRecord,
     JobRequest,
@@ -561,6 +562,7 @@ def _close_unanswered(answers: AnswerLookup, status: JobStatus) -> None:
         return
     error = status.error
     result = status.result or {}
+    spent = result.get("cost")
     closing = closing_turn(
         "failed" if status.status == "failed" else "cancelled",
         error.code if error else None,
@@ -569,6 +571,7 @@ def _close_unanswered(answers: AnswerLookup, status: JobStatus) -> None:
         job_id=status.job_id,
         # A failed job keeps its run's id only while that run may still answer: retry reads it.
         remote_id=status.remote_id if status.status == "failed" else None,
+        cost=None if spent is None else Cost(total_cost=spent),
     )
     try:
         answers.close_question_locked(status.conversation_id, closing)

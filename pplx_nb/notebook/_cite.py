@@ -136,8 +136,7 @@ def provenance_of(answer: Answer, store: ConversationStore) -> Metadata | None:
     turn = find_turn(conversation, answer.text)
     if turn is None:
         return None
-    effort = getattr(answer, "effort", None)
-    found = record(conversation, turn, response_id=answer.response_id, effort=effort)
+    found = record(conversation, turn, response_id=answer.response_id, effort=answer.effort)
     return {METADATA_KEY: dict(found)}
 
 

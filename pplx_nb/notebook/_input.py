@@ -215,9 +215,15 @@ def search_options(func: F) -> F:
             argument(
                 "-m",
                 "--model",
-                help="model: a preset (fast, low, medium, high, xhigh), perplexity/sonar or "
+                help="model: an effort (fast, low, medium, high, xhigh), perplexity/sonar or "
                 "a provider model",
             ),
+            argument(
+                "--effort",
+                help="how much the run does: fast, low, medium, high, xhigh, or pinned "
+                "(fast@2026-10-16.0); --preset is its deprecated name",
+            ),
+            argument("--preset", help=argparse.SUPPRESS),
             *_filter_arguments(),
             argument("--related", action="store_true", help="ask for related questions"),
             argument("--images", action="store_true", help="ask for images"),
@@ -241,6 +247,9 @@ def search_opts(args: argparse.Namespace) -> dict[str, Any]:
     opts = _filter_opts(args)
     if args.model:
         opts["model"] = unquote(args.model)
+    for name in ("effort", "preset"):
+        if getattr(args, name):
+            opts[name] = unquote(getattr(args, name))
     if args.related:
         opts["return_related_questions"] = True
     if args.images:

@@ -44,13 +44,15 @@ SYSTEM_PROMPT = (
 DEEP_RESEARCH_MODEL = "medium"
 """Deep research: the Agent preset that replaced ``sonar-deep-research`` (mapped back for Sonar)."""
 MAX_QUERY_CHARS = 32_000
-_REQUEST_FIELDS = SEARCH_OPTIONS - {"model", "show_thinking"}
+_REQUEST_FIELDS = SEARCH_OPTIONS - {"model", "show_thinking", "preset"}
 _TOOLS = {
     ("search", False): "perplexity_search",
     ("research", False): "perplexity_deep_research",
     ("search", True): "perplexity_search_followup",
     ("research", True): "perplexity_deep_research_followup",
 }
+_GROUNDED = frozenset({"perplexity_search", "perplexity_search_followup"})
+"""The tools whose questions are answered from a web search (deep research searches anyway)."""
 _TsEffort = Literal["low", "medium", "high"]
 _TS_EFFORTS: tuple[_TsEffort, ...] = get_args(_TsEffort)
 """The reasoning efforts the TypeScript server's deep research accepts."""
@@ -84,9 +86,14 @@ class Turn:
         """Whether the model's reasoning is kept with the answer."""
         return bool(self.opts.get("show_thinking"))
 
+    @property
+    def grounded(self) -> bool:
+        """Whether the answer must come from a web search (``tool_choice: required``)."""
+        return self.tool in _GROUNDED
+
     def request(self) -> Request:
         """The API request that asks this turn."""
-        return build_request(self.messages, self.model, self.opts)
+        return build_request(self.messages, self.model, self.opts, grounded=self.grounded)
 
     def job_request(self) -> JobRequest:
         """What a queued research job needs to run this turn later (job.json ``request``)."""
@@ -341,11 +348,18 @@ def check_query(query: object, *, attach: bool = True) -> tuple[str, list[str]]:
     return context.scrub_secrets(query.strip(), "Your question")
 
 
-def build_request(messages: list[dict[str, str]], model: str, opts: SearchOptions) -> Request:
-    """The API request for ``messages``, with the options that are request fields."""
+def build_request(
+    messages: list[dict[str, str]], model: str, opts: SearchOptions, *, grounded: bool = False
+) -> Request:
+    """The API request for ``messages``, with the options that are request fields;
+    ``grounded``: the run must search before it answers."""
     from pplx_nb.api import Request
 
     fields: dict[str, Any] = {key: value for key, value in opts.items() if key in _REQUEST_FIELDS}
+    if "preset" in opts:  # its deprecated name; effort wins, as at the API
+        fields.setdefault("effort", opts["preset"])
+    if grounded:
+        fields["tool_choice"] = "required"
     return Request(messages=messages, model=model, **fields)
 
 
