@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from pplx_nb._models import Answer
     from pplx_nb._web_results import WebResults
     from pplx_nb.notebook.display import Metadata
-    from pplx_nb.store import ConversationStore
+    from pplx_nb.research import Researcher
 
 __all__ = ["PplxCiteMagics", "provenance_of", "web_provenance"]
 
@@ -120,7 +120,7 @@ class PplxCiteMagics(CellMagics):
         return [self._conversation(i) for i in given] if given else [self._conversation(None)]
 
 
-def provenance_of(answer: Answer, store: ConversationStore) -> Metadata | None:
+def provenance_of(answer: Answer, researcher: Researcher) -> Metadata | None:
     """An answer's output metadata, ``{"pplx_nb": record}`` (:mod:`pplx_nb._provenance`):
     where it is stored and what it was. ``None`` when it is not stored or the store cannot be
     read now; a display never fails for its provenance."""
@@ -130,7 +130,7 @@ def provenance_of(answer: Answer, store: ConversationStore) -> Metadata | None:
     if not answer.conversation_id:
         return None
     try:
-        conversation = store.load(answer.conversation_id)
+        conversation = researcher.history(answer.conversation_id, include_system=True)
     except PplxError:
         return None
     turn = find_turn(conversation, answer.text)

@@ -255,7 +255,7 @@ class PplxMagics(CellMagics):
 
     def _origin(self, answer: Answer) -> dict[str, Any] | None:
         """Where ``answer`` came from, saved with its output (see :mod:`pplx_nb.provenance`)."""
-        return provenance_of(answer, self.researcher.store)
+        return provenance_of(answer, self.researcher)
 
     # -- asking -------------------------------------------------------------------------------
 

@@ -245,7 +245,7 @@ class JobMonitor(widgets.VBox):  # type: ignore[misc]
             self._show_error(exc)
             return
         self.answer = answer
-        self.metadata = provenance_of(answer, self.researcher.store)
+        self.metadata = provenance_of(answer, self.researcher)
         self.bar.value = 100
         self.bar.description = "100%"
         self.bar.bar_style = "success"
