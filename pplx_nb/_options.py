@@ -9,9 +9,9 @@ the option as the surface it came from names it (:mod:`pplx_nb._option_names`).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, Literal, TypedDict, get_args
+from typing import Any, Literal, TypedDict, cast, get_args
 from urllib.parse import urlsplit
 
 from pplx_nb._errors import ValidationError
@@ -246,7 +246,7 @@ SEARCH_OPTIONS = frozenset(_RULES)
 """The option names ``Researcher.search`` and friends accept."""
 
 
-def check_options(opts: dict[str, Any]) -> dict[str, Any]:
+def check_options(opts: Mapping[str, object]) -> SearchOptions:
     """The options that are set (``None`` dropped), each checked; ValidationError otherwise.
 
     Unknown names and unaccepted values are refused with the accepted names or values listed.
@@ -259,4 +259,4 @@ def check_options(opts: dict[str, Any]) -> dict[str, Any]:
         )
     checked = {key: _RULES[key](key, value) for key, value in opts.items() if value is not None}
     check_date_order(checked, "search_after_date_filter", "search_before_date_filter")
-    return checked
+    return cast(SearchOptions, checked)

@@ -33,6 +33,7 @@ from pplx_nb._errors import (
     SubmissionUnknown,
 )
 from pplx_nb._models import Answer, JobStatus
+from pplx_nb.backends import open_queue
 from pplx_nb.jobs import JobQueue, Worker
 from pplx_nb.research import job_runner
 from pplx_nb.sim import inject_faults, serve, stats
@@ -49,7 +50,7 @@ def _researcher(settings: Settings, bad: Misbehaving, **update: Any) -> Research
 
 def _queue(r: Researcher) -> JobQueue:
     """The job queue of ``r``'s conversation folder, as another process would open it."""
-    return JobQueue.from_settings(r.settings)
+    return open_queue(r.settings)
 
 
 def _billed(sim_url: str) -> tuple[int, int]:

@@ -13,7 +13,7 @@ from support.misbehaving import Misbehaving
 
 from pplx_nb import JobStatus, Researcher, Settings
 from pplx_nb.api._activity import Activity, ActivityLog
-from pplx_nb.jobs import JobQueue
+from pplx_nb.backends import open_queue
 from pplx_nb.research._progress import (
     EXPECTED_RESEARCH_SECONDS,
     RunProgress,
@@ -104,7 +104,7 @@ def test_a_queued_job_shows_what_its_run_is_doing_while_it_runs(logs_dir: Path) 
         with Researcher(settings, async_deep_research=True) as researcher:
             queued = researcher.deep_research("How do asyncio tasks work?")
             assert isinstance(queued, JobStatus)
-            queue = JobQueue.from_settings(settings)
+            queue = open_queue(settings)
             researcher.ensure_worker()
             seen: list[tuple[int, str]] = []
             deadline = time.monotonic() + 60

@@ -34,9 +34,9 @@ def assistant_message(
     model: str,
     notes: Sequence[str] = (),
     show_thinking: bool = False,
-    **extra: Any,
+    job_id: str | None = None,
 ) -> Message:
-    """The assistant turn that stores ``answer`` (``extra``: more fields, e.g. ``jobId``).
+    """The assistant turn that stores ``answer`` (``job_id``: the job whose report it is).
 
     ``model`` is the one asked, kept when the API does not say which answered; the reasoning is
     kept only when ``show_thinking`` asked for it.
@@ -54,7 +54,7 @@ def assistant_message(
         thinking=answer.thinking if show_thinking else None,
         images=[_rekeyed(image, to_camel) for image in answer.images] or None,
         notes=list(notes) or None,
-        **extra,
+        job_id=job_id,
     )
 
 
@@ -115,9 +115,7 @@ def _job_answer(conversation: Conversation, job_id: str) -> Message | None:
         (
             message
             for message in reversed(conversation.messages)
-            if message.role == "assistant"
-            and message.model_extra
-            and message.model_extra.get("jobId") == job_id
+            if message.role == "assistant" and message.job_id == job_id
         ),
         None,
     )

@@ -29,7 +29,15 @@ from typing import TYPE_CHECKING, Any
 from pplx_nb._config import Settings
 from pplx_nb._errors import JobInProgress, LeaseLost, PplxError, SubmissionUnknown, redact
 from pplx_nb._logging import get_logger
-from pplx_nb._models import Conversation, JobStatus, Message, UnansweredState, closing_turn
+from pplx_nb._models import (
+    Conversation,
+    JobParams,
+    JobRequest,
+    JobStatus,
+    Message,
+    UnansweredState,
+    closing_turn,
+)
 
 if TYPE_CHECKING:
     from pplx_nb.jobs import JobQueue
@@ -140,11 +148,11 @@ class AnswerGuard:
         self,
         question: Message | None,
         tool: str,
-        request: dict[str, Any],
+        request: JobRequest,
         conversation_id: str | None = None,
         *,
         seed: Sequence[Message] = (),
-        params: dict[str, Any] | None = None,
+        params: JobParams | None = None,
     ) -> JobStatus:
         """Store ``question`` and queue its job in one step (all or nothing).
 
@@ -179,8 +187,8 @@ class AnswerGuard:
         self,
         conversation_id: str,
         tool: str,
-        request: dict[str, Any],
-        params: dict[str, Any] | None,
+        request: JobRequest,
+        params: JobParams | None,
     ) -> JobStatus:
         """Queue the job of a stored question if nothing else is under way (one locked step)."""
         with self._store.locked(conversation_id):

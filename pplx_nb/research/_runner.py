@@ -146,6 +146,12 @@ class TurnRunner:
             if replacement is not None:
                 raise replacement from exc
             raise
+        yield self._store_answer(turn, ticket, answer, tracker)
+
+    def _store_answer(
+        self, turn: Turn, ticket: Ticket, answer: Answer, tracker: Tracker | None
+    ) -> Answer:
+        """Store the paid ``answer`` (the ticket given up whatever happens), then say so."""
         try:
             completed = self._complete(turn, ticket, answer)
         finally:
@@ -153,7 +159,7 @@ class TurnRunner:
         # After storing: a progress callback that raises must not cost the paid answer.
         if tracker:
             tracker.update(COMPLETED)
-        yield completed
+        return completed
 
     def _failed(
         self, turn: Turn, ticket: Ticket | None, error: BaseException
