@@ -29,6 +29,7 @@ if TYPE_CHECKING:
         InvalidInput,
         JobInProgress,
         LeaseLost,
+        MissingExtra,
         NetworkError,
         PplxError,
         RemoteRunFailed,
@@ -73,6 +74,7 @@ _LAZY: dict[str, str] = {
     "JobStatus": "pplx_nb._models",
     "LeaseLost": "pplx_nb._errors",
     "Message": "pplx_nb._models",
+    "MissingExtra": "pplx_nb._errors",
     "NetworkError": "pplx_nb._errors",
     "PplxError": "pplx_nb._errors",
     "Progress": "pplx_nb._models",
@@ -110,6 +112,7 @@ __all__ = [
     "JobStatus",
     "LeaseLost",
     "Message",
+    "MissingExtra",
     "NetworkError",
     "PplxError",
     "Progress",
@@ -145,7 +148,14 @@ def __dir__() -> list[str]:
 
 
 def load_ipython_extension(ipython: Any) -> None:
-    """Called by ``%load_ext pplx_nb``: registers the ``%%pplx`` family of magics."""
+    """Called by ``%load_ext pplx_nb``: registers the ``%%pplx`` family of magics.
+
+    Raises:
+        MissingExtra: the notebook extra (IPython, ipywidgets, pandas) is not installed.
+    """
+    from pplx_nb._extras import require
+
+    require("notebook", "%load_ext pplx_nb")
     from pplx_nb.notebook.magics import load_ipython_extension as load
 
     load(ipython)

@@ -12,6 +12,7 @@ says what to do next. Each class also derives from the builtin a user would natu
     ├── JobInProgress (RuntimeError)           JOB_IN_PROGRESS
     ├── LeaseLost                              JOB_LEASE_EXPIRED    a job's worker lost its lease
     ├── CacheError                             CACHE_ERROR
+    ├── MissingExtra (ImportError)             MISSING_EXTRA        an extra is not installed
     └── APIError                               (status_code, retry_after, reason, request_id)
         ├── APIKeyInvalid (PermissionError)    API_KEY_INVALID      401 / 403
         ├── APIQuotaExceeded                   API_QUOTA_EXCEEDED   429 after retries
@@ -55,6 +56,7 @@ __all__ = [
     "InvalidInput",
     "JobInProgress",
     "LeaseLost",
+    "MissingExtra",
     "NetworkError",
     "PplxError",
     "RemoteRunFailed",
@@ -194,6 +196,13 @@ class CacheError(PplxError):
     code = "CACHE_ERROR"
 
 
+class MissingExtra(PplxError, ImportError):
+    """A feature needs an optional dependency that is not installed; the message names the
+    ``pip install`` line of the extra that brings it (see :mod:`pplx_nb._extras`)."""
+
+    code = "MISSING_EXTRA"
+
+
 class APIError(PplxError):
     """A failure talking to the Perplexity API (or the simulator).
 
@@ -330,6 +339,7 @@ _BY_CODE: dict[str, type[PplxError]] = {
         JobInProgress,
         LeaseLost,
         CacheError,
+        MissingExtra,
         APIError,
         APIKeyInvalid,
         APIQuotaExceeded,

@@ -41,6 +41,7 @@ from urllib.parse import urlsplit
 
 from pplx_nb._errors import ConversationNotFound, PplxError
 from pplx_nb._errors import ValidationError as PplxValidationError
+from pplx_nb._extras import require
 from pplx_nb._logging import get_logger
 from pplx_nb._markdown import defuse, link_citations, sources_markdown
 from pplx_nb._models import JOB_STATES, Conversation, Message
@@ -108,6 +109,7 @@ def to_dataframe(source: Exportable, level: Level = "messages") -> pd.DataFrame:
     ``total_cost_usd`` NaN, ``unknown_costs`` above 0 and the costs that are known in
     ``known_cost_usd``; the turn closing that run has ``cost_unknown`` True.
     """
+    require("notebook", "to_dataframe()", ("pandas",))
     builders = {"messages": _messages, "conversations": _conversations, "sources": _sources}
     if level not in builders:
         raise PplxValidationError(

@@ -148,21 +148,28 @@ def test_load_ext_imports_only_the_magic_machinery() -> None:
         "shell.run_line_magic('load_ext', 'pplx_nb')\n"
         "assert 'pplx' in shell.magics_manager.magics['cell']\n"
         "print(sorted(set(sys.modules) - before))\n"
+        "shell.run_cell('x = 1')\n"
+        "shell.run_cell('x = 2')\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True
     ).stdout
-    loaded = out.strip()
-    # It reads the settings (pydantic) to say who answers, and nothing heavier.
-    assert "answers come from the offline simulator" in loaded
+    loaded, *after = out.strip().splitlines()
     for heavy in (
         "pandas",
         "ipywidgets",
         "httpx2",
+        "pydantic",
         "pplx_nb.research",
         "pplx_nb._models",
+        "pplx_nb._config",
     ):
         assert f"'{heavy}'" not in loaded, f"%load_ext pplx_nb imported {heavy}"
+    # Loaded outside a cell, who answers is said once, as the first cell starts.
+    assert after == [
+        "pplx_nb loaded · answers come from the offline simulator (no PERPLEXITY_API_KEY set) · "
+        "%pplx_help lists the magics"
+    ]
 
 
 def test_pplx_streams_into_one_display_and_returns_the_answer(

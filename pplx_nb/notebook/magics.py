@@ -610,8 +610,35 @@ def load_ipython_extension(ipython: Any) -> None:
     ipython.events.register("pre_run_cell", magics.shown.clear)
     ipython.input_transformers_cleanup.append(magics.keep_question_marks)
     ipython.input_transformers_cleanup.append(magics.keep_empty_cells)
-    with contextlib.suppress(Exception):
-        show(loaded_bundle())
+    _say_who_answers_after_this_cell(ipython)
+
+
+def _say_who_answers_after_this_cell(ipython: Any) -> None:
+    """Show the loaded line, naming who answers, at the end of the cell that loaded pplx_nb (at
+    the start of the first cell when it was loaded outside one, as from IPython's config).
+
+    Naming the backend reads the settings, which imports pydantic (about 100 ms): the first
+    magic needs them anyway, and ``%load_ext`` itself stays at the cost of the magic machinery.
+    """
+    in_a_cell = getattr(ipython.displayhook, "exec_result", None) is not None
+    event = "post_run_cell" if in_a_cell else "pre_run_cell"
+
+    def say(_: object) -> None:
+        _forget_loaded_line(ipython)
+        with contextlib.suppress(Exception):
+            show(loaded_bundle())
+
+    _forget_loaded_line(ipython)
+    ipython._pplx_loaded_line = (event, say)
+    ipython.events.register(event, say)
+
+
+def _forget_loaded_line(ipython: Any) -> None:
+    """Drop the loaded line still waiting for a cell (shown, or unloaded before any cell ran)."""
+    pending = ipython.__dict__.pop("_pplx_loaded_line", None)
+    if pending is not None:
+        with contextlib.suppress(ValueError):
+            ipython.events.unregister(*pending)
 
 
 _MAGIC_CALL = re.compile(r"^get_ipython\(\)\.run_(?:line|cell)_magic\('pplx\w*'")
@@ -662,6 +689,7 @@ def unload_ipython_extension(ipython: Any) -> None:
     if magics is not None:
         with contextlib.suppress(ValueError):
             ipython.events.unregister("pre_run_cell", magics.shown.clear)
+    _forget_loaded_line(ipython)
     if magics is not None:
         for transformer in (magics.keep_question_marks, magics.keep_empty_cells):
             with contextlib.suppress(ValueError):

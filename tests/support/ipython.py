@@ -18,7 +18,8 @@ def loaded_shell(researcher: Researcher, *names: str) -> Iterator[InteractiveShe
     user variables ``names`` are removed afterwards."""
     shell = InteractiveShell.instance()
     magics.set_researcher(researcher)
-    shell.run_line_magic("load_ext", "pplx_nb")
+    with capture_output():  # loaded through a cell, as users do: it names who answers at its end
+        shell.run_cell("%load_ext pplx_nb")
     try:
         yield shell
     finally:
