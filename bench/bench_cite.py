@@ -20,6 +20,7 @@ from pathlib import Path
 from bench._util import median, ratio, scratch, table, timed
 from pplx_nb import cite
 from pplx_nb._models import Message, Source
+from pplx_nb.backends import open_store
 from pplx_nb.store import ConversationStore
 
 TITLE = "Citations and reports"
@@ -136,10 +137,10 @@ def run() -> str:
     with scratch("cite-") as folder:
         root = Path(folder)
         start = time.perf_counter()
-        big = ConversationStore(root / "big")
+        big = open_store(root=root / "big")
         _fill(big, 10_000, 3_000, 5)
         filled = time.perf_counter() - start
-        small = ConversationStore(root / "small")
+        small = open_store(root=root / "small")
         ids = _fill(small, 13, 50, 4)
         sections = [_export_rows(big, pandoc), _report_rows(small, ids, root, pandoc)]
     note = "" if pandoc else " pandoc is not installed: its rows are missing."

@@ -226,6 +226,10 @@ class Message(_Stored):
     thinking: str | None = None
     notes: list[str] | None = None
     """What the answer's caller should know, e.g. an attached file that was cut to fit."""
+    effort: str | None = None
+    """The effort the answer's run went with; ``preset``: the same in the API's deprecated
+    field."""
+    preset: str | None = None
     unanswered: Unanswered | None = None
     """Set on the assistant turn that closes a question which got no answer."""
     job_id: str | None = None
@@ -255,6 +259,8 @@ def closing_turn(
     cost_unknown: bool = False,
     job_id: str | None = None,
     remote_id: str | None = None,
+    cost: Cost | None = None,
+    usage: Usage | None = None,
 ) -> Message:
     """The assistant turn that closes a question left without an answer, saying why.
 
@@ -263,10 +269,13 @@ def closing_turn(
     cost; a SUBMISSION_UNKNOWN failure counts as one (it may have been billed). ``job_id``
     names the job that ended without an answer (``closesJob``): a report its run delivers
     after all takes this turn's place. ``remote_id``: the run the API named for the question;
-    a run that was started and did not answer counts as one whose cost is unknown.
+    a run that was started and did not answer counts as one whose cost is unknown, unless
+    ``cost`` says what it reported (a run stopped ``requires_action``; ``usage`` beside it).
     """
     reason = _NOT_ANSWERED[state] + (f" ({code})" if code else "")
-    unknown = cost_unknown or code == "SUBMISSION_UNKNOWN" or remote_id is not None
+    unknown = cost is None and (
+        cost_unknown or code == "SUBMISSION_UNKNOWN" or remote_id is not None
+    )
     return Message(
         role="assistant",
         content=f"This question was not answered: {reason}. Ask it again to get an answer.",
@@ -278,6 +287,8 @@ def closing_turn(
             cost_unknown=True if unknown else None,
             remote_id=remote_id,
         ),
+        cost=cost,
+        usage=usage,
         closes_job=job_id or None,
     )
 
@@ -414,6 +425,14 @@ class Answer(BaseModel):
     cost: Cost | None = None
     response_id: str | None = None
     finish_reason: str | None = None
+    effort: str | None = None
+    """The effort the run went with (``fast`` ... ``xhigh``, possibly pinned to a version), as
+    the API reports it, else as asked."""
+    preset: str | None = None
+    """The same as the API's deprecated ``preset`` field reports it."""
+    searched: bool | None = None
+    """Whether the run searched the web for this answer (``False``: from the model alone;
+    ``None``: not reported)."""
     conversation_id: str | None = None
     conversation_path: str | None = None
     reformulated_query: str | None = None

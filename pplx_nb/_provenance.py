@@ -15,7 +15,15 @@ from typing import NotRequired, TypedDict
 from pplx_nb._models import Conversation, Message
 from pplx_nb._redact import url_without_credentials
 
-__all__ = ["METADATA_KEY", "Provenance", "answer_hash", "find_turn", "record"]
+__all__ = [
+    "METADATA_KEY",
+    "Provenance",
+    "WebProvenance",
+    "answer_hash",
+    "find_turn",
+    "record",
+    "web_record",
+]
 
 METADATA_KEY = "pplx_nb"
 
@@ -35,6 +43,32 @@ class Provenance(TypedDict):
     version: str
     responseId: NotRequired[str]
     effort: NotRequired[str]
+
+
+class WebProvenance(TypedDict):
+    """The ``metadata["pplx_nb"]`` of web results (no answer; a conversation when saved)."""
+
+    query: str
+    createdAt: str
+    sources: list[str]
+    version: str
+    conversationId: NotRequired[str]
+
+
+def web_record(query: str, urls: list[str], conversation_id: str | None) -> WebProvenance:
+    """The provenance of Search API results shown now."""
+    from pplx_nb import __version__
+    from pplx_nb._models import now_iso
+
+    found: WebProvenance = {
+        "query": query,
+        "createdAt": now_iso(),
+        "sources": [url_without_credentials(url) for url in urls],
+        "version": __version__,
+    }
+    if conversation_id:
+        found["conversationId"] = conversation_id
+    return found
 
 
 def answer_hash(text: str) -> str:
@@ -86,6 +120,7 @@ def record(
     }
     if response_id:
         found["responseId"] = response_id
+    effort = effort or message.effort
     if effort:
         found["effort"] = effort
     return found

@@ -124,12 +124,15 @@ _UNSAFE_IN_URL = str.maketrans(
 
 @functools.lru_cache(maxsize=65_536)
 def canonical_url(url: str) -> str:
-    """One spelling per page: https, no ``www.``, no fragment, no trailing slash, no tracking
-    parameters (``utm_*``, ``fbclid``, ...), the other parameters sorted; the host lower-cased
-    and in its Unicode form (``xn--bcher-kva.de`` is ``bücher.de``), the path percent-encoded
-    one way (``%7E`` is ``~``, a space is ``%20``).
+    """One spelling per page: https, no ``www.``, no trailing slash, no tracking parameters
+    (``utm_*``, ``fbclid``, ...), the other parameters sorted; the host lower-cased and in its
+    Unicode form (``xn--bcher-kva.de`` is ``bücher.de``), the path percent-encoded one way
+    (``%7E`` is ``~``, a space is ``%20``).
 
-    Two sources are the same reference when their canonical URLs are equal.
+    Two sources are the same reference when their canonical URLs are equal. The fragment is
+    kept: on documentation pages it names the entry cited (``asyncio.html#asyncio.Task.cancel``
+    and ``#asyncio.wait_for`` are two references); a browser's text directive
+    (``#:~:text=...``) is dropped, as it only scrolls.
     """
     parts = _split(url)
     host = _unicode_host((parts.hostname or "").lower().rstrip(".").removeprefix("www."))
@@ -139,7 +142,8 @@ def canonical_url(url: str) -> str:
     query = sorted((k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True))
     kept = urlencode([(k, v) for k, v in query if not _TRACKING.match(k)])
     path = quote(_PERCENT.sub(_unreserved, parts.path), safe=_PATH_SAFE).rstrip("/")
-    return urlunsplit(("https", host, path, kept, ""))
+    fragment = parts.fragment.split(":~:", 1)[0]
+    return urlunsplit(("https", host, path, kept, fragment))
 
 
 _PERCENT = re.compile(r"%([0-9A-Fa-f]{2})")

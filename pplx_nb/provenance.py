@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import pydantic
+
 from pplx_nb._errors import (
     ConversationCorrupted,
     ConversationNotFound,
@@ -124,12 +126,14 @@ def check_notebook(notebook: Path | str, store: ConversationStore) -> list[Check
 
 
 def records_of(outputs: Iterable[Any]) -> Iterator[tuple[int, dict[str, Any]]]:
-    """``(position, record)`` for each displayed output that carries one: the ``outputs`` of
-    IPython's ``%%capture`` (or anything with a ``metadata`` mapping), counted from 1."""
-    for number, output in enumerate(outputs, 1):
+    """``(n, record)`` for each displayed output that carries one, the n-th such output: the
+    ``outputs`` of IPython's ``%%capture`` (or anything with a ``metadata`` mapping)."""
+    number = 0
+    for output in outputs:
         metadata = getattr(output, "metadata", None)
         found = metadata.get(METADATA_KEY) if isinstance(metadata, Mapping) else None
         if isinstance(found, dict) and isinstance(found.get("conversationId"), str):
+            number += 1
             yield number, found
 
 
@@ -189,13 +193,25 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _open(where: str | None) -> ConversationStore:
+    """The store ``--store`` names (a folder or a ``redis://`` URL), else the settings' one."""
+    from pplx_nb._config import Settings
+    from pplx_nb.backends import is_store_url, open_store
+
     if where is None:
-        from pplx_nb._config import Settings
-
-        return ConversationStore.from_settings(Settings.from_env())
-    from pplx_nb.store.__main__ import open_store
-
-    return open_store(where, "--store")
+        return open_store()
+    if is_store_url(where):
+        try:
+            settings = Settings(store_url=where)
+        except pydantic.ValidationError as exc:
+            problem = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
+            raise ValidationError(f"--store: {problem}") from None
+        return open_store(settings)
+    if not Path(where).expanduser().is_dir():
+        raise ValidationError(
+            f"--store {where} is not a folder. Pass the conversation-logs folder the notebook's "
+            "answers were stored in, or a redis:// URL."
+        )
+    return open_store(root=where)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from bibtexparser.entrypoint import parse_string
 from pplx_nb import ConversationStore, Message, Source, ValidationError, cite
 from pplx_nb._models import Answer
 from pplx_nb._references import canonical_url
+from pplx_nb.backends import open_store
 
 SCHEMA = json.loads((Path(__file__).parent / "data" / "csl-data.json").read_text("utf-8"))
 
@@ -38,14 +39,19 @@ ASYNCIO = Source(
     title="Coroutines and Tasks",
     date="2024-05-17",
 )
-ASYNCIO_AGAIN = Source(url="http://www.docs.python.org/3/library/asyncio-task.html/")
+ASYNCIO_AGAIN = Source(
+    url="http://www.docs.python.org/3/library/asyncio-task.html/#asyncio.wait_for"
+)
 QUEUES = Source(url="https://docs.python.org/3/library/asyncio-queue.html", title="Queues")
 
 
 @pytest.mark.parametrize(
     ("url", "canonical"),
     [
-        ("http://www.Example.org/a/b/?utm_source=x&b=2&a=1#top", "https://example.org/a/b?a=1&b=2"),
+        ("http://www.Example.org/a/b/?utm_source=x&b=2&a=1", "https://example.org/a/b?a=1&b=2"),
+        ("https://docs.python.org/3/x.html#a.b", "https://docs.python.org/3/x.html#a.b"),
+        ("https://example.org/p#:~:text=hello", "https://example.org/p"),
+        ("https://example.org/p#top:~:text=hello", "https://example.org/p#top"),
         ("https://example.org/?fbclid=abc", "https://example.org"),
         ("https://example.org:8443/x", "https://example.org:8443/x"),
         ("https://example.org:443/x", "https://example.org/x"),
@@ -98,7 +104,7 @@ def test_keys_are_readable_suffixed_on_a_clash_and_the_same_page_is_one_referenc
 def test_a_page_keeps_its_key_across_conversations_and_as_the_store_grows(
     logs_dir: Path,
 ) -> None:
-    store = ConversationStore(logs_dir)
+    store = open_store(root=logs_dir)
     rival = Source(url="https://docs.python.org/other", title="Coroutines", date="2024-02-02")
     first = _conversation(store, "q1", _answer_message("[1]", ASYNCIO))
     second = _conversation(store, "q2", _answer_message("[1] [2]", rival, ASYNCIO_AGAIN))
@@ -130,7 +136,7 @@ def test_only_cited_sources_unless_consulted_is_asked(logs_dir: Path) -> None:
 
 
 def test_the_store_filters_choose_conversations(logs_dir: Path) -> None:
-    store = ConversationStore(logs_dir)
+    store = open_store(root=logs_dir)
     _conversation(store, "about tasks", _answer_message("[1]", ASYNCIO))
     _conversation(store, "about queues", _answer_message("[1]", QUEUES))
     titles = [r.item["title"] for r in cite.collect(store, text="queues")]
@@ -138,7 +144,7 @@ def test_the_store_filters_choose_conversations(logs_dir: Path) -> None:
 
 
 def test_no_sources_is_an_empty_bibliography_not_an_error(logs_dir: Path) -> None:
-    store = ConversationStore(logs_dir)
+    store = open_store(root=logs_dir)
     cid = _conversation(store, "q", _answer_message("No sources here."))
     assert cite.to_bibtex([cid], store=store) == ""
     assert json.loads(cite.to_csl_json([cid], store=store)) == []

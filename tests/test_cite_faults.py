@@ -12,11 +12,12 @@ import pytest
 from test_cite_report import _pandoc
 
 from pplx_nb import ConversationStore, Message, Source, ValidationError, cite
+from pplx_nb.backends import open_store
 
 
 @pytest.fixture
 def store(logs_dir: Path) -> ConversationStore:
-    return ConversationStore(logs_dir)
+    return open_store(root=logs_dir)
 
 
 def _conversation(store: ConversationStore, text: str, *sources: Source) -> str:
@@ -265,7 +266,7 @@ def test_one_page_spelt_many_ways_is_one_reference(store: ConversationStore) -> 
     spellings = [
         "https://example.com/caf%C3%A9/~notes/a b",
         "http://www.EXAMPLE.com./caf%c3%a9/%7Enotes/a%20b/",
-        "https://example.com/café/~notes/a%20b?utm_source=feed#part",
+        "https://example.com/café/~notes/a%20b?utm_source=feed",
     ]
     idn = ["https://bücher.de/x", "https://xn--bcher-kva.de/x/"]
     sources = [Source(url=url, title="Café notes") for url in spellings + idn]

@@ -96,3 +96,36 @@ def test_report_links_in_the_notebook_are_paths_whatever_the_file_is_called(
         "./javascript%3Aalert%281%29%23x.md",
         "./references.bib",
     ]
+
+
+def test_every_answer_output_records_where_it_came_from(
+    shell: InteractiveShell, async_researcher: Researcher
+) -> None:
+    from pplx_nb.provenance import check_records, records_of
+
+    class Output:
+        def __init__(self, metadata: dict[str, object]) -> None:
+            self.metadata = metadata
+
+    def records(run: Run) -> list[dict[str, object]]:
+        return [found for _, found in records_of(Output(m) for m in run.metadata)]
+
+    asked = Run(shell, "%%pplx\nHow do I cancel an asyncio task?")
+    followed = Run(shell, "%pplx_followup and how do I wait for it?")
+    researched = Run(shell, "%%pplx_research --wait\nHow does asyncio schedule callbacks?")
+    web = Run(shell, "%%pplx_web -n 3 --save\nasyncio TaskGroup")
+    found = [records(run) for run in (asked, followed, researched)]
+    assert [len(r) for r in found] == [1, 1, 1], found
+    first, second, third = (r[0] for r in found)
+    assert first["conversationId"] == second["conversationId"] == asked.result.conversation_id
+    assert (first["turn"], second["turn"]) == (2, 4)  # after the system prompt
+    assert first["query"] == "How do I cancel an asyncio task?"
+    assert second["reformulatedQuery"]
+    assert first["sources"] == [s.url for s in asked.result.sources]
+    assert first["model"] == asked.result.model and first["version"]
+    store = async_researcher.store
+    checked = check_records(enumerate([first, second, third], 1), store)
+    assert [c.status for c in checked] == ["matching"] * 3
+    web_record = [m["pplx_nb"] for m in web.metadata if "pplx_nb" in m]
+    assert web_record and web_record[0]["query"] == "asyncio TaskGroup"
+    assert web_record[0]["conversationId"] == web.result.conversation_id

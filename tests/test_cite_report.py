@@ -14,6 +14,7 @@ from bibtexparser.entrypoint import parse_string
 
 from pplx_nb import ConversationStore, Message, Source, ValidationError, cite
 from pplx_nb._models import Unanswered
+from pplx_nb.backends import open_store
 
 TASKS = Source(
     url="https://docs.python.org/3/library/asyncio-task.html",
@@ -34,7 +35,7 @@ def _reply(text: str, *sources: Source) -> Message:
 
 @pytest.fixture
 def store(logs_dir: Path) -> ConversationStore:
-    return ConversationStore(logs_dir)
+    return open_store(root=logs_dir)
 
 
 @pytest.fixture

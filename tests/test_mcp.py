@@ -32,6 +32,7 @@ from support.mcp import INITIALIZE, ROOT, TOOLS, UNKNOWN_ID, http_server, server
 from pplx_nb import Researcher, Settings
 from pplx_nb._markdown import link_citations
 from pplx_nb._models import Progress, Source
+from pplx_nb.backends import open_store
 from pplx_nb.mcp._progress import ProgressRelay
 
 
@@ -857,11 +858,10 @@ def test_history_says_when_a_followup_is_still_being_answered_and_followups_wait
     client: McpClient,
 ) -> None:
     from pplx_nb._layout import ANSWERING_FILE
-    from pplx_nb.store import ConversationStore
 
     first = client.call("perplexity_search", {"query": "How do I cancel an asyncio task?"})
     cid, path = _data(first)["conversationId"], Path(_data(first)["conversationPath"])
-    store = ConversationStore(path.parent)
+    store = open_store(root=path.parent)
     # What a search follow-up in flight leaves (this process is alive, so the marker is live).
     with store.locked(cid):
         token = store.mark_answering(cid, 600)
@@ -1160,11 +1160,10 @@ def test_resources_list_the_newest_hundred_and_ids_complete_newest_first(tmp_pat
     from mcp import Client
     from mcp_types import ResourceTemplateReference
 
-    from pplx_nb import ConversationStore
     from pplx_nb.mcp.server import create_server
 
     settings = Settings(offline=True, conversation_logs_dir=tmp_path / "logs")
-    store = ConversationStore.from_settings(settings)
+    store = open_store(settings)
     made = [
         store.create([{"role": "user", "content": f"q{n}"}]).conversation_id for n in range(105)
     ]

@@ -11,7 +11,8 @@ import nbformat
 import pytest
 
 from pplx_nb import ConversationStore, Message, Source, ValidationError
-from pplx_nb._provenance import METADATA_KEY, answer_hash, find_turn, record
+from pplx_nb._provenance import METADATA_KEY, answer_hash, find_turn, record, web_record
+from pplx_nb.backends import open_store
 from pplx_nb.provenance import check_notebook
 
 
@@ -48,7 +49,7 @@ def _notebook(path: Path, store: ConversationStore, *answers: tuple[str, int]) -
 
 
 def test_the_record_says_where_the_answer_came_from(logs_dir: Path) -> None:
-    store = ConversationStore(logs_dir)
+    store = open_store(root=logs_dir)
     cid, turn = _stored(store, "Call task.cancel() [1].")
     found = record(store.load(cid), turn, response_id="resp_1", effort="low")
     assert found == {
@@ -69,7 +70,7 @@ def test_the_record_says_where_the_answer_came_from(logs_dir: Path) -> None:
 
 
 def test_matching_changed_and_missing(logs_dir: Path, tmp_path: Path) -> None:
-    store = ConversationStore(logs_dir)
+    store = open_store(root=logs_dir)
     kept = _stored(store, "Kept as shown.")
     edited = _stored(store, "Edited later.")
     deleted = _stored(store, "Deleted later.")
@@ -94,7 +95,7 @@ def test_matching_changed_and_missing(logs_dir: Path, tmp_path: Path) -> None:
 def test_the_command_line_says_it_and_exits_accordingly(
     logs_dir: Path, tmp_path: Path, edit: bool, code: int
 ) -> None:
-    store = ConversationStore(logs_dir)
+    store = open_store(root=logs_dir)
     answer = _stored(store, "An answer.")
     path = tmp_path / "n.ipynb"
     _notebook(path, store, answer)
@@ -140,7 +141,7 @@ def test_bytes_that_are_no_notebook_are_a_validation_error(
     path = tmp_path / "n.ipynb"
     path.write_bytes(content)
     with pytest.raises(ValidationError, match=said):
-        check_notebook(path, ConversationStore(logs_dir))
+        check_notebook(path, open_store(root=logs_dir))
 
 
 @pytest.mark.parametrize("name", ["missing.ipynb", "folder.ipynb"])
@@ -149,13 +150,13 @@ def test_a_path_that_is_no_file_is_a_validation_error(
 ) -> None:
     (tmp_path / "folder.ipynb").mkdir()
     with pytest.raises(ValidationError, match="is not a file"):
-        check_notebook(tmp_path / name, ConversationStore(logs_dir))
+        check_notebook(tmp_path / name, open_store(root=logs_dir))
 
 
 def test_outputs_of_the_wrong_shape_carry_no_record(logs_dir: Path, tmp_path: Path) -> None:
     """A hand-edited notebook: outputs that are not objects, metadata that is not a mapping,
     a turn that is a string or a boolean, an id that is a path."""
-    store = ConversationStore(logs_dir)
+    store = open_store(root=logs_dir)
     cid, turn = _stored(store, "An answer.")
     good = {"metadata": {METADATA_KEY: record(store.load(cid), turn)}}
     document = {
@@ -178,7 +179,7 @@ def test_outputs_of_the_wrong_shape_carry_no_record(logs_dir: Path, tmp_path: Pa
 
 
 def test_the_record_carries_no_url_credentials(logs_dir: Path) -> None:
-    store = ConversationStore(logs_dir)
+    store = open_store(root=logs_dir)
     conversation = store.create(
         [
             Message(role="user", content="Q?"),
@@ -197,7 +198,7 @@ def test_the_record_carries_no_url_credentials(logs_dir: Path) -> None:
 def test_a_corrupted_conversation_is_changed_and_the_others_still_checked(
     logs_dir: Path, tmp_path: Path
 ) -> None:
-    store = ConversationStore(logs_dir)
+    store = open_store(root=logs_dir)
     broken, kept = _stored(store, "An answer."), _stored(store, "Another answer.")
     path = tmp_path / "n.ipynb"
     _notebook(path, store, broken, kept)
@@ -208,3 +209,10 @@ def test_a_corrupted_conversation_is_changed_and_the_others_still_checked(
         (kept[0], "matching"),
     ]
     assert "corrupted" in checked[0].detail
+
+
+def test_a_web_record_carries_no_url_credentials() -> None:
+    found = web_record("q", ["https://bob:hunter2-pass@intranet.example/p?token=t0k3n"], None)
+    saved = json.dumps(found)
+    assert "intranet.example/p" in saved
+    assert "hunter2-pass" not in saved and "t0k3n" not in saved

@@ -28,6 +28,7 @@ from support.misbehaving import Misbehaving
 from pplx_nb import Researcher, Settings
 from pplx_nb._errors import PplxError
 from pplx_nb._models import JobStatus, Message
+from pplx_nb.backends import open_queue
 from pplx_nb.jobs import JobQueue
 from pplx_nb.sim import stats
 
@@ -209,7 +210,7 @@ def test_a_worker_paused_past_its_lease_mid_submission_hands_its_run_to_the_next
                 with _pausing(worker.pid) as pause:
                     bad.on_submission = pause
                     assert pause.stopped.wait(60), "the worker never submitted the run"
-                    queue = JobQueue.from_settings(settings)
+                    queue = open_queue(settings)
                     _requeue_past_lease(queue, timeout=30)
                     requeued = queue.status(cid)
                     assert requeued is not None and requeued.status == "pending"

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from pplx_nb._citation_formats import to_bibtex_text
+from pplx_nb._extras import require
 from pplx_nb._fs import atomic_write_bytes, fs_errors
 from pplx_nb._markdown import (
     cited_and_consulted,
@@ -144,6 +145,7 @@ def write_report(
 ) -> Report:
     """Write the report of ``conversations`` to ``path`` (Markdown), with ``references.bib``,
     the style's ``.csl`` and ``<name>.html`` beside it; ``book`` holds the keys."""
+    require("notebook", "A report's HTML (rendered in a citation style)", ("citeproc", "mistune"))
     style = style_path(options.style)
     path = path.expanduser()
     targets = _targets(path, style)

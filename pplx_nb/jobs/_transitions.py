@@ -31,6 +31,7 @@ from pplx_nb._errors import (
     LeaseLost,
     PplxError,
     RemoteRunFailed,
+    RunRequiresAction,
     RunTimedOut,
     redact,
 )
@@ -80,10 +81,12 @@ NON_RETRYABLE = frozenset(
         "CONVERSATION_NOT_FOUND",
         "CONVERSATION_CORRUPTED",
         "SUBMISSION_UNKNOWN",
+        "RUN_REQUIRES_ACTION",
     }
 )
-"""Error codes that fail a job at once: running it again would fail the same way, or (a
-submission whose outcome is unknown) might pay for a second run."""
+"""Error codes that fail a job at once: running it again would fail the same way (a run that
+stopped to wait for an action would stop again, paid for again), or (a submission whose outcome
+is unknown) might pay for a second run."""
 
 LEASE_EXPIRED = LeaseLost.code
 
@@ -381,6 +384,8 @@ def fail_or_retry(
                 update={"message": info.message + " The next attempt submits a new background run."}
             )
     update["error_history"] = [*status.error_history, info]
+    if isinstance(error, RunRequiresAction) and error.cost is not None:
+        update["result"] = {"cost": error.cost.total_cost}  # billed, and known
     failed = status.model_copy(update=update)
     if retry:
         return _requeued(failed, now), True

@@ -9,12 +9,12 @@ from __future__ import annotations
 import argparse
 import html
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from IPython.core.magic import magics_class, no_var_expand
 
-from pplx_nb._errors import ValidationError
+from pplx_nb._errors import PplxError, ValidationError
 from pplx_nb._fs import atomic_write_bytes, fs_errors
 from pplx_nb.notebook._input import (
     argument,
@@ -25,7 +25,13 @@ from pplx_nb.notebook._input import (
 )
 from pplx_nb.notebook._kernel import CellMagics, line_magic, show
 
-__all__ = ["PplxCiteMagics"]
+if TYPE_CHECKING:
+    from pplx_nb._models import Answer
+    from pplx_nb._web_results import WebResults
+    from pplx_nb.notebook.display import Metadata
+    from pplx_nb.research import Researcher
+
+__all__ = ["PplxCiteMagics", "provenance_of", "web_provenance"]
 
 
 @magics_class
@@ -118,6 +124,35 @@ class PplxCiteMagics(CellMagics):
         return [self._conversation(i) for i in given] if given else [self._conversation(None)]
 
 
+def provenance_of(answer: Answer, researcher: Researcher) -> Metadata | None:
+    """An answer's output metadata, ``{"pplx_nb": record}`` (:mod:`pplx_nb._provenance`):
+    where it is stored and what it was. ``None`` when it is not stored or the store cannot be
+    read now; a display never fails for its provenance."""
+    # Imported here: %load_ext pplx_nb loads this module and must not load pydantic.
+    from pplx_nb._provenance import METADATA_KEY, find_turn, record
+
+    if not answer.conversation_id:
+        return None
+    try:
+        conversation = researcher.history(answer.conversation_id, include_system=True)
+    except PplxError:
+        return None
+    turn = find_turn(conversation, answer.text)
+    if turn is None:
+        return None
+    found = record(conversation, turn, response_id=answer.response_id, effort=answer.effort)
+    return {METADATA_KEY: dict(found)}
+
+
+def web_provenance(results: WebResults) -> Metadata:
+    """Web results' output metadata: the query, the pages, when (and the conversation, when
+    they were saved)."""
+    from pplx_nb._provenance import METADATA_KEY, web_record
+
+    urls = [source.url for source in results]
+    return {METADATA_KEY: dict(web_record(results.query, urls, results.conversation_id))}
+
+
 def _write_new(path: Path, text: str, *, force: bool) -> Path:
     path = path.expanduser()
     if path.is_dir() or not path.name:
@@ -157,10 +192,7 @@ def _report_bundle(report: Any) -> dict[str, str]:
         f"{report.markdown} (render with `pandoc --citeproc {report.markdown.name} -o "
         f"report.pdf` beside {report.bibliography.name}), and {report.html} (ready to read)."
     )
-    links = " · ".join(
-        f'<a href="{html.escape(_relative(p))}" target="_blank">{html.escape(p.name)}</a>'
-        for p in (report.html, report.markdown, report.bibliography)
-    )
+    links = " · ".join(_link(p) for p in (report.html, report.markdown, report.bibliography))
     return {
         "text/plain": said,
         "text/html": (
@@ -172,12 +204,17 @@ def _report_bundle(report: Any) -> dict[str, str]:
     }
 
 
-def _relative(path: Path) -> str:
-    """A link a notebook can open: relative to the working directory when it is under it.
+def _link(path: Path) -> str:
+    """A link JupyterLab opens for a file under the working directory (the notebook's
+    folder); elsewhere the path, which a browser page cannot open.
 
     Percent-encoded and starting with ``./``: a file named ``javascript:x.md`` or ``a#b.md``
     is a path, never a scheme or a fragment."""
     try:
-        return "./" + quote(str(path.resolve().relative_to(Path.cwd().resolve())))
+        relative = path.resolve().relative_to(Path.cwd().resolve())
     except ValueError:
-        return path.resolve().as_uri()
+        return f"<code>{html.escape(str(path))}</code>"
+    return (
+        f'<a href="./{html.escape(quote(relative.as_posix()))}" target="_blank">'
+        f"{html.escape(path.name)}</a>"
+    )

@@ -24,9 +24,10 @@ from traitlets import Bool, Float
 
 from pplx_nb._errors import PplxError
 from pplx_nb._sync import TICK, iterate_sync
-from pplx_nb.notebook._cite import PplxCiteMagics
+from pplx_nb.notebook._cite import PplxCiteMagics, provenance_of, web_provenance
 from pplx_nb.notebook._input import (
     argument,
+    empty_cell_keeper,
     interpolate,
     magic_arguments,
     output_options,
@@ -72,6 +73,7 @@ from pplx_nb.notebook.display import (
 
 if TYPE_CHECKING:
     from pplx_nb._models import Answer, JobStatus, Progress
+    from pplx_nb.notebook.widgets import JobMonitor
     from pplx_nb.research import WebResults
 
 __all__ = [
@@ -84,6 +86,9 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+_SETTLE_SECONDS = 10.0
+"""How long a magic waits for a job's live monitor to show how the job ended."""
 
 
 @magics_class
@@ -109,9 +114,10 @@ class PplxMagics(CellMagics):
     def __init__(self, shell: Any) -> None:
         super().__init__(shell)
         self.shown = Shown()
-        self.monitors: set[str] = set()
+        self.monitors: dict[str, JobMonitor] = {}
         """Jobs a live JobMonitor in this kernel follows: their report shows there."""
         self.keep_question_marks = question_mark_keeper(self.magics["line"])
+        self.keep_empty_cells = empty_cell_keeper(self.magics["cell"])
 
     # -- showing answers and jobs ---------------------------------------------------------------
 
@@ -152,7 +158,7 @@ class PplxMagics(CellMagics):
             view.fail(exc, debug=debug)
             raise AlreadyShown(exc) from exc
         live = self._buttons(answer)
-        view.finish(answer, related=not live, branch_of=branch_of)
+        view.finish(answer, related=not live, branch_of=branch_of, metadata=self._origin(answer))
         if live:
             self._related_buttons(answer)
         return answer
@@ -194,16 +200,25 @@ class PplxMagics(CellMagics):
         if self.widgets_live:
             from pplx_nb.notebook.widgets import JobMonitor
 
-            show_widget(
-                JobMonitor(
-                    status.conversation_id,
-                    self.researcher,
-                    interval=float(self.monitor_interval),
-                )
+            monitor = JobMonitor(
+                status.conversation_id,
+                self.researcher,
+                interval=float(self.monitor_interval),
+                status=status,
             )
-            self.monitors.add(status.conversation_id)
+            show_widget(monitor)
+            self.monitors[status.conversation_id] = monitor
         else:
             show(job_bundle(status))
+
+    def _settle(self, conversation_id: str) -> None:
+        """Have the job's live monitor, if any, show how the job ended, and publish it from
+        this cell: nbclient (nbconvert, papermill) applies only the updates of the cell it runs,
+        so the notebook it saves then holds the job's last state, not "pending"."""
+        monitor = self.monitors.get(conversation_id)
+        if monitor is not None:
+            monitor.join(_SETTLE_SECONDS)
+            monitor.publish()
 
     def _blocking(
         self,
@@ -232,10 +247,15 @@ class PplxMagics(CellMagics):
         if not isinstance(result, Answer):
             view.close()
         elif report_above:
-            view.close(done_bundle(result, elapsed=view.elapsed))
+            view.close(done_bundle(result, elapsed=view.elapsed), self._origin(result))
         else:
-            view.close(answer_bundle(result, elapsed=view.elapsed, research=True))
+            answered = answer_bundle(result, elapsed=view.elapsed, research=True)
+            view.close(answered, self._origin(result))
         return result
+
+    def _origin(self, answer: Answer) -> dict[str, Any] | None:
+        """Where ``answer`` came from, saved with its output (see :mod:`pplx_nb.provenance`)."""
+        return provenance_of(answer, self.researcher)
 
     # -- asking -------------------------------------------------------------------------------
 
@@ -411,7 +431,7 @@ class PplxMagics(CellMagics):
             args = self._parse(self.pplx_web, line)
             query = self._question(args.words, cell, args.raw)
             results = self.researcher.web_search(query, **web_opts(args))
-            show(web_results_bundle(results))
+            show(web_results_bundle(results), web_provenance(results))
             self.shown.add(results)
             remember(results.conversation_id)
             self._store(args, results.to_dataframe())
@@ -453,6 +473,7 @@ class PplxMagics(CellMagics):
                 f"`%pplx_wait {cid}` waits again.",
                 report_above=self._monitored(cid),
             )
+            self._settle(cid)
             return self._finish(args, result)  # type: ignore[return-value]
         return None
 
@@ -512,6 +533,7 @@ class PplxMagics(CellMagics):
             args = self._parse(self.pplx_cancel, line)
             cid = self._conversation(unquote(args.id) if args.id else None)
             status = self.researcher.cancel(cid)
+            self._settle(cid)
             show(cancel_bundle(cid, status))
             if status is not None:
                 self.shown.add(status)
@@ -556,13 +578,13 @@ class PplxMagics(CellMagics):
 
         if isinstance(value, Answer):
             live = self._buttons(value)
-            show(answer_bundle(value, related=not live))
+            show(answer_bundle(value, related=not live), self._origin(value))
             if live:
                 self._related_buttons(value)
         elif isinstance(value, Conversation):
             show(conversation_bundle(value))
         elif isinstance(value, WebResults):
-            show(web_results_bundle(value))
+            show(web_results_bundle(value), web_provenance(value))
         else:
             show(job_bundle(value))
 
@@ -581,24 +603,54 @@ def load_ipython_extension(ipython: Any) -> None:
     ipython.register_magics(magics, PplxLookbackMagics(ipython), PplxCiteMagics(ipython))
     register_exit()
     if is_terminal(ipython):
-        _quiet_after_magics(ipython)
+        _quiet_after_magics(ipython, magics.shown)
     formatter = ipython.display_formatter.ipython_display_formatter
     for module, name in _DISPLAYED_TYPES:
         formatter.for_type_by_name(module, name, magics.display_result)
     ipython.events.register("pre_run_cell", magics.shown.clear)
     ipython.input_transformers_cleanup.append(magics.keep_question_marks)
-    with contextlib.suppress(Exception):
-        show(loaded_bundle())
+    ipython.input_transformers_cleanup.append(magics.keep_empty_cells)
+    _say_who_answers_after_this_cell(ipython)
+
+
+def _say_who_answers_after_this_cell(ipython: Any) -> None:
+    """Show the loaded line, naming who answers, at the end of the cell that loaded pplx_nb (at
+    the start of the first cell when it was loaded outside one, as from IPython's config).
+
+    Naming the backend reads the settings, which imports pydantic (about 100 ms): the first
+    magic needs them anyway, and ``%load_ext`` itself stays at the cost of the magic machinery.
+    """
+    in_a_cell = getattr(ipython.displayhook, "exec_result", None) is not None
+    event = "post_run_cell" if in_a_cell else "pre_run_cell"
+
+    def say(_: object) -> None:
+        _forget_loaded_line(ipython)
+        with contextlib.suppress(Exception):
+            show(loaded_bundle())
+
+    _forget_loaded_line(ipython)
+    ipython._pplx_loaded_line = (event, say)
+    ipython.events.register(event, say)
+
+
+def _forget_loaded_line(ipython: Any) -> None:
+    """Drop the loaded line still waiting for a cell (shown, or unloaded before any cell ran)."""
+    pending = ipython.__dict__.pop("_pplx_loaded_line", None)
+    if pending is not None:
+        with contextlib.suppress(ValueError):
+            ipython.events.unregister(*pending)
 
 
 _MAGIC_CALL = re.compile(r"^get_ipython\(\)\.run_(?:line|cell)_magic\('pplx\w*'")
 
 
-def _quiet_after_magics(ipython: Any) -> None:
-    """In a terminal, no ``Out[n]:`` for a magic's result: the magic has shown it already.
+def _quiet_after_magics(ipython: Any, shown: Shown) -> None:
+    """In a terminal, no ``Out[n]:`` for a result the magic has shown already.
 
     IPython prints the prompt for any value a cell ends with, even one that displays nothing
-    more; a cell whose last line is a pplx magic call is made quiet instead (as with ``;``).
+    more; a cell whose last line is a pplx magic call that showed its result is made quiet
+    instead (as with ``;``). A result it left to the display hook (``%pplx_history``'s
+    conversation, ``%pplx_conversations``' table) is shown as any other.
     """
     hook = ipython.displayhook
     if getattr(hook, "_pplx_quiet", None) is not None:
@@ -611,7 +663,8 @@ def _quiet_after_magics(ipython: Any) -> None:
         except (IndexError, AttributeError):
             cell = ""
         lines = [line for line in cell.splitlines() if line.strip()]
-        return bool(lines and _MAGIC_CALL.match(lines[-1].strip())) or bool(original())
+        magic = bool(lines and _MAGIC_CALL.match(lines[-1].strip()))
+        return (magic and bool(shown.ids)) or bool(original())
 
     hook._pplx_quiet = original
     hook.quiet = quiet
@@ -636,9 +689,11 @@ def unload_ipython_extension(ipython: Any) -> None:
     if magics is not None:
         with contextlib.suppress(ValueError):
             ipython.events.unregister("pre_run_cell", magics.shown.clear)
+    _forget_loaded_line(ipython)
     if magics is not None:
-        with contextlib.suppress(ValueError):
-            ipython.input_transformers_cleanup.remove(magics.keep_question_marks)
+        for transformer in (magics.keep_question_marks, magics.keep_empty_cells):
+            with contextlib.suppress(ValueError):
+                ipython.input_transformers_cleanup.remove(transformer)
     hook = ipython.displayhook
     original = getattr(hook, "_pplx_quiet", None)
     if original is not None:

@@ -54,6 +54,8 @@ def assistant_message(
         thinking=answer.thinking if show_thinking else None,
         images=[_rekeyed(image, to_camel) for image in answer.images] or None,
         notes=list(notes) or None,
+        effort=answer.effort,
+        preset=answer.preset,
         job_id=job_id,
     )
 
@@ -99,6 +101,8 @@ def stored_answer(
         conversation_path=path,
         reformulated_query=_previous_user(conversation, message),
         notes=list(message.notes or ()),
+        effort=message.effort,
+        preset=message.preset,
     )
 
 

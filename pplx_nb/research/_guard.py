@@ -27,7 +27,14 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pplx_nb._config import Settings
-from pplx_nb._errors import JobInProgress, LeaseLost, PplxError, SubmissionUnknown, redact
+from pplx_nb._errors import (
+    JobInProgress,
+    LeaseLost,
+    PplxError,
+    RunRequiresAction,
+    SubmissionUnknown,
+    redact,
+)
 from pplx_nb._logging import get_logger
 from pplx_nb._models import (
     Conversation,
@@ -335,7 +342,13 @@ class Ticket:
             then = None if token is None else lambda: store.clear_answering(conversation_id, token)
             named = error.request_id if isinstance(error, SubmissionUnknown) else None
             run = self.remote_id or named
-            closing = closing_turn(*_unanswered(error), remote_id=run)
+            spent = error if isinstance(error, RunRequiresAction) else None
+            closing = closing_turn(
+                *_unanswered(error),
+                remote_id=run,
+                cost=spent.cost if spent else None,
+                usage=spent.usage if spent else None,
+            )
             with contextlib.suppress(PplxError):
                 if store.close_question(conversation_id, closing, then=then):
                     return

@@ -40,7 +40,8 @@ class JobDesk:
 
     Args:
         settings: job retries and lease.
-        store: the conversations (the queue lives in the same folder).
+        store: the conversations.
+        queue: the job queue beside them (opened with them, asking that store).
         runner: what the in-process worker runs for each job.
         run_here: whether queued jobs are run by this process's worker as soon as queued
             (async deep research on).
@@ -50,6 +51,7 @@ class JobDesk:
         self,
         settings: Settings,
         store: ConversationStore,
+        queue: JobQueue,
         runner: Callable[[], DeepResearchRunner],
         *,
         run_here: bool,
@@ -59,25 +61,12 @@ class JobDesk:
         self._runner = runner
         self._run_here = run_here
         self._lock = threading.RLock()
-        self._queue: JobQueue | None = None
+        self._queue = queue
         self._worker: Worker | None = None
 
     @property
     def queue(self) -> JobQueue:
-        """The job queue beside the store: over its directory, or in its Redis database (made
-        on first use)."""
-        if self._queue is None:
-            from pplx_nb.jobs import JobQueue
-
-            with self._lock:
-                if self._queue is None and self._store.is_redis:
-                    self._queue = JobQueue.from_settings(self._settings, answers=self._store)
-                elif self._queue is None:
-                    self._queue = JobQueue(
-                        self._store.root,
-                        max_job_retries=self._settings.max_job_retries,
-                        lease_seconds=self._settings.job_lease_seconds,
-                    )
+        """The job queue beside the store."""
         return self._queue
 
     def ensure_worker(self, concurrency: int = 4) -> Worker:

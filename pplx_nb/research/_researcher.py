@@ -24,6 +24,7 @@ from pplx_nb._models import (
 )
 from pplx_nb._options import SearchOptions, WebSearchFilters
 from pplx_nb._sync import sync_twin
+from pplx_nb.backends import Backends, open_backends
 from pplx_nb.research import _health
 from pplx_nb.research._answers import stored_answer
 from pplx_nb.research._clients import ClientPool
@@ -56,7 +57,9 @@ class Researcher:
 
     Args:
         settings: configuration (default: read from the environment).
-        store: the conversation store (default: one over ``settings.conversation_logs_dir``).
+        backends: where conversations and jobs live (default: what ``settings`` name, see
+            :func:`pplx_nb.backends.open_backends`; ``open_backends(settings, memory=True)``
+            keeps them in this process).
         client: an API client to use for every call (default: one per event loop, sharing a cache).
         async_deep_research: queue deep research as background jobs (default: the
             PERPLEXITY_ENABLE_ASYNC_DEEP_RESEARCH setting, else False).
@@ -73,20 +76,22 @@ class Researcher:
         self,
         settings: Settings | None = None,
         *,
-        store: ConversationStore | None = None,
+        backends: Backends | None = None,
         client: AsyncClient | None = None,
         async_deep_research: bool | None = None,
     ) -> None:
-        from pplx_nb.store import ConversationStore
-
         self._settings = settings or Settings.from_env()
-        self._store = store or ConversationStore(settings=self._settings)
+        backends = backends or open_backends(self._settings)
+        self._store = backends.conversation_store()
         if async_deep_research is None:
             async_deep_research = bool(self._settings.enable_async_deep_research)
         self._async = async_deep_research
         self._metrics = Metrics()
         self._clients = ClientPool(self._settings, client)
-        self._jobs = JobDesk(self._settings, self._store, lambda: self._deep, run_here=self._async)
+        queue = backends.job_queue(self._store)
+        self._jobs = JobDesk(
+            self._settings, self._store, queue, lambda: self._deep, run_here=self._async
+        )
         self._guard = AnswerGuard(self._settings, self._store, lambda: self._jobs.queue)
         self._kept = KeptAnswers(self._settings, self._store, self._guard)
         self._runner = TurnRunner(

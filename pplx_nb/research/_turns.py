@@ -44,13 +44,15 @@ SYSTEM_PROMPT = (
 DEEP_RESEARCH_MODEL = "medium"
 """Deep research: the Agent preset that replaced ``sonar-deep-research`` (mapped back for Sonar)."""
 MAX_QUERY_CHARS = 32_000
-_REQUEST_FIELDS = SEARCH_OPTIONS - {"model", "show_thinking"}
+_REQUEST_FIELDS = SEARCH_OPTIONS - {"model", "show_thinking", "preset"}
 _TOOLS = {
     ("search", False): "perplexity_search",
     ("research", False): "perplexity_deep_research",
     ("search", True): "perplexity_search_followup",
     ("research", True): "perplexity_deep_research_followup",
 }
+_GROUNDED = frozenset({"perplexity_search", "perplexity_search_followup"})
+"""The tools whose questions are answered from a web search (deep research searches anyway)."""
 _TsEffort = Literal["low", "medium", "high"]
 _TS_EFFORTS: tuple[_TsEffort, ...] = get_args(_TsEffort)
 """The reasoning efforts the TypeScript server's deep research accepts."""
@@ -84,9 +86,14 @@ class Turn:
         """Whether the model's reasoning is kept with the answer."""
         return bool(self.opts.get("show_thinking"))
 
+    @property
+    def grounded(self) -> bool:
+        """Whether the answer must come from a web search (``tool_choice: required``)."""
+        return self.tool in _GROUNDED
+
     def request(self) -> Request:
         """The API request that asks this turn."""
-        return build_request(self.messages, self.model, self.opts)
+        return build_request(self.messages, self.model, self.opts, grounded=self.grounded)
 
     def job_request(self) -> JobRequest:
         """What a queued research job needs to run this turn later (job.json ``request``)."""
@@ -307,16 +314,31 @@ class TurnBuilder:
         return None
 
 
-def check_query(query: object) -> tuple[str, list[str]]:
+_ATTACH = {
+    "python": "Shorten it, or save the long material to a file and attach it: "
+    "`files=['notes.md']`.",
+    "mcp": 'Shorten it, or save the long material to a file and attach it: `files: ["notes.md"]`.',
+    "notebook": "Shorten it, or save the long material to a file and attach it with "
+    "`--file PATH` (`%%pplx --file notes.md`, repeatable).",
+}
+"""How each surface attaches long material to a question."""
+
+
+def check_query(query: object, *, attach: bool = True) -> tuple[str, list[str]]:
     """The question to send and store, stripped, key-shaped text replaced by ``***``, and notes
-    saying so; VALIDATION_ERROR when empty, over :data:`MAX_QUERY_CHARS` or not Unicode."""
+    saying so; VALIDATION_ERROR when empty, over :data:`MAX_QUERY_CHARS` or not Unicode.
+
+    ``attach``: the question may come with files, so a long one is told how to attach them.
+    """
     if not isinstance(query, str) or not query.strip():
         raise ValidationError("The query is empty: ask a question in words.")
     if len(query) > MAX_QUERY_CHARS:
-        raise ValidationError(
-            f"The query is {len(query):,} characters; the limit is {MAX_QUERY_CHARS:,}. "
-            "Shorten it, or attach long material as a file."
-        )
+        said = f"The query is {len(query):,} characters; the limit is {MAX_QUERY_CHARS:,}."
+        wordings = {
+            surface: f"{said} {how if attach else 'Shorten it.'}"
+            for surface, how in _ATTACH.items()
+        }
+        raise ValidationError(wordings["python"], wordings=wordings)
     try:
         query.encode("utf-8")
     except UnicodeEncodeError as exc:
@@ -326,11 +348,18 @@ def check_query(query: object) -> tuple[str, list[str]]:
     return context.scrub_secrets(query.strip(), "Your question")
 
 
-def build_request(messages: list[dict[str, str]], model: str, opts: SearchOptions) -> Request:
-    """The API request for ``messages``, with the options that are request fields."""
+def build_request(
+    messages: list[dict[str, str]], model: str, opts: SearchOptions, *, grounded: bool = False
+) -> Request:
+    """The API request for ``messages``, with the options that are request fields;
+    ``grounded``: the run must search before it answers."""
     from pplx_nb.api import Request
 
     fields: dict[str, Any] = {key: value for key, value in opts.items() if key in _REQUEST_FIELDS}
+    if "preset" in opts:  # its deprecated name; effort wins, as at the API
+        fields.setdefault("effort", opts["preset"])
+    if grounded:
+        fields["tool_choice"] = "required"
     return Request(messages=messages, model=model, **fields)
 
 

@@ -74,7 +74,7 @@ class WebSearcher:
 def _checked(query: object) -> str | list[str]:
     """The query, or each query of a list, as :func:`check_query` passes it."""
     if not isinstance(query, list | tuple):
-        return check_query(query)[0]
+        return check_query(query, attach=False)[0]
     from pplx_nb.api.search import MAX_QUERIES
 
     if not query:
@@ -90,7 +90,7 @@ def _checked(query: object) -> str | list[str]:
             raise ValidationError(
                 f"Query {number} of the list is {each!r}: give each query in words."
             )
-        checked.append(check_query(each)[0])
+        checked.append(check_query(each, attach=False)[0])
     return checked
 
 

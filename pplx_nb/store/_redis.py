@@ -64,7 +64,7 @@ from pplx_nb.store._file import not_found, or_error
 if TYPE_CHECKING:
     import redis
 
-__all__ = ["RedisBackend", "is_redis_location"]
+__all__ = ["RedisBackend"]
 
 _REQUIRED = ("conversationId", "createdAt", "updatedAt", "messageCount")
 """The meta fields every stored conversation has, in the order documents list them."""
@@ -115,11 +115,6 @@ return 1
 and set the meta fields that follow (name, value, ...)."""
 
 
-def is_redis_location(location: str) -> bool:
-    """Whether ``location`` (a conversation's ``path``) names a place in Redis, not a folder."""
-    return location.startswith(("redis://", "rediss://", "unix://"))
-
-
 class RedisBackend:
     """Conversations in the Redis database of ``url``; see the module docstring for the keys.
 
@@ -141,6 +136,7 @@ class RedisBackend:
         self.url = url
         self.keys = keys or RedisKeys()
         self.shown_url = url_without_credentials(url)
+        self.where = self.shown_url
         self.lock_seconds = lock_seconds
         self.lock_timeout = lock_timeout
         self._next_ms = 0

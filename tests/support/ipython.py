@@ -18,7 +18,8 @@ def loaded_shell(researcher: Researcher, *names: str) -> Iterator[InteractiveShe
     user variables ``names`` are removed afterwards."""
     shell = InteractiveShell.instance()
     magics.set_researcher(researcher)
-    shell.run_line_magic("load_ext", "pplx_nb")
+    with capture_output():  # loaded through a cell, as users do: it names who answers at its end
+        shell.run_cell("%load_ext pplx_nb")
     try:
         yield shell
     finally:
@@ -37,6 +38,7 @@ class Run:
         self.result = outcome.result
         self.error = outcome.error_in_exec
         self.outputs = [output.data for output in captured.outputs]
+        self.metadata = [output.metadata or {} for output in captured.outputs]
         self.updates = [output.update for output in captured.outputs]
         self.ids = [(output.transient or {}).get("display_id") for output in captured.outputs]
         self.stdout = captured.stdout
