@@ -445,7 +445,8 @@ def test_notebook_02_reopened_shows_how_its_jobs_ended(tmp_path: Path) -> None:
         notebook = page.locator(".jp-Notebook").inner_text()
         assert "reading status" not in notebook
         assert re.search(r"Research job \d{8}-\d{13}: completed", queued.inner_text())
-        assert re.search(r"Research job \d{8}-\d{13}: cancelled at \d+%", notebook)
+        # Cancelled before or after its run started, depending on when the notebook was saved.
+        assert re.search(r"Research job \d{8}-\d{13}: cancelled( at \d+%)? · ", notebook)
         assert "PPLX_ERROR" not in notebook
         time.sleep(0.3)
         page.screenshot(path=str(ARTIFACTS / "reopened-02.png"), clip=_clip(page, 700))
