@@ -44,7 +44,7 @@ class PplxCiteMagics(CellMagics):
     @argument("--all", action="store_true", help="every stored conversation")
     @argument("--format", default="bibtex", help="bibtex (default), csl-json or ris")
     @argument("--consulted", action="store_true", help="also the sources answers only consulted")
-    @argument("--file", metavar="PATH", help="write the references to PATH")
+    @argument("--file", dest="path", metavar="PATH", help="write the references to PATH")
     @argument("--force", action="store_true", help="with --file: overwrite PATH if it exists")
     @output_options
     @line_magic
@@ -67,8 +67,8 @@ class PplxCiteMagics(CellMagics):
             references = cite.collect(source, store=store, consulted=args.consulted)
             text = cite.write_references(references, fmt)
             where = None
-            if args.file:
-                where = _write_new(self._path(args.file), text, force=args.force)
+            if args.path:
+                where = _write_new(self._path(args.path), text, force=args.force)
             self._store(args, text)
             show(_references_bundle(text, len(references), fmt, where))
             return None
@@ -77,7 +77,13 @@ class PplxCiteMagics(CellMagics):
     @no_var_expand
     @magic_arguments()
     @argument("ids", nargs="*", help="conversation IDs, in report order (default: the last one)")
-    @argument("--file", metavar="PATH", default="report.md", help="the Markdown report (report.md)")
+    @argument(
+        "--file",
+        dest="path",
+        metavar="PATH",
+        default="report.md",
+        help="the Markdown report (report.md)",
+    )
     @argument("--style", default="apa", help="apa (default), chicago-author-date, ieee or a .csl")
     @argument("--title", help="the report's title (default: Research report)")
     @argument("--thinking", action="store_true", help="include each answer's thinking")
@@ -100,7 +106,7 @@ class PplxCiteMagics(CellMagics):
             report = cite.to_report(
                 self.researcher.store,
                 self._ids(args),
-                self._path(args.file),
+                self._path(args.path),
                 style=unquote(args.style),
                 title=unquote(args.title) if args.title else None,
                 thinking=args.thinking,
