@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CITATION",
+    "cited_and_consulted",
     "cited_sources",
     "close_markdown",
     "defuse",
@@ -45,6 +46,7 @@ __all__ = [
     "outside_code",
     "quote_block",
     "related_markdown",
+    "replace_citations",
     "source_references",
     "sources_markdown",
     "web_url",
@@ -325,6 +327,23 @@ def cited_sources(text: str, sources: Sequence[Source]) -> list[int]:
     return list(found)
 
 
+def replace_citations(
+    text: str, sources: Sequence[Source], render: Callable[[int], str | None]
+) -> str:
+    """An answer's text as safe Markdown (:func:`defuse`) with every ``[n]`` or ``[web:N]``
+    that names a source replaced by ``render(position in sources)`` (kept when it gives
+    ``None``). A marker that names no source, one in code, a Markdown link and the markers
+    inside its text are left as they are."""
+    cited = _resolver(sources)
+
+    def replace(match: re.Match[str]) -> str:
+        index = None if match.group("url") is not None else cited(match)
+        shown = None if index is None else render(index)
+        return match.group(0) if shown is None else shown
+
+    return outside_code(text, lambda prose: _defuse_prose(CITATION.sub(replace, prose)))
+
+
 def link_citations(text: str, sources: Sequence[Source], *, titles: bool = False) -> str:
     """An answer's text as safe Markdown (:func:`defuse`) with every ``[n]`` or ``[web:N]``
     that names a source turned into a link ``[[n]](url)``, numbered as the **Sources** list
@@ -334,20 +353,16 @@ def link_citations(text: str, sources: Sequence[Source], *, titles: bool = False
     that names no source, one in code, a Markdown link (already one) and the markers inside
     its text are left as they are; so is a marker whose source is not an http(s) page.
     """
-    cited = _resolver(sources)
 
-    def link(match: re.Match[str]) -> str:
-        index = None if match.group("url") is not None else cited(match)
-        if index is None:
-            return match.group(0)
+    def link(index: int) -> str:
         source = sources[index]
         title = (source.title or source.domain) if titles else None
         return markdown_link(f"[{index + 1}]", source.url, title)
 
-    return outside_code(text, lambda prose: _defuse_prose(CITATION.sub(link, prose)))
+    return replace_citations(text, sources, link)
 
 
-def _split(sources: Sequence[Source], text: str | None) -> tuple[list[int], list[int]]:
+def cited_and_consulted(sources: Sequence[Source], text: str | None) -> tuple[list[int], list[int]]:
     """(cited, never cited) positions; all count as cited when the text cites none of them."""
     everything = list(range(len(sources)))
     cited = set(cited_sources(text, sources)) if text is not None else set()
@@ -370,7 +385,7 @@ def sources_markdown(sources: Sequence[Source], text: str | None = None) -> str:
     """
     if not sources:
         return ""
-    cited, rest = _split(sources, text)
+    cited, rest = cited_and_consulted(sources, text)
     if not rest:
         lines = ["**Sources**", ""]
         lines += [f"{n}. {_source_line(source)}" for n, source in enumerate(sources, 1)]
@@ -392,7 +407,7 @@ def source_references(
     Given the answer's ``text``, sources it never cites follow under **Also consulted**. The
     lines are read as Markdown too (MCP clients render it), so what they quote is defused.
     """
-    cited, rest = _split(sources, text)
+    cited, rest = cited_and_consulted(sources, text)
 
     def line(index: int) -> str:
         source = sources[index]

@@ -455,6 +455,15 @@ class Answer(BaseModel):
             extra.append(f"<sub>Conversation `{self.conversation_id}`</sub>")
         return "\n\n".join([self.linked_text(), *(part for part in extra if part)])
 
+    def to_bibtex(self, *, consulted: bool = False) -> str:
+        """The sources the answer cites as biblatex BibTeX (see :mod:`pplx_nb.cite`);
+        ``consulted`` adds those it only consulted."""
+        # Imported when asked for: bibtexparser is not needed to answer.
+        from pplx_nb._citation_formats import to_bibtex_text
+        from pplx_nb._references import answer_references
+
+        return to_bibtex_text(answer_references(self, consulted=consulted))
+
     def _repr_markdown_(self) -> str:
         return self.to_markdown()
 

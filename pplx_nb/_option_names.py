@@ -61,6 +61,11 @@ OPTION_NAMES: dict[str, Names] = {
     "since": Names("since", "--since"),
     "until": Names("until", "--until"),
     "limit": Names("limit", "--limit"),
+    # Citations and reports: pplx_nb.cite, perplexity_cite, %pplx_cite / %pplx_report.
+    "format": Names("format", "--format"),
+    "style": Names(None, "--style"),
+    "force": Names(None, "--force", switch=True),
+    "path": Names(None, "--file"),
 }
 """Each option by its Python keyword: its MCP argument and its magic flag."""
 

@@ -47,12 +47,23 @@ from pplx_nb._markdown import defuse, link_citations, sources_markdown
 from pplx_nb._models import JOB_STATES, Conversation, Message
 from pplx_nb._think import split_think
 from pplx_nb.backends import home_of, open_store
+from pplx_nb.cite import to_bibtex, to_csl_json, to_report, to_ris
 from pplx_nb.store import ConversationStore
 
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["to_dataframe", "to_json", "to_markdown"]
+# The citation formats and reports live in pplx_nb.cite; they are exported here too, beside
+# the other ways out of the store.
+__all__ = [
+    "to_bibtex",
+    "to_csl_json",
+    "to_dataframe",
+    "to_json",
+    "to_markdown",
+    "to_report",
+    "to_ris",
+]
 
 logger = get_logger("pplx_nb.export")
 

@@ -551,3 +551,56 @@ def _clip(page: Any, height: float = 420) -> dict[str, float]:
     """The notebook's first cells, where the error boxes are."""
     box = page.locator(".jp-Notebook").bounding_box()
     return {"x": box["x"], "y": box["y"], "width": box["width"], "height": height}
+
+
+def test_a_saved_answer_records_where_it_came_from_and_is_checked_against_the_store(
+    tmp_path: Path,
+) -> None:
+    import json
+    import subprocess
+    import sys
+
+    import nbformat
+
+    root = tmp_path / "notebooks"
+    root.mkdir()
+    path = root / "cite.ipynb"
+    write_notebook(path, ["%load_ext pplx_nb", "%%pplx\nHow do I cancel an asyncio task?"])
+    logs = root.parent / "logs"
+    with _chromium_on_lab(root, {}) as (lab, browser):
+        page = _lab_page(browser, lab.notebook_url("cite.ipynb"))
+        _run_all_and_wait(page, 120)
+        page.locator(".jp-Notebook .jp-Cell").nth(1).get_by_text("Sources").first.wait_for(
+            timeout=30_000
+        )
+        page.evaluate("window.jupyterapp.commands.execute('docmanager:save')")
+        deadline = time.monotonic() + 30
+        while '"pplx_nb"' not in path.read_text(encoding="utf-8"):
+            assert time.monotonic() < deadline, "the saved notebook holds no provenance"
+            time.sleep(0.3)
+        page.screenshot(path=str(ARTIFACTS / "provenance.png"), clip=_clip(page))
+    saved = nbformat.read(path, as_version=4)
+    found = [
+        output["metadata"]["pplx_nb"]
+        for output in saved.cells[1].outputs
+        if "pplx_nb" in output.get("metadata", {})
+    ]
+    assert len(found) == 1, saved.cells[1].outputs
+    record = found[0]
+    assert record["query"] == "How do I cancel an asyncio task?"
+    assert record["sources"] and record["answerSha256"]
+
+    def check() -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "pplx_nb.provenance", str(path), "--store", str(logs)]
+        return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+    matching = check()
+    assert matching.returncode == 0, matching.stdout + matching.stderr
+    assert f"{record['conversationId']} turn {record['turn']}" in matching.stdout
+    assert "matching" in matching.stdout
+    document = logs / record["conversationId"] / "conversation.json"
+    data = json.loads(document.read_text(encoding="utf-8"))
+    data["messages"][record["turn"]]["content"] += " (edited)"
+    document.write_text(json.dumps(data), encoding="utf-8")
+    changed = check()
+    assert changed.returncode == 1 and "changed" in changed.stdout, changed.stdout

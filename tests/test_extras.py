@@ -187,3 +187,27 @@ def test_a_redis_store_without_the_redis_extra_stops_before_anything_is_paid(
     assert "`pip install 'pplx_nb[redis]'`" in shown
     assert stats(sim_url)["generations"] == 0
     assert not (tmp_path / "logs").exists()
+
+
+def test_citations_need_no_extra_and_a_report_names_the_pip_line(tmp_path: Path) -> None:
+    lines = run_without(
+        (*REFUSED, "citeproc", "mistune"),
+        f"""
+        from pplx_nb import MissingExtra, cite
+        from pplx_nb._models import Answer, Message, Source
+        from pplx_nb.backends import open_store
+
+        source = Source(url="https://docs.python.org/3/library/asyncio.html", title="asyncio")
+        print(Answer(text="See [1].", sources=[source]).to_bibtex().splitlines()[0])
+        store = open_store(root={str(tmp_path / "logs")!r})
+        made = store.create([Message(role="user", content="q"),
+                             Message(role="assistant", content="a [1]", sources=[source])])
+        try:
+            cite.to_report(store, [made.conversation_id], {str(tmp_path / "r.md")!r})
+        except MissingExtra as exc:
+            print(exc)
+        """,
+    )
+    assert lines[0] == "@online{pythonndasyncio,"
+    assert "pip install 'pplx_nb[notebook]'" in lines[1] and "citeproc" in lines[1]
+    assert not (tmp_path / "r.md").exists()

@@ -26,6 +26,8 @@ SHARED = "shared"
 
 MAY_IMPORT: dict[str, frozenset[str]] = {
     SHARED: frozenset(),
+    # Citations read a store through its public methods only (a protocol), never build one.
+    "cite": frozenset(),
     "sim": frozenset(),
     # The API layer starts the offline simulator; it never sees conversations or jobs.
     "api": frozenset({"sim"}),
@@ -38,11 +40,13 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     # `python -m pplx_nb.store migrate` opens a store at each end, as any program does.
     "store.__main__": frozenset({"store", "jobs", "backends"}),
     "research": frozenset({"api", "context", "backends", "store", "jobs"}),
-    "export": frozenset({"backends", "store"}),
-    "notebook": frozenset({"research", "export"}),
+    "export": frozenset({"backends", "store", "cite"}),
+    # Checks a saved notebook's answers against the store it opens.
+    "provenance": frozenset({"backends", "store"}),
+    "notebook": frozenset({"research", "export", "cite"}),
     # The MCP server confines attachments to PPLX_NB_FILE_ROOTS before the Researcher sees them,
-    # and reads a conversation resource as the Markdown export writes it.
-    "mcp": frozenset({"research", "context", "export"}),
+    # reads a conversation resource as the Markdown export writes it, and cites sources.
+    "mcp": frozenset({"research", "context", "export", "cite"}),
     "worker": frozenset({"research", "backends", "jobs"}),
 }
 """Which other layers each layer may import (its own modules, the shared ones and the root

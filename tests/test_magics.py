@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
-from IPython.utils.capture import capture_output
+from support.ipython import Run, loaded_shell
 
 from pplx_nb import Answer, Conversation, JobStatus, Researcher, Settings
 from pplx_nb.notebook import magics
@@ -129,37 +129,8 @@ def test_magic_line_parsing_converts_dates_and_keeps_apostrophes() -> None:
 
 @pytest.fixture
 def shell(async_researcher: Researcher) -> Iterator[InteractiveShell]:
-    shell = InteractiveShell.instance()
-    magics.set_researcher(async_researcher)
-    with capture_output():
-        shell.run_cell("%load_ext pplx_nb")
-    yield shell
-    shell.run_line_magic("unload_ext", "pplx_nb")
-    magics.set_researcher(None)
-    for name in ("ans", "df", "topic", "conv"):
-        shell.user_ns.pop(name, None)
-
-
-class Run:
-    """What one cell did: its result, what it displayed, and what it printed."""
-
-    def __init__(self, shell: InteractiveShell, source: str) -> None:
-        with capture_output() as captured:
-            outcome = shell.run_cell(source)
-        self.result = outcome.result
-        self.error = outcome.error_in_exec
-        self.outputs = [output.data for output in captured.outputs]
-        self.updates = [output.update for output in captured.outputs]
-        self.ids = [(output.transient or {}).get("display_id") for output in captured.outputs]
-        self.stdout = captured.stdout
-
-    @property
-    def last(self) -> dict[str, str]:
-        """The last output with content (a live area is blanked after its outcome shows)."""
-        return [data for data in self.outputs if data != {"text/html": ""}][-1]
-
-    def text(self) -> str:
-        return "\n".join(value for data in self.outputs for value in data.values())
+    with loaded_shell(async_researcher, "ans", "df", "topic", "conv") as shell:
+        yield shell
 
 
 def _user_messages(researcher: Researcher, cid: str) -> list[str]:

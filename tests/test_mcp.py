@@ -1184,3 +1184,26 @@ def test_resources_list_the_newest_hundred_and_ids_complete_newest_first(tmp_pat
     assert every.values == newest[:100] and every.total == 105 and every.has_more is True
     assert one.values == [newest[0]] and one.total == 1 and not one.has_more
     assert none.values == [] and none.total == 0
+
+
+def test_get_references_returns_the_sources_as_references_in_the_format_asked(
+    client: McpClient,
+) -> None:
+    from bibtexparser.entrypoint import parse_string
+
+    asked = _data(client.call("perplexity_search", {"query": "How do I cancel an asyncio task?"}))
+    cid = asked["conversationId"]
+    result = client.call("get_references", {"conversationIds": [cid]})
+    assert not result.is_error, _text(result)
+    found = _data(result)
+    assert found["format"] == "bibtex" and found["count"] >= 1
+    entries = parse_string(found["text"]).entries
+    assert [entry.key for entry in entries] == [item["id"] for item in found["references"]]
+    assert {item["URL"] for item in found["references"]} <= {s["url"] for s in asked["sources"]}
+    assert found["text"] in _text(result)
+    everything = _data(client.call("get_references", {"all": True, "format": "csl-json"}))
+    assert {i["id"] for i in found["references"]} <= {i["id"] for i in everything["references"]}
+    neither = client.call("get_references", {})
+    assert neither.is_error and _text(neither).startswith("VALIDATION_ERROR: Pass conversationIds")
+    wrong = client.call("get_references", {"all": True, "format": "endnote"})
+    assert wrong.is_error and "format" in _text(wrong)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -56,6 +57,8 @@ INVALID = [
     ("list_conversations", {"limit": "5"}, "VALIDATION_ERROR"),
     ("perplexity_web_search", {"query": "q", "max_results": 50}, "VALIDATION_ERROR"),
     ("cancel_deep_research", {"conversationId": UNKNOWN_ID}, "CONVERSATION_NOT_FOUND"),
+    ("get_references", {}, "VALIDATION_ERROR"),
+    ("get_references", {"all": True, "format": "endnote"}, "VALIDATION_ERROR"),
 ]
 
 
@@ -95,6 +98,7 @@ def _valid_calls(async_mode: bool) -> list[dict[str, Any]]:
             "save": "c",
         },
         {"name": "cancel_deep_research", "arguments": {"conversationId": "${c}"}},
+        {"name": "get_references", "arguments": {"conversationIds": ["${a}"], "format": "ris"}},
     ]
 
 
@@ -130,7 +134,9 @@ def _check_report(report: dict[str, Any], *, async_mode: bool, attachments: bool
         assert result["structuredContent"], entry["name"]
         assert entry["schemaErrors"] is None, (entry["name"], entry["schemaErrors"])
 
-    search, _, research, _, _, awaited, batch, listed, web, _, cancel = (e["result"] for e in valid)
+    search, _, research, _, _, awaited, batch, listed, web, _, cancel, cited = (
+        e["result"] for e in valid
+    )
     first, second = (r["structuredContent"]["conversationId"] for r in (search, research))
     # Four calls start a conversation (a search, two deep researches, the saved web search; five
     # with the search that attaches a file): each is announced, and every result that names
@@ -160,6 +166,12 @@ def _check_report(report: dict[str, Any], *, async_mode: bool, attachments: bool
     found = web["structuredContent"]
     assert 1 <= found["count"] <= 3 and found["conversationId"]
     assert all(r["url"].startswith("https://") for r in found["results"])
+    references = cited["structuredContent"]
+    assert references["format"] == "ris" and references["count"] >= 1
+    assert references["text"].startswith("TY  - ELEC")
+    assert [item["id"] for item in references["references"]] == re.findall(
+        r"^ID  - (\S+)$", references["text"], re.MULTILINE
+    )
     stopped = cancel["structuredContent"]
     if async_mode:  # queued a moment ago: cancelled, unless it already finished
         assert stopped["status"] in ("cancelled", "completed"), stopped

@@ -177,6 +177,16 @@ A conversation whose job has already ended (completed, failed, cancelled) is lef
   "conversationId": "20250124-1706102400123"
 }"""
 
+REFERENCES = """The sources of stored conversations as references to cite: BibTeX (biblatex), CSL-JSON or RIS. Each cited web page is one reference — a web page, or an article when its URL holds a DOI or an arXiv id — with a stable key (site + year + first title word, e.g. `python2024coroutines`) that is the same in every export from this server's store. By default only the sources the answers cite; `consulted: true` adds the ones they only consulted.
+
+`structuredContent.references` holds the references as CSL-JSON items whatever the format; `structuredContent.text` (and the text content) is the file to save, in `format`. A conversation without sources gives an empty bibliography, not an error.
+
+**Example**:
+{
+  "conversationIds": ["20250124-1706102400123"],
+  "format": "bibtex"
+}"""
+
 DESCRIPTIONS = {
     "perplexity_search": SEARCH,
     "perplexity_deep_research": DEEP_RESEARCH,
@@ -188,6 +198,7 @@ DESCRIPTIONS = {
     "list_conversations": LIST,
     "cancel_deep_research": CANCEL,
     "perplexity_web_search": WEB_SEARCH,
+    "get_references": REFERENCES,
 }
 
 TITLES = {
@@ -201,5 +212,6 @@ TITLES = {
     "list_conversations": "List Conversations",
     "cancel_deep_research": "Cancel Deep Research",
     "perplexity_web_search": "Search the Web (results only)",
+    "get_references": "Cite Sources (BibTeX, CSL-JSON, RIS)",
 }
 """What a client shows a person for each tool (the description is written for the model)."""

@@ -15,6 +15,7 @@ from mcp_types import CallToolResult, ContentBlock, ResourceLink, TextContent
 
 from pplx_nb._cancel import cancel_facts, cancel_outcome, cancelled_now
 from pplx_nb._markdown import defuse, job_status_markdown, link_citations, source_references
+from pplx_nb._references import Reference, to_csl_json_dict
 from pplx_nb.mcp._resources import CONVERSATION_URI
 from pplx_nb.mcp._schemas import (
     AskResult,
@@ -23,6 +24,7 @@ from pplx_nb.mcp._schemas import (
     HistoriesResult,
     HistoryEntry,
     HistoryResult,
+    ReferencesResult,
     ResultModel,
     SourceOut,
     WebSearchResult,
@@ -265,6 +267,18 @@ def list_result(summaries: Sequence[ConversationSummary]) -> CallToolResult:
         lines.append("\nUse `get_conversation_history` with an ID to read one.")
         text = "\n".join(lines)
     return _result(text, ConversationList(count=len(rows), conversations=rows))
+
+
+def references_result(references: Sequence[Reference], fmt: str, text: str) -> CallToolResult:
+    """References: a line saying how many, then the file in ``fmt``."""
+    items = [to_csl_json_dict(reference.item) for reference in references]
+    if not references:
+        said = "No sources to cite: the conversations chosen cite none. The bibliography is empty."
+    else:
+        noun = "reference" if len(references) == 1 else "references"
+        said = f"{len(references)} {noun} as {fmt}:\n\n{text}"
+    structured = ReferencesResult(format=fmt, count=len(items), references=items, text=text)
+    return _result(said, structured)
 
 
 def error_result(error: PplxError) -> CallToolResult:

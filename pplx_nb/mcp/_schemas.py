@@ -270,6 +270,32 @@ def _portable_schema(schema: dict[str, Any]) -> None:
                 del field["default"]
 
 
+CiteIds = Annotated[
+    list[Annotated[str, Field(pattern=CONVERSATION_ID_PATTERN)]] | None,
+    Field(
+        max_length=MAX_CONVERSATIONS,
+        description=(
+            "The conversations whose sources to cite (1 to 50), as returned by the search and "
+            "research tools; leave out and set `all` to cite every stored conversation."
+        ),
+    ),
+]
+CiteAll = Annotated[bool, Field(description="Cite every stored conversation's sources.")]
+CiteFormat = Annotated[
+    Literal["bibtex", "csl-json", "ris"],
+    Field(
+        description=(
+            "bibtex (biblatex, what pandoc and LaTeX read), csl-json (Zotero, pandoc, Quarto) "
+            "or ris (EndNote, Mendeley)."
+        )
+    ),
+]
+CiteConsulted = Annotated[
+    bool,
+    Field(description="Also the sources answers only consulted (default: the ones they cite)."),
+]
+
+
 class ResultModel(BaseModel):
     """A tool's structured result: exactly the fields its output schema names."""
 
@@ -324,6 +350,15 @@ class HistoryResult(ResultModel):
     job: dict[str, Any] | None = None
     answeringSince: str | None = None
     """When the follow-up whose answer is still on its way was asked; absent when none is."""
+
+
+class ReferencesResult(ResultModel):
+    """The references of conversations: CSL-JSON items, and the text in the asked format."""
+
+    format: str
+    count: int
+    references: list[dict[str, Any]]
+    text: str
 
 
 class ConversationList(ResultModel):

@@ -26,6 +26,7 @@ from pplx_nb.mcp._render import (
     history_result,
     list_result,
     queued_result,
+    references_result,
     web_search_result,
 )
 from pplx_nb.mcp._schemas import (
@@ -33,6 +34,10 @@ from pplx_nb.mcp._schemas import (
     AskResult,
     BeforeDate,
     CancelResult,
+    CiteAll,
+    CiteConsulted,
+    CiteFormat,
+    CiteIds,
     ConversationId,
     ConversationIds,
     ConversationList,
@@ -51,6 +56,7 @@ from pplx_nb.mcp._schemas import (
     Query,
     ReasoningEffort,
     RecencyFilter,
+    ReferencesResult,
     RelatedQuestions,
     SaveResults,
     SearchMode,
@@ -71,6 +77,7 @@ __all__ = ["ATTACHMENTS_OFF", "TOOL_NAMES", "register_tools"]
 AskOutput = Annotated[CallToolResult, AskResult]
 HistoryOutput = Annotated[CallToolResult, HistoryResult]
 ListOutput = Annotated[CallToolResult, ConversationList]
+ReferencesOutput = Annotated[CallToolResult, ReferencesResult]
 HistoriesOutput = Annotated[CallToolResult, HistoriesResult]
 WebSearchOutput = Annotated[CallToolResult, WebSearchResult]
 CancelOutput = Annotated[CallToolResult, CancelResult]
@@ -92,6 +99,7 @@ _HINTS = {
     "perplexity_web_search": ToolAnnotations(
         read_only_hint=False, destructive_hint=False, open_world_hint=True
     ),
+    "get_references": _READ,
 }
 TOOL_NAMES = tuple(_HINTS)
 DEFAULT_WAIT_SECONDS = 300.0
@@ -398,6 +406,31 @@ class Tools:
             return cancel_result(conversationId, path, status)
 
         return await self._backend.call(work)
+
+    async def get_references(
+        self,
+        conversationIds: CiteIds = None,
+        all: CiteAll = False,
+        format: CiteFormat = "bibtex",
+        consulted: CiteConsulted = False,
+    ) -> ReferencesOutput:
+        """The sources of conversations (or of every one) as references, in a chosen format."""
+        if bool(conversationIds) == all:
+            raise ValidationError(
+                "Pass conversationIds (the conversations to cite) or all: true (every stored "
+                "conversation), one of the two."
+            )
+
+        def work(researcher: Researcher) -> CallToolResult:
+            from pplx_nb import cite  # bibtexparser is loaded by the first call that cites
+
+            store = researcher.store
+            source: Any = store if all else list(dict.fromkeys(conversationIds or []))
+            references = cite.collect(source, store=store, consulted=consulted)
+            text = cite.write_references(references, cite.check_format(format))
+            return references_result(references, format, text)
+
+        return await self._backend.read(work)
 
 
 def register_tools(server: MCPServer[Any], backend: Backend) -> None:

@@ -280,12 +280,13 @@ class Shown:
         self.ids.clear()
 
 
-def show(bundle: Bundle) -> None:
-    """Display a MIME bundle as an output of the running cell (printed for it in a terminal)."""
+def show(bundle: Bundle, metadata: dict[str, Any] | None = None) -> None:
+    """Display a MIME bundle as an output of the running cell (printed for it in a terminal),
+    with ``metadata`` (where an answer came from) saved beside it."""
     if is_terminal(get_ipython()):
         print_bundle(bundle)
     else:
-        display(bundle, raw=True)  # type: ignore[no-untyped-call]
+        display(bundle, raw=True, metadata=metadata)  # type: ignore[no-untyped-call]
 
 
 def show_widget(widget: Any) -> None:

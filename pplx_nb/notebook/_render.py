@@ -388,6 +388,16 @@ MAGICS: tuple[tuple[str, str, str], ...] = (
         "messages, conversations or sources as a DataFrame",
         "%pplx_export --all --level sources -o df",
     ),
+    (
+        "%pplx_cite",
+        "the sources as references: BibTeX, CSL-JSON or RIS; --file to save them",
+        "%pplx_cite --all --file references.bib",
+    ),
+    (
+        "%pplx_report",
+        "conversations as a report with a bibliography (Markdown for pandoc, and HTML)",
+        "%pplx_report --style ieee --file report.md",
+    ),
     ("%pplx_config", "the settings in use; --offline / --online switch", "%pplx_config"),
     ("%pplx_help", "this list", "%pplx_help"),
 )

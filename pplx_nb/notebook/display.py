@@ -13,8 +13,8 @@ import html
 import re
 import time
 import traceback
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pplx_nb._errors import PplxError, redact
 from pplx_nb._markdown import (
@@ -440,19 +440,37 @@ def notice_bundle(code: str, message: str) -> Bundle:
 # -- live views -------------------------------------------------------------------------------
 
 
-Publisher = Callable[[Bundle, str | None, bool], None]
+Metadata = dict[str, Any]
+"""An output's metadata: ``{"pplx_nb": {...}}``, where an answer came from (see
+:mod:`pplx_nb._provenance`); JupyterLab saves it with the output."""
+
+
+class Publisher(Protocol):
+    """Shows ``bundle``: in place of ``display_id`` (``update``), or as a new output."""
+
+    def __call__(
+        self,
+        bundle: Bundle,
+        display_id: str | None,
+        update: bool,
+        metadata: Metadata | None = None,
+    ) -> None: ...
+
+
 BLANK: Bundle = {"text/html": ""}
 
 
-def _publish(bundle: Bundle, display_id: str | None, update: bool) -> None:
+def _publish(
+    bundle: Bundle, display_id: str | None, update: bool, metadata: Metadata | None = None
+) -> None:
     from IPython.display import display, update_display
 
     if update:
-        update_display(bundle, raw=True, display_id=display_id)  # type: ignore[no-untyped-call]
+        update_display(bundle, raw=True, display_id=display_id, metadata=metadata)  # type: ignore[no-untyped-call]
     elif display_id:
-        display(bundle, raw=True, display_id=display_id)  # type: ignore[no-untyped-call]
+        display(bundle, raw=True, display_id=display_id, metadata=metadata)  # type: ignore[no-untyped-call]
     else:
-        display(bundle, raw=True)  # type: ignore[no-untyped-call]
+        display(bundle, raw=True, metadata=metadata)  # type: ignore[no-untyped-call]
 
 
 class _TerminalPublisher:
@@ -464,7 +482,13 @@ class _TerminalPublisher:
     def __init__(self) -> None:
         self.status = StatusLine()
 
-    def __call__(self, bundle: Bundle, display_id: str | None, update: bool) -> None:
+    def __call__(
+        self,
+        bundle: Bundle,
+        display_id: str | None,
+        update: bool,
+        metadata: Metadata | None = None,
+    ) -> None:
         if display_id is None:
             self.status.clear()
             print_bundle(bundle)
@@ -505,13 +529,19 @@ class _View:
         """Replace what the live area shows."""
         self._publish(dict(bundle), self.display_id, True)
 
-    def close(self, outcome: Mapping[str, str] | None = None) -> None:
-        """Display ``outcome`` (if any) as an output of its own, then blank the live area.
+    def close(
+        self, outcome: Mapping[str, str] | None = None, metadata: Metadata | None = None
+    ) -> None:
+        """Display ``outcome`` (if any, with ``metadata``) as an output of its own, then blank
+        the live area.
 
         In that order the cell never shows nothing between the live view and the outcome.
         """
         if outcome is not None:
-            self._publish(dict(outcome), None, False)
+            if metadata:
+                self._publish(dict(outcome), None, False, metadata)
+            else:
+                self._publish(dict(outcome), None, False)
         if not self.closed:
             self.closed = True
             self._publish(dict(BLANK), self.display_id, True)
@@ -595,8 +625,10 @@ class StreamView(_View):
         related: bool = True,
         research: bool = False,
         branch_of: str | None = None,
+        metadata: Metadata | None = None,
     ) -> None:
-        """Replace the streamed text with the rendered answer."""
+        """Replace the streamed text with the rendered answer (``metadata``: where it came
+        from)."""
         self.close(
             answer_bundle(
                 answer,
@@ -604,7 +636,8 @@ class StreamView(_View):
                 elapsed=self.elapsed,
                 research=research,
                 branch_of=branch_of,
-            )
+            ),
+            metadata,
         )
 
 

@@ -24,6 +24,7 @@ from traitlets import Bool, Float
 
 from pplx_nb._errors import PplxError
 from pplx_nb._sync import TICK, iterate_sync
+from pplx_nb.notebook._cite import PplxCiteMagics, provenance_of, web_provenance
 from pplx_nb.notebook._input import (
     argument,
     empty_cell_keeper,
@@ -157,7 +158,7 @@ class PplxMagics(CellMagics):
             view.fail(exc, debug=debug)
             raise AlreadyShown(exc) from exc
         live = self._buttons(answer)
-        view.finish(answer, related=not live, branch_of=branch_of)
+        view.finish(answer, related=not live, branch_of=branch_of, metadata=self._origin(answer))
         if live:
             self._related_buttons(answer)
         return answer
@@ -246,10 +247,15 @@ class PplxMagics(CellMagics):
         if not isinstance(result, Answer):
             view.close()
         elif report_above:
-            view.close(done_bundle(result, elapsed=view.elapsed))
+            view.close(done_bundle(result, elapsed=view.elapsed), self._origin(result))
         else:
-            view.close(answer_bundle(result, elapsed=view.elapsed, research=True))
+            answered = answer_bundle(result, elapsed=view.elapsed, research=True)
+            view.close(answered, self._origin(result))
         return result
+
+    def _origin(self, answer: Answer) -> dict[str, Any] | None:
+        """Where ``answer`` came from, saved with its output (see :mod:`pplx_nb.provenance`)."""
+        return provenance_of(answer, self.researcher)
 
     # -- asking -------------------------------------------------------------------------------
 
@@ -425,7 +431,7 @@ class PplxMagics(CellMagics):
             args = self._parse(self.pplx_web, line)
             query = self._question(args.words, cell, args.raw)
             results = self.researcher.web_search(query, **web_opts(args))
-            show(web_results_bundle(results))
+            show(web_results_bundle(results), web_provenance(results))
             self.shown.add(results)
             remember(results.conversation_id)
             self._store(args, results.to_dataframe())
@@ -572,13 +578,13 @@ class PplxMagics(CellMagics):
 
         if isinstance(value, Answer):
             live = self._buttons(value)
-            show(answer_bundle(value, related=not live))
+            show(answer_bundle(value, related=not live), self._origin(value))
             if live:
                 self._related_buttons(value)
         elif isinstance(value, Conversation):
             show(conversation_bundle(value))
         elif isinstance(value, WebResults):
-            show(web_results_bundle(value))
+            show(web_results_bundle(value), web_provenance(value))
         else:
             show(job_bundle(value))
 
@@ -594,7 +600,7 @@ _DISPLAYED_TYPES = (
 def load_ipython_extension(ipython: Any) -> None:
     """Register the magics and the rich display of results on ``ipython``; say who answers."""
     magics = PplxMagics(ipython)
-    ipython.register_magics(magics, PplxLookbackMagics(ipython))
+    ipython.register_magics(magics, PplxLookbackMagics(ipython), PplxCiteMagics(ipython))
     register_exit()
     if is_terminal(ipython):
         _quiet_after_magics(ipython, magics.shown)

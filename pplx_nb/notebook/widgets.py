@@ -20,6 +20,7 @@ import ipywidgets as widgets
 from pplx_nb._cancel import cancel_facts
 from pplx_nb._errors import redact
 from pplx_nb._markdown import close_markdown
+from pplx_nb.notebook._cite import provenance_of
 from pplx_nb.notebook._icons import IconName, icon
 from pplx_nb.notebook._render import markdown_to_html
 from pplx_nb.notebook.display import answer_html, error_bundle, status_line
@@ -85,6 +86,8 @@ class JobMonitor(widgets.VBox):  # type: ignore[misc]
         self.cancelled = False
         self.display_id = uuid.uuid4().hex
         self._displayed = False
+        self.metadata: dict[str, Any] | None = None
+        """Where the report came from, once it is shown (saved with the output)."""
         self.bar = widgets.IntProgress(
             value=0,
             min=0,
@@ -125,7 +128,9 @@ class JobMonitor(widgets.VBox):  # type: ignore[misc]
     def _ipython_display_(self) -> None:
         from IPython.display import display
 
-        display(self._repr_mimebundle_(), raw=True, display_id=self.display_id)  # type: ignore[no-untyped-call]
+        display(  # type: ignore[no-untyped-call]
+            self._repr_mimebundle_(), raw=True, display_id=self.display_id, metadata=self.metadata
+        )
         self._displayed = True
 
     def publish(self) -> None:
@@ -137,7 +142,12 @@ class JobMonitor(widgets.VBox):  # type: ignore[misc]
         if self._displayed:
             from IPython.display import update_display
 
-            update_display(self._repr_mimebundle_(), raw=True, display_id=self.display_id)  # type: ignore[no-untyped-call]
+            update_display(  # type: ignore[no-untyped-call]
+                self._repr_mimebundle_(),
+                raw=True,
+                display_id=self.display_id,
+                metadata=self.metadata,
+            )
 
     # -- polling ------------------------------------------------------------------------------
 
@@ -235,6 +245,7 @@ class JobMonitor(widgets.VBox):  # type: ignore[misc]
             self._show_error(exc)
             return
         self.answer = answer
+        self.metadata = provenance_of(answer, self.researcher)
         self.bar.value = 100
         self.bar.description = "100%"
         self.bar.bar_style = "success"

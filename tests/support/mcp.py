@@ -38,6 +38,7 @@ TOOLS = {
     "list_conversations",
     "cancel_deep_research",
     "perplexity_web_search",
+    "get_references",
 }
 UNKNOWN_ID = "20200101-1577836800000"
 """A well-formed conversation ID that no test creates."""
