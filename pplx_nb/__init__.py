@@ -156,13 +156,13 @@ def load_ipython_extension(ipython: Any) -> None:
     from pplx_nb._extras import require
 
     require("notebook", "%load_ext pplx_nb")
-    from pplx_nb.notebook.magics import load_ipython_extension as load
+    from pplx_nb.notebook.extension import load_ipython_extension as load
 
     load(ipython)
 
 
 def unload_ipython_extension(ipython: Any) -> None:
     """Called by ``%unload_ext pplx_nb``."""
-    from pplx_nb.notebook.magics import unload_ipython_extension as unload
+    from pplx_nb.notebook.extension import unload_ipython_extension as unload
 
     unload(ipython)

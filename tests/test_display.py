@@ -20,7 +20,7 @@ from pplx_nb._models import (
     Source,
     Usage,
 )
-from pplx_nb.notebook import display
+from pplx_nb.notebook import _views, display
 from pplx_nb.notebook._icons import IconName, icon
 from pplx_nb.notebook._render import cancel_bundle, markdown_to_html, web_results_bundle
 
@@ -293,8 +293,8 @@ def test_conversation_bundle_shows_turns_sources_and_parent() -> None:
 
 def test_stream_view_shows_first_text_at_once_then_at_most_every_interval() -> None:
     recorder = Recorder()
-    view = display.StreamView(interval=0.05, publish=recorder)
-    assert recorder.calls[0] == (display.BLANK, view.display_id, False)
+    view = _views.StreamView(interval=0.05, publish=recorder)
+    assert recorder.calls[0] == (_views.BLANK, view.display_id, False)
     assert "Searching…" in recorder.calls[1][0]["text/plain"]
     view.feed("first")
     assert view.first_text_at is not None
@@ -312,7 +312,7 @@ def test_stream_view_shows_first_text_at_once_then_at_most_every_interval() -> N
 
 def test_stream_view_tick_repaints_the_clock_and_held_text_at_most_every_interval() -> None:
     recorder = Recorder()
-    view = display.StreamView(interval=0.05, publish=recorder)
+    view = _views.StreamView(interval=0.05, publish=recorder)
     time.sleep(0.06)
     view.tick()
     assert "> Searching… · 0." in recorder.calls[-1][0]["text/markdown"], "the clock moves"
@@ -328,7 +328,7 @@ def test_stream_view_tick_repaints_the_clock_and_held_text_at_most_every_interva
 
 def test_stream_view_shows_the_answer_then_blanks_the_live_area() -> None:
     recorder = Recorder()
-    view = display.StreamView(interval=10, publish=recorder)
+    view = _views.StreamView(interval=10, publish=recorder)
     view.feed("a")
     view.feed("b")
     view.flush()
@@ -338,7 +338,7 @@ def test_stream_view_shows_the_answer_then_blanks_the_live_area() -> None:
     # The answer comes first: the cell never shows nothing between the stream and the answer.
     assert final[1] is None and final[2] is False
     assert CID in final[0]["text/markdown"]
-    assert blank == (display.BLANK, view.display_id, True)
+    assert blank == (_views.BLANK, view.display_id, True)
     view.fail(ConversationNotFound("gone"))
     assert recorder.calls[-2] == blank, "the live area is blanked once"
     assert "CONVERSATION_NOT_FOUND" in recorder.calls[-1][0]["text/html"]
@@ -346,7 +346,7 @@ def test_stream_view_shows_the_answer_then_blanks_the_live_area() -> None:
 
 def test_progress_view_repaints_only_when_something_changed() -> None:
     recorder = Recorder()
-    view = display.ProgressView("Job", publish=recorder)
+    view = _views.ProgressView("Job", publish=recorder)
     step = Progress(percentage=25, message="Querying")
     view.update(step)
     view.update(step)

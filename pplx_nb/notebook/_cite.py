@@ -28,7 +28,7 @@ from pplx_nb.notebook._kernel import CellMagics, line_magic, show
 if TYPE_CHECKING:
     from pplx_nb._models import Answer
     from pplx_nb._web_results import WebResults
-    from pplx_nb.notebook.display import Metadata
+    from pplx_nb.notebook._views import Metadata
     from pplx_nb.research import Researcher
 
 __all__ = ["PplxCiteMagics", "provenance_of", "web_provenance"]

@@ -47,12 +47,14 @@ from pplx_nb.notebook._input import (
     unquote,
 )
 from pplx_nb.notebook._terminal import print_bundle
-from pplx_nb.notebook.display import error_bundle, notice_bundle, terminal_publisher
+from pplx_nb.notebook._views import terminal_publisher
+from pplx_nb.notebook.display import error_bundle, notice_bundle
 
 if TYPE_CHECKING:
     from pplx_nb._config import Settings
     from pplx_nb._models import Answer, Progress
-    from pplx_nb.notebook.display import Bundle, ProgressView
+    from pplx_nb.notebook._views import ProgressView
+    from pplx_nb.notebook.display import Bundle
     from pplx_nb.research import Researcher
 
 __all__ = [
