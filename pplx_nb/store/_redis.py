@@ -45,7 +45,7 @@ from pplx_nb._errors import FilesystemError, PplxError, url_without_credentials
 from pplx_nb._fs import CONVERSATION_ID_RE, id_from_ms, validate_conversation_id
 from pplx_nb._layout import RedisKeys
 from pplx_nb._models import now_iso
-from pplx_nb._redis import HeldLocks, client, redis_errors
+from pplx_nb._redis import HeldLocks, RedisLock, client, redis_errors
 from pplx_nb.store import _answering as answering
 from pplx_nb.store._answering import AnsweringMarker
 from pplx_nb.store._document import (
@@ -94,12 +94,15 @@ _APPEND = f"""
 if ARGV[1] ~= '' and redis.call('get', KEYS[1]) ~= ARGV[1] then return -1 end
 if redis.call('exists', KEYS[2]) == 0 then return -3 end
 if redis.call('llen', KEYS[3]) ~= tonumber(ARGV[2]) then return -2 end
-for i = 6, #ARGV, {_CHUNK} do
+for i = 7, #ARGV, {_CHUNK} do
   redis.call('rpush', KEYS[3], unpack(ARGV, i, math.min(i + {_CHUNK - 1}, #ARGV)))
 end
 redis.call('hset', KEYS[2], 'updatedAt', ARGV[3], 'messageCount', ARGV[4], '{SUMMARY_KEY}', ARGV[5])
+if ARGV[6] == '1' then redis.call('del', KEYS[1]) end
 return redis.call('llen', KEYS[3])
 """
+"""Push messages if the lock is still this holder's (``ARGV[1]``) and the list as long as read
+(``ARGV[2]``), with the fields that move; with ``ARGV[6]`` = 1, let go of the lock too."""
 
 _REPLACE = """
 if ARGV[1] ~= '' and redis.call('get', KEYS[1]) ~= ARGV[1] then return -1 end
@@ -239,9 +242,12 @@ class RedisBackend:
         check: Callable[[bytes], None] | None = None,
         then: Callable[[], None] | None = None,
     ) -> bytes:
-        """Append under the conversation's lock; ``check`` and ``then`` as the file backend's."""
+        """Append under the conversation's lock; ``check`` and ``then`` as the file backend's.
+
+        Without ``then``, the script that pushes the messages lets go of the lock too.
+        """
         with self._lock(validate_conversation_id(conversation_id)):
-            return self.append_locked(conversation_id, messages, check=check, then=then)
+            return self._append_locked(conversation_id, messages, check, then, release=then is None)
 
     def append_locked(
         self,
@@ -253,10 +259,21 @@ class RedisBackend:
     ) -> bytes:
         """:meth:`append` for a caller that holds the conversation's lock.
 
-        The write checks the lock's token when this backend took the lock (the job side may
-        hold the same key through its own backend), and always that no message was pushed
-        since the read; if ``then`` raises, the messages and fields are put back as they were.
+        The write checks the lock's token when this thread holds the lock, and always that no
+        message was pushed since the read; if ``then`` raises, the messages and fields are put
+        back as they were.
         """
+        return self._append_locked(conversation_id, messages, check, then, release=False)
+
+    def _append_locked(
+        self,
+        conversation_id: str,
+        messages: Sequence[Mapping[str, Any]],
+        check: Callable[[bytes], None] | None,
+        then: Callable[[], None] | None,
+        *,
+        release: bool,
+    ) -> bytes:
         validate_conversation_id(conversation_id)
         meta, lines = self._fetch(conversation_id)
         data = self._assemble(conversation_id, meta, lines)
@@ -269,7 +286,7 @@ class RedisBackend:
             "messageCount": dumps(len(lines) + len(new_lines)),
             SUMMARY_KEY: dumps(summary_field(previous, messages)),
         }
-        self._push(conversation_id, len(lines), fields, new_lines)
+        self._push(conversation_id, len(lines), fields, new_lines, release)
         before = {name: meta[name.encode()] for name in fields if name.encode() in meta}
         meta.update((name.encode(), value) for name, value in fields.items())
         if then is not None:
@@ -281,20 +298,29 @@ class RedisBackend:
         return assemble(self._fields(conversation_id, meta), [*lines, *new_lines])
 
     def _push(
-        self, conversation_id: str, length: int, fields: dict[str, bytes], lines: list[bytes]
+        self,
+        conversation_id: str,
+        length: int,
+        fields: dict[str, bytes],
+        lines: list[bytes],
+        release: bool,
     ) -> None:
-        token = self._locks.token(conversation_id)
-        keys = [
-            self._key(conversation_id, "lock"),
-            self._key(conversation_id, "meta"),
-            self._key(conversation_id, "messages"),
-        ]
-        args: list[Any] = [token, length, *fields.values(), *lines]
+        keys = self._write_keys(conversation_id)
+        lock = self._locks.held(keys[0])
+        token = (lock.token or "") if lock is not None else ""
+        release = release and bool(token)
+        args: list[Any] = [token, length, *fields.values(), int(release), *lines]
         with self._errors("append to a conversation in"):
             script = self._append_script or self._redis.register_script(_APPEND)
             self._append_script = script
             result = script(keys=keys, args=args)
         self._refused(conversation_id, result, "Nothing was appended to")
+        if release and lock is not None:
+            lock.token = None  # the script let go of it
+
+    def _write_keys(self, conversation_id: str) -> list[str]:
+        """The lock, meta and messages keys, as the write scripts take them."""
+        return [self._key(conversation_id, part) for part in ("lock", "meta", "messages")]
 
     def _refused(self, conversation_id: str, result: int, nothing: str) -> None:
         """Raise for a write script's refusal (a negative ``result``)."""
@@ -362,13 +388,9 @@ class RedisBackend:
         fields: dict[str, bytes],
     ) -> None:
         """Swap message ``index`` from ``old`` to ``new`` and set ``fields``, in one script."""
-        keys = [
-            self._key(conversation_id, "lock"),
-            self._key(conversation_id, "meta"),
-            self._key(conversation_id, "messages"),
-        ]
+        keys = self._write_keys(conversation_id)
         pairs = [part for field in fields.items() for part in field]
-        args: list[Any] = [self._locks.token(conversation_id), length, index, old, new, *pairs]
+        args: list[Any] = [self._locks.token(keys[0]), length, index, old, new, *pairs]
         with self._errors("replace a message in"):
             script = self._replace_script or self._redis.register_script(_REPLACE)
             self._replace_script = script
@@ -417,16 +439,18 @@ class RedisBackend:
 
     # -- the lock and the question being answered -------------------------------------------
 
-    def _lock(self, conversation_id: str) -> contextlib.AbstractContextManager[None]:
-        """The conversation's RedisLock, its token remembered for this thread's writes."""
-        return self._locks.hold(self._key(conversation_id, "lock"), conversation_id)
+    def _lock(self, conversation_id: str) -> contextlib.AbstractContextManager[RedisLock]:
+        """The conversation's RedisLock, taken with its meta and messages read (the
+        :meth:`_fetch` that follows costs no round trip)."""
+        keys = self._write_keys(conversation_id)
+        return self._locks.hold(*keys)
 
     @contextlib.contextmanager
     def locked(self, conversation_id: str) -> Iterator[None]:
         """The conversation's lock, the one :meth:`append` takes (CONVERSATION_NOT_FOUND
         without the conversation)."""
-        with self._lock(validate_conversation_id(conversation_id)):
-            if not self.exists(conversation_id):
+        with self._lock(validate_conversation_id(conversation_id)) as lock:
+            if not (lock.read[0] if lock.read is not None else self.exists(conversation_id)):
                 raise not_found(conversation_id, self.shown_url)
             yield
 
@@ -492,6 +516,14 @@ class RedisBackend:
         return self._assemble(conversation_id, meta, lines)
 
     def _fetch(self, conversation_id: str) -> tuple[dict[bytes, bytes], list[bytes]]:
+        """The meta hash and the messages: as the lock read them if nothing was written since
+        (the first read under it), else read in one transaction."""
+        lock = self._locks.held(self._key(conversation_id, "lock"))
+        if lock is not None and lock.read is not None:
+            (meta, lines), lock.read = lock.read, None
+            if not meta:
+                raise not_found(conversation_id, self.shown_url)
+            return meta, lines
         with self._errors("read a conversation in"):
             pipe = self._redis.pipeline(transaction=True)
             pipe.hgetall(self._key(conversation_id, "meta"))
