@@ -26,7 +26,15 @@ from pplx_nb._store_url import check_store_url
 if TYPE_CHECKING:
     import redis
 
-__all__ = ["CONNECT_SECONDS", "KEY_PREFIX", "HeldLocks", "RedisLock", "client", "redis_errors"]
+__all__ = [
+    "CONNECT_SECONDS",
+    "KEY_PREFIX",
+    "HeldLocks",
+    "RedisLock",
+    "Scripts",
+    "client",
+    "redis_errors",
+]
 
 KEY_PREFIX = "pplx_nb"
 """Every key pplx_nb writes starts with ``pplx_nb:``, so one Redis database can hold other data."""
@@ -98,6 +106,22 @@ def redis_errors(url: str, doing: str = "use") -> Iterator[None]:
             "configuration (authentication, read-only replica, memory limit).",
             url=shown,
         ) from None
+
+
+class Scripts:
+    """Lua scripts run on the client of ``url``: registered once, then sent by their digest
+    (``EVALSHA``; loaded again if the server forgot them)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._scripts: dict[str, Any] = {}
+
+    def run(self, source: str, keys: list[str], args: list[Any]) -> Any:
+        """The reply of ``source`` run with ``keys`` and ``args``."""
+        script = self._scripts.get(source)
+        if script is None:
+            script = self._scripts[source] = client(self.url).register_script(source)
+        return script(keys=keys, args=args)
 
 
 _ACQUIRE = """

@@ -49,7 +49,7 @@ from pplx_nb._fs import CONVERSATION_ID_RE, validate_conversation_id
 from pplx_nb._layout import RedisKeys
 from pplx_nb._logging import get_logger
 from pplx_nb._models import JobRecord, JobState, JobStatus
-from pplx_nb._redis import HeldLocks, RedisLock, client, redis_errors
+from pplx_nb._redis import HeldLocks, RedisLock, Scripts, client, redis_errors
 from pplx_nb.jobs._backend import Outcome, StatusView, Step, StepsAtOnce
 from pplx_nb.jobs._codec import encode, parse_record, parse_state, parse_status
 from pplx_nb.jobs._index import ClaimIndex
@@ -177,20 +177,6 @@ _EXPIRED = _NOW_MS + "return {now, redis.call('zrangebyscore', KEYS[1], '-inf', 
 _AGE = _NOW_MS + "return {now, redis.call('zscore', KEYS[1], ARGV[1]) or false}"
 
 
-class _Scripts:
-    """Lua scripts registered once per client (``EVALSHA``, loaded again if the server forgot)."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self._scripts: dict[str, Any] = {}
-
-    def run(self, source: str, keys: list[str], args: list[Any]) -> Any:
-        script = self._scripts.get(source)
-        if script is None:
-            script = self._scripts[source] = client(self.url).register_script(source)
-        return script(keys=keys, args=args)
-
-
 class RedisStatusBackend:
     """Job statuses and queued requests in the Redis database of ``url``.
 
@@ -213,7 +199,7 @@ class RedisStatusBackend:
         self.keys = keys or RedisKeys()
         self.shown_url = url_without_credentials(url)
         self._locks = HeldLocks(url, ttl=lock_seconds, timeout=lock_timeout)
-        self._scripts = _Scripts(url)
+        self._scripts = Scripts(url)
         self._seen: dict[str, bytes | None] = {}
 
     def __repr__(self) -> str:
@@ -413,7 +399,7 @@ class RedisClaimIndex:
         keys = keys or RedisKeys()
         self.pending_key = self._pending = keys.jobs("pending")
         self.claimed_key = self._claimed = keys.jobs("claimed")
-        self._scripts = _Scripts(url)
+        self._scripts = Scripts(url)
 
     def __repr__(self) -> str:
         return f"RedisClaimIndex(url={self.location!r})"
