@@ -17,8 +17,6 @@ import json
 import multiprocessing as mp
 import os
 import sqlite3
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -30,7 +28,7 @@ from typing import Any, TypeVar
 import redis
 import redis.connection
 
-from bench._util import ROOT, SCRATCH, median, ratio, redis_server, table
+from bench._util import SCRATCH, median, ratio, redis_server, simulator, table
 from pplx_nb import Researcher
 from pplx_nb._config import Settings
 from pplx_nb._fs import atomic_write_json
@@ -220,25 +218,6 @@ def _trips_per_cycle(url: str) -> tuple[int, int]:
     with _round_trips() as counted:
         queue.progress(job, 20, "second")
     return counts[-1], counted[0]
-
-
-@contextlib.contextmanager
-def _simulator() -> Iterator[str]:
-    """The simulator in its own process, deep research runs ending at once; its base URL."""
-    command = [sys.executable, "-m", "pplx_nb.sim", "--latency-ms", "0"]
-    process = subprocess.Popen(
-        [*command, "--deep-research-seconds", "0"],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        assert process.stdout is not None
-        yield process.stdout.readline().strip()
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
 
 
 def _end_to_end(sim_url: str, store_url: str | None) -> tuple[float, float]:
@@ -455,7 +434,7 @@ def _run(url: str | None) -> str:
     trips = _trips_per_cycle(url) if url is not None else (0, 0)
     end_to_end: dict[str, list[tuple[float, float]]] = {"files": [], "redis": []}
     if url is not None:
-        with _simulator() as sim_url:
+        with simulator("--deep-research-seconds", "0") as sim_url:
             for _ in range(END_TO_END_RUNS):
                 end_to_end["files"].append(_end_to_end(sim_url, None))
                 end_to_end["redis"].append(_end_to_end(sim_url, url))

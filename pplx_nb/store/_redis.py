@@ -366,15 +366,14 @@ class RedisBackend:
     def _lock(self, conversation_id: str) -> contextlib.AbstractContextManager[RedisLock]:
         """The conversation's RedisLock, taken with its meta and messages read (the
         :meth:`_fetch` that follows costs no round trip)."""
-        keys = self._write_keys(conversation_id)
-        return self._locks.hold(*keys)
+        return self._locks.hold(*self._write_keys(conversation_id))
 
     @contextlib.contextmanager
     def locked(self, conversation_id: str) -> Iterator[None]:
         """The conversation's lock, the one :meth:`append` takes (CONVERSATION_NOT_FOUND
-        without the conversation)."""
-        with self._lock(validate_conversation_id(conversation_id)) as lock:
-            if not (lock.read[0] if lock.read is not None else self.exists(conversation_id)):
+        without the conversation). Nothing is read with it: what the block does may not."""
+        with self._locks.hold(self._key(validate_conversation_id(conversation_id), "lock")):
+            if not self.exists(conversation_id):
                 raise not_found(conversation_id, self.shown_url)
             yield
 
