@@ -42,10 +42,10 @@ __all__ = [
 IndexMove = Literal["", "pending", "requeue", "drop"]
 """What a :class:`Step` does to its marker after the write (``""``: nothing more)."""
 
-Outcome = Literal["done", "locked", "changed", "gone", "lease"]
+Outcome = Literal["done", "locked", "changed", "gone", "lease", "busy"]
 """How :meth:`StepsAtOnce.apply` went: written; nothing written because another process holds
-the conversation's lock, the status is no longer the one read, the conversation is gone, or the
-marker's lease has passed."""
+the conversation's lock, the status is no longer the one read (or cannot be read), the
+conversation is gone, the marker's lease has passed, or (:attr:`Step.idle`) a job is active."""
 
 
 class JobStatusBackend(Protocol):
@@ -179,6 +179,8 @@ class Step:
         remove_record: remove the queued request (the job ended).
         marker: the job's marker.
         renew: the marker's lease must not have passed; it is pushed a lease ahead.
+        idle: instead of the status being the one read, any status will do but that of a
+            pending or in_progress job (queueing a job needs no read first).
         index: then ``"pending"`` queues the marker, ``"requeue"`` moves it back from claimed,
             ``"drop"`` removes it.
     """
@@ -188,6 +190,7 @@ class Step:
     record: JobRecord | None = None
     remove_record: bool = False
     renew: bool = False
+    idle: bool = False
     index: IndexMove = ""
 
 
@@ -209,6 +212,11 @@ class StepsAtOnce(Protocol):
     def apply(self, view: StatusView, step: Step) -> Outcome:
         """Write ``step`` if nobody else holds the conversation's lock (this thread may), it
         still exists and its status is still ``view``'s; else write nothing."""
+        ...
+
+    def unread(self, conversation_id: str) -> StatusView:
+        """A view of the conversation that reads nothing, for a step that checks all it needs
+        (:attr:`Step.idle`)."""
         ...
 
 

@@ -296,16 +296,12 @@ class JobQueue:
         steps, conversation_id = self._steps, record.conversation_id
         if steps is None:
             return None
-        view = steps.view(conversation_id)
-        if not view.present:
-            self._must_exist(conversation_id)  # raises, or it was created meanwhile
-            return None
-        self._refuse_active(conversation_id, view.state)
         status = transitions.new_status(record, record.enqueued_at)
-        step = Step(status, cast(str, record.queue_key), record=record, index="pending")
-        if steps.apply(view, step) == "done":
-            return status
-        return None
+        step = Step(status, cast(str, record.queue_key), record=record, idle=True, index="pending")
+        outcome = steps.apply(steps.unread(conversation_id), step)
+        if outcome == "busy":
+            self.check_idle(conversation_id)  # raises, naming the state it reads now
+        return status if outcome == "done" else None
 
     def _add(self, record: JobRecord) -> JobStatus:
         """Write the job of a checked request (lock held): job.json, status.json, its marker."""

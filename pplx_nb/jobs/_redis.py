@@ -134,7 +134,13 @@ elseif type(holder) == 'string' and redis.call('pttl', KEYS[1]) ~= -1 then
 end
 if redis.call('exists', KEYS[2]) == 0 then return -3 end
 local stored = redis.call('get', KEYS[3])
-if ARGV[2] == '1' then
+if ARGV[2] == 'idle' then
+  if stored then
+    local ok, found = pcall(cjson.decode, stored)
+    if not ok or type(found) ~= 'table' or type(found.attempts or 0) ~= 'number' then return -2 end
+    if found.status == 'pending' or found.status == 'in_progress' then return -5 end
+  end
+elseif ARGV[2] == '1' then
   if stored ~= ARGV[3] then return -2 end
 elseif stored then
   return -2
@@ -167,10 +173,19 @@ return 1
 """
 """One transition at once (see :class:`RedisSteps`). KEYS: the lock, meta, status, job, the
 queued set, pending, claimed. ARGV: this thread's lock token or '', whether a status was read
-(1/0) and its bytes, the new status, 'set'/'del'/'' for the request and its bytes, the
-conversation id, whether to renew the lease (1/0), the index move, the marker, the lease (ms).
-Returns 1 written, 0 locked by another, -2 changed, -3 gone, -4 lease passed."""
-_OUTCOMES: dict[int, Outcome] = {1: "done", 0: "locked", -2: "changed", -3: "gone", -4: "lease"}
+(1/0, or 'idle': any status but one of an active job will do) and its bytes, the new status,
+'set'/'del'/'' for the request and its bytes, the conversation id, whether to renew the lease
+(1/0), the index move, the marker, the lease (ms).
+Returns 1 written, 0 locked by another, -2 changed (or unreadable), -3 gone, -4 lease passed,
+-5 an active job there."""
+_OUTCOMES: dict[int, Outcome] = {
+    1: "done",
+    0: "locked",
+    -2: "changed",
+    -3: "gone",
+    -4: "lease",
+    -5: "busy",
+}
 
 _EXPIRED = _NOW_MS + "return {now, redis.call('zrangebyscore', KEYS[1], '-inf', '(' .. now)}"
 
@@ -551,6 +566,11 @@ class RedisSteps:
         found = None if not job else parse_record(job, statuses._where(conversation_id, "job"))
         return StatusView(conversation_id, where, bool(present), raw, found, bool(live))
 
+    def unread(self, conversation_id: str) -> StatusView:
+        """A view that read nothing (see :attr:`Step.idle`)."""
+        where = self._statuses._where(conversation_id, "status")
+        return StatusView(conversation_id, where, present=True, raw=None)
+
     def apply(self, view: StatusView, step: Step) -> Outcome:
         """Write ``step`` in one script if what ``view`` read still holds."""
         statuses = self._statuses
@@ -565,7 +585,7 @@ class RedisSteps:
         record = "del" if step.remove_record else ("set" if step.record is not None else "")
         args: list[Any] = [
             statuses._locks.token(keys[0]),
-            "0" if view.raw is None else "1",
+            "idle" if step.idle else "0" if view.raw is None else "1",
             view.raw or b"",
             raw,
             record,
