@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from pplx_nb._errors import ConversationCorrupted, FilesystemError
 from pplx_nb._models import JobRecord, JobState, JobStatus, Message
-from pplx_nb.jobs._codec import parse_state, parse_status
+from pplx_nb.jobs._codec import parse_status
 
 if TYPE_CHECKING:
     from pplx_nb.jobs._index import ClaimIndex
@@ -162,11 +162,6 @@ class StatusView:
     def status(self) -> JobStatus | None:
         """The whole status (CONVERSATION_CORRUPTED if damaged)."""
         return None if self.raw is None else parse_status(self.raw, self.where)
-
-    @property
-    def state(self) -> JobState | None:
-        """Only the status's state, as :meth:`JobStatusBackend.state` reads it."""
-        return None if self.raw is None else parse_state(self.raw, self.where)
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ server's clock, then writes the status, the request and the index's move togethe
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
@@ -216,6 +217,7 @@ class RedisStatusBackend:
         self._locks = HeldLocks(url, ttl=lock_seconds, timeout=lock_timeout)
         self._scripts = Scripts(url)
         self._seen: dict[str, bytes | None] = {}
+        self._seen_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"RedisStatusBackend(url={self.shown_url!r})"
@@ -229,10 +231,16 @@ class RedisStatusBackend:
 
     def remember(self, conversation_id: str, raw: bytes | None) -> None:
         """Remember ``raw`` as the conversation's stored status (the newest last)."""
-        self._seen.pop(conversation_id, None)
-        self._seen[conversation_id] = raw
-        if len(self._seen) > _REMEMBERED:
-            self._seen.pop(next(iter(self._seen)), None)
+        with self._seen_lock:
+            self._seen.pop(conversation_id, None)
+            self._seen[conversation_id] = raw
+            if len(self._seen) > _REMEMBERED:
+                self._seen.pop(next(iter(self._seen)), None)
+
+    def forget(self, conversation_id: str) -> None:
+        """Remember no status for the conversation (it is being written some other way)."""
+        with self._seen_lock:
+            self._seen.pop(conversation_id, None)
 
     def remembered(self, conversation_id: str) -> tuple[bool, bytes | None]:
         """Whether a status is remembered for the conversation, and which."""
@@ -387,7 +395,7 @@ class RedisStatusBackend:
         if part == "job":
             keys.append(self.keys.jobs("queued"))
             args.append(conversation_id)
-        self._seen.pop(conversation_id, None)
+        self.forget(conversation_id)
         with redis_errors(self.url, "write a job status in"):
             written = self._scripts.run(_GUARDED_WRITE, keys, args)
         if written != 1:
@@ -601,5 +609,5 @@ class RedisSteps:
         if outcome == "done":
             statuses.remember(cid, raw)
         elif outcome != "lease":
-            statuses._seen.pop(cid, None)
+            statuses.forget(cid)
         return outcome
