@@ -140,6 +140,8 @@ if ARGV[2] == 'idle' then
     local ok, found = pcall(cjson.decode, stored)
     if not ok or type(found) ~= 'table' or type(found.attempts or 0) ~= 'number' then return -2 end
     if found.status == 'pending' or found.status == 'in_progress' then return -5 end
+    local ended = {completed = true, failed = true, cancelled = true}
+    if type(found.status) ~= 'string' or not ended[found.status] then return -2 end
   end
 elseif ARGV[2] == '1' then
   if stored ~= ARGV[3] then return -2 end
