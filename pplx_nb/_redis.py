@@ -181,10 +181,8 @@ class RedisLock:
         pause = 0.002
         with redis_errors(self.url, "lock a conversation in"):
             redis_client = client(self.url)
-            keys = (self.key, *read)
-            while not (found := redis_client.eval(_ACQUIRE, len(keys), *keys, token, self._ttl_ms))[
-                0
-            ]:
+            keys, ttl = (self.key, *read), self._ttl_ms
+            while not (found := redis_client.eval(_ACQUIRE, len(keys), *keys, token, ttl))[0]:
                 if time.monotonic() >= deadline:
                     raise StoreUnavailable(
                         f"Another process has held the lock {self.key} in the Redis store at "
