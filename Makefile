@@ -80,7 +80,9 @@ demo: $(DEMO_STAMP)
 	echo "JupyterLab:  http://127.0.0.1:$(DEMO_PORT)/lab/tree/01-quickstart.ipynb?token=$$token"; \
 	echo "Stop it with Ctrl-C."; \
 	echo ""; \
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" exec binder/start $(PY) -m jupyterlab \
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" \
+	CONVERSATION_LOGS_DIR="$${CONVERSATION_LOGS_DIR:-$(CURDIR)/conversation-logs}" \
+		exec binder/start $(PY) -m jupyterlab \
 		--ServerApp.root_dir=notebooks --ServerApp.ip=127.0.0.1 \
 		--ServerApp.port=$(DEMO_PORT) --ServerApp.port_retries=0 \
 		--IdentityProvider.token="$$token" \

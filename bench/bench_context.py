@@ -128,9 +128,10 @@ def run() -> str:
         f"median of {RUNS} runs. Reformulation raises the share by **{helped - plain:+.2f}** "
         f"(targets: ≥ 0.80 with, ≥ +0.30 over without). {len(risky)} of them (a `risk` in the "
         'file) are easy to misread — alternatives weighed ("which one", "the three"), a '
-        "pronoun whose noun is in the question, a module guessed from one word match; there "
-        "the rewrite spells the alternatives out, or the question goes as typed when a rewrite "
-        f"would be a guess.\n\n{retrieval}\n\n"
+        "pronoun whose noun is in the question, a module guessed from one word match, an object "
+        'followed by a circumstance ("run a subprocess with a timeout": "it" is the '
+        "subprocess); there the rewrite spells the alternatives out, takes the object, or the "
+        f"question goes as typed when a rewrite would be a guess.\n\n{retrieval}\n\n"
         f"Cost per call (median of {RUNS} × {CALLS:,} calls):\n\n{cost}"
     )
 

@@ -33,6 +33,7 @@ from pplx_nb import Researcher
 from pplx_nb._config import Settings
 from pplx_nb._fs import atomic_write_json
 from pplx_nb._models import JobStatus, Message, Usage
+from pplx_nb.backends import Backends, open_backends, open_queue, open_store
 from pplx_nb.jobs import JobQueue
 from pplx_nb.store import ConversationStore
 
@@ -53,18 +54,21 @@ END_TO_END_RUNS = 3
 J = TypeVar("J")
 
 
+def _backends(where: Path | str) -> Backends:
+    """The backends in folder ``where``, or in the Redis database of the URL ``where``."""
+    if isinstance(where, str):
+        return open_backends(Settings.from_env(store_url=where))
+    return open_backends(root=where)
+
+
 def _store(where: Path | str) -> ConversationStore:
     """The store in folder ``where``, or in the Redis database of the URL ``where``."""
-    if isinstance(where, str):
-        return ConversationStore(settings=Settings.from_env(store_url=where))
-    return ConversationStore(where)
+    return _backends(where).conversation_store()
 
 
 def _queue(where: Path | str, store: ConversationStore | None = None) -> JobQueue:
     """The queue beside :func:`_store`'s."""
-    if isinstance(where, str):
-        return JobQueue.on_redis(where, answers=store)
-    return JobQueue(where, answers=store)
+    return _backends(where).job_queue(store)
 
 
 def _conversations(root: Path | str, n: int) -> list[str]:
@@ -146,7 +150,7 @@ def _cycles_ours(root: Path | str, ids: list[str]) -> float:
 
 
 def _cycles_sqlite(root: Path, ids: list[str]) -> float:
-    queue, store = SqliteQueue(root / "queue.db"), ConversationStore(root)
+    queue, store = SqliteQueue(root / "queue.db"), open_store(root=root)
     start = time.perf_counter()
     for cid in ids:
         queue.enqueue(cid, {"searchQuery": "q"})
@@ -338,7 +342,7 @@ def _latency_ours() -> list[float]:
     """Median claim latency (ms) of RUNS runs over one queue kept at LATENCY_PENDING jobs."""
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        queue = JobQueue(root)
+        queue = open_queue(root=root)
         for i, cid in enumerate(_conversations(root, LATENCY_PENDING)):
             queue.enqueue(cid, TOOL, {"searchQuery": "q"}, priority=i % 3)
         runs = _claim_latencies(lambda: queue.claim("bench"), queue.release)

@@ -87,8 +87,10 @@ class _Server:
 
 
 @asynccontextmanager
-async def _connect(args: list[str], env: dict[str, str]) -> AsyncIterator[_Server]:
-    params = StdioServerParameters(command=sys.executable, args=args, env=env, cwd=str(ROOT))
+async def _connect(
+    args: list[str], env: dict[str, str], command: str = sys.executable
+) -> AsyncIterator[_Server]:
+    params = StdioServerParameters(command=command, args=args, env=env, cwd=str(ROOT))
     before = _children()
     start = time.perf_counter()
     with open(os.devnull, "w") as errlog:

@@ -27,6 +27,7 @@ from typing import Any
 from bench._util import median, ratio, redis_server, scratch, table, timed
 from pplx_nb._fs import atomic_write_bytes, locked
 from pplx_nb._models import Conversation
+from pplx_nb.backends import open_store
 from pplx_nb.store import ConversationStore, FileBackend
 
 TITLE = "Conversation store and export"
@@ -102,10 +103,10 @@ def _append_plain(path: Path, message: dict[str, Any]) -> None:
 
 def _append_times(root: Path, history: list[dict[str, Any]], new: list[dict[str, Any]]) -> Any:
     """Median seconds per append of each approach, and the file size in kB."""
-    store = ConversationStore(root)
+    store = open_store(root=root)
     ids = [store.create(history).conversation_id for _ in range(4)]
     paths = [store.path(i) / "conversation.json" for i in ids]
-    backend = FileBackend(store.root)
+    backend = FileBackend(root.absolute())
 
     def per_append(append: Any) -> float:
         times = []
@@ -177,9 +178,9 @@ def _small_appends(root: Path) -> str:
 
         return n_appends / median(timed(burst, repeat=5))
 
-    ours = rate(ConversationStore(root / "small"))
-    durable = rate(ConversationStore(root / "small-durable", durable=True))
-    plain_store = ConversationStore(root / "small-plain")
+    ours = rate(open_store(root=root / "small"))
+    durable = rate(open_store(root=root / "small-durable", durable=True))
+    plain_store = open_store(root=root / "small-plain")
     paths = [
         plain_store.path(plain_store.create(seed).conversation_id) / "conversation.json"
         for _ in range(n_conversations)
@@ -228,8 +229,8 @@ def _redis_rows(files: ConversationStore) -> str:
         if url is None:
             return "### On Redis\n\nNot measured: `redis-server` is not installed."
         start = time.perf_counter()
-        settings = Settings(store_url=url, conversation_logs_dir=files.root / "unused")
-        on_redis = _big_store(ConversationStore(settings=settings))
+        settings = Settings(store_url=url, conversation_logs_dir=Path(files.location) / "unused")
+        on_redis = _big_store(open_store(settings))
         took = time.perf_counter() - start
         measures: list[tuple[str, Callable[[ConversationStore], object]]] = [
             ("`store.list()`", lambda store: store.list()),
@@ -359,7 +360,7 @@ def run() -> str:
         root = Path(tmp)
         parts = [_big_append(root), _small_appends(root)]
         start = time.perf_counter()
-        store = _big_store(ConversationStore(root / "many"))
+        store = _big_store(open_store(root=root / "many"))
         took = time.perf_counter() - start
         parts.append(_listing(store))
         parts.append(_redis_rows(store))

@@ -29,9 +29,11 @@ if TYPE_CHECKING:
         InvalidInput,
         JobInProgress,
         LeaseLost,
+        MissingExtra,
         NetworkError,
         PplxError,
         RemoteRunFailed,
+        RunRequiresAction,
         RunTimedOut,
         StoreUnavailable,
         SubmissionUnknown,
@@ -72,10 +74,12 @@ _LAZY: dict[str, str] = {
     "JobStatus": "pplx_nb._models",
     "LeaseLost": "pplx_nb._errors",
     "Message": "pplx_nb._models",
+    "MissingExtra": "pplx_nb._errors",
     "NetworkError": "pplx_nb._errors",
     "PplxError": "pplx_nb._errors",
     "Progress": "pplx_nb._models",
     "RemoteRunFailed": "pplx_nb._errors",
+    "RunRequiresAction": "pplx_nb._errors",
     "Researcher": "pplx_nb.research",
     "RunTimedOut": "pplx_nb._errors",
     "SearchOptions": "pplx_nb._options",
@@ -108,11 +112,13 @@ __all__ = [
     "JobStatus",
     "LeaseLost",
     "Message",
+    "MissingExtra",
     "NetworkError",
     "PplxError",
     "Progress",
     "RemoteRunFailed",
     "Researcher",
+    "RunRequiresAction",
     "RunTimedOut",
     "SearchOptions",
     "Settings",
@@ -142,7 +148,14 @@ def __dir__() -> list[str]:
 
 
 def load_ipython_extension(ipython: Any) -> None:
-    """Called by ``%load_ext pplx_nb``: registers the ``%%pplx`` family of magics."""
+    """Called by ``%load_ext pplx_nb``: registers the ``%%pplx`` family of magics.
+
+    Raises:
+        MissingExtra: the notebook extra (IPython, ipywidgets, pandas) is not installed.
+    """
+    from pplx_nb._extras import require
+
+    require("notebook", "%load_ext pplx_nb")
     from pplx_nb.notebook.magics import load_ipython_extension as load
 
     load(ipython)

@@ -2,18 +2,27 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 if TYPE_CHECKING:
-    from pplx_nb._models import JobStatus
+    from pplx_nb._models import JobResult, JobStatus
 
-__all__ = ["cancel_facts", "cancel_outcome", "cancelled_now"]
+__all__ = ["CancelFacts", "cancel_facts", "cancel_outcome", "cancelled_now"]
 
 
-def cancel_facts(status: JobStatus | None) -> dict[str, Any]:
+class CancelFacts(TypedDict):
+    """What a cancel did to a run, under the keys MCP results give it."""
+
+    remoteCancelled: bool | None
+    """Whether the API confirmed the run stopped; ``None`` when no run was asked to stop."""
+    costUnknown: bool
+    """A run was started and reported no cost, so what it cost is unknown."""
+
+
+def cancel_facts(status: JobStatus | None) -> CancelFacts:
     """``remoteCancelled`` (None when no run was asked to stop) and ``costUnknown`` of a status
     returned by ``Researcher.cancel``."""
-    result = _result(status) if status else {}
+    result: JobResult = _result(status) if status else {}
     remote = result.get("remoteCancelled")
     return {
         "remoteCancelled": remote if isinstance(remote, bool) else None,
@@ -71,6 +80,5 @@ def cancel_outcome(conversation_id: str, status: JobStatus | None) -> str:
     return said
 
 
-def _result(status: JobStatus) -> dict[str, Any]:
-    result = (status.model_extra or {}).get("result")
-    return result if isinstance(result, dict) else {}
+def _result(status: JobStatus) -> JobResult:
+    return status.result or {}

@@ -12,11 +12,13 @@ says what to do next. Each class also derives from the builtin a user would natu
     ├── JobInProgress (RuntimeError)           JOB_IN_PROGRESS
     ├── LeaseLost                              JOB_LEASE_EXPIRED    a job's worker lost its lease
     ├── CacheError                             CACHE_ERROR
+    ├── MissingExtra (ImportError)             MISSING_EXTRA        an extra is not installed
     └── APIError                               (status_code, retry_after, reason, request_id)
         ├── APIKeyInvalid (PermissionError)    API_KEY_INVALID      401 / 403
         ├── APIQuotaExceeded                   API_QUOTA_EXCEEDED   429 after retries
         ├── APIServerError                     API_SERVER_ERROR     5xx after retries, failed runs
         │   └── RemoteRunFailed                API_SERVER_ERROR     a run that ended unanswered
+        │       └── RunRequiresAction          RUN_REQUIRES_ACTION  a run waiting for an action
         ├── InvalidInput (ValueError)          INVALID_INPUT        other 4xx from the API
         ├── APITimeoutError (TimeoutError)     TIMEOUT_ERROR
         │   └── RunTimedOut                    TIMEOUT_ERROR        a run past its deadline
@@ -39,7 +41,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pplx_nb._redact import redact, url_without_credentials
 
 if TYPE_CHECKING:
-    from pplx_nb._models import Answer
+    from pplx_nb._models import Answer, Cost, Usage
 
 __all__ = [
     "APIError",
@@ -54,9 +56,11 @@ __all__ = [
     "InvalidInput",
     "JobInProgress",
     "LeaseLost",
+    "MissingExtra",
     "NetworkError",
     "PplxError",
     "RemoteRunFailed",
+    "RunRequiresAction",
     "RunTimedOut",
     "StoreUnavailable",
     "SubmissionUnknown",
@@ -192,6 +196,13 @@ class CacheError(PplxError):
     code = "CACHE_ERROR"
 
 
+class MissingExtra(PplxError, ImportError):
+    """A feature needs an optional dependency that is not installed; the message names the
+    ``pip install`` line of the extra that brings it (see :mod:`pplx_nb._extras`)."""
+
+    code = "MISSING_EXTRA"
+
+
 class APIError(PplxError):
     """A failure talking to the Perplexity API (or the simulator).
 
@@ -255,6 +266,33 @@ class RemoteRunFailed(APIServerError):
     """
 
 
+class RunRequiresAction(RemoteRunFailed):
+    """A run stopped ``requires_action``: it waits for something pplx_nb does not give (a
+    tool call's approval, a function's output), so it is not waited for.
+
+    ``cost`` and ``usage`` are what the run reported doing up to then (``None`` when it did
+    not say): it is billed for that work, and the question's closing turn records it.
+    """
+
+    code = "RUN_REQUIRES_ACTION"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        cost: Cost | None = None,
+        usage: Usage | None = None,
+        **details: Any,
+    ) -> None:
+        super().__init__(message, **details)
+        self.cost = cost
+        self.usage = usage
+
+    def _facts(self) -> dict[str, Any]:
+        facts = {**super()._facts(), "cost": self.cost, "usage": self.usage}
+        return {name: value for name, value in facts.items() if value is not None}
+
+
 class InvalidInput(APIError, ValueError):
     """The API rejected the request (400, 404 unknown id, 413 too large, any other 4xx)."""
 
@@ -301,6 +339,7 @@ _BY_CODE: dict[str, type[PplxError]] = {
         JobInProgress,
         LeaseLost,
         CacheError,
+        MissingExtra,
         APIError,
         APIKeyInvalid,
         APIQuotaExceeded,
@@ -309,6 +348,7 @@ _BY_CODE: dict[str, type[PplxError]] = {
         APITimeoutError,
         NetworkError,
         SubmissionUnknown,
+        RunRequiresAction,
     )
 }
 

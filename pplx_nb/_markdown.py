@@ -17,7 +17,8 @@ Everything from the web is made safe when it is rendered, never when it is store
 and reasoning keep their Markdown but lose raw HTML and links that are not http(s)
 (:func:`defuse`); short web text (titles, snippets, related questions) is escaped outright
 (:func:`escape`); only http(s) URLs become links, percent-encoded so they cannot end the link
-(:func:`web_url`). Notes carry the user's file names and are HTML-escaped.
+(:func:`web_url`). Notes carry the user's file names and are HTML-escaped. While an answer streams,
+:func:`close_markdown` closes what the text so far leaves open, so it renders as it will.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CITATION",
     "cited_sources",
+    "close_markdown",
     "defuse",
     "escape",
     "job_status_markdown",
@@ -144,6 +146,131 @@ def defuse(text: str) -> str:
     escaped (shown as text), and a link or link definition whose target is not an http(s) URL
     (``[x](javascript:...)``) is shown as text. Code is left as it is: it renders as text."""
     return outside_code(text, _defuse_prose)
+
+
+_FENCE_LINE = re.compile(r"^[ \t>]*(`{3,}|~{3,})(.*)$")
+# What can open or close inline Markdown: an escape, a run of backticks, asterisks or
+# underscores, a bracket, the "](" between a link's text and its target, and its ")".
+_INLINE = re.compile(r"\\.|`+|\*+|_+|\[|\]\(|\]|\)", re.S)
+_PUNCTUATION = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
+
+
+def close_markdown(text: str, cursor: str = "") -> str:
+    """``text`` cut off mid-stream, with ``cursor`` at its end and what it leaves open closed,
+    so that it renders as it will once complete: a fenced code block (the cursor inside it), a
+    code span, emphasis; a link whose target is still coming shows its text alone, and a
+    delimiter with nothing after it yet (``**``) is left out."""
+    fence = _open_fence(text)
+    if fence is not None:
+        head, _, last = text.rpartition("\n")
+        if last.strip() and not last.strip(f" \t>{fence[0]}") and _open_fence(head):
+            text = head + "\n"  # its closing fence, arriving
+        return f"{text}{cursor}\n{fence}"
+    blank = text.rfind("\n\n")
+    start = max(blank + 2 if blank >= 0 else 0, _last_fence_end(text))
+    return text[:start] + _close_inline(text[start:], cursor)
+
+
+def _open_fence(text: str) -> str | None:
+    """The fence (```` ``` ```` or ``~~~``) of a code block the text leaves open, if any."""
+    fence: str | None = None
+    for line in text.split("\n"):
+        match = _FENCE_LINE.match(line)
+        if match is None:
+            continue
+        run, rest = match.groups()
+        if fence is None and not (run[0] == "`" and "`" in rest):
+            fence = run
+        elif fence is not None and run[0] == fence[0] and len(run) >= len(fence):
+            fence = None if not rest.strip() else fence
+    return fence
+
+
+def _last_fence_end(text: str) -> int:
+    ends = [m.end() for m in _CODE.finditer(text) if m.group("ticks") is None]
+    return ends[-1] if ends else 0
+
+
+def _flanks(text: str, start: int, end: int) -> tuple[bool, bool]:
+    """Whether the delimiter run ``text[start:end]`` can open and can close emphasis."""
+    before = text[start - 1] if start else " "
+    after = text[end] if end < len(text) else " "
+    left = not after.isspace() and (
+        after not in _PUNCTUATION or before.isspace() or before in _PUNCTUATION
+    )
+    right = not before.isspace() and (
+        before not in _PUNCTUATION or after.isspace() or after in _PUNCTUATION
+    )
+    if text[start] == "_":
+        return left and (not right or before in _PUNCTUATION), right and (
+            not left or after in _PUNCTUATION
+        )
+    return left, right
+
+
+def _close_inline(paragraph: str, cursor: str) -> str:
+    """The last paragraph of a partial text with its open code span, emphasis and link closed."""
+    openers: list[tuple[str, int]] = []
+    bracket: int | None = None
+    target: int | None = None
+    drop: list[tuple[int, int]] = []
+    position = 0
+    while match := _INLINE.search(paragraph, position):
+        token, start, position = match.group(0), match.start(), match.end()
+        if target is not None:
+            if token == ")":
+                target = bracket = None
+        elif token[0] == "`":
+            closing = re.compile(rf"(?<!`){token}(?!`)").search(paragraph, position)
+            if closing is None:
+                if position == len(paragraph):
+                    drop.append((start, position))
+                else:
+                    openers.append((token, start))
+                break
+            position = closing.end()
+        elif token == "[":
+            bracket = start
+        elif token == "](" and bracket is not None:
+            target = start
+        elif token == "]":
+            bracket = None
+        elif token[0] in "*_":
+            can_open, can_close = _flanks(paragraph, start, position)
+            if can_close and any(kind[0] == token[0] for kind, _ in openers):
+                _pop(openers, token)
+            elif can_open:
+                openers.append((token, start))
+            elif position == len(paragraph):
+                drop.append((start, position))
+    if target is not None and bracket is not None:
+        drop += [(bracket, bracket + 1), (target, len(paragraph))]
+    kept = paragraph
+    for begin, end in sorted(drop, reverse=True):
+        kept = kept[:begin] + kept[end:]
+
+    def shifted(at: int) -> int:
+        return at - sum(end - begin for begin, end in drop if end <= at)
+
+    # An opener with nothing after it yet would render as its own characters: left out.
+    while openers and not kept[shifted(openers[-1][1]) + len(openers[-1][0]) :].strip():
+        kept = kept[: shifted(openers.pop()[1])]
+    if not openers:
+        return kept + cursor
+    body = kept.rstrip()
+    gap = " " if body != kept else ""
+    return body + "".join(kind for kind, _ in reversed(openers)) + gap + cursor
+
+
+def _pop(openers: list[tuple[str, int]], closer: str) -> None:
+    """Match the closing run ``closer`` against the newest openers of its character."""
+    left = len(closer)
+    while left and openers and openers[-1][0][0] == closer[0]:
+        kind, at = openers.pop()
+        if len(kind) > left:
+            openers.append((kind[: len(kind) - left], at))
+            return
+        left -= len(kind)
 
 
 def _same_page(url: str) -> str:

@@ -9,13 +9,15 @@ written by other tools (the TypeScript perplexity-mcp-server) load and round-tri
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, GetPydanticSchema
 from pydantic.alias_generators import to_camel
+from typing_extensions import TypedDict
 
 from pplx_nb._markdown import link_citations, notes_markdown, related_markdown, sources_markdown
+from pplx_nb._options import SearchOptions
 from pplx_nb._think import split_think
 
 __all__ = [
@@ -27,7 +29,10 @@ __all__ = [
     "ConversationSummary",
     "Cost",
     "ErrorInfo",
+    "JobParams",
     "JobRecord",
+    "JobRequest",
+    "JobResult",
     "JobState",
     "JobStatus",
     "Message",
@@ -57,6 +62,56 @@ def now_iso(moment: datetime | None = None) -> str:
     return (
         moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
     )
+
+
+_AS_WRITTEN = GetPydanticSchema(lambda _source, handler: handler(dict[str, Any]))
+"""Read and written as a plain JSON object: a stored dict typed by a :class:`TypedDict` keeps
+every key and value as its writer wrote them (none coerced or dropped, ``null`` kept, keys a
+newer writer added kept), while type checkers see its keys."""
+
+
+class JobRequest(TypedDict, total=False):
+    """What a queued research job asks for (``request`` in job.json and status.json), under
+    the keys written there; a job the TypeScript server queued has ``params`` instead."""
+
+    model: str
+    """The model (or deep-research effort) asked for."""
+    opts: SearchOptions
+    """The search options of the question, as checked when it was asked."""
+    searchQuery: str
+    """The text searched for: the question as sent (reformulated, files attached)."""
+    notes: list[str]
+    """Notes for the model, added to the system prompt (e.g. a file already in the history)."""
+    collectRunId: str
+    """A run already started for the question (a retry): its report is read before anything
+    is submitted."""
+
+
+class JobParams(TypedDict, total=False):
+    """A job's ``params`` in job.json, as the TypeScript perplexity-mcp-server's worker reads
+    them (and its tools write them): the question as asked, and its reasoning effort."""
+
+    query: str
+    reasoning_effort: str
+
+
+class JobResult(TypedDict, total=False):
+    """What a job ended with (``result`` in status.json), under the keys written there."""
+
+    tokens: int
+    """Total tokens of the report."""
+    cost: float | None
+    """Its cost in USD; ``None`` with ``costUnknown`` when no cost was reported."""
+    costUnknown: bool
+    """A run was started and reported no cost (cancelled): what it cost is unknown."""
+    finishedBeforeCancel: bool
+    """The run had finished before the cancel reached it; its report is stored."""
+    handedOver: bool
+    """The report came from an attempt that had lost its lease, and was stored for the job."""
+    remoteCancelled: bool
+    """Only in the status a cancel returns: whether the API confirmed the run stopped."""
+    alreadyEnded: bool
+    """Only in the status a cancel returns: the job had ended before, nothing was sent."""
 
 
 class _Stored(BaseModel):
@@ -171,8 +226,17 @@ class Message(_Stored):
     thinking: str | None = None
     notes: list[str] | None = None
     """What the answer's caller should know, e.g. an attached file that was cut to fit."""
+    effort: str | None = None
+    """The effort the answer's run went with; ``preset``: the same in the API's deprecated
+    field."""
+    preset: str | None = None
     unanswered: Unanswered | None = None
     """Set on the assistant turn that closes a question which got no answer."""
+    job_id: str | None = None
+    """The job whose report this assistant turn is (``jobId``)."""
+    closes_job: str | None = None
+    """The job that ended without an answer, on the turn that closes its question
+    (``closesJob``): a report its run delivers after all takes this turn's place."""
 
     @property
     def answer_text(self) -> str:
@@ -195,6 +259,8 @@ def closing_turn(
     cost_unknown: bool = False,
     job_id: str | None = None,
     remote_id: str | None = None,
+    cost: Cost | None = None,
+    usage: Usage | None = None,
 ) -> Message:
     """The assistant turn that closes a question left without an answer, saying why.
 
@@ -203,11 +269,13 @@ def closing_turn(
     cost; a SUBMISSION_UNKNOWN failure counts as one (it may have been billed). ``job_id``
     names the job that ended without an answer (``closesJob``): a report its run delivers
     after all takes this turn's place. ``remote_id``: the run the API named for the question;
-    a run that was started and did not answer counts as one whose cost is unknown.
+    a run that was started and did not answer counts as one whose cost is unknown, unless
+    ``cost`` says what it reported (a run stopped ``requires_action``; ``usage`` beside it).
     """
     reason = _NOT_ANSWERED[state] + (f" ({code})" if code else "")
-    unknown = cost_unknown or code == "SUBMISSION_UNKNOWN" or remote_id is not None
-    tagged = {"closesJob": job_id} if job_id else {}
+    unknown = cost is None and (
+        cost_unknown or code == "SUBMISSION_UNKNOWN" or remote_id is not None
+    )
     return Message(
         role="assistant",
         content=f"This question was not answered: {reason}. Ask it again to get an answer.",
@@ -219,7 +287,9 @@ def closing_turn(
             cost_unknown=True if unknown else None,
             remote_id=remote_id,
         ),
-        **tagged,
+        cost=cost,
+        usage=usage,
+        closes_job=job_id or None,
     )
 
 
@@ -301,6 +371,10 @@ class JobStatus(_Stored):
     """Set while a paid submission is being sent and its outcome is not known yet."""
     submitted_at: str | None = None
     """When the background run ``remote_id`` was submitted: its deadline counts from then."""
+    request: Annotated[JobRequest, _AS_WRITTEN] | None = None
+    """What the job asked for, kept for a deliberate retry."""
+    result: Annotated[JobResult, _AS_WRITTEN] | None = None
+    """What the job ended with: tokens and cost, and how it ended when that needs saying."""
 
     @property
     def done(self) -> bool:
@@ -318,11 +392,11 @@ class JobRecord(_Stored):
     job_id: str = ""
     conversation_id: str = ""
     tool_name: str = ""
-    request: dict[str, Any] = Field(default_factory=dict)
+    request: Annotated[JobRequest, _AS_WRITTEN] = Field(default_factory=JobRequest)
     priority: int = 0
     enqueued_at: str = ""
     queue_key: str | None = None
-    params: dict[str, Any] | None = None
+    params: Annotated[JobParams, _AS_WRITTEN] | None = None
     """The TypeScript perplexity-mcp-server's view of the request (``query``,
     ``reasoning_effort``): with ``created_at``, ``attempts`` and ``max_attempts`` it makes the
     record a job that server's worker runs too, and a record it queued has only those."""
@@ -351,6 +425,14 @@ class Answer(BaseModel):
     cost: Cost | None = None
     response_id: str | None = None
     finish_reason: str | None = None
+    effort: str | None = None
+    """The effort the run went with (``fast`` ... ``xhigh``, possibly pinned to a version), as
+    the API reports it, else as asked."""
+    preset: str | None = None
+    """The same as the API's deprecated ``preset`` field reports it."""
+    searched: bool | None = None
+    """Whether the run searched the web for this answer (``False``: from the model alone;
+    ``None``: not reported)."""
     conversation_id: str | None = None
     conversation_path: str | None = None
     reformulated_query: str | None = None

@@ -44,6 +44,8 @@ OPTION_NAMES: dict[str, Names] = {
     "return_related_questions": Names("return_related_questions", "--related", switch=True),
     "return_images": Names(None, "--images", switch=True),
     "reasoning_effort": Names("reasoning_effort", None),
+    "effort": Names(None, "--effort"),
+    "preset": Names(None, "--preset"),
     "show_thinking": Names("showThinking", "--thinking", switch=True),
     "use_cache": Names(None, "--no-cache", switch=True),
     # The Search API: Researcher.web_search, perplexity_web_search, %%pplx_web.

@@ -8,17 +8,20 @@ the option as the surface it came from names it (:mod:`pplx_nb._option_names`).
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, Literal, TypedDict, get_args
+from typing import Any, Literal, TypedDict, cast, get_args
 from urllib.parse import urlsplit
 
 from pplx_nb._errors import ValidationError
+from pplx_nb._logging import get_logger
 from pplx_nb._option_names import option_error
 
 __all__ = [
     "DATE_FORMAT",
+    "EFFORTS",
     "MAX_DOMAINS",
     "MAX_DOMAIN_CHARS",
     "REASONING_EFFORTS",
@@ -36,6 +39,7 @@ __all__ = [
     "choice",
     "date_option",
     "domain_name",
+    "effort_tier",
     "parse_date",
 ]
 
@@ -52,6 +56,7 @@ DATE_FORMAT = "%m/%d/%Y"
 _DATE_HINT = "use MM/DD/YYYY, e.g. 01/31/2025"
 _ASCII_DATE = re.compile(r"[0-9]{1,2}/[0-9]{1,2}/[0-9]{4}")
 _LABEL = re.compile(r"[^\W_](?:[\w-]{0,61}[^\W_])?")
+logger = get_logger("pplx_nb")
 
 
 def parse_date(value: str) -> str:
@@ -160,12 +165,51 @@ def _flag(name: str, value: Any) -> bool:
     return value
 
 
+EFFORTS = ("fast", "low", "medium", "high", "xhigh")
+"""The Agent API's effort levels, lightest first."""
+_PINNED = re.compile(r"(?P<tier>[a-z]+)@[0-9A-Za-z][0-9A-Za-z.\-]*")
+
+
 def _model(name: str, value: Any) -> str:
     if not isinstance(value, str) or not value.strip():
         raise option_error(
             "{given} is not a model name, e.g. 'low' or 'perplexity/sonar'.", name, value
         )
     return value
+
+
+def effort_tier(value: str) -> str | None:
+    """The effort level ``value`` is (``fast``, or ``fast`` pinned as ``fast@2026-10-16.0``),
+    else ``None``."""
+    pinned = _PINNED.fullmatch(value.strip())
+    tier = pinned["tier"] if pinned else value.strip()
+    return tier if tier in EFFORTS else None
+
+
+def _effort(name: str, value: Any) -> str:
+    if not isinstance(value, str) or effort_tier(value) is None:
+        raise option_error(
+            "{given} is not an effort: use fast, low, medium, high or xhigh, or one pinned to a "
+            "version such as fast@2026-10-16.0.",
+            name,
+            value,
+        )
+    return value.strip()
+
+
+def _preset(name: str, value: Any) -> str:
+    checked = _effort(name, value)
+    _warn_preset()
+    return checked
+
+
+@functools.cache
+def _warn_preset() -> None:
+    """Say once per process that ``preset`` is the deprecated name of ``effort``."""
+    logger.warning(
+        "The preset option is deprecated, as the API's preset field is: pass effort instead "
+        "(the same values; when both are given, effort is used)."
+    )
 
 
 def check_date_order(checked: dict[str, Any], after: str, before: str) -> None:
@@ -192,8 +236,11 @@ class SearchOptions(TypedDict, total=False):
     20); ``search_recency_filter``: how recent the pages are; ``search_after_date_filter`` and
     ``search_before_date_filter``: publication dates as MM/DD/YYYY; ``search_mode``: which
     sources; ``return_related_questions``, ``return_images``: ask for them with the answer;
-    ``reasoning_effort``: of a reasoning model; ``show_thinking``: keep the model's thinking in
-    the answer; ``use_cache``: False skips the response cache (default True).
+    ``reasoning_effort``: of a reasoning model; ``effort``: how much the run does (fast, low,
+    medium, high, xhigh, or pinned as ``fast@2026-10-16.0``; over an effort given as ``model``);
+    ``preset``: its deprecated name (a warning, once; ``effort`` wins); ``show_thinking``: keep
+    the model's thinking in the answer; ``use_cache``: False skips the response cache (default
+    True).
     """
 
     model: str | None
@@ -205,6 +252,8 @@ class SearchOptions(TypedDict, total=False):
     return_related_questions: bool | None
     return_images: bool | None
     reasoning_effort: ReasoningEffortValue | None
+    effort: str | None
+    preset: str | None
     show_thinking: bool | None
     use_cache: bool | None
 
@@ -239,6 +288,8 @@ _RULES: dict[str, Callable[[str, Any], Any]] = {
     "return_related_questions": _flag,
     "return_images": _flag,
     "reasoning_effort": choice(REASONING_EFFORTS),
+    "effort": _effort,
+    "preset": _preset,
     "show_thinking": _flag,
     "use_cache": _flag,
 }
@@ -246,7 +297,7 @@ SEARCH_OPTIONS = frozenset(_RULES)
 """The option names ``Researcher.search`` and friends accept."""
 
 
-def check_options(opts: dict[str, Any]) -> dict[str, Any]:
+def check_options(opts: Mapping[str, object]) -> SearchOptions:
     """The options that are set (``None`` dropped), each checked; ValidationError otherwise.
 
     Unknown names and unaccepted values are refused with the accepted names or values listed.
@@ -259,4 +310,4 @@ def check_options(opts: dict[str, Any]) -> dict[str, Any]:
         )
     checked = {key: _RULES[key](key, value) for key, value in opts.items() if value is not None}
     check_date_order(checked, "search_after_date_filter", "search_before_date_filter")
-    return checked
+    return cast(SearchOptions, checked)

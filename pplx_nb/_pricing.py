@@ -83,7 +83,7 @@ def price_for(model: str | None, prices: Mapping[str, Price] | None = None) -> P
     """The price of a model slug, Sonar name or preset: from ``prices`` (the API's), else the
     static table; an unknown model is priced as the default preset's."""
     name = (model or _FALLBACK).strip().lower()
-    name = _PRESET_MODELS.get(name, name)
+    name = _PRESET_MODELS.get(name.partition("@")[0], name)  # an effort pinned to a version too
     for table in (prices or {}, PRICES):
         price = table.get(name)
         if price is not None:

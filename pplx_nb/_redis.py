@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from pplx_nb._errors import StoreUnavailable, ValidationError, redact, url_without_credentials
+from pplx_nb._extras import require
 from pplx_nb._logging import get_logger
 from pplx_nb._store_url import check_store_url
 
@@ -45,6 +46,7 @@ CONNECT_SECONDS = 3.0
 logger = get_logger("pplx_nb.store")
 
 _READ_SECONDS = 10.0
+_FEATURE = "PPLX_NB_STORE=redis://…"
 _clients: dict[tuple[int, str], redis.Redis] = {}
 _clients_lock = threading.Lock()
 
@@ -55,6 +57,7 @@ def client(url: str) -> redis.Redis:
     A URL :func:`~pplx_nb._store_url.check_store_url` refuses, or that redis-py cannot read, is a
     VALIDATION_ERROR naming PPLX_NB_STORE (never a TypeError or ValueError from redis-py).
     """
+    require("redis", _FEATURE)
     import redis
 
     key = (os.getpid(), url)
@@ -87,6 +90,7 @@ def client(url: str) -> redis.Redis:
 @contextlib.contextmanager
 def redis_errors(url: str, doing: str = "use") -> Iterator[None]:
     """Turn redis-py's errors inside the block into :class:`StoreUnavailable` naming ``url``."""
+    require("redis", _FEATURE)
     import redis
 
     try:

@@ -26,11 +26,13 @@ import os
 import queue
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Generator
-from typing import Any, Final, ParamSpec, TypeVar, overload
+from typing import Any, Concatenate, Final, ParamSpec, TypeVar, overload
 
 __all__ = ["TICK", "Tick", "background_loop", "iterate_sync", "run_sync", "sync_twin"]
 
 T = TypeVar("T")
+A = TypeVar("A")
+S = TypeVar("S")
 P = ParamSpec("P")
 
 _lock = threading.Lock()
@@ -158,33 +160,64 @@ async def _pump(items: AsyncIterator[T], handoff: queue.SimpleQueue[tuple[str, A
 
 @overload
 def sync_twin(
-    func: Callable[P, Coroutine[Any, Any, T]], /, name: str | None = None
+    func: Callable[P, Coroutine[Any, Any, T]], /, name: str | None = None, *, via: None = None
 ) -> Callable[P, T]: ...
 
 
 @overload
 def sync_twin(
-    func: Callable[P, AsyncIterator[T]], /, name: str | None = None
+    func: Callable[P, AsyncIterator[T]], /, name: str | None = None, *, via: None = None
 ) -> Callable[P, Generator[T, None, None]]: ...
 
 
-def sync_twin(func: Callable[P, Any], /, name: str | None = None) -> Callable[P, Any]:
+@overload
+def sync_twin(
+    func: Callable[Concatenate[A, P], Coroutine[Any, Any, T]],
+    /,
+    name: str | None = None,
+    *,
+    via: Callable[[S], A],
+) -> Callable[Concatenate[S, P], T]: ...
+
+
+@overload
+def sync_twin(
+    func: Callable[Concatenate[A, P], AsyncIterator[T]],
+    /,
+    name: str | None = None,
+    *,
+    via: Callable[[S], A],
+) -> Callable[Concatenate[S, P], Generator[T, None, None]]: ...
+
+
+def sync_twin(
+    func: Callable[..., Any], /, name: str | None = None, *, via: Callable[[Any], Any] | None = None
+) -> Callable[..., Any]:
     """The blocking twin of ``func``, with its parameters and docstring.
 
     A coroutine function's twin returns its result (:func:`run_sync`); an async generator
     function's twin returns a generator whose items are produced on the background loop and
     consumed in the calling thread (:func:`iterate_sync`). The twin is called ``name``, by
     default ``func``'s name without its leading ``a`` (``asearch`` -> ``search``).
+
+    ``via``: ``func`` is a method of another class (a sync client's ``AsyncClient.ask``) and
+    ``via(self)`` is the instance to call it on; a function defined in the twin's class body,
+    which also names that class. The twin then keeps ``func``'s name by default, as httpx's
+    ``Client`` and ``AsyncClient`` share theirs.
     """
     streams = inspect.isasyncgenfunction(func)
 
     @functools.wraps(func)
-    def twin(*args: P.args, **kwargs: P.kwargs) -> Any:
+    def twin(*args: Any, **kwargs: Any) -> Any:
+        if via is not None:
+            args = (via(args[0]), *args[1:])
         if streams:
             return iterate_sync(func(*args, **kwargs))
         return run_sync(func(*args, **kwargs))
 
-    twin.__name__ = name or func.__name__.removeprefix("a")
-    twin.__qualname__ = f"{func.__qualname__.rpartition('.')[0]}.{twin.__name__}".lstrip(".")
-    twin.__doc__ = f"Sync :meth:`{func.__name__}`. {func.__doc__ or ''}".rstrip()
+    twin.__name__ = name or (func.__name__ if via else func.__name__.removeprefix("a"))
+    owner = (via or func).__qualname__.rpartition(".")[0]
+    twin.__qualname__ = f"{owner}.{twin.__name__}".lstrip(".")
+    what = func.__qualname__ if via else func.__name__
+    twin.__doc__ = f"Sync :meth:`{what}`. {func.__doc__ or ''}".rstrip()
     return twin

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from pplx_nb._extras import require
 from pplx_nb._markdown import escape, markdown_link
 from pplx_nb._models import Source
 
@@ -78,6 +79,7 @@ class WebResults(list[Source]):
 
     def to_dataframe(self) -> pd.DataFrame:
         """One row per result: rank, title, url, domain, date, last_updated, snippet."""
+        require("notebook", "WebResults.to_dataframe()", ("pandas",))
         import pandas as pd
 
         rows = [

@@ -36,17 +36,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
 from pplx_nb._errors import ConversationNotFound, PplxError
 from pplx_nb._errors import ValidationError as PplxValidationError
+from pplx_nb._extras import require
 from pplx_nb._logging import get_logger
 from pplx_nb._markdown import defuse, link_citations, sources_markdown
 from pplx_nb._models import JOB_STATES, Conversation, Message
 from pplx_nb._think import split_think
-from pplx_nb.store import ConversationStore, is_redis_location
+from pplx_nb.backends import home_of, open_store
+from pplx_nb.store import ConversationStore
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -97,6 +98,7 @@ def to_dataframe(source: Exportable, level: Level = "messages") -> pd.DataFrame:
     ``total_cost_usd`` NaN, ``unknown_costs`` above 0 and the costs that are known in
     ``known_cost_usd``; the turn closing that run has ``cost_unknown`` True.
     """
+    require("notebook", "to_dataframe()", ("pandas",))
     builders = {"messages": _messages, "conversations": _conversations, "sources": _sources}
     if level not in builders:
         raise PplxValidationError(
@@ -117,19 +119,21 @@ def _documents(source: Exportable) -> Iterator[_Doc]:
             f"Conversations, not {type(source).__name__}.",
         )
     default: ConversationStore | None = None
-    stores: dict[Path, ConversationStore] = {}
+    stores: dict[str, ConversationStore] = {}
     for item in source:
         if isinstance(item, Conversation):
             store = None
-            if item.path and is_redis_location(item.path):
-                # A conversation loaded from the Redis store this process is configured with.
-                store = default = default or ConversationStore()
+            home = home_of(item.path) if item.path else None
+            if home is not None:
+                store = stores.get(home.location) or stores.setdefault(
+                    home.location, home.conversation_store()
+                )
             elif item.path:
-                root = Path(item.path).parent
-                store = stores.get(root) or stores.setdefault(root, ConversationStore(root))
+                # Loaded from the Redis store this process is configured with (or from memory).
+                store = default = default or open_store()
             yield _Doc(item.conversation_id, item.to_json_dict(), store)
         elif isinstance(item, str):
-            default = default or ConversationStore()
+            default = default or open_store()
             yield _Doc(item, default.read_raw(item), default)
         else:
             raise PplxValidationError(

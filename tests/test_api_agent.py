@@ -17,6 +17,7 @@ from pplx_nb._errors import (
     InvalidInput,
     NetworkError,
     RemoteRunFailed,
+    RunRequiresAction,
 )
 from pplx_nb._models import Answer
 from pplx_nb.api import AsyncClient, Request, RetryPolicy
@@ -34,7 +35,7 @@ AGENT_FIELDS = {
     "input",
     "instructions",
     "model",
-    "preset",
+    "effort",
     "tools",
     "max_output_tokens",
     "temperature",
@@ -90,10 +91,12 @@ ALL_OPTIONS: dict[str, Any] = {
     ("model", "target"),
     [
         ("sonar", {"model": "perplexity/sonar"}),
-        ("sonar-pro", {"preset": "low"}),
-        ("sonar-reasoning-pro", {"preset": "low"}),
-        ("sonar-deep-research", {"preset": "medium"}),
-        ("high", {"preset": "high"}),
+        ("sonar-pro", {"effort": "low"}),
+        ("sonar-reasoning-pro", {"effort": "low"}),
+        ("sonar-deep-research", {"effort": "medium"}),
+        ("high", {"effort": "high"}),
+        ("fast@2026-10-16.0", {"effort": "fast@2026-10-16.0"}),
+        ("pro-search", {"effort": "low"}),
         ("openai/gpt-5", {"model": "openai/gpt-5"}),
         ("perplexity/sonar", {"model": "perplexity/sonar"}),
         ("r1-1776", {"model": "r1-1776"}),
@@ -109,14 +112,58 @@ def test_a_retired_sonar_name_is_mapped_with_one_warning_per_name(
     _warn_renamed.cache_clear()
     with caplog.at_level(logging.WARNING, logger="pplx_nb.api"):
         for _ in range(3):
-            assert sent(question(), "sonar-pro")["preset"] == "low"
-        assert sent(question(), "sonar-deep-research")["preset"] == "medium"
-        assert sent(question(), "low")["preset"] == "low"
+            assert sent(question(), "sonar-pro")["effort"] == "low"
+        assert sent(question(), "sonar-deep-research")["effort"] == "medium"
+        assert sent(question(), "low")["effort"] == "low"
         assert sent(question(), "perplexity/sonar")["model"] == "perplexity/sonar"
     warned = [r.getMessage() for r in caplog.records if "retired Sonar name" in r.getMessage()]
     assert len(warned) == 2
-    assert "'sonar-pro'" in warned[0] and "preset 'low'" in warned[0]
-    assert "'sonar-deep-research'" in warned[1] and "preset 'medium'" in warned[1]
+    assert "'sonar-pro'" in warned[0] and "effort 'low'" in warned[0]
+    assert "'sonar-deep-research'" in warned[1] and "effort 'medium'" in warned[1]
+
+
+def test_an_effort_is_sent_as_effort_over_one_named_as_the_model_and_never_as_preset() -> None:
+    assert sent(question(effort="fast@2026-10-16.0"), "high")["effort"] == "fast@2026-10-16.0"
+    slug = sent(question(effort="xhigh"), "openai/gpt-5.1")
+    assert (slug["model"], slug["effort"]) == ("openai/gpt-5.1", "xhigh")
+    for model in ("fast", "pro-search", "sonar-deep-research", "medium@2026-10-16.0"):
+        assert "preset" not in sent(question(), model)
+    deep = sent(question(effort="medium"), "fast", stream=True)
+    assert deep["store"] is True, "an effort that runs deep research makes a paid stream"
+
+
+def test_a_grounded_question_requires_the_search_tool() -> None:
+    for model in ("low", "openai/gpt-5.1", "fast@2026-10-16.0"):
+        body = sent(question(tool_choice="required"), model)
+        assert body["tool_choice"] == "required" and body["tools"] == [{"type": "web_search"}]
+    assert "tool_choice" not in sent(question(), "low")
+    bare = sent(question(tool_choice="required", disable_search=True), "openai/gpt-5.1")
+    assert "tool_choice" not in bare and "tools" not in bare
+
+
+def test_the_answer_says_whether_its_run_searched() -> None:
+    searched = ADAPTER.parse(json.dumps(response()).encode(), question(), "sonar")
+    assert searched.searched is True
+    alone = response()
+    alone["output"] = alone["output"][1:]
+    assert ADAPTER.parse(json.dumps(alone).encode(), question(), "sonar").searched is False
+    del alone["usage"]
+    assert ADAPTER.parse(json.dumps(alone).encode(), question(), "sonar").searched is None
+
+
+def test_the_answer_reports_the_effort_and_preset_the_run_went_with() -> None:
+    body = {
+        "id": "resp_1",
+        "status": "completed",
+        "effort": "low@2026-10-16.0",
+        "preset": "low@2026-10-16.0",
+        "output": [{"type": "message", "content": [{"type": "output_text", "text": "Hi."}]}],
+    }
+    answer = ADAPTER.parse(json.dumps(body).encode(), question(), "low")
+    assert (answer.effort, answer.preset) == ("low@2026-10-16.0", "low@2026-10-16.0")
+    del body["effort"], body["preset"]
+    answer = ADAPTER.parse(json.dumps(body).encode(), question(effort="high"), "low")
+    assert (answer.effort, answer.preset) == ("high", None), "as asked when not reported"
 
 
 @pytest.mark.parametrize(
@@ -184,7 +231,7 @@ def test_only_agent_fields_are_sent_even_with_every_option() -> None:
 def test_system_goes_to_instructions_and_history_to_input() -> None:
     body = sent(question(), "sonar-pro")
     assert body == {
-        "preset": "low",
+        "effort": "low",
         "instructions": "Be brief.",
         "input": [
             {"role": "user", "content": "What is asyncio?"},
@@ -404,6 +451,38 @@ def test_stream_failure_terminals_raise(terminal: str) -> None:
         parser.feed(events({"type": terminal, "response": response(terminal.split(".")[1])})[0])
 
 
+def test_a_run_that_requires_action_raises_with_the_cost_it_reported() -> None:
+    waiting = response("requires_action")
+    with pytest.raises(RunRequiresAction, match="requires_action") as raised:
+        ADAPTER.parse(json.dumps(waiting).encode(), question(), "sonar")
+    error = raised.value
+    assert error.code == "RUN_REQUIRES_ACTION" and error.request_id == "resp_1"
+    assert (
+        error.cost is not None and error.cost.total_cost == waiting["usage"]["cost"]["total_cost"]
+    )
+    assert error.usage is not None and error.usage.total_tokens == 10
+    assert isinstance(error, RemoteRunFailed), "final: polling it again cannot help"
+    with pytest.raises(RunRequiresAction):
+        ADAPTER.polled(json.dumps(waiting).encode())
+    for terminal in ("response.in_progress", "response.completed"):
+        parser = ADAPTER.stream_parser(question(), "sonar")
+        with pytest.raises(RunRequiresAction):
+            for event in events({"type": terminal, "response": waiting}):
+                parser.feed(event)
+            parser.finish()
+
+
+def test_a_loaded_skill_is_shown_as_the_runs_activity() -> None:
+    parser = ADAPTER.stream_parser(question(), "sonar")
+    for event in events(
+        {"type": "response.reasoning.started"},
+        {"type": "response.skill.loaded", "name": "office/pdf", "sequence_number": 3},
+    ):
+        assert parser.feed(event) == ""
+    assert parser.activity is not None
+    assert (parser.activity.stage, parser.activity.skill) == ("skill", "office/pdf")
+
+
 def test_stream_error_event_raises_and_missing_terminal_is_network_error() -> None:
     parser = ADAPTER.stream_parser(question(), "sonar")
     with pytest.raises(APIServerError, match="busy"):
@@ -442,7 +521,7 @@ def test_background_submit_and_poll_states() -> None:
     call = ADAPTER.submit(question(), "sonar-deep-research")
     assert call.body is not None
     body = json.loads(call.body)
-    assert body["background"] is True and body["preset"] == "medium"
+    assert body["background"] is True and body["effort"] == "medium"
     assert body["store"] is True, "a run that is not stored cannot be polled"
     for model, stored in (("sonar-deep-research", True), ("sonar-pro", False)):
         streamed = json.loads(ADAPTER.chat(question(), model, stream=True).body or b"")

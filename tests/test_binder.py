@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from pplx_nb.notebook._icons import icon
+
 ROOT = Path(__file__).resolve().parent.parent
 BINDER = ROOT / "binder"
 QUICKSTART = "notebooks/01-quickstart.ipynb"
@@ -141,4 +143,4 @@ def test_recipe_builds_a_fresh_environment_that_runs_the_quickstart(tmp_path: Pa
         for o in outputs
     )
     assert "docs.python.org" in shown
-    assert "⚠️" not in shown
+    assert icon("warning") not in shown, "an error box"

@@ -10,11 +10,13 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
-from support_browser.lab import CHROMIUM_ARGS, chromium_path, running_lab, write_notebook
+from support_browser.lab import CHROMIUM_ARGS, Lab, chromium_path, running_lab, write_notebook
 
 pytestmark = pytest.mark.browser
 
@@ -42,7 +44,7 @@ JOB_STATE = """() => {
     report: Boolean(report),
   };
 }""".replace("KERNEL", KERNEL)
-_STATUS = re.compile(r"^\s*⏳[^…]*…(\s*·\s*[\d.]+\s*s)?")
+_STATUS = re.compile(r"^\s*[^…\n]*…(\s*·\s*[\d.]+\s*s)?")
 # Records, as the DOM changes, every distinct text of the answer cell's output that still has the
 # streaming cursor, and when the final answer's first source link appeared. An observer sees each
 # repaint, where polling from Python could fall between them.
@@ -59,6 +61,10 @@ WATCH_STREAM = """() => {
     if (text.includes('▌') && !seen.partial.includes(text)) {
       seen.partial.push(text);
       if (seen.partialAt === null) seen.partialAt = performance.now();
+      // The page as it was mid-stream, kept for a screenshot: the stream is over in a second.
+      if (!window.pplxPartial && area.querySelector('.jp-RenderedMarkdown em')) {
+        window.pplxPartial = area.cloneNode(true);
+      }
     }
     if (final) {
       seen.finalAt = performance.now();
@@ -132,6 +138,7 @@ def test_notebook_streams_cited_answer_and_job_completes_while_kernel_idle(
             assert "▌" not in text, "the streamed text was not replaced by the final answer"
             assert answer.locator(".jp-RenderedMarkdown").count() == 1, "one display, updated"
             _assert_streamed(page.evaluate("window.pplxStream"), text)
+            _screenshot_partial(page, ARTIFACTS / "streamed-partial.png")
 
             samples = _follow_job(page, timeout=45)
             moving = [s for s in samples if s["kernel"] == "idle" and 0 < (s["width"] or 0) < 100]
@@ -159,6 +166,31 @@ def _assert_streamed(seen: dict[str, Any], final: str) -> None:
     assert seen["finalAt"] is not None and seen["partialAt"] < seen["finalAt"], seen
     assert any(len(text) < len(final) for text in words), "the partial text was not partial"
     assert not seen["blank"], f"the cell went blank between stream and answer: {seen['blank']}"
+    raw = [text for text in seen["partial"] if re.search(r"[*`]|\]\(", text)]
+    assert not raw, f"Markdown marks shown raw while streaming: {raw}"
+
+
+SHOW_PARTIAL = """() => {
+  const frame = document.createElement('div');
+  frame.id = 'pplx-partial';
+  frame.className = 'jp-Notebook';
+  frame.style.cssText = 'position:fixed;left:0;top:0;width:900px;z-index:10000;padding:12px;' +
+    'background:var(--jp-layout-color0,#fff)';
+  frame.appendChild(window.pplxPartial);
+  document.body.appendChild(frame);
+  const em = frame.querySelector('.jp-RenderedMarkdown em');
+  return {text: frame.innerText, em: em ? em.textContent : null};
+}"""
+
+
+def _screenshot_partial(page: Any, path: Path) -> None:
+    """Show the output as the observer kept it mid-stream, check it and take its picture."""
+    kept = page.evaluate(SHOW_PARTIAL)
+    assert kept["em"] and kept["em"].startswith("Offline simulator answer"), kept
+    assert "▌" in kept["text"] and "*" not in kept["text"], kept
+    path.parent.mkdir(parents=True, exist_ok=True)
+    page.locator("#pplx-partial").screenshot(path=str(path))
+    page.evaluate("document.getElementById('pplx-partial').remove()")
 
 
 def _follow_job(page: Any, timeout: float) -> list[dict[str, Any]]:
@@ -172,6 +204,251 @@ def _follow_job(page: Any, timeout: float) -> list[dict[str, Any]]:
             return samples
         time.sleep(0.2)
     pytest.fail(f"the job did not complete in {timeout} s: {samples[-5:]}")
+
+
+MONITOR = """(index) => {
+  const cell = document.querySelectorAll('.jp-Notebook .jp-Cell')[index];
+  const monitor = cell && cell.querySelector('.pplx-job-monitor');
+  const bar = monitor && monitor.querySelector('.widget-hprogress .progress-bar');
+  return monitor ? {
+    text: monitor.innerText,
+    width: bar ? parseFloat(bar.style.width) : null,
+    bar: bar ? bar.className : null,
+  } : null;
+}"""
+RUN_NEXT = "window.jupyterapp.commands.execute('notebook:run-cell-and-select-next')"
+
+
+def _outputs(page: Any, index: int) -> str:
+    return str(
+        page.locator(".jp-Notebook .jp-Cell").nth(index).locator(".jp-OutputArea").inner_text()
+    )
+
+
+@contextmanager
+def _chromium_on_lab(root: Path, env: dict[str, str]) -> Iterator[tuple[Lab, Any]]:
+    """A JupyterLab serving ``root`` offline (``env`` added) and a headless chromium."""
+    executable = _require_browser()
+    from playwright.sync_api import sync_playwright
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    logs = {"PPLX_NB_OFFLINE": "1", "CONVERSATION_LOGS_DIR": str(root.parent / "logs")}
+    with running_lab(root, {**logs, **env}) as lab, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=executable, headless=True, args=CHROMIUM_ARGS
+        )
+        try:
+            yield lab, browser
+        finally:
+            browser.close()
+
+
+# fontconfig as installed, less every colour font: the page is drawn as on a desktop without an
+# emoji font (Debian's chromium draws what fontconfig offers).
+NO_EMOJI_FONTS = """<?xml version="1.0"?>
+<!DOCTYPE fontconfig SYSTEM "urn:fontconfig:fonts.dtd">
+<fontconfig>
+  <include ignore_missing="yes">/etc/fonts/fonts.conf</include>
+  <selectfont><rejectfont>
+    <pattern><patelt name="color"><bool>true</bool></patelt></pattern>
+  </rejectfont></selectfont>
+</fontconfig>
+"""
+GLYPH_CELLS = [
+    "%load_ext pplx_nb",
+    "%%pplx\nHow do I cancel an asyncio task?",
+    "%pplx_followup --fork and with a timeout?",
+    "%pplx_web -n 3 asyncio TaskGroup",
+    "%%pplx_research\nCompare asyncio.gather and asyncio.TaskGroup",
+    "%pplx_wait",
+    "%pplx_history",
+    "%pplx_cancel",
+    "%pplx_followup 20000101-0000000000000 what next?",
+]
+# Every character past ASCII in the outputs, drawn in its element's font on a canvas and compared
+# with a character no font has (U+0378, unassigned): the same pixels mean the missing-glyph box.
+GLYPHS = """() => {
+  const canvas = document.createElement('canvas');
+  canvas.width = canvas.height = 48;
+  const context = canvas.getContext('2d', {willReadFrequently: true});
+  const draw = (ch, family) => {
+    context.clearRect(0, 0, 48, 48);
+    context.font = `32px ${family}`;
+    context.textBaseline = 'top';
+    context.fillText(ch, 4, 4);
+    return context.getImageData(0, 0, 48, 48).data.join(',');
+  };
+  const box = (ch, family) => draw(ch, family) === draw('\u0378', family);
+  const seen = new Map();
+  for (const area of document.querySelectorAll('.jp-Notebook .jp-OutputArea')) {
+    const walker = document.createTreeWalker(area, NodeFilter.SHOW_TEXT);
+    while (walker.nextNode()) {
+      const element = walker.currentNode.parentElement;
+      if (!element || !element.getClientRects().length) continue;
+      const family = getComputedStyle(element).fontFamily;
+      for (const ch of walker.currentNode.data) {
+        if (ch.codePointAt(0) > 0x7e && !/\\s/.test(ch)) seen.set(ch + family, {ch, family});
+      }
+    }
+  }
+  const icons = Array.from(document.querySelectorAll('.jp-OutputArea img.pplx-icon'));
+  const family = getComputedStyle(document.body).fontFamily;
+  return {
+    boxes: [...seen.values()].filter(({ch, family}) => box(ch, family)),
+    checked: [...new Set([...seen.values()].map(({ch}) => ch))].join(''),
+    text: Array.from(document.querySelectorAll('.jp-OutputArea')).map(a => a.innerText).join('\\n'),
+    icons: icons.length,
+    broken: icons.filter(i => !i.complete || i.naturalWidth === 0).length,
+    calibration: {emoji: box('🔗', family), letter: box('a', family)},
+  };
+}"""
+ICONS_LOADED = """() => {
+  const icons = Array.from(document.querySelectorAll('.jp-OutputArea img.pplx-icon'));
+  return icons.length >= 4 && icons.every(icon => icon.complete);
+}"""
+TRUSTED = """() => {
+  const cells = window.jupyterapp.shell.currentWidget.content.model.cells;
+  return Array.from({length: cells.length}, (_, i) => cells.get(i))
+    .filter(cell => cell.type === 'code' && cell.outputs.length).map(cell => cell.trusted);
+}"""
+EMOJI = re.compile("[\U0001f000-\U0001faff\u2300-\u23ff\u2600-\u27bf\u2b00-\u2bff\ufe0f]")
+
+
+def test_outputs_draw_no_missing_glyph_box_without_an_emoji_font(tmp_path: Path) -> None:
+    executable = _require_browser()
+    from playwright.sync_api import sync_playwright
+
+    root = tmp_path / "notebooks"
+    root.mkdir()
+    write_notebook(root / "glyphs.ipynb", GLYPH_CELLS)
+    quickstart = (_ROOT / "notebooks" / "01-quickstart.ipynb").read_text(encoding="utf-8")
+    (root / "saved.ipynb").write_text(quickstart, encoding="utf-8")
+    fonts = tmp_path / "fonts.conf"
+    fonts.write_text(NO_EMOJI_FONTS)
+    env = _offline(tmp_path)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with running_lab(root, env) as lab, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=executable,
+            headless=True,
+            args=CHROMIUM_ARGS,
+            env={**os.environ, "FONTCONFIG_FILE": str(fonts)},
+        )
+        try:
+            # Saved outputs of a notebook never run here are untrusted: JupyterLab sanitizes them.
+            page = _lab_page(browser, lab.notebook_url("saved.ipynb"))
+            page.wait_for_function(ICONS_LOADED, timeout=30_000)
+            trusted = page.evaluate(TRUSTED)
+            assert trusted and not any(trusted), f"the saved notebook was trusted: {trusted}"
+            saved = page.evaluate(GLYPHS)
+            assert saved["icons"] >= 4 and not saved["broken"] and not saved["boxes"], saved
+            page.close()
+            page = _lab_page(browser, lab.notebook_url("glyphs.ipynb"))
+            _run_all_and_wait(page, 120)
+            page.locator(".pplx-job-monitor").get_by_text("completed").first.wait_for(
+                timeout=30_000
+            )
+            page.wait_for_function(ICONS_LOADED, timeout=30_000)
+            found = page.evaluate(GLYPHS)
+            assert found["calibration"] == {"emoji": True, "letter": False}, (
+                "an emoji font is still in use, or the box is not recognised"
+            )
+            assert not EMOJI.findall(found["text"]), EMOJI.findall(found["text"])
+            assert not found["boxes"], f"drawn as the missing-glyph box: {found['boxes']}"
+            assert found["icons"] >= 8 and not found["broken"], found
+            # Tall enough for the whole notebook in one picture.
+            page.set_viewport_size({"width": 1280, "height": 4200})
+            time.sleep(0.5)
+            page.screenshot(path=str(ARTIFACTS / "glyphs-light.png"))
+            page.evaluate(
+                "window.jupyterapp.commands.execute('apputils:change-theme', "
+                "{theme: 'JupyterLab Dark'})"
+            )
+            page.wait_for_function("document.body.dataset.jpThemeLight === 'false'")
+            time.sleep(0.5)
+            page.screenshot(path=str(ARTIFACTS / "glyphs-dark.png"))
+        finally:
+            browser.close()
+
+
+def test_a_cancelled_job_and_an_interrupted_wait_read_as_what_the_user_did(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "notebooks"
+    root.mkdir()
+    write_notebook(
+        root / "cancel.ipynb",
+        [
+            "%load_ext pplx_nb",
+            "%%pplx_research -o job\nWrite a history of asyncio from PEP 3156 to TaskGroup",
+            "%pplx_cancel",
+        ],
+    )
+    write_notebook(
+        root / "interrupt.ipynb",
+        [
+            "%load_ext pplx_nb",
+            "%%pplx_research --wait\nCompare asyncio.gather and asyncio.TaskGroup",
+            "print('Run All went on')",
+        ],
+    )
+    slow = {"PPLX_NB_SIM_DEEP_RESEARCH_SECONDS": "120", "PPLX_NB_SIM_LATENCY_MS": "100"}
+    with _chromium_on_lab(root, slow) as (lab, browser):
+        page = _lab_page(browser, lab.notebook_url("cancel.ipynb"))
+        page.evaluate("window.jupyterapp.shell.currentWidget.content.activeCellIndex = 0")
+        page.evaluate(RUN_NEXT)
+        page.evaluate(RUN_NEXT)
+        # The cancel once the bar has moved, as a user who watched it would.
+        page.wait_for_function(f"() => ({MONITOR})(1)?.width > 0", timeout=60_000)
+        page.evaluate(RUN_NEXT)
+        page.wait_for_function(f"() => ({MONITOR})(1)?.text.includes('cancelled')", timeout=30_000)
+        monitor = page.evaluate(f"({MONITOR})(1)")
+        assert monitor["width"] > 0, f"the bar dropped to 0 %: {monitor}"
+        assert f"cancelled at {monitor['width']:.0f}%" in monitor["text"], monitor
+        assert "danger" not in monitor["bar"] and "warning" not in monitor["bar"], monitor
+        assert "PPLX_ERROR" not in monitor["text"] and "⚠" not in monitor["text"]
+        assert "billed" in monitor["text"] or "cost unknown" in monitor["text"], monitor
+        assert "is cancelled" in _outputs(page, 2)
+        time.sleep(0.3)
+        page.screenshot(path=str(ARTIFACTS / "cancelled-monitor.png"), clip=_clip(page))
+
+        page = _lab_page(browser, lab.notebook_url("interrupt.ipynb"))
+        # Not awaited: the command's promise settles only when every cell has run.
+        page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+        waiting = page.locator(".jp-Notebook .jp-Cell").nth(1).locator("progress")
+        waiting.first.wait_for(timeout=60_000)
+        page.evaluate("window.jupyterapp.commands.execute('notebook:interrupt-kernel')")
+        _wait_kernel_idle(page, 60_000)
+        cell = page.locator(".jp-Notebook .jp-Cell").nth(1)
+        cell.get_by_text("INTERRUPTED").wait_for(timeout=30_000)
+        stderr = cell.locator("[data-mime-type='application/vnd.jupyter.stderr']")
+        assert stderr.count() == 1, _outputs(page, 1)
+        after = stderr.inner_text().strip().splitlines()
+        assert len(after) <= 1, f"a traceback under the message: {after}"
+        text = _outputs(page, 1)
+        assert "contextlib" not in text and "_kernel.py" not in text, text
+        assert "Run the cell again to retry" in text
+        assert "Run All went on" not in _outputs(page, 2), "the cell failed: Run All stops"
+        time.sleep(0.3)
+        page.screenshot(path=str(ARTIFACTS / "interrupted.png"), clip=_clip(page))
+
+
+def test_notebook_02_reopened_shows_how_its_jobs_ended(tmp_path: Path) -> None:
+    root = tmp_path / "notebooks"
+    root.mkdir()
+    source = _ROOT / "notebooks" / "02-deep-research-async.ipynb"
+    (root / "02.ipynb").write_text(source.read_text(encoding="utf-8"), encoding="utf-8")
+    with _chromium_on_lab(root, {}) as (lab, browser):
+        page = _lab_page(browser, lab.notebook_url("02.ipynb"))
+        queued = page.locator(".jp-Notebook .jp-Cell").nth(3).locator(".jp-OutputArea")
+        queued.get_by_text("Research job").first.wait_for(timeout=30_000)
+        notebook = page.locator(".jp-Notebook").inner_text()
+        assert "reading status" not in notebook
+        assert re.search(r"Research job \d{8}-\d{13}: completed", queued.inner_text())
+        assert re.search(r"Research job \d{8}-\d{13}: cancelled at \d+%", notebook)
+        assert "PPLX_ERROR" not in notebook
+        time.sleep(0.3)
+        page.screenshot(path=str(ARTIFACTS / "reopened-02.png"), clip=_clip(page, 700))
 
 
 PROMPTS = """() => Array.from(
@@ -193,6 +470,16 @@ def _run_all_and_wait(page: Any, timeout: float) -> list[str]:
         if last != before[-1] and re.fullmatch(r"\[\d+\]:", last) and "[*]:" not in prompts:
             return prompts
     pytest.fail(f"Run All did not finish in {timeout} s: {prompts}")
+
+
+def _offline(tmp_path: Path) -> dict[str, str]:
+    """The lab's settings: the simulator, quick, conversations under ``tmp_path``."""
+    return {
+        "PPLX_NB_OFFLINE": "1",
+        "PPLX_NB_SIM_DEEP_RESEARCH_SECONDS": "2",
+        "PPLX_NB_SIM_LATENCY_MS": "100",
+        "CONVERSATION_LOGS_DIR": str(tmp_path / "conversation-logs"),
+    }
 
 
 def _lab_page(browser: Any, url: str) -> Any:
@@ -219,12 +506,7 @@ def test_notebook_02_runs_twice_and_an_error_shows_in_a_box(tmp_path: Path) -> N
             "%%pplx -o 1x\nWhat is asyncio?",
         ],
     )
-    env = {
-        "PPLX_NB_OFFLINE": "1",
-        "PPLX_NB_SIM_DEEP_RESEARCH_SECONDS": "2",
-        "PPLX_NB_SIM_LATENCY_MS": "100",
-        "CONVERSATION_LOGS_DIR": str(tmp_path / "conversation-logs"),
-    }
+    env = _offline(tmp_path)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with running_lab(root, env) as lab, sync_playwright() as playwright:
         browser = playwright.chromium.launch(
@@ -236,7 +518,7 @@ def test_notebook_02_runs_twice_and_an_error_shows_in_a_box(tmp_path: Path) -> N
             _run_all_and_wait(page, 120)
             prompts = _run_all_and_wait(page, 120)
             notebook = page.locator(".jp-Notebook").inner_text()
-            for stuck in ("TIMEOUT_ERROR", "JOB_IN_PROGRESS", "None · None"):
+            for stuck in ("TIMEOUT_ERROR", "JOB_IN_PROGRESS", "None · None", "PPLX_ERROR"):
                 assert stuck not in notebook, f"{stuck} after the second Run All"
             assert "perplexity_deep_research · " in notebook
             assert notebook.count("report is in its monitor above") >= 1, "no report twice"
@@ -264,7 +546,7 @@ def test_notebook_02_runs_twice_and_an_error_shows_in_a_box(tmp_path: Path) -> N
             browser.close()
 
 
-def _clip(page: Any) -> dict[str, float]:
+def _clip(page: Any, height: float = 420) -> dict[str, float]:
     """The notebook's first cells, where the error boxes are."""
     box = page.locator(".jp-Notebook").bounding_box()
-    return {"x": box["x"], "y": box["y"], "width": box["width"], "height": 420}
+    return {"x": box["x"], "y": box["y"], "width": box["width"], "height": height}

@@ -130,6 +130,69 @@ def test_cancel_answers_cancelling_and_the_run_ends_cancelled(pplx: Perplexity) 
     assert stats(url)["cancels"] == 1
 
 
+def test_effort_pinned_or_not_is_echoed_with_the_deprecated_preset(pplx: Perplexity) -> None:
+    pinned = pplx.responses.create(effort="fast@2026-10-16.0", input=QUESTION)
+    assert (pinned.effort, pinned.preset) == ("fast@2026-10-16.0", "fast@2026-10-16.0")
+    assert pinned.model == "perplexity/sonar"
+    both = pplx.responses.create(preset="fast", effort="low", input=QUESTION)
+    assert both.effort == "low" and both.model == "openai/gpt-5-mini"
+    with pytest.raises(BadRequestError):
+        pplx.responses.create(effort="fast-search", input=QUESTION)
+
+
+def test_a_run_that_requires_action_parses_billed_once_with_its_cost(pplx: Perplexity) -> None:
+    url = str(pplx.base_url).rstrip("/")
+    fault = {"X-Sim-Fault": '{"requires_action": true}'}
+    waiting = pplx.responses.create(model="perplexity/sonar", input=QUESTION, extra_headers=fault)
+    assert waiting.status == "requires_action" and waiting.usage is not None
+    assert waiting.usage.cost.total_cost > 0
+    events = list(
+        pplx.responses.create(
+            model="perplexity/sonar", input=QUESTION, stream=True, extra_headers=fault
+        )
+    )
+    last = events[-1]
+    assert last.type == "response.completed" and last.response.status == "requires_action"  # type: ignore[union-attr]
+    queued = pplx.responses.create(
+        preset="medium", input=QUESTION, background=True, store=True, extra_headers=fault
+    )
+    final = wait_for(lambda: pplx.responses.retrieve(queued.id), "requires_action")
+    assert final.status == "requires_action" and final.usage is not None
+    assert stats(url)["generations"] == 3 and stats(url)["background_runs"] == 1
+
+
+def test_a_requested_skill_is_loaded_with_its_sdk_event(pplx: Perplexity) -> None:
+    events = list(
+        pplx.responses.create(
+            model="perplexity/sonar",
+            input=QUESTION,
+            stream=True,
+            skills=[{"type": "builtin", "name": "office/pdf"}],
+        )
+    )
+    loaded = [e for e in events if type(e).__name__ == "ResponseSkillLoadedEventOutput"]
+    assert [e.name for e in loaded] == ["office/pdf"]  # type: ignore[union-attr]
+    assert events[-1].type == "response.completed"
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+
+
+def test_tool_choice_is_validated_as_the_api_does(pplx: Perplexity) -> None:
+    required = pplx.responses.create(
+        model="perplexity/sonar",
+        input=QUESTION,
+        tools=[{"type": "web_search"}],
+        tool_choice="required",
+    )
+    assert required.status == "completed"
+    assert any(item.type == "search_results" for item in required.output)
+    bare = pplx.responses.create(
+        model="openai/gpt-5.1", input=QUESTION, tools=[{"type": "web_search"}], tool_choice="none"
+    )
+    assert not any(item.type == "search_results" for item in bare.output)
+    with pytest.raises(BadRequestError, match="requires a tool"):
+        pplx.responses.create(model="openai/gpt-5.1", input=QUESTION, tool_choice="required")
+
+
 # -- Search API, models, retired endpoints -----------------------------------------------------
 
 

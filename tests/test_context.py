@@ -10,12 +10,12 @@ import pytest
 
 from pplx_nb import (
     ConversationCorrupted,
-    ConversationStore,
     Message,
     Source,
     ValidationError,
     context,
 )
+from pplx_nb.backends import open_store
 from pplx_nb.context import CONTEXT_WINDOWS, MAX_CHAIN_DEPTH
 
 DOCS = "https://docs.python.org/3/library/"
@@ -125,6 +125,44 @@ def test_reformulate_names_the_module_the_sources_share() -> None:
     assert context.reformulate("And how do I write to it?", history) == (
         "And how do I write to text file in pathlib?"
     )
+
+
+@pytest.mark.parametrize(
+    ("first", "sources", "second", "rewritten"),
+    [
+        (
+            "How do I run a subprocess with a timeout?",
+            ("subprocess.run", "subprocess.TimeoutExpired", "subprocess.Popen.wait"),
+            "how do I cancel it?",
+            "how do I cancel subprocess?",
+        ),
+        (
+            "How do I connect to a socket with a timeout?",
+            ("socket.create_connection", "socket.socket.settimeout", "socket.socket.connect"),
+            "How do I close it?",
+            "How do I close socket?",
+        ),
+        (
+            "How do I schedule a callback after a delay with asyncio?",
+            ("asyncio.loop.call_later", "asyncio.loop.call_at", "asyncio.TimerHandle.cancel"),
+            "How do I cancel it before it runs?",
+            "How do I cancel callback in asyncio before it runs?",
+        ),
+        (
+            "How do I parse a date string into a datetime?",
+            ("datetime.datetime.strptime", "datetime.datetime.fromisoformat", "datetime.date"),
+            "How do I add a day to it?",
+            "How do I add a day to datetime?",
+        ),
+    ],
+)
+def test_the_pronoun_stands_for_the_object_not_the_circumstance(
+    first: str, sources: tuple[str, ...], second: str, rewritten: str
+) -> None:
+    # "with a timeout" says how the subprocess runs; "it" is the subprocess. A phrase the
+    # object turns into ("into a datetime") is what the next question handles.
+    history = [Message(role="user", content=first), _answer(*sources)]
+    assert context.reformulate(second, history) == rewritten
 
 
 def test_reformulate_appends_only_the_module_when_the_query_names_its_own_object() -> None:
@@ -355,7 +393,7 @@ def test_a_file_already_in_the_history_is_not_embedded_again(workdir: Path) -> N
 
 
 def test_dedup_holds_across_a_mode_switch_through_the_store(workdir: Path, logs_dir: Path) -> None:
-    store = ConversationStore(logs_dir)
+    store = open_store(root=logs_dir)
     first = context.prepare_files(["notes.md"], [])
     created = store.create(
         [_user(first, "perplexity_search"), Message(role="assistant", content="ok")]
@@ -500,7 +538,7 @@ _PARENT_THEN_CHILD = ["Be brief.", "question 1", "answer 1", "question 2", "answ
 
 
 def test_a_fork_continues_its_parent_without_repeating_turns(logs_dir: Path) -> None:
-    store = ConversationStore(logs_dir)
+    store = open_store(root=logs_dir)
     parent = store.create([Message(role="system", content="Be brief."), *_exchange(1)])
     child = store.fork(parent.conversation_id)
     store.append(child.conversation_id, *_exchange(2))
@@ -510,7 +548,7 @@ def test_a_fork_continues_its_parent_without_repeating_turns(logs_dir: Path) -> 
 
 
 def test_a_child_holding_only_its_own_turns_follows_its_parent(logs_dir: Path) -> None:
-    store = ConversationStore(logs_dir)
+    store = open_store(root=logs_dir)
     parent = store.create([Message(role="system", content="Be brief."), *_exchange(1)])
     child = store.create(
         [Message(role="system", content="Be brief."), *_exchange(2)],
@@ -521,7 +559,7 @@ def test_a_child_holding_only_its_own_turns_follows_its_parent(logs_dir: Path) -
 
 
 def test_a_cycle_written_into_the_files_is_refused_cleanly(logs_dir: Path) -> None:
-    store = ConversationStore(logs_dir)
+    store = open_store(root=logs_dir)
     first = store.create(_exchange(1))
     second = store.create(_exchange(2), parent_conversation_id=first.conversation_id)
     path = store.path(first.conversation_id) / "conversation.json"
@@ -535,7 +573,7 @@ def test_a_cycle_written_into_the_files_is_refused_cleanly(logs_dir: Path) -> No
 
 
 def test_a_conversation_naming_itself_as_parent_is_a_cycle(logs_dir: Path) -> None:
-    store = ConversationStore(logs_dir)
+    store = open_store(root=logs_dir)
     lone = store.create(_exchange(1))
     path = store.path(lone.conversation_id) / "conversation.json"
     document = json.loads(path.read_text())
@@ -546,7 +584,7 @@ def test_a_conversation_naming_itself_as_parent_is_a_cycle(logs_dir: Path) -> No
 
 
 def test_long_chains_stop_at_the_depth_limit(logs_dir: Path) -> None:
-    store = ConversationStore(logs_dir)
+    store = open_store(root=logs_dir)
     ids = [store.create([Message(role="user", content="root")]).conversation_id]
     for n in range(MAX_CHAIN_DEPTH + 4):
         child = store.create(
@@ -560,7 +598,7 @@ def test_long_chains_stop_at_the_depth_limit(logs_dir: Path) -> None:
 
 
 def test_a_deleted_ancestor_ends_the_chain(logs_dir: Path) -> None:
-    store = ConversationStore(logs_dir)
+    store = open_store(root=logs_dir)
     parent = store.create(_exchange(1))
     child = store.create(_exchange(2), parent_conversation_id=parent.conversation_id)
     store.delete(parent.conversation_id)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import time
+from typing import get_args
 
 import pytest
 
@@ -19,7 +21,8 @@ from pplx_nb._models import (
     Usage,
 )
 from pplx_nb.notebook import display
-from pplx_nb.notebook._render import markdown_to_html
+from pplx_nb.notebook._icons import IconName, icon
+from pplx_nb.notebook._render import cancel_bundle, markdown_to_html, web_results_bundle
 
 CID = "20261122-1763794800000"
 TASK_URL = "https://docs.python.org/3/library/asyncio-task.html#asyncio.Task.cancel"
@@ -137,8 +140,9 @@ def test_answer_html_shows_image_thumbnails_safely() -> None:
     page = display.answer_html(make_answer(images=IMAGES))
     assert '<a href="https://example.org/page?a=1&amp;b=2" target="_blank"' in page
     assert '<img src="https://img.example.org/a%20%281%29.png" alt="A [diagram] of *tasks*"' in page
-    assert page.count("<img ") == 2 and "javascript:" not in page
-    assert page.index("<ol><li>") < page.index("<img ")
+    thumbnails = page.count('<img src="https://')
+    assert thumbnails == 2 and page.count("<img ") == 3 and "javascript:" not in page
+    assert page.index("<ol><li>") < page.index('<img src="https://')
 
 
 def test_streaming_bundle_shows_text_with_cursor_and_hides_think_block() -> None:
@@ -150,6 +154,13 @@ def test_streaming_bundle_shows_text_with_cursor_and_hides_think_block() -> None
     assert "planning" not in thinking["text/markdown"]
     after = display.streaming_bundle("<think>plan</think>\n\nThe answer")
     assert after["text/markdown"].endswith("The answer▌")
+
+
+def test_streaming_text_renders_as_it_will_with_what_it_leaves_open_closed() -> None:
+    shown = display.streaming_bundle("*Offline simulator answer from ")["text/markdown"]
+    assert shown.endswith("\n\n*Offline simulator answer from* ▌")
+    html = markdown_to_html(shown.split("\n\n", 1)[1])
+    assert html == "<p><em>Offline simulator answer from</em> ▌</p>"
 
 
 def test_streaming_text_shows_raw_html_as_text() -> None:
@@ -226,13 +237,19 @@ def test_progress_bundle_has_a_bar_step_elapsed_and_attempt() -> None:
     assert '<progress value="0"' in waiting["text/html"]
 
 
+def make_status(**changes: object) -> JobStatus:
+    fields: dict[str, object] = {
+        "conversation_id": CID,
+        "status": "failed",
+        "tool_name": "perplexity_deep_research",
+        "started_at": "2026-11-22T07:00:00.000Z",
+        "updated_at": "2026-11-22T07:00:05.000Z",
+    }
+    return JobStatus.model_validate(fields | changes)
+
+
 def test_job_bundle_says_how_to_wait_and_status_line_shows_failure() -> None:
-    status = JobStatus(
-        conversation_id=CID,
-        status="failed",
-        tool_name="perplexity_deep_research",
-        started_at="2026-11-22T07:00:00.000Z",
-        updated_at="2026-11-22T07:00:05.000Z",
+    status = make_status(
         attempts=3,
         error=ErrorInfo(code="API_SERVER_ERROR", message="The API failed; retry later."),
     )
@@ -298,7 +315,7 @@ def test_stream_view_tick_repaints_the_clock_and_held_text_at_most_every_interva
     view = display.StreamView(interval=0.05, publish=recorder)
     time.sleep(0.06)
     view.tick()
-    assert "⏳ Searching… · 0." in recorder.calls[-1][0]["text/markdown"], "the clock moves"
+    assert "> Searching… · 0." in recorder.calls[-1][0]["text/markdown"], "the clock moves"
     view.tick()
     assert len(recorder.calls) == 3, "no second repaint within the interval"
     view.feed("first")
@@ -431,5 +448,52 @@ def test_error_boxes_show_commands_as_code_and_name_magics() -> None:
 def test_a_fork_says_it_is_a_branch_of_its_parent() -> None:
     parent = "20261122-1763794800001"
     bundle = display.answer_bundle(make_answer(), branch_of=parent)
-    assert f"🌿 **Branch** `{CID}` of `{parent}`" in bundle["text/markdown"]
+    assert f"{icon('branch')} **Branch** `{CID}` of `{parent}`" in bundle["text/markdown"]
     assert f"a branch of {parent}" in bundle["text/plain"]
+
+
+# Pictographs that need a colour-emoji font (U+1F000 on, dingbats, misc. symbols and technical,
+# the emoji variation selector): without one they render as empty boxes.
+EMOJI = re.compile("[\U0001f000-\U0001faff\u2300-\u23ff\u2600-\u27bf\u2b00-\u2bff\ufe0f]")
+
+
+def test_no_notebook_output_needs_an_emoji_font() -> None:
+    from pplx_nb._web_results import WebResults
+
+    status = make_status(status="cancelled")
+    conversation = Conversation(
+        conversation_id=CID,
+        created_at="2026-11-22T07:00:00.000Z",
+        updated_at="2026-11-22T07:00:01.000Z",
+        messages=[Message(role="user", content="q?"), Message(role="assistant", content="a")],
+    )
+    bundles = [
+        display.answer_bundle(make_answer()),
+        display.answer_bundle(make_answer(), branch_of="20261122-1763794800001"),
+        {"text/html": display.answer_html(make_answer())},
+        display.done_bundle(make_answer()),
+        display.streaming_bundle("Partial", elapsed=1.0),
+        display.conversation_bundle(conversation),
+        display.job_bundle(status),
+        display.error_bundle(ConversationNotFound(CID)),
+        display.error_bundle(KeyboardInterrupt()),
+        cancel_bundle(CID, status),
+        cancel_bundle(CID, None),
+        web_results_bundle(WebResults([Source(url=TASK_URL, title="Task")], query="q")),
+    ]
+    for bundle in bundles:
+        for mime, text in bundle.items():
+            assert not EMOJI.search(text), f"{EMOJI.findall(text)} in {mime}: {text[:200]}"
+    assert all(icon("completed") in b["text/markdown"] for b in bundles[3:4])
+
+
+def test_icons_are_svg_images_inlined_in_the_page() -> None:
+    import base64
+    from xml.etree import ElementTree
+
+    for name in get_args(IconName):
+        tag = icon(name)
+        uri = re.fullmatch(r'<img src="data:image/svg\+xml;base64,([A-Za-z0-9+/=]+)" [^<>]*>', tag)
+        assert uri is not None, tag
+        svg = ElementTree.fromstring(base64.b64decode(uri.group(1)))
+        assert svg.tag == "{http://www.w3.org/2000/svg}svg" and len(svg) >= 1, name

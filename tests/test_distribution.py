@@ -1,33 +1,58 @@
 """The project as MCP users get it: ``python -m build``, a fresh virtualenv, ``pplx-nb-mcp``.
 
-The wheel and the sdist are built as a release would build them, installed into a new virtualenv
-(dependencies from the package index) and started from a folder where the checkout is not
-importable: the console script must answer ``initialize``, list the tools and answer a search
-offline. ``server.json`` (the MCP registry entry) must agree with the package.
+The wheel and the sdist are built as a release would build them, installed without extras into a
+new virtualenv (dependencies from the package index) and started from a folder where the checkout
+is not importable: the console script must answer ``initialize``, list the tools and answer a
+search offline, with nothing from Jupyter, pandas or numpy installed. ``uvx --from <wheel>
+pplx-nb-mcp`` must answer the official TypeScript client. ``server.json`` (the MCP registry entry)
+must agree with the package.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
 from pathlib import Path
 
 import pytest
-from support.mcp import ROOT, check_serves
+from support.mcp import ROOT, TOOLS, check_serves
+from support.node import drive
+
+_NETWORK = {
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+    "UV_INDEX_URL",
+    "UV_DEFAULT_INDEX",
+    "UV_EXTRA_INDEX_URL",
+}
+EXTRAS_ONLY = {"ipython", "ipywidgets", "pandas", "numpy", "redis", "jupyterlab", "matplotlib"}
+"""Distributions that come with an extra (or with one of its packages), never with the core."""
+
+
+def _build(outdir: Path, *kinds: str) -> None:
+    subprocess.run(
+        [sys.executable, "-m", "build", *kinds, "--outdir", str(outdir), str(ROOT)],
+        check=True,
+        capture_output=True,
+        timeout=900,
+    )
 
 
 @pytest.mark.slow
 def test_wheel_and_sdist_install_into_a_fresh_venv_and_serve(tmp_path: Path) -> None:
     dist = tmp_path / "dist"
-    subprocess.run(
-        [sys.executable, "-m", "build", "--outdir", str(dist), str(ROOT)],
-        check=True,
-        capture_output=True,
-        timeout=900,
-    )
+    _build(dist)
     (wheel,) = dist.glob("pplx_nb-*.whl")
     (sdist,) = dist.glob("pplx_nb-*.tar.gz")
     venv = tmp_path / "venv"
@@ -38,6 +63,14 @@ def test_wheel_and_sdist_install_into_a_fresh_venv_and_serve(tmp_path: Path) -> 
     work.mkdir()
     script = venv / "bin" / "pplx-nb-mcp"
     check_serves(script, work)
+    listed = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "pip", "list", "--format=json"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout
+    assert {package["name"].lower() for package in json.loads(listed)} & EXTRAS_ONLY == set()
 
     installed = venv / "lib"
     assert list(installed.glob("python3*/site-packages/pplx_nb/py.typed"))
@@ -48,6 +81,47 @@ def test_wheel_and_sdist_install_into_a_fresh_venv_and_serve(tmp_path: Path) -> 
     subprocess.run(reinstall, check=True, capture_output=True, timeout=900)
     check_serves(script, work)
     assert len(_shipped_corpus(installed)) == 2
+
+
+@pytest.mark.slow
+def test_uvx_runs_the_wheel_for_the_official_typescript_client(tmp_path: Path) -> None:
+    uvx = shutil.which("uvx", path=str(Path(sys.executable).parent)) or shutil.which("uvx")
+    if uvx is None:
+        pytest.fail("uvx is missing: the dev extra installs uv")
+    dist = tmp_path / "dist"
+    _build(dist, "--wheel")
+    (wheel,) = dist.glob("pplx_nb-*.whl")
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    plan = {
+        "transport": "stdio",
+        "command": uvx,
+        "args": ["--from", str(wheel), "pplx-nb-mcp"],
+        "cwd": str(work),
+        "env": {
+            # uv downloads the wheel's dependencies: it needs the machine's certificates and proxy.
+            **{name: value for name, value in os.environ.items() if name in _NETWORK},
+            "PATH": os.environ.get("PATH", ""),
+            "HOME": str(work),
+            # Downloads are kept between runs; the environment uvx builds is new for each wheel.
+            "UV_CACHE_DIR": str(ROOT / ".cache" / "uv"),
+            "PPLX_NB_OFFLINE": "1",
+            "PPLX_NB_SIM_LATENCY_MS": "0",
+            "CONVERSATION_LOGS_DIR": str(work / "conversation-logs"),
+        },
+        "calls": [{"name": "perplexity_search", "arguments": {"query": "What is a coroutine?"}}],
+    }
+
+    report = drive(plan, tmp_path, timeout=600)
+
+    assert report["connectError"] is None, report["connectError"]
+    assert {tool["name"] for tool in report["tools"]} == TOOLS
+    (search,) = report["results"]
+    assert search["error"] is None and search["schemaErrors"] is None, search
+    assert search["result"].get("isError") is not True, search["result"]
+    assert search["result"]["structuredContent"]["sources"][0]["url"].startswith(
+        "https://docs.python.org/"
+    )
 
 
 def _shipped_corpus(installed: Path) -> list[Path]:

@@ -25,6 +25,7 @@ from pplx_nb import (
     ValidationError,
 )
 from pplx_nb._models import closing_turn
+from pplx_nb.backends import open_store
 from pplx_nb.export import to_dataframe, to_json, to_markdown
 from pplx_nb.sim import stats
 
@@ -85,7 +86,7 @@ def answer(text: str, *, tokens: int, cost: float, urls: list[str]) -> Message:
 
 @pytest.fixture
 def store(logs_dir: Path) -> ConversationStore:
-    return ConversationStore(logs_dir)
+    return open_store(root=logs_dir)
 
 
 @pytest.fixture
@@ -116,7 +117,7 @@ def researched(store: ConversationStore) -> Conversation:
 @pytest.fixture
 def plain(store: ConversationStore) -> str:
     """A conversation written by the TypeScript server: no metadata at all."""
-    directory = store.root / TS_ID
+    directory = Path(store.location) / TS_ID
     directory.mkdir()
     (directory / "conversation.json").write_bytes(
         (DATA / "ts_server_conversation.json").read_bytes()
@@ -304,7 +305,7 @@ def test_ids_read_from_the_default_store_and_conversations_directly(
     plain: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("CONVERSATION_LOGS_DIR", str(store.root))
+    monkeypatch.setenv("CONVERSATION_LOGS_DIR", str(Path(store.location)))
     by_id = to_dataframe([plain, researched.conversation_id])
     by_object = to_dataframe([store.load(plain), researched])
     single = to_dataframe(researched, level="conversations")

@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import types
+from pathlib import Path
 
 import pplx_nb
 import pplx_nb.api
 from pplx_nb import _errors
 
 HEAVY = ("pandas", "ipywidgets", "mcp", "IPython", "httpx2")
+README = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+ERROR_NAME = re.compile(
+    r"`([A-Z][A-Za-z]*(?:Error|Exceeded|Unknown|Lost|Unavailable|Failed|TimedOut|NotFound|"
+    r"Corrupted|InProgress|Invalid|Input))`"
+)
 
 
 def public_names(module: types.ModuleType) -> set[str]:
@@ -52,6 +59,32 @@ def test_every_error_a_user_may_catch_is_exported() -> None:
     assert {"LeaseLost", "RemoteRunFailed", "RunTimedOut", "StoreUnavailable"} <= classes
     assert "SubmissionUnknown" in classes
     assert classes <= set(pplx_nb.__all__)
+
+
+def test_every_error_the_readme_names_is_importable_from_pplx_nb() -> None:
+    """The README tells users which errors to expect, by class name and by code: each is a
+    PplxError importable from the top package, and an APIError has the attributes it lists."""
+    named = set(ERROR_NAME.findall(README))
+    assert {"SubmissionUnknown", "LeaseLost", "StoreUnavailable"} <= named, "the README moved"
+    for name in named:
+        error = getattr(pplx_nb, name, None)
+        assert isinstance(error, type) and issubclass(error, pplx_nb.PplxError), name
+        assert name in pplx_nb.__all__, name
+    table = re.search(r"\| code \| meaning \|\n\|[-|]+\|\n(.*?)\n\n", README, flags=re.DOTALL)
+    assert table is not None, "the README's error table moved"
+    rows = table.group(1).splitlines()
+    listed = {code for row in rows for code in re.findall(r"`([A-Z_]+)`", row.split("|")[1])}
+    exported = {
+        getattr(pplx_nb, name).code
+        for name in pplx_nb.__all__
+        if isinstance(getattr(pplx_nb, name), type)
+        and issubclass(getattr(pplx_nb, name), pplx_nb.PplxError)
+    }
+    assert listed and listed <= exported, listed - exported
+    error = pplx_nb.APIError("x", status_code=429, retry_after=2.0)
+    for attribute in ("status_code", "retry_after", "reason", "request_id"):
+        assert f"`{attribute}`" in README, attribute
+        assert hasattr(error, attribute) and attribute not in error.details, attribute
 
 
 def test_api_package_exports_what_it_defines() -> None:

@@ -23,6 +23,7 @@ from support.waiting import FakeClock
 
 from pplx_nb import Settings
 from pplx_nb._errors import ConversationCorrupted, ConversationNotFound
+from pplx_nb.backends import open_queue, open_store
 from pplx_nb.jobs import JobQueue
 from pplx_nb.store import ConversationStore
 
@@ -65,7 +66,7 @@ def _replace_with(path: Path, kind: str) -> None:
 
 @pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
 def test_a_fifo_or_dev_zero_conversation_file_is_skipped_by_list(logs_dir: Path, kind: str) -> None:
-    store = ConversationStore(logs_dir)
+    store = open_store(root=logs_dir)
     good, bad = _conversation(store), _conversation(store)
     _replace_with(logs_dir / bad / "conversation.json", kind)
 
@@ -85,8 +86,8 @@ def test_a_fifo_or_dev_zero_conversation_file_is_skipped_by_list(logs_dir: Path,
 def test_a_fifo_or_dev_zero_status_file_is_skipped_by_the_job_listing(
     logs_dir: Path, kind: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    store = ConversationStore(logs_dir)
-    queue = JobQueue(logs_dir)
+    store = open_store(root=logs_dir)
+    queue = open_queue(root=logs_dir)
     good, bad = _conversation(store), _conversation(store)
     queue.enqueue(good, "perplexity_deep_research", {})
     queue.enqueue(bad, "perplexity_deep_research", {})
@@ -105,7 +106,7 @@ def test_a_fifo_or_dev_zero_status_file_is_skipped_by_the_job_listing(
 
 def test_a_file_over_the_size_limit_is_reported_not_read(logs_dir: Path) -> None:
     settings = Settings(conversation_logs_dir=logs_dir, max_file_bytes=4096, offline=True)
-    store = ConversationStore(settings=settings)
+    store = open_store(settings)
     small = _conversation(store)
     big = _conversation(store, "x" * 5000)
 
@@ -126,7 +127,7 @@ def test_the_file_size_limit_is_read_from_the_environment(
 def test_a_conversation_folder_that_is_a_symlink_is_never_followed(
     logs_dir: Path, tmp_path: Path
 ) -> None:
-    store = ConversationStore(logs_dir)
+    store = open_store(root=logs_dir)
     good = _conversation(store)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -142,7 +143,7 @@ def test_a_conversation_folder_that_is_a_symlink_is_never_followed(
         store.load(original)
     with pytest.raises(ConversationCorrupted, match="symbolic link"):
         store.append(original, {"role": "assistant", "content": "written through the link"})
-    queue = JobQueue(logs_dir)
+    queue = open_queue(root=logs_dir)
     with pytest.raises(ConversationNotFound):
         queue.enqueue(original, "perplexity_deep_research", {})
     assert queue.jobs() == []
@@ -155,7 +156,7 @@ def test_a_conversation_folder_that_is_a_symlink_is_never_followed(
 
 
 def test_a_dangling_lock_symlink_creates_nothing_outside(logs_dir: Path, tmp_path: Path) -> None:
-    store = ConversationStore(logs_dir)
+    store = open_store(root=logs_dir)
     cid = _conversation(store)
     outside = tmp_path / "created-outside"
     (logs_dir / cid / ".lock").symlink_to(outside)
@@ -163,26 +164,26 @@ def test_a_dangling_lock_symlink_creates_nothing_outside(logs_dir: Path, tmp_pat
     with pytest.raises(ConversationCorrupted, match="symbolic link"):
         store.append(cid, {"role": "assistant", "content": "answer"})
     with pytest.raises(ConversationCorrupted, match="symbolic link"):
-        JobQueue(logs_dir).enqueue(cid, "perplexity_deep_research", {})
+        open_queue(root=logs_dir).enqueue(cid, "perplexity_deep_research", {})
 
     assert not outside.exists()
     assert len(store.load(cid).messages) == 1
 
 
 def test_a_planted_link_in_the_job_index_is_refused(logs_dir: Path, tmp_path: Path) -> None:
-    store = ConversationStore(logs_dir)
+    store = open_store(root=logs_dir)
     cid = _conversation(store)
     outside = tmp_path / "outside-index"
     outside.mkdir()
     (logs_dir / ".jobs").symlink_to(outside, target_is_directory=True)
 
     with pytest.raises(ConversationCorrupted, match="symbolic link"):
-        JobQueue(logs_dir).enqueue(cid, "perplexity_deep_research", {})
+        open_queue(root=logs_dir).enqueue(cid, "perplexity_deep_research", {})
     assert list(outside.iterdir()) == []
 
 
 def test_delete_leaves_no_trash_behind(logs_dir: Path) -> None:
-    store = ConversationStore(logs_dir)
+    store = open_store(root=logs_dir)
     ids = [_conversation(store) for _ in range(3)]
     for cid in ids:
         store.delete(cid)
@@ -192,7 +193,7 @@ def test_delete_leaves_no_trash_behind(logs_dir: Path) -> None:
 def test_a_conversation_file_with_a_byte_order_mark_reads_the_same_everywhere(
     logs_dir: Path,
 ) -> None:
-    store = ConversationStore(logs_dir)
+    store = open_store(root=logs_dir)
     cid = _conversation(store)
     path = logs_dir / cid / "conversation.json"
     document = json.loads(path.read_bytes())
@@ -210,8 +211,8 @@ def test_a_conversation_file_with_a_byte_order_mark_reads_the_same_everywhere(
 
 
 def test_a_status_file_with_a_byte_order_mark_reads_as_without(logs_dir: Path) -> None:
-    store = ConversationStore(logs_dir)
-    queue = JobQueue(logs_dir)
+    store = open_store(root=logs_dir)
+    queue = open_queue(root=logs_dir)
     cid = _conversation(store)
     queue.enqueue(cid, "perplexity_deep_research", {})
     path = logs_dir / cid / "status.json"
@@ -350,7 +351,7 @@ def test_a_lone_surrogate_is_a_validation_error_that_says_so(settings: Settings)
         assert len(researcher.history(cid).messages) == 2  # nothing stored by the refusals
     finally:
         researcher.close()
-    store = ConversationStore(settings.conversation_logs_dir)
+    store = open_store(root=settings.conversation_logs_dir)
     with pytest.raises(ValidationError, match="A message holds a lone surrogate"):
         store.create([{"role": "user", "content": "broken \ud800 text"}])
 
@@ -382,7 +383,7 @@ def test_a_key_pasted_into_a_question_is_neither_stored_nor_sent(settings: Setti
 def test_prune_with_the_largest_timedelta_deletes_nothing(logs_dir: Path) -> None:
     from datetime import timedelta
 
-    store = ConversationStore(logs_dir)
+    store = open_store(root=logs_dir)
     cid = _conversation(store)
     assert store.prune(timedelta.max) == 0
     assert store.prune(timedelta(days=365 * 9000)) == 0
@@ -414,10 +415,10 @@ def _two_workers(
 ) -> tuple[JobQueue, JobQueue, str]:
     """Two workers' queues over ``logs_dir`` (the reader's judging leases by ``reader_clock``)
     and the conversation of the one job queued."""
-    cid = _conversation(ConversationStore(logs_dir))
+    cid = _conversation(open_store(root=logs_dir))
     writer, reader = (
-        JobQueue(logs_dir, lease_seconds=lease),
-        JobQueue(logs_dir, lease_seconds=lease, clock=reader_clock),
+        open_queue(root=logs_dir, lease_seconds=lease),
+        open_queue(root=logs_dir, lease_seconds=lease, clock=reader_clock),
     )
     writer.enqueue(cid, "perplexity_deep_research", {})
     return writer, reader, cid

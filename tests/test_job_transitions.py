@@ -17,6 +17,7 @@ from pplx_nb._errors import (
 from pplx_nb._models import JobRecord, JobStatus
 from pplx_nb.jobs import Job
 from pplx_nb.jobs import _transitions as t
+from pplx_nb.jobs._codec import encode, parse_status
 
 CID = "20250124-1706102400123"
 T0, T1, T2, T3 = (f"2025-01-24T15:00:0{n}.000Z" for n in range(4))
@@ -58,6 +59,28 @@ def test_a_new_job_is_pending_with_its_request_and_no_attempt() -> None:
     assert status.error_history == [] and status.worker_id is None
     # The request round-trips as stored, None values included (a deliberate retry reuses it).
     assert status.to_json_dict()["request"] == {"searchQuery": "q", "opts": {"model": None}}
+
+
+def test_request_and_result_are_typed_fields_that_round_trip_byte_for_byte() -> None:
+    """``request`` and ``result`` read as declared fields, and a status.json goes back to the
+    same bytes: keys as written, ``null`` kept inside them, keys a newer writer added kept."""
+    raw = (
+        b'{"conversationId":"20250124-1706102400123","status":"cancelled",'
+        b'"toolName":"perplexity_deep_research","startedAt":"2025-01-24T15:00:00.000Z",'
+        b'"updatedAt":"2025-01-24T15:00:03.000Z","attempts":1,'
+        b'"completedAt":"2025-01-24T15:00:03.000Z","errorHistory":[],"priority":0,'
+        b'"remoteId":"resp_1","jobId":"job-1",'
+        b'"request":{"model":"medium","opts":{"search_mode":"academic","model":null},'
+        b'"searchQuery":"q","collectRunId":"resp_0","addedLater":[1]},'
+        b'"result":{"cost":null,"costUnknown":true},"metadata":{"from":"elsewhere"}}'
+    )
+    status = parse_status(raw, "status.json")
+    assert status.request is not None and status.request["searchQuery"] == "q"
+    assert status.request["collectRunId"] == "resp_0"
+    assert status.result == {"cost": None, "costUnknown": True}
+    assert status.model_extra == {"metadata": {"from": "elsewhere"}}, "only foreign keys"
+    assert encode(status) == raw
+    assert "result" not in t.cancel(queued(), T1).to_json_dict(), "absent while unset"
 
 
 def test_starting_an_attempt_counts_it_and_names_the_worker() -> None:
@@ -113,7 +136,7 @@ def test_completion_ends_the_job_with_its_result() -> None:
     done = t.complete(status, 4200, {"tokens": 120, "cost": 0.01}, T3)
     assert done.done and done.status == "completed" and done.completed_at == T3
     assert done.progress is not None and done.progress.percentage == 100
-    assert (done.model_extra or {})["result"] == {"tokens": 120, "cost": 0.01}
+    assert done.result == {"tokens": 120, "cost": 0.01}
     assert t.cancel(done, T3) is done  # an ended job stays as it is
 
 
@@ -201,7 +224,7 @@ def test_cancelling_ends_pending_and_running_jobs() -> None:
         cancelled = t.cancel(active, T3)
         assert cancelled.status == "cancelled" and cancelled.completed_at == T3
         assert cancelled.progress is None
-        assert "result" not in (cancelled.model_extra or {}), "no run: nothing was billed"
+        assert cancelled.result is None, "no run: nothing was billed"
 
 
 def test_a_job_cancelled_after_its_run_was_submitted_records_its_cost_as_unknown() -> None:
@@ -212,7 +235,7 @@ def test_a_job_cancelled_after_its_run_was_submitted_records_its_cost_as_unknown
     ):
         cancelled = t.cancel(submitted, T3)
         assert cancelled.status == "cancelled"
-        assert (cancelled.model_extra or {})["result"] == {"cost": None, "costUnknown": True}
+        assert cancelled.result == {"cost": None, "costUnknown": True}
         assert cancelled.remote_id == submitted.remote_id  # the canceller stops that run
 
 
@@ -222,7 +245,7 @@ def test_a_cancelled_job_whose_run_had_finished_completes_with_its_result() -> N
     cancelled = t.cancel(submitted, T2)
     finished = t.finish_cancelled(cancelled, {"tokens": 15, "cost": 0.0126}, T3)
     assert finished.status == "completed" and finished.completed_at == T3
-    assert (finished.model_extra or {})["result"] == {
+    assert finished.result == {
         "tokens": 15,
         "cost": 0.0126,
         "finishedBeforeCancel": True,
@@ -238,14 +261,14 @@ def test_a_report_handed_over_after_a_lost_lease_completes_a_running_or_failed_j
     requeued, _ = t.expire_lease(t.begin_submission(status, T1), 9.0, 3.0, 2, T2)
     finished = t.finish_late(requeued, {"tokens": 15}, T3)
     assert finished.status == "completed" and finished.completed_at == T3
-    assert (finished.model_extra or {})["result"] == {"tokens": 15, "handedOver": True}
+    assert finished.result == {"tokens": 15, "handedOver": True}
     assert [e.code for e in finished.error_history] == ["JOB_LEASE_EXPIRED"]
     failed, _ = t.fail_or_retry(status, SubmissionUnknown("reply lost"), 2, T2)
     assert failed.status == "failed"
     answered = t.finish_late(failed, {}, T3)
     assert answered.status == "completed" and answered.error is None
     cancelled = t.finish_late(t.cancel(status, T2), {}, T3)
-    assert (cancelled.model_extra or {})["result"] == {"finishedBeforeCancel": True}
+    assert cancelled.result == {"finishedBeforeCancel": True}
     assert t.finish_late(finished, {"cost": 1.0}, T3) is finished
 
 

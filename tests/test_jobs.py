@@ -3,6 +3,7 @@ leases, fencing, index healing."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import threading
@@ -27,50 +28,66 @@ from pplx_nb._errors import (
 )
 from pplx_nb._fs import ensure_dir, id_from_ms
 from pplx_nb._layout import RedisKeys
+from pplx_nb._memory import MemorySpace
+from pplx_nb.backends import Backends, open_backends
 from pplx_nb.jobs import Job, JobContext, JobQueue, LeaseLost, format_status_message
+from pplx_nb.store import MemoryBackend
 
 _ms = count(int(time.time() * 1000))
 _KEYS = RedisKeys()
 
 
 class World:
-    """Where a test's conversations and jobs live: a folder, or a Redis database."""
+    """Where a test's conversations and jobs live: a folder, a Redis database, or memory."""
 
-    def __init__(self, logs_dir: Path, redis_url: str | None) -> None:
+    def __init__(self, logs_dir: Path, redis_url: str | None, *, memory: bool = False) -> None:
         self.logs_dir = logs_dir
         self.redis_url = redis_url
         self.redis = redis.Redis.from_url(redis_url) if redis_url else None
         self.clock = FakeClock()
-        """The clock by which queues over files judge leases."""
+        """The clock by which queues over files and memory judge leases."""
+        self.memory = open_backends(memory=True, clock=self.clock) if memory else None
 
     def settings(self, **fields: Any) -> Settings:
         return Settings(
             conversation_logs_dir=self.logs_dir, store_url=self.redis_url, offline=True, **fields
         )
 
-    def queue(self, **options: Any) -> JobQueue:
+    def backends(self, lease_seconds: float = 60.0) -> Backends:
+        """The world's backends (on memory: the same space every time)."""
+        if self.memory is not None:
+            return dataclasses.replace(self.memory, lease_seconds=lease_seconds)
+        return open_backends(self.settings(), lease_seconds=lease_seconds, clock=self.clock)
+
+    def queue(self, *, lease_seconds: float = 60.0, max_job_retries: int = 2) -> JobQueue:
         """A queue over this world (``max_job_retries``, ``lease_seconds`` as given)."""
-        if self.redis_url:
-            return JobQueue.on_redis(self.redis_url, **options)
-        return JobQueue(self.logs_dir, clock=self.clock, **options)
+        return self.backends(lease_seconds).job_queue(max_job_retries=max_job_retries)
 
     def pass_time(self, seconds: float) -> None:
-        """Let ``seconds`` go by for the leases: the clock of queues over files is advanced;
-        Redis judges leases by its server's clock, so there that much time really passes."""
+        """Let ``seconds`` go by for the leases: the clock of queues over files and memory is
+        advanced; Redis judges leases by its server's clock, so there that much time really
+        passes."""
         if self.redis is None:
             self.clock.advance(seconds)
         else:
             time.sleep(seconds)
 
     def store(self) -> ConversationStore:
-        if self.redis_url:
-            return ConversationStore(settings=self.settings())
-        return ConversationStore(self.logs_dir)
+        return self.backends().conversation_store()
+
+    @property
+    def space(self) -> MemorySpace:
+        assert self.memory is not None
+        store = self.memory.store
+        assert isinstance(store, MemoryBackend)
+        return store.space
 
     def new_conversation(self) -> str:
         """A conversation the queue accepts jobs for (a bare folder; a bare meta hash)."""
         conversation_id = id_from_ms(next(_ms))
-        if self.redis is None:
+        if self.memory is not None:
+            self.space.folders[conversation_id] = {}
+        elif self.redis is None:
             ensure_dir(self.logs_dir / conversation_id)
         else:
             self.redis.hset(_KEYS.conversation(conversation_id, "meta"), "conversationId", "1")
@@ -79,6 +96,8 @@ class World:
 
     def parts(self, conversation_id: str) -> set[str]:
         """Which of job.json and status.json (or their keys) the conversation holds."""
+        if self.memory is not None:
+            return set(self.space.folders[conversation_id]) & {"job.json", "status.json"}
         if self.redis is None:
             folder = self.logs_dir / conversation_id
             return {p.name for p in folder.iterdir() if p.name in ("job.json", "status.json")}
@@ -88,30 +107,37 @@ class World:
             if self.redis.exists(_KEYS.conversation(conversation_id, part))
         }
 
-    def raw_status(self, conversation_id: str) -> dict[str, Any]:
+    def _raw(self, conversation_id: str, part: str) -> dict[str, Any]:
+        if self.memory is not None:
+            return dict(json.loads(self.space.folders[conversation_id][f"{part}.json"]))
         if self.redis is None:
-            return dict(json.loads((self.logs_dir / conversation_id / "status.json").read_text()))
-        raw = self.redis.get(_KEYS.conversation(conversation_id, "status"))
+            return dict(json.loads((self.logs_dir / conversation_id / f"{part}.json").read_text()))
+        raw = self.redis.get(_KEYS.conversation(conversation_id, part))
         assert isinstance(raw, bytes)
         return dict(json.loads(raw))
 
+    def raw_status(self, conversation_id: str) -> dict[str, Any]:
+        return self._raw(conversation_id, "status")
+
     def raw_job(self, conversation_id: str) -> dict[str, Any]:
-        if self.redis is None:
-            return dict(json.loads((self.logs_dir / conversation_id / "job.json").read_text()))
-        raw = self.redis.get(_KEYS.conversation(conversation_id, "job"))
-        assert isinstance(raw, bytes)
-        return dict(json.loads(raw))
+        return self._raw(conversation_id, "job")
 
     def put_status(self, conversation_id: str, text: str) -> None:
         """Overwrite the stored status with ``text`` as it is (to damage it)."""
-        if self.redis is None:
+        if self.memory is not None:
+            self.space.folders[conversation_id]["status.json"] = text.encode()
+        elif self.redis is None:
             (self.logs_dir / conversation_id / "status.json").write_text(text)
         else:
             self.redis.set(_KEYS.conversation(conversation_id, "status"), text)
 
     def drop_index(self) -> None:
         """Lose every pending and claimed marker, as a crash between writes could."""
-        if self.redis is None:
+        if self.memory is not None:
+            index = self.memory.index
+            for marker in index.pending() + index.claimed():
+                index.drop(marker)
+        elif self.redis is None:
             for marker in (self.logs_dir / ".jobs").rglob("*-*-*"):
                 if marker.is_file():
                     marker.unlink()
@@ -120,16 +146,19 @@ class World:
 
     def claimed(self) -> list[str]:
         """The claimed markers."""
+        if self.memory is not None:
+            return self.memory.index.claimed()
         if self.redis is None:
             return sorted(p.name for p in (self.logs_dir / ".jobs" / "claimed").iterdir())
         return sorted(m.decode() for m in self.redis.zrange(_KEYS.jobs("claimed"), 0, -1))
 
 
-@pytest.fixture(params=["files", "redis"])
+@pytest.fixture(params=["files", "redis", "memory"])
 def world(request: pytest.FixtureRequest, logs_dir: Path) -> World:
-    """Each test runs on files and on Redis (``redis_url``: a real server, an emptied DB)."""
+    """Each test runs on files, on Redis (``redis_url``: a real server, an emptied DB) and in
+    memory."""
     url = request.getfixturevalue("redis_url") if request.param == "redis" else None
-    return World(logs_dir, url)
+    return World(logs_dir, url, memory=request.param == "memory")
 
 
 def _claimed(queue: JobQueue, world: World, worker: str = "w") -> Job:
@@ -254,7 +283,7 @@ def test_completion_removes_job_json_and_keeps_status(queue: JobQueue, world: Wo
     assert status.status == "completed" and status.completed_at
     assert status.progress is not None and status.progress.percentage == 100
     assert world.parts(cid) == {"status.json"}
-    assert (status.model_extra or {}).get("result") == {"tokens": 120, "cost": 0.01}
+    assert status.result == {"tokens": 120, "cost": 0.01}
 
 
 def test_failed_attempts_are_retried_then_the_job_fails_after_three(
@@ -286,7 +315,8 @@ def test_an_error_that_cannot_succeed_on_retry_fails_at_once(queue: JobQueue, wo
 
 
 def test_retry_count_follows_the_setting(world: World) -> None:
-    queue = JobQueue.from_settings(world.settings(max_job_retries=0))
+    assert open_backends(world.settings(max_job_retries=0)).max_job_retries == 0
+    queue = world.backends().job_queue(max_job_retries=0)
     job = _claimed(queue, world)
     assert queue.fail(job, APIServerError("once")).status == "failed"
 
@@ -585,9 +615,7 @@ def test_waiting_on_a_job_whose_last_lease_expired_raises_that_code(
     assert status.error.code == "JOB_LEASE_EXPIRED"
     assert isinstance(error_from_code(status.error.code, status.error.message), LeaseLost)
     with (
-        Researcher(
-            settings.model_copy(update={"store_url": world.redis_url}), async_deep_research=False
-        ) as researcher,
+        Researcher(settings, backends=world.backends(), async_deep_research=False) as researcher,
         pytest.raises(LeaseLost) as caught,
     ):
         researcher.wait(job.conversation_id, timeout=30)
@@ -636,7 +664,7 @@ def test_a_cancel_after_the_worker_stored_its_answer_completes_the_job(world: Wo
     store.append(job.conversation_id, _report(job), check=JobContext(queue, job).check_owner)
     status = queue.cancel(job.conversation_id)
     assert status is not None and status.status == "completed"
-    assert (status.model_extra or {})["result"] == {"tokens": 15, "cost": 0.0126}
+    assert status.result == {"tokens": 15, "cost": 0.0126}
     assert world.parts(job.conversation_id) == {"status.json"}
     assert [m.role for m in store.load(job.conversation_id).messages] == ["user", "assistant"]
     with pytest.raises(LeaseLost, match="completed"):
@@ -671,11 +699,11 @@ def test_a_late_report_completes_its_cancelled_job_once_in_place_of_the_notice(
     cancelled = queue.cancel(cid)
     assert cancelled is not None and cancelled.status == "cancelled"
     closing = store.load(cid).messages[-1]
-    assert closing.unanswered is not None and closing.model_extra == {"closesJob": job.job_id}
+    assert closing.unanswered is not None and closing.closes_job == job.job_id
     assert _late(store, queue, job)
     status = queue.status(cid)
     assert status is not None and status.status == "completed"
-    result = (status.model_extra or {})["result"]
+    result = status.result
     assert result == {"tokens": 15, "cost": 0.0126, "finishedBeforeCancel": True}
     assert status.progress is not None and status.progress.percentage == 100
     assert [m.content for m in store.load(cid).messages] == [
@@ -703,7 +731,7 @@ def test_the_report_of_an_attempt_past_its_lease_completes_the_job_it_lost_once(
     assert _late(store, queue, job)
     status = queue.status(cid)
     assert status is not None and status.status == "completed" and status.error is None
-    result = (status.model_extra or {})["result"]
+    result = status.result
     assert result == {"tokens": 15, "cost": 0.0126, "handedOver": True}
     assert world.parts(cid) == {"status.json"}
     assert queue.claim("third") is None

@@ -25,6 +25,7 @@ from pplx_nb import ConversationStore, Researcher, Settings
 from pplx_nb._errors import FilesystemError
 from pplx_nb._layout import RedisKeys
 from pplx_nb._models import JobStatus, Message
+from pplx_nb.backends import open_backends, open_queue, open_store
 from pplx_nb.jobs import Job, JobContext, JobQueue, LeaseLost, Worker
 
 REPO = Path(__file__).resolve().parent.parent
@@ -32,9 +33,7 @@ KEYS = RedisKeys()
 
 
 def _store(redis_url: str, logs_dir: Path) -> ConversationStore:
-    return ConversationStore(
-        settings=Settings(store_url=redis_url, conversation_logs_dir=logs_dir, offline=True)
-    )
+    return open_store(Settings(store_url=redis_url, conversation_logs_dir=logs_dir, offline=True))
 
 
 def _ask(store: ConversationStore, query: str = "How do I cancel an asyncio task?") -> str:
@@ -46,13 +45,13 @@ def _done(queue: JobQueue, conversation_id: str) -> bool:
     return status is not None and status.done
 
 
-def test_from_settings_with_a_store_url_is_the_redis_queue_and_writes_no_file(
+def test_opened_with_a_store_url_the_queue_is_in_redis_and_writes_no_file(
     redis_url: str, logs_dir: Path
 ) -> None:
     settings = Settings(store_url=redis_url, conversation_logs_dir=logs_dir, offline=True)
-    queue = JobQueue.from_settings(settings)
-    assert queue.root is None and queue.location == redis_url
-    assert repr(queue).startswith(f"JobQueue(url={redis_url!r}") and str(logs_dir) not in repr(
+    queue = open_queue(settings)
+    assert queue.location == redis_url
+    assert repr(queue).startswith(f"JobQueue(location={redis_url!r}") and str(logs_dir) not in repr(
         queue
     )
     store = _store(redis_url, logs_dir)
@@ -80,7 +79,7 @@ def test_a_researcher_on_redis_queues_there_and_writes_nothing_under_its_folder(
         job_lease_seconds=10,
     )
     with Researcher(settings, async_deep_research=True) as researcher:
-        assert researcher.queue.root is None and researcher.queue.location == redis_url
+        assert researcher.queue.location == redis_url
         queued = researcher.deep_research("How does json.dumps handle floats?", wait=False)
         assert isinstance(queued, JobStatus)
         answer = researcher.wait(queued.conversation_id, timeout=60)
@@ -93,7 +92,7 @@ def test_a_researcher_on_redis_queues_there_and_writes_nothing_under_its_folder(
 def test_a_worker_whose_lease_ran_out_is_refused_before_anyone_recovers_the_job(
     redis_url: str, logs_dir: Path
 ) -> None:
-    queue = JobQueue.on_redis(redis_url, lease_seconds=0.3)
+    queue = open_backends(Settings(store_url=redis_url), lease_seconds=0.3).job_queue()
     cid = _ask(_store(redis_url, logs_dir))
     queue.enqueue(cid, "t", {})
     job = queue.claim("slow")
@@ -118,13 +117,13 @@ def test_a_worker_writing_from_its_remembered_status_is_refused_after_another_pr
     redis_url: str, logs_dir: Path
 ) -> None:
     store = _store(redis_url, logs_dir)
-    worker_side = JobQueue.on_redis(redis_url, answers=store)
+    worker_side = open_backends(Settings(store_url=redis_url)).job_queue(store)
     cid = _ask(store)
     worker_side.enqueue(cid, "t", {})
     job = worker_side.claim("w")
     assert job is not None
     worker_side.progress(job, 40, "reading")  # the worker now remembers the status it wrote
-    other_process = JobQueue.on_redis(redis_url, answers=_store(redis_url, logs_dir))
+    other_process = open_backends(Settings(store_url=redis_url)).job_queue()
     cancelled = other_process.cancel(cid)
     assert cancelled is not None and cancelled.status == "cancelled"
     for write in (
@@ -144,7 +143,7 @@ def test_a_progress_write_waits_while_another_process_holds_the_conversation_loc
 
     from pplx_nb._redis import RedisLock
 
-    queue = JobQueue.on_redis(redis_url)
+    queue = open_backends(Settings(store_url=redis_url)).job_queue()
     cid = _ask(_store(redis_url, logs_dir))
     queue.enqueue(cid, "t", {})
     job = queue.claim("w")
@@ -167,7 +166,7 @@ def test_a_marker_that_is_not_text_is_dropped_and_the_queue_goes_on(
 ) -> None:
     raw = redis.Redis.from_url(redis_url)
     damaged = b"\x00\xff\xfe-not-utf8"  # sorts before every real marker
-    queue = JobQueue.on_redis(redis_url, lease_seconds=0.3)
+    queue = open_backends(Settings(store_url=redis_url), lease_seconds=0.3).job_queue()
     cid = _ask(_store(redis_url, logs_dir))
     queue.enqueue(cid, "t", {})
     raw.zadd(KEYS.jobs("pending"), {damaged: 0})
@@ -189,7 +188,7 @@ def test_a_claim_held_up_past_its_lease_is_claimed_afresh_not_lost(
     redis_url: str, logs_dir: Path
 ) -> None:
     store = _store(redis_url, logs_dir)
-    queue = JobQueue.on_redis(redis_url, lease_seconds=0.3, answers=store)
+    queue = open_backends(Settings(store_url=redis_url), lease_seconds=0.3).job_queue(store)
     cid = _ask(store)
     queue.enqueue(cid, "t", {})
     held = threading.Event()
@@ -214,7 +213,7 @@ def test_a_claim_held_up_past_its_lease_is_claimed_afresh_not_lost(
 def test_leases_are_judged_by_the_server_clock_not_this_machines(
     redis_url: str, logs_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    queue = JobQueue.on_redis(redis_url, lease_seconds=30)
+    queue = open_backends(Settings(store_url=redis_url), lease_seconds=30).job_queue()
     cid = _ask(_store(redis_url, logs_dir))
     queue.enqueue(cid, "t", {})
     job = queue.claim("w")
@@ -235,7 +234,7 @@ def test_store_appends_and_job_transitions_take_the_same_lock(
     redis_url: str, logs_dir: Path
 ) -> None:
     store = _store(redis_url, logs_dir)
-    queue = JobQueue.on_redis(redis_url, answers=store)
+    queue = open_backends(Settings(store_url=redis_url)).job_queue(store)
     cid = _ask(store)
     appended = threading.Event()
 
@@ -258,7 +257,7 @@ def test_a_status_written_after_its_lock_expired_is_refused(redis_url: str, logs
 
     store = _store(redis_url, logs_dir)
     cid = _ask(store)
-    queue = JobQueue.on_redis(redis_url, answers=store)
+    queue = open_backends(Settings(store_url=redis_url)).job_queue(store)
     status = queue.enqueue(cid, "t", {})
     statuses = RedisStatusBackend(redis_url, lock_seconds=0.2)
     with statuses.locked(cid):
@@ -279,7 +278,7 @@ def test_a_worker_that_cannot_reach_redis_backs_off_and_says_so(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     url = f"redis://127.0.0.1:{_closed_port()}/0"
-    queue = JobQueue.on_redis(url, lease_seconds=60)
+    queue = open_backends(Settings(store_url=url), lease_seconds=60).job_queue()
 
     async def runner(job: Job, ctx: JobContext) -> None:
         raise AssertionError("nothing can be claimed")
@@ -361,7 +360,7 @@ def test_four_worker_processes_drain_300_jobs_exactly_once_with_one_killed(
     from pplx_nb.sim import stats
 
     store = _store(redis_url, logs_dir)
-    queue = JobQueue.on_redis(redis_url, lease_seconds=6, answers=store)
+    queue = open_backends(Settings(store_url=redis_url), lease_seconds=6).job_queue(store)
     ids = []
     for i in range(300):
         cid = _ask(store, f"asyncio question {i}")
@@ -392,7 +391,7 @@ def test_four_worker_processes_drain_300_jobs_exactly_once_with_one_killed(
         assert status is not None
         replies = [m for m in store.load(cid).messages if m.role == "assistant"]
         # Answered exactly once, by the attempt the status says completed it.
-        assert [(m.model_extra or {}).get("jobId") for m in replies] == [status.job_id]
+        assert [m.job_id for m in replies] == [status.job_id]
     for cid in orphans:
         status = statuses[cid]
         assert status is not None and status.worker_id != "w0" and status.attempts >= 2

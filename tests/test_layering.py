@@ -3,8 +3,10 @@
 Read statically (``ast``) from every module of pplx_nb, imports inside functions and under
 ``TYPE_CHECKING`` included: a lazy import is still a dependency. The table below is the data flow of
 the README's architecture section: adapters (``notebook``, ``mcp``, ``worker``) -> ``research`` ->
-``context`` / ``api`` / ``store`` / ``jobs``. The top-level ``pplx_nb/_*.py`` modules (settings,
-errors, models, rendering, ...) are shared by every layer and import only one another.
+``context`` / ``api`` / ``backends`` -> ``store`` / ``jobs``. The top-level ``pplx_nb/_*.py``
+modules (settings, errors, models, rendering, ...) are shared by every layer and import only one
+another. A package's ``__main__`` listed in the table (``store.__main__``) is a program over its
+package, a layer of its own.
 """
 
 from __future__ import annotations
@@ -28,15 +30,20 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     # The API layer starts the offline simulator; it never sees conversations or jobs.
     "api": frozenset({"sim"}),
     "context": frozenset({"api"}),
-    # The store and the job side ask each other through their public interfaces only.
-    "store": frozenset({"jobs"}),
-    "jobs": frozenset({"store"}),
-    "research": frozenset({"api", "context", "store", "jobs"}),
-    "export": frozenset({"store"}),
+    # The store and the job side never import each other: they ask each other through seams
+    # (JobStates, AnswerLookup) that the backends layer fills when it opens them together.
+    "store": frozenset(),
+    "jobs": frozenset(),
+    "backends": frozenset({"store", "jobs"}),
+    # `python -m pplx_nb.store migrate` opens a store at each end, as any program does.
+    "store.__main__": frozenset({"store", "jobs", "backends"}),
+    "research": frozenset({"api", "context", "backends", "store", "jobs"}),
+    "export": frozenset({"backends", "store"}),
     "notebook": frozenset({"research", "export"}),
-    # The MCP server confines attachments to PPLX_NB_FILE_ROOTS before the Researcher sees them.
-    "mcp": frozenset({"research", "context"}),
-    "worker": frozenset({"research", "jobs"}),
+    # The MCP server confines attachments to PPLX_NB_FILE_ROOTS before the Researcher sees them,
+    # and reads a conversation resource as the Markdown export writes it.
+    "mcp": frozenset({"research", "context", "export"}),
+    "worker": frozenset({"research", "backends", "jobs"}),
 }
 """Which other layers each layer may import (its own modules, the shared ones and the root
 package's ``__version__`` are always allowed)."""
@@ -72,6 +79,8 @@ def unit(module: str) -> str:
     parts = module.split(".")
     if len(parts) == 1:
         return "root"
+    if parts[-1] == "__main__" and f"{parts[1]}.__main__" in MAY_IMPORT:
+        return f"{parts[1]}.__main__"
     if (ROOT / parts[1]).is_dir():
         return parts[1]
     return SHARED if parts[1].startswith("_") else parts[1]
@@ -211,3 +220,30 @@ def test_no_method_takes_a_flag_saying_the_lock_is_held() -> None:
         if isinstance(node, ast.arg) and node.arg == "lock_held"
     ]
     assert flags == []
+
+
+def _reads(module: str, attribute: str) -> list[str]:
+    """Where ``module`` reads ``x.<attribute>``."""
+    return [place.split(" .")[0] for place in _attributes(module, frozenset({attribute}))]
+
+
+def test_only_the_backends_module_reads_where_the_store_lives() -> None:
+    # One place opens the backends from settings; a branch on "is this Redis?" anywhere else
+    # means the seam leaks. Settings define the field; the API's throttle keeps its shared
+    # request counter in that Redis database, which is not where conversations or jobs live.
+    allowed = {"pplx_nb.backends", "pplx_nb._config", "pplx_nb.api._throttle"}
+    readers = [p for m in modules() if m not in allowed for p in _reads(m, "store_url")]
+    assert readers == []
+    assert _reads("pplx_nb.backends", "store_url")  # the checker sees the factory's own
+    branches = [p for m in modules() for p in _reads(m, "is_redis")]
+    assert branches == []
+
+
+def test_the_store_and_the_job_side_import_nothing_of_each_other() -> None:
+    between = [
+        str(edge)
+        for edge in edges()
+        if {unit(edge.importer), unit(edge.target)} == {"store", "jobs"}
+    ]
+    assert between == []
+    assert unit("pplx_nb.store.__main__") == "store.__main__"

@@ -17,6 +17,7 @@ from IPython.utils.capture import capture_output
 
 from pplx_nb import Answer, Conversation, JobStatus, Researcher, Settings
 from pplx_nb.notebook import magics
+from pplx_nb.notebook._icons import icon
 from pplx_nb.notebook._input import interpolate, search_opts, split_conversation_id, unquote
 from pplx_nb.sim import stats
 
@@ -81,6 +82,8 @@ def test_split_conversation_id_takes_a_leading_id_only() -> None:
 def test_search_opts_map_flags_to_api_fields() -> None:
     args = argparse.Namespace(
         model='"sonar"',
+        effort="fast@2026-10-16.0",
+        preset="low",
         domain=["docs.python.org", "-example.com"],
         recency="week",
         after="01/02/2025",
@@ -93,6 +96,8 @@ def test_search_opts_map_flags_to_api_fields() -> None:
     )
     assert search_opts(args) == {
         "model": "sonar",
+        "effort": "fast@2026-10-16.0",
+        "preset": "low",
         "search_domain_filter": ["docs.python.org", "-example.com"],
         "search_recency_filter": "week",
         "search_after_date_filter": "01/02/2025",
@@ -126,7 +131,8 @@ def test_magic_line_parsing_converts_dates_and_keeps_apostrophes() -> None:
 def shell(async_researcher: Researcher) -> Iterator[InteractiveShell]:
     shell = InteractiveShell.instance()
     magics.set_researcher(async_researcher)
-    shell.run_line_magic("load_ext", "pplx_nb")
+    with capture_output():
+        shell.run_cell("%load_ext pplx_nb")
     yield shell
     shell.run_line_magic("unload_ext", "pplx_nb")
     magics.set_researcher(None)
@@ -171,21 +177,28 @@ def test_load_ext_imports_only_the_magic_machinery() -> None:
         "shell.run_line_magic('load_ext', 'pplx_nb')\n"
         "assert 'pplx' in shell.magics_manager.magics['cell']\n"
         "print(sorted(set(sys.modules) - before))\n"
+        "shell.run_cell('x = 1')\n"
+        "shell.run_cell('x = 2')\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True
     ).stdout
-    loaded = out.strip()
-    # It reads the settings (pydantic) to say who answers, and nothing heavier.
-    assert "answers come from the offline simulator" in loaded
+    loaded, *after = out.strip().splitlines()
     for heavy in (
         "pandas",
         "ipywidgets",
         "httpx2",
+        "pydantic",
         "pplx_nb.research",
         "pplx_nb._models",
+        "pplx_nb._config",
     ):
         assert f"'{heavy}'" not in loaded, f"%load_ext pplx_nb imported {heavy}"
+    # Loaded outside a cell, who answers is said once, as the first cell starts.
+    assert after == [
+        "pplx_nb loaded · answers come from the offline simulator (no PERPLEXITY_API_KEY set) · "
+        "%pplx_help lists the magics"
+    ]
 
 
 def test_pplx_streams_into_one_display_and_returns_the_answer(
@@ -229,7 +242,7 @@ def test_the_clock_moves_before_the_first_byte_arrives(
     assert isinstance(run.result, Answer), run.text()
     painted = [data.get("text/markdown", "") for data in run.outputs]
     first_text = next(n for n, markdown in enumerate(painted) if "▌" in markdown)
-    clocks = re.findall(r"⏳ Searching… · (\d+\.\d) s", "\n".join(painted[:first_text]))
+    clocks = re.findall(r"> Searching… · (\d+\.\d) s", "\n".join(painted[:first_text]))
     assert len(clocks) >= 3, f"the cell stayed static while waiting: {painted[:first_text]}"
     assert clocks == sorted(clocks, key=float) and float(clocks[-1]) >= 0.4
 
@@ -249,7 +262,7 @@ def test_the_status_line_says_what_the_run_is_doing_before_the_text_comes(
     painted = [data.get("text/markdown", "") for data in run.outputs]
     first_text = next(n for n, markdown in enumerate(painted) if "▌" in markdown)
     told = re.findall(
-        r"⏳ ((?:Planning|Searching: |Read |Writing)[^…]*)…", "\n".join(painted[:first_text])
+        r"> ((?:Planning|Searching: |Read |Writing)[^…]*)…", "\n".join(painted[:first_text])
     )
     assert told, painted[:first_text]
     assert all(not m.endswith(".") for m in told)
@@ -703,6 +716,8 @@ def test_an_interrupted_pplx_fails_the_cell_and_is_not_continued(
     assert not asked, asked
     assert isinstance(interrupted.error, KeyboardInterrupt), "the cell fails: Run All stops"
     assert "INTERRUPTED" in interrupted.last["text/html"]
+    shown = interrupted.stdout.strip().splitlines()
+    assert shown == ["KeyboardInterrupt"], "one line, not a traceback through the magic"
     assert bare.result is None
     assert "No conversation to continue" in bare.last["text/html"]
     assert len(_user_messages(researcher, str(first.conversation_id))) == 1
@@ -834,7 +849,7 @@ def test_kernel_researcher_comes_from_the_environment_and_queues_unless_told_not
     try:
         assert magics.get_researcher() is researcher, "one Researcher per kernel"
         assert researcher.async_deep_research is queued
-        assert researcher.store.root == tmp_path.resolve()
+        assert Path(researcher.store.location) == tmp_path.resolve()
     finally:
         magics.set_researcher(None)
         researcher.close()
@@ -906,7 +921,7 @@ def test_pplx_cancel_stops_the_last_research_with_one_line_and_followups_go_on(
             again = ended.last["text/plain"]
             assert f"conversation {cid} was already cancelled at " in again
             assert "nothing was sent" in again and "stop" not in again
-            assert "🚫" not in ended.last["text/html"]
+            assert icon("cancelled") not in ended.last["text/html"]
             none = Run(shell, "%pplx_cancel 20250124-1706102400123")
             assert "CONVERSATION_NOT_FOUND" in none.last["text/html"]
             # Every run started was cancelled (by the magic, or by the worker if the run's id
@@ -916,3 +931,108 @@ def test_pplx_cancel_stops_the_last_research_with_one_line_and_followups_go_on(
                 assert time.monotonic() < deadline, billed
                 time.sleep(0.1)
     assert billed["background_runs"] <= 1
+
+
+# -- one voice for refusals ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "line", ["%pplx_cancel 2025-01-24", "%pplx_wait 20250124-17", "%pplx_followup 20250124-17 x?"]
+)
+def test_a_bad_id_is_refused_in_the_same_words_by_every_magic(
+    shell: InteractiveShell, line: str
+) -> None:
+    run = Run(shell, line)
+    assert run.error is None and run.result is None
+    html = run.last["text/html"]
+    assert "is not a conversation ID: IDs look like 20250124-1737734400000" in html
+    assert "(<code>%pplx_conversations</code> lists them)" in html
+    assert "Invalid conversation id" not in html
+
+
+@pytest.mark.parametrize("cell", ["%%pplx", "%%pplx\n", "%%pplx_research --wait", "%%pplx_web"])
+def test_an_empty_cell_is_refused_in_the_error_box(shell: InteractiveShell, cell: str) -> None:
+    run = Run(shell, cell)
+    assert run.error is None, "no bare UsageError"
+    assert "VALIDATION_ERROR" in run.last["text/html"]
+    assert "No question: write it in the cell below the magic" in run.last["text/html"]
+
+
+def test_a_cell_magic_with_its_question_on_the_line_and_no_cell_asks_it(
+    shell: InteractiveShell,
+) -> None:
+    run = Run(shell, "%%pplx How do I cancel an asyncio task?")
+    assert isinstance(run.result, Answer) and run.result.text
+    assert Run(shell, "%%pplx?").error is None, "the help is left alone"
+
+
+def test_a_question_too_long_says_how_to_attach_it_and_nothing_is_asked(
+    shell: InteractiveShell, sim_url: str
+) -> None:
+    before = stats(sim_url)
+    run = Run(shell, "%%pplx\n" + "word " * 400_000)
+    html = run.last["text/html"]
+    assert "VALIDATION_ERROR" in html and "the limit is 32,000" in html
+    assert "attach it with <code>--file PATH</code>" in html
+    assert "<code>%%pplx --file notes.md</code>" in html
+    web = Run(shell, "%%pplx_web\n" + "word " * 10_000)
+    assert "Shorten it." in web.last["text/html"] and "--file" not in web.last["text/html"]
+    assert stats(sim_url) == before
+
+
+# -- housekeeping -------------------------------------------------------------------------------
+
+
+def test_a_simulator_knob_changed_after_the_first_magic_is_said_to_need_a_new_kernel(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    env = {"PPLX_NB_OFFLINE": "1", "PPLX_NB_SIM_LATENCY_MS": "0", "CONVERSATION_LOGS_DIR": tmp_path}
+    for name, value in env.items():
+        monkeypatch.setenv(name, str(value))
+    magics.set_researcher(None)
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "pplx_nb")
+    try:
+        Run(shell, "%pplx_conversations")
+        first = magics.get_researcher()
+        Run(shell, "%env PPLX_NB_SIM_LATENCY_MS=2000")
+        told = Run(shell, "%pplx_conversations")
+        again = Run(shell, "%pplx_conversations")
+        assert magics.get_researcher() is first, "nothing to rebuild: the simulator keeps its pace"
+        assert first.settings.sim_latency_ms == 0
+        Run(shell, "%env PPLX_NB_SIM_LATENCY_MS=0")
+        back = Run(shell, "%pplx_conversations")
+    finally:
+        shell.run_line_magic("unload_ext", "pplx_nb")
+        researcher = magics.get_researcher()
+        magics.set_researcher(None)
+        researcher.close()
+    notice = told.outputs[0]["text/html"]
+    assert "SIMULATOR_RUNNING" in notice
+    assert "<code>PPLX_NB_SIM_LATENCY_MS=2000</code> takes effect only in a new kernel" in notice
+    assert "runs with PPLX_NB_SIM_LATENCY_MS=0" in notice
+    assert "SIMULATOR_RUNNING" not in again.text() + back.text(), "said once"
+
+
+def test_conversation_logs_next_to_the_notebooks_are_ignored_by_git() -> None:
+    root = Path(__file__).resolve().parents[1]
+    if not (root / ".git").exists():
+        pytest.skip("not a git checkout")
+    paths = [
+        "notebooks/conversation-logs/20250124-1737734400000/conversation.json",
+        "conversation-logs/20250124-1737734400000/conversation.json",
+    ]
+    ignored = subprocess.run(
+        ["git", "check-ignore", "--no-index", *paths],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert ignored.stdout.split() == paths
+    kept = subprocess.run(
+        ["git", "check-ignore", "--no-index", "-q", "conversation-logs/.gitkeep"],
+        cwd=root,
+        check=False,
+    )
+    assert kept.returncode == 1, "the folder's placeholder stays tracked"

@@ -10,6 +10,7 @@ from pplx_nb import export
 from pplx_nb._markdown import (
     CITATION,
     cited_sources,
+    close_markdown,
     defuse,
     escape,
     link_citations,
@@ -166,8 +167,11 @@ def test_markers_out_of_range_or_of_unknown_pages_stay_text_and_cite_nothing() -
     ]
 
 
-RAW_HTML = re.compile(r"(?<!\\)(?:\\\\)*<(?:img|script|javascript|T>)")
-"""Hostile HTML the tests send that is not escaped (an even run of backslashes escapes nothing)."""
+RAW_HTML = re.compile(
+    r"(?<!\\)(?:\\\\)*<(?:img(?! src=\"data:image/svg\+xml;base64,)|script|javascript|T>)"
+)
+"""Hostile HTML the tests send that is not escaped (an even run of backslashes escapes nothing);
+the notebook's own icons are images from ``data:`` URIs."""
 LIVE_SCRIPT_LINK = re.compile(r"(?<!\\)(?:\\\\)*\](?:\(\s*<?|:\s*)javascript")
 """A link or link definition to a ``javascript:`` URL that would still be one."""
 
@@ -282,6 +286,43 @@ def test_citation_markers_in_code_stay_code_and_cite_nothing() -> None:
 
 def test_a_code_block_still_streaming_in_is_code() -> None:
     assert link_citations("See [1].\n\n```\nx = a[1]", THREE).endswith("```\nx = a[1]")
+
+
+STREAMED = (
+    "*Offline simulator answer from the Python documentation.*\n\n"
+    "Call **`Task.cancel()`** on the task, then *await it* to let it finish "
+    "([the __asyncio__ docs](https://docs.python.org/3/library/asyncio-task.html)) [1].\n\n"
+    "```python\ntask.cancel()\n```\n\n"
+    "See _snake_case_names_ and `a * b` too."
+)
+
+
+@pytest.mark.parametrize(
+    ("partial", "shown"),
+    [
+        ("*Offline simulator answer from ", "*Offline simulator answer from* ▌"),
+        ("Call **`Task.can", "Call **`Task.can`**▌"),
+        ("then *await it* to **", "then *await it* to ▌"),
+        ("see ([the *docs*](https://docs.pyth", "see (the *docs*▌"),
+        ("```python\ntask.can", "```python\ntask.can▌\n```"),
+        ("2 * 3 and snake_ca", "2 * 3 and snake_ca▌"),
+        ("__strong _both", "__strong _both___▌"),
+    ],
+)
+def test_a_partial_text_is_closed_where_it_leaves_markdown_open(partial: str, shown: str) -> None:
+    assert close_markdown(partial, "▌") == shown
+
+
+def test_every_prefix_of_a_streamed_answer_renders_without_markup_characters() -> None:
+    from markdown_it import MarkdownIt
+
+    parser = MarkdownIt("commonmark")
+    for end in range(1, len(STREAMED) + 1):
+        rendered = parser.render(close_markdown(STREAMED[:end], "▌"))
+        text = re.sub(r"<code[^>]*>.*?</code>|<[^>]+>", "", rendered, flags=re.S)
+        for mark in ("*", "`", "](", "__"):
+            assert mark not in text, f"{mark!r} shows in {STREAMED[:end]!r}: {rendered}"
+        assert text.count("▌") == 1 or "<pre>" in rendered, rendered
 
 
 def test_markers_inside_a_links_text_are_not_linked_again() -> None:

@@ -32,6 +32,7 @@ from support.mcp import INITIALIZE, ROOT, TOOLS, UNKNOWN_ID, http_server, server
 from pplx_nb import Researcher, Settings
 from pplx_nb._markdown import link_citations
 from pplx_nb._models import Progress, Source
+from pplx_nb.backends import open_store
 from pplx_nb.mcp._progress import ProgressRelay
 
 
@@ -162,10 +163,14 @@ def test_tools_list_has_every_tool_with_bounded_closed_schemas(client: McpClient
         )
         assert tool.annotations.read_only_hint is read_only
         assert tool.output_schema is not None
-        # Optional fields are typed [T, "null"], not anyOf: cheaper for clients to validate.
+        assert tool.title, name
+        # An optional field is left out, never null: one type each, no anyOf (cheaper for
+        # clients to validate) and no type array (which Gemini's declarations reject).
+        assert '"null"' not in json.dumps(tool.output_schema), name
         assert "anyOf" not in json.dumps(tool.output_schema), name
     ask = tools["perplexity_search"].output_schema or {}
-    assert ask["properties"]["model"]["type"] == ["string", "null"]
+    assert ask["properties"]["model"] == {"title": "Model", "type": "string"}
+    assert "model" not in ask["required"]
     assert "NEW conversation" in (tools["perplexity_search"].description or "")
     assert "Cross-Mode" in (tools["perplexity_deep_research_followup"].description or "")
 
@@ -222,7 +227,7 @@ def test_search_then_followups_in_both_modes_show_every_turn_in_order(client: Mc
         "perplexity_search_followup",
         "perplexity_deep_research_followup",
     ]
-    assert _data(history)["job"] is None
+    assert "job" not in _data(history)
     assert _text(history).index("What does asyncio.shield do?") < _text(history).index(
         "Compare asyncio.wait_for"
     )
@@ -853,11 +858,10 @@ def test_history_says_when_a_followup_is_still_being_answered_and_followups_wait
     client: McpClient,
 ) -> None:
     from pplx_nb._layout import ANSWERING_FILE
-    from pplx_nb.store import ConversationStore
 
     first = client.call("perplexity_search", {"query": "How do I cancel an asyncio task?"})
     cid, path = _data(first)["conversationId"], Path(_data(first)["conversationPath"])
-    store = ConversationStore(path.parent)
+    store = open_store(root=path.parent)
     # What a search follow-up in flight leaves (this process is alive, so the marker is live).
     with store.locked(cid):
         token = store.mark_answering(cid, 600)
@@ -875,7 +879,7 @@ def test_history_says_when_a_followup_is_still_being_answered_and_followups_wait
         with store.locked(cid):
             store.clear_answering(cid, token)
     history = client.call("get_conversation_history", {"conversationId": cid})
-    assert _data(history)["answeringSince"] is None
+    assert "answeringSince" not in _data(history)
     assert "still being answered" not in _text(history)
     answered = client.call(
         "perplexity_search_followup", {"conversationId": cid, "query": "and with a timeout?"}
@@ -1092,7 +1096,7 @@ def test_web_search_returns_results_as_data_and_stores_them_only_when_saved(
     assert all(
         r["url"].startswith("https://docs.python.org/") and r["title"] for r in data["results"]
     )
-    assert data["conversationId"] is None and count() == before
+    assert "conversationId" not in data and count() == before
     assert data["results"][0]["url"] in _text(result)
 
     saved = _data(client.call("perplexity_web_search", {"query": "asyncio gather", "save": True}))
@@ -1142,11 +1146,41 @@ def test_cancel_deep_research_stops_a_running_job_and_the_conversation_goes_on(
         assert not followup.is_error, _text(followup)
         repeated = mcp.call("cancel_deep_research", {"conversationId": cid})
         again = _data(repeated)
-        assert again["status"] == "cancelled" and again["remoteCancelled"] is None
+        assert again["status"] == "cancelled" and "remoteCancelled" not in again
         assert again["cancelled"] is False and "was already cancelled at" in again["message"]
         assert _text(repeated).startswith("ℹ️ **Nothing to cancel**")
         assert "asked to stop" not in again["message"]
         plain = _data(mcp.call("perplexity_search", {"query": "What is a coroutine?"}))
         none = mcp.call("cancel_deep_research", {"conversationId": plain["conversationId"]})
-        assert not none.is_error and _data(none)["status"] is None
+        assert not none.is_error and "status" not in _data(none)
         assert _text(none).startswith("ℹ️ **Nothing to cancel**")
+
+
+def test_resources_list_the_newest_hundred_and_ids_complete_newest_first(tmp_path: Path) -> None:
+    from mcp import Client
+    from mcp_types import ResourceTemplateReference
+
+    from pplx_nb.mcp.server import create_server
+
+    settings = Settings(offline=True, conversation_logs_dir=tmp_path / "logs")
+    store = open_store(settings)
+    made = [
+        store.create([{"role": "user", "content": f"q{n}"}]).conversation_id for n in range(105)
+    ]
+    newest = sorted(made, reverse=True)
+    template = ResourceTemplateReference(type="ref/resource", uri="pplx://conversations/{id}")
+
+    async def ask() -> tuple[list[str], list[Any]]:
+        async with Client(create_server(settings)) as client:
+            listed = await client.list_resources()
+            completions = [
+                (await client.complete(template, {"name": "id", "value": value})).completion
+                for value in ("", newest[0], "2019")
+            ]
+            return [str(r.uri) for r in listed.resources], completions
+
+    uris, (every, one, none) = asyncio.run(ask())
+    assert uris == ["pplx://health"] + [f"pplx://conversations/{cid}" for cid in newest[:100]]
+    assert every.values == newest[:100] and every.total == 105 and every.has_more is True
+    assert one.values == [newest[0]] and one.total == 1 and not one.has_more
+    assert none.values == [] and none.total == 0

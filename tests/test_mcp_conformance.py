@@ -13,6 +13,7 @@ DECLARED = {
     "tools-list",
     "resources-list",
     "prompts-list",
+    "completion-complete",
     "server-sse-multiple-streams",
     "dns-rebinding-protection",
 }

@@ -4,7 +4,9 @@ Claude Desktop, Claude Code and the MCP Inspector are built on that client, and 
 than the Python one: it validates every structured result against the tool's output schema
 (and throws ``-32602`` when one does not match). ``tests/node/drive.mjs`` calls every tool with
 valid and invalid input, and also checks each structured result with ajv. The HTTP tests cover
-the bearer token and the Host/Origin checks on a loopback and a non-loopback bind.
+the bearer token and the Host/Origin checks on a loopback and a non-loopback bind. The MCP
+Inspector's CLI checks in ``--strict`` mode that every tool schema is portable (no type arrays,
+which clients mapping a schema onto one type per field reject).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 
 import pytest
 from support.mcp import INITIALIZE, ROOT, TOOLS, UNKNOWN_ID, http_server, server_env
-from support.node import drive
+from support.node import drive, inspect
 
 TOKEN = "test-token-0123456789abcdef-SECRET"
 
@@ -111,6 +113,7 @@ def _text(result: dict[str, Any]) -> str:
 
 def _check_report(report: dict[str, Any], *, async_mode: bool, attachments: bool) -> None:
     assert report["connectError"] is None, report["connectError"]
+    assert report["capabilities"]["resources"]["listChanged"] is True
     tools = {tool["name"]: tool for tool in report["tools"]}
     assert set(tools) == TOOLS
     for tool in tools.values():
@@ -129,6 +132,18 @@ def _check_report(report: dict[str, Any], *, async_mode: bool, attachments: bool
 
     search, _, research, _, _, awaited, batch, listed, web, _, cancel = (e["result"] for e in valid)
     first, second = (r["structuredContent"]["conversationId"] for r in (search, research))
+    # Four calls start a conversation (a search, two deep researches, the saved web search; five
+    # with the search that attaches a file): each is announced, and every result that names
+    # conversations links to them.
+    assert report["listChanged"] == 4 + attachments
+    for entry in valid:
+        links = [b["uri"] for b in entry["result"]["content"] if b["type"] == "resource_link"]
+        named = entry["result"]["structuredContent"].get("conversationId")
+        if named:
+            assert links == [f"pplx://conversations/{named}"], entry["name"]
+    links = [b.get("uri") for b in batch["content"][1:]]
+    assert links == [f"pplx://conversations/{first}", f"pplx://conversations/{second}"]
+    assert listed["content"][1:] == []
     if async_mode:
         assert research["structuredContent"]["status"] == "pending"
         assert _text(research).startswith("🆕 **New Conversation Started**")
@@ -149,7 +164,7 @@ def _check_report(report: dict[str, Any], *, async_mode: bool, attachments: bool
     if async_mode:  # queued a moment ago: cancelled, unless it already finished
         assert stopped["status"] in ("cancelled", "completed"), stopped
     else:  # answered on the spot: there was never a job
-        assert stopped["status"] is None and stopped["cancelled"] is False
+        assert "status" not in stopped and stopped["cancelled"] is False
 
     invalid = results[len(valid) :]
     files_call = invalid.pop(len(INVALID))
@@ -405,3 +420,108 @@ def test_allow_unauthenticated_serves_a_trusted_network(tmp_path: Path) -> None:
         session = _session(port, {})
         status, body, _ = _post(port, CALL, session)
         assert status == 200 and '"result"' in body
+
+
+def test_the_inspector_finds_every_tool_schema_portable_in_strict_mode(tmp_path: Path) -> None:
+    env = server_env(tmp_path / "conversation-logs", PPLX_NB_FILE_ROOTS=str(tmp_path))
+    done = inspect(
+        [sys.executable, "-m", "pplx_nb.mcp"],
+        "--strict",
+        "--method",
+        "tools/list",
+        "--format",
+        "json",
+        env=env,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    findings = [line for line in done.stderr.splitlines() if line.startswith(("Warning", "Error"))]
+    assert not findings, done.stderr
+    listed = json.loads(done.stdout)
+    assert "schemaFindings" not in listed, listed["schemaFindings"]
+    tools = {tool["name"]: tool for tool in listed["result"]["tools"]}
+    assert set(tools) == TOOLS
+    assert "files" in tools["perplexity_search"]["inputSchema"]["properties"]
+    assert all(tool["title"] and tool["outputSchema"] for tool in tools.values())
+
+
+def test_a_search_result_links_its_conversation_as_a_resource_the_client_reads(
+    tmp_path: Path,
+) -> None:
+    template = {"type": "ref/resource", "uri": "pplx://conversations/{id}"}
+    calls: list[dict[str, Any]] = [
+        {"request": "resources/templates/list", "params": {}},
+        {
+            "name": "perplexity_search",
+            "arguments": {"query": "What is a coroutine?"},
+            "save": "a",
+            "saveLink": "link",
+        },
+        {"request": "resources/read", "params": {"uri": "${link}"}},
+        {
+            "request": "completion/complete",
+            "params": {"ref": template, "argument": {"name": "id", "value": "${a}"}},
+        },
+        {
+            "request": "completion/complete",
+            "params": {"ref": template, "argument": {"name": "id", "value": "1999"}},
+        },
+        {
+            "name": "perplexity_search_followup",
+            "arguments": {"conversationId": "${a}", "query": "How is it awaited?"},
+        },
+        {"name": "perplexity_web_search", "arguments": {"query": "asyncio", "save": True}},
+        {"request": "resources/list", "params": {}},
+        {
+            "request": "completion/complete",
+            "params": {"ref": template, "argument": {"name": "id", "value": ""}},
+        },
+        {"request": "resources/read", "params": {"uri": f"pplx://conversations/{UNKNOWN_ID}"}},
+        {"request": "resources/read", "params": {"uri": "pplx://conversations/20250101-1"}},
+    ]
+    report = drive(_stdio_plan(tmp_path, calls), tmp_path)
+    assert report["connectError"] is None, report["connectError"]
+    assert "completions" in report["capabilities"]
+    for entry in report["results"][:-2]:
+        assert entry["error"] is None, (entry["name"], entry["error"])
+    templates, search, read, completed, none, followup, web, listed, every, unknown, bad = report[
+        "results"
+    ]
+    assert [t["uriTemplate"] for t in templates["result"]["resourceTemplates"]] == [
+        "pplx://conversations/{id}"
+    ]
+
+    cid = search["result"]["structuredContent"]["conversationId"]
+    links = [b for b in search["result"]["content"] if b["type"] == "resource_link"]
+    assert links == [
+        {
+            "type": "resource_link",
+            "uri": f"pplx://conversations/{cid}",
+            "name": cid,
+            "title": f"Conversation {cid}",
+            "mimeType": "text/markdown",
+        }
+    ]
+    (contents,) = read["result"]["contents"]
+    assert contents["uri"] == links[0]["uri"] and contents["mimeType"] == "text/markdown"
+    assert contents["text"].startswith("# What is a coroutine?")
+    assert "## Assistant" in contents["text"] and "docs.python.org" in contents["text"]
+    assert completed["result"]["completion"]["values"] == [cid]
+    assert none["result"]["completion"]["values"] == []
+
+    # A new conversation is announced once; a follow-up continues one and adds none.
+    assert search["listChanged"] == 1 and followup["listChanged"] == 1
+    saved = web["result"]["structuredContent"]["conversationId"]
+    assert web["listChanged"] == 2 and report["listChanged"] == 2
+    uris = [r["uri"] for r in listed["result"]["resources"]]
+    assert uris == [
+        "pplx://health",
+        f"pplx://conversations/{saved}",
+        f"pplx://conversations/{cid}",
+    ]
+    assert listed["result"]["resources"][2]["title"] == "What is a coroutine?"
+    assert every["result"]["completion"] == {"values": [saved, cid], "total": 2, "hasMore": False}
+    assert unknown["result"] is None and unknown["error"]["code"] == -32602
+    assert f"CONVERSATION_NOT_FOUND: Conversation {UNKNOWN_ID}" in unknown["error"]["message"]
+    assert bad["result"] is None and bad["error"]["code"] == -32602
+    assert "VALIDATION_ERROR" in bad["error"]["message"], bad["error"]

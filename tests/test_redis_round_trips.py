@@ -11,6 +11,7 @@ from support.round_trips import RoundTrips, counting
 
 from pplx_nb import ConversationStore, Settings
 from pplx_nb._models import Message, Usage
+from pplx_nb.backends import open_backends
 from pplx_nb.jobs import Job, JobQueue
 
 TOOL = "perplexity_deep_research"
@@ -24,8 +25,9 @@ def trips(monkeypatch: pytest.MonkeyPatch) -> RoundTrips:
 
 def _parts(redis_url: str, logs_dir: Path) -> tuple[ConversationStore, JobQueue]:
     settings = Settings(store_url=redis_url, conversation_logs_dir=logs_dir, offline=True)
-    store = ConversationStore(settings=settings)
-    return store, JobQueue.on_redis(redis_url, answers=store, settings=settings)
+    backends = open_backends(settings)
+    store = backends.conversation_store()
+    return store, backends.job_queue(store)
 
 
 def _answer(job: Job) -> Message:

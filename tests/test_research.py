@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,25 @@ from pplx_nb import (
 from pplx_nb._models import Progress, Usage
 from pplx_nb._pricing import estimate_cost
 from pplx_nb.api import AsyncClient
-from pplx_nb.sim import stats
+from pplx_nb.backends import open_backends, open_queue
+from pplx_nb.sim import inject_faults, stats
+
+
+@pytest.fixture
+def researcher(settings: Settings) -> Iterator[Researcher]:
+    """A Researcher on the test's simulator, its conversations and jobs in memory (the tests
+    that take it look at them only through the façade); deep research blocks."""
+    backends = open_backends(settings, memory=True)
+    with Researcher(settings, backends=backends, async_deep_research=False) as r:
+        yield r
+
+
+@pytest.fixture
+def async_researcher(settings: Settings) -> Iterator[Researcher]:
+    """:func:`researcher` whose deep research is queued for its in-process worker."""
+    backends = open_backends(settings, memory=True)
+    with Researcher(settings, backends=backends, async_deep_research=True) as r:
+        yield r
 
 
 def _file(answer: Answer) -> dict[str, object]:
@@ -41,7 +60,7 @@ def test_search_creates_a_conversation_with_system_user_and_cited_answer(
     answer = researcher.search("How do I cancel an asyncio task?")
     assert answer.text and answer.sources
     assert all(s.url.startswith("https://docs.python.org/3/") for s in answer.sources)
-    data = _file(answer)
+    data = researcher.store.read_raw(answer.conversation_id or "")
     roles = [m["role"] for m in data["messages"]]  # type: ignore[index]
     assert roles == ["system", "user", "assistant"]
     assistant = data["messages"][2]  # type: ignore[index]
@@ -141,10 +160,10 @@ def test_wait_returns_the_jobs_report_after_the_conversation_moved_on(
 def _resume_after_a_crash(r: Researcher, remote_id: str) -> tuple[str, Answer]:
     """Queue a job, let a worker that then crashes claim it with ``remote_id`` recorded, and
     run it on a fresh worker; the conversation id and the report."""
-    from pplx_nb.jobs import JobQueue, Worker
+    from pplx_nb.jobs import Worker
     from pplx_nb.research import job_runner
 
-    queue = JobQueue.from_settings(r.settings)
+    queue = open_queue(r.settings)
     queued = r.deep_research("Describe the json module", wait=False)
     assert isinstance(queued, JobStatus)
     job = queue.claim("crashed-worker")
@@ -266,6 +285,46 @@ def test_good_option_values_pass(researcher: Researcher) -> None:
     assert answer.text
 
 
+def test_an_effort_is_reported_in_the_answer_and_its_stored_turn(researcher: Researcher) -> None:
+    answer = researcher.search("What is asyncio.gather?", effort="fast@2026-10-16.0")
+    assert (answer.effort, answer.preset) == ("fast@2026-10-16.0", "fast@2026-10-16.0")
+    stored = _file(answer)["messages"][-1]  # type: ignore[index]
+    assert (stored["effort"], stored["preset"]) == ("fast@2026-10-16.0", "fast@2026-10-16.0")
+    again = researcher.history(answer.conversation_id or "").messages[-1]
+    assert again.effort == "fast@2026-10-16.0"
+    with pytest.raises(ValidationError, match="not an effort"):
+        researcher.search("What is asyncio.gather?", effort="turbo")
+
+
+def test_preset_is_taken_as_effort_with_one_warning_and_effort_wins(
+    researcher: Researcher, caplog: pytest.LogCaptureFixture
+) -> None:
+    from pplx_nb._options import _warn_preset
+
+    _warn_preset.cache_clear()
+    with caplog.at_level("WARNING", logger="pplx_nb"):
+        first = researcher.search("What is asyncio.gather?", preset="low")
+        both = researcher.search("What is asyncio.wait?", preset="low", effort="fast")
+    assert first.effort == "low" and both.effort == "fast"
+    warned = [r for r in caplog.records if "preset option is deprecated" in r.getMessage()]
+    assert len(warned) == 1
+
+
+def test_a_search_answer_is_searched_and_one_that_was_not_is_marked(
+    researcher: Researcher, sim_url: str
+) -> None:
+    answer = researcher.search("What is asyncio.gather?")
+    assert answer.searched is True and answer.sources and not answer.notes
+    inject_faults(sim_url, {"unsearched": True, "path": "/v1/agent"})
+    alone = researcher.search("What is asyncio.wait?")
+    assert alone.searched is False and not alone.sources
+    assert alone.notes and alone.notes[-1].startswith("No web search was made for this answer")
+    assert "No web search was made" in alone.to_markdown()
+    stored = researcher.history(alone.conversation_id or "").messages[-1]
+    assert stored.notes == alone.notes
+    assert stats(sim_url)["generations"] == 2
+
+
 def test_fork_continues_in_a_child_and_leaves_the_parent_alone(researcher: Researcher) -> None:
     first = researcher.search("What is itertools.groupby?")
     parent = first.conversation_id or ""
@@ -303,13 +362,14 @@ def test_health_is_degraded_when_the_api_cannot_be_reached(settings: Settings) -
 
 
 def test_health_is_unhealthy_when_the_store_cannot_be_written(
-    researcher: Researcher, logs_dir: Path
+    settings: Settings, logs_dir: Path
 ) -> None:
     logs_dir.chmod(0o500)
     try:
         if os.access(logs_dir, os.W_OK):
             pytest.skip("running as root: a read-only mode does not stop writes")
-        report = researcher.health()
+        with Researcher(settings) as researcher:
+            report = researcher.health()
     finally:
         logs_dir.chmod(0o700)
     assert report["status"] == "unhealthy", report

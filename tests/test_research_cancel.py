@@ -78,7 +78,7 @@ def test_a_pending_job_leaves_the_queue_unpaid_and_the_conversation_takes_a_foll
         cid = job.conversation_id
         cancelled = r.cancel(cid)
         assert cancelled is not None and cancelled.status == "cancelled"
-        assert "costUnknown" not in (cancelled.model_extra or {}).get("result", {})
+        assert "costUnknown" not in (cancelled.result or {})
         stored = r.status(cid)
         assert stored is not None and stored.status == "cancelled"
         assert r._jobs.queue.pending_count() == 0
@@ -109,7 +109,7 @@ def test_a_running_job_is_cancelled_here_and_at_the_api(slow_sim: str, logs_dir:
         remote_id = running.remote_id
         cancelled = r.cancel(cid)
         assert cancelled is not None and cancelled.status == "cancelled"
-        result = (cancelled.model_extra or {})["result"]
+        result = cancelled.result
         assert result["remoteCancelled"] is True and result["costUnknown"] is True
         assert stats(slow_sim)["cancels"] == 1
         poll_until(lambda: _run_phase(slow_sim, remote_id) == "cancelled", what="the run to end")
@@ -119,7 +119,7 @@ def test_a_running_job_is_cancelled_here_and_at_the_api(slow_sim: str, logs_dir:
         poll_until(lambda: _worker_stopped(log, cid), what="the worker to stop the job")
         stored = r.status(cid)
     assert stored is not None and stored.status == "cancelled"
-    assert (stored.model_extra or {})["result"]["costUnknown"] is True
+    assert (stored.result or {})["costUnknown"] is True
     billed = stats(slow_sim)
     assert billed["background_runs"] == 1 and billed["cancels"] == 1
 
@@ -161,7 +161,7 @@ def test_the_worker_cancels_the_run_when_the_canceller_cannot_reach_the_api(
         )
         cancelled = canceller.cancel(cid)
         assert cancelled is not None and cancelled.status == "cancelled"
-        assert (cancelled.model_extra or {})["result"]["remoteCancelled"] is False
+        assert (cancelled.result or {})["remoteCancelled"] is False
         poll_until(lambda: stats(slow_sim)["cancels"] == 1, what="the worker's cancel")
         poll_until(
             lambda: _run_phase(slow_sim, running.remote_id) == "cancelled", what="the run's end"
@@ -197,7 +197,7 @@ def test_a_run_submitted_while_its_job_is_cancelled_is_cancelled_by_the_worker(
         cancelled = r.cancel(cid)
         assert cancelled is not None and cancelled.status == "cancelled"
         assert cancelled.remote_id is None
-        result = (cancelled.model_extra or {})["result"]
+        result = cancelled.result
         assert result["costUnknown"] is True and "remoteCancelled" not in result
         poll_until(
             lambda: stats(slow_sim)["cancels"] == 1, what="the worker's cancel of the orphan run"
@@ -244,8 +244,7 @@ def _finished_run(url: str, researcher: Researcher, cid: str) -> str:
 def _report_of(researcher: Researcher, cid: str) -> list[tuple[str, bool, bool]]:
     """Each message as (role, is a job's answer, closes a question unanswered)."""
     return [
-        (m.role, bool((m.model_extra or {}).get("jobId")), m.unanswered is not None)
-        for m in researcher.history(cid).messages
+        (m.role, bool(m.job_id), m.unanswered is not None) for m in researcher.history(cid).messages
     ]
 
 
@@ -265,7 +264,7 @@ def test_a_cancel_that_comes_after_the_run_finished_stores_its_report_once(
         assert (before := r.status(cid)) is not None and before.status == "in_progress"
         outcome = r.cancel(cid)
         assert outcome is not None and outcome.status == "completed"
-        result = (outcome.model_extra or {})["result"]
+        result = outcome.result
         assert result["finishedBeforeCancel"] is True and result["alreadyEnded"] is True
         said = cancel_outcome(cid, outcome)
         assert "had already finished: its report is stored ($0.0" in said
@@ -299,7 +298,7 @@ def test_the_worker_keeps_a_finished_runs_report_in_place_of_the_cancel_notice(
         _finished_run(quick_sim, worker_side, cid)
         cancelled = canceller.cancel(cid)
         assert cancelled is not None and cancelled.status == "cancelled"
-        assert (cancelled.model_extra or {})["result"]["remoteCancelled"] is False
+        assert (cancelled.result or {})["remoteCancelled"] is False
         assert _closed_as_cancelled(canceller, cid)
         worker_side.followup(cid, "What does asyncio.Task.cancel do?")
         poll_until(
@@ -313,7 +312,7 @@ def test_the_worker_keeps_a_finished_runs_report_in_place_of_the_cancel_notice(
         ("user", False, False),
         ("assistant", False, False),
     ]
-    assert stored is not None and (stored.model_extra or {})["result"]["finishedBeforeCancel"]
+    assert stored is not None and (stored.result or {})["finishedBeforeCancel"]
     billed = stats(quick_sim)
     assert billed["background_runs"] == 1 and billed["cancels"] == 0
 
@@ -343,7 +342,7 @@ def test_a_report_the_worker_holds_when_its_job_is_cancelled_is_stored_not_dropp
         messages = _report_of(r, cid)
         answer = r.wait(cid, timeout=5)
     assert stored is not None and stored.status == "completed"
-    assert (stored.model_extra or {})["result"]["finishedBeforeCancel"] is True
+    assert (stored.result or {})["finishedBeforeCancel"] is True
     assert messages == [("user", False, False), ("assistant", True, False)]
     assert answer.text and answer.cost is not None
     billed = stats(quick_sim)

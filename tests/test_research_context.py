@@ -14,6 +14,7 @@ import pytest
 from pplx_nb import Answer, Researcher, Settings, ValidationError
 from pplx_nb._config import DEFAULT_MODEL
 from pplx_nb.api import AsyncClient
+from pplx_nb.backends import open_backends
 from pplx_nb.context import CONTEXT_WINDOWS
 from pplx_nb.research import DEEP_RESEARCH_MODEL
 
@@ -32,7 +33,9 @@ def extra(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def researcher(settings: Settings, extra: Path) -> Iterator[Researcher]:
-    r = Researcher(settings.model_copy(update={"file_roots": (extra,)}))
+    """A Researcher that may attach files from ``extra``; its conversations in memory."""
+    settings = settings.model_copy(update={"file_roots": (extra,)})
+    r = Researcher(settings, backends=open_backends(settings, memory=True))
     yield r
     r.close()
 

@@ -30,9 +30,11 @@ from pplx_nb._errors import (
     APITimeoutError,
     ConversationCorrupted,
     FilesystemError,
+    RunRequiresAction,
     SubmissionUnknown,
 )
 from pplx_nb._models import Answer, JobStatus
+from pplx_nb.backends import open_queue
 from pplx_nb.jobs import JobQueue, Worker
 from pplx_nb.research import job_runner
 from pplx_nb.sim import inject_faults, serve, stats
@@ -49,7 +51,7 @@ def _researcher(settings: Settings, bad: Misbehaving, **update: Any) -> Research
 
 def _queue(r: Researcher) -> JobQueue:
     """The job queue of ``r``'s conversation folder, as another process would open it."""
-    return JobQueue.from_settings(r.settings)
+    return open_queue(r.settings)
 
 
 def _billed(sim_url: str) -> tuple[int, int]:
@@ -457,6 +459,50 @@ def test_a_never_ending_run_is_cancelled_at_its_deadline_and_the_conversation_st
     assert 3 <= elapsed < 30
     assert isinstance(followup, Answer) and followup.text
     assert _billed(sim_url)[1] == 1
+
+
+def test_an_answer_whose_run_requires_action_is_stopped_once_and_its_cost_is_stored(
+    researcher: Researcher, sim_url: str
+) -> None:
+    inject_faults(sim_url, {"requires_action": True, "path": "/v1/agent"})
+    with pytest.raises(RunRequiresAction, match="requires_action") as caught:
+        researcher.search("How do I cancel an asyncio task?")
+    error = caught.value
+    assert error.code == "RUN_REQUIRES_ACTION" and error.cost is not None
+    counters = stats(sim_url)
+    assert counters["generations"] == 1 and counters["requests"]["POST /v1/agent"] == 1
+    closing = researcher.history(researcher.conversations()[0].conversation_id).messages[-1]
+    assert closing.unanswered is not None and closing.unanswered.code == "RUN_REQUIRES_ACTION"
+    assert closing.cost is not None and closing.cost.total_cost == error.cost.total_cost > 0
+    assert closing.unanswered.cost_unknown is None, "its cost is known: the run reported it"
+
+
+@pytest.mark.parametrize("wait", [True, False], ids=["blocking", "queued"])
+def test_a_deep_research_whose_run_requires_action_fails_at_once_billed_once(
+    settings: Settings, sim_url: str, wait: bool
+) -> None:
+    inject_faults(sim_url, {"requires_action": True, "path": "/v1/agent"})
+    long = settings.model_copy(update={"deep_research_timeout_ms": 600_000})
+    started = time.monotonic()
+    with Researcher(long, async_deep_research=not wait) as r:
+        with pytest.raises(RunRequiresAction):
+            if wait:
+                r.deep_research("Describe the json module", wait=True)
+            else:
+                r.wait(_queued(r), timeout=120)
+        cid = r.conversations()[0].conversation_id
+        status = r.status(cid)
+        closing = r.history(cid).messages[-1]
+    assert time.monotonic() - started < 60, "not polled until its 600 s deadline"
+    assert closing.unanswered is not None and closing.unanswered.code == "RUN_REQUIRES_ACTION"
+    assert closing.cost is not None and closing.cost.total_cost > 0
+    assert closing.unanswered.cost_unknown is None
+    counters = stats(sim_url)
+    assert counters["generations"] == 1 and counters["requests"]["POST /v1/agent"] == 1
+    if not wait:
+        assert status is not None and status.status == "failed" and status.attempts == 1
+        assert status.error is not None and status.error.code == "RUN_REQUIRES_ACTION"
+        assert counters["background_runs"] == 1
 
 
 @pytest.mark.parametrize("kind", ["ping", "drip"])

@@ -7,7 +7,7 @@ import pytest
 
 from pplx_nb import JobInProgress, Settings
 from pplx_nb._models import Message, now_iso
-from pplx_nb.jobs import JobQueue
+from pplx_nb.backends import open_queue, open_store
 from pplx_nb.research._guard import AnswerGuard
 from pplx_nb.store import ConversationStore
 
@@ -16,12 +16,12 @@ MODEL = "perplexity/sonar"
 
 @pytest.fixture
 def store(settings: Settings) -> ConversationStore:
-    return ConversationStore(settings=settings)
+    return open_store(settings)
 
 
 @pytest.fixture
 def guard(settings: Settings, store: ConversationStore) -> AnswerGuard:
-    queue = JobQueue.from_settings(settings)
+    queue = open_queue(settings)
     return AnswerGuard(settings, store, lambda: queue)
 
 
@@ -96,7 +96,7 @@ def test_a_stored_question_is_queued_again_only_once_its_answer_on_the_way_has_l
     with pytest.raises(JobInProgress) as info:
         guard.enqueue(None, "perplexity_deep_research", {"model": "m"}, cid)
     assert "still answering" in info.value.message
-    queue = JobQueue.from_settings(settings)
+    queue = open_queue(settings)
     assert queue.status(cid) is None and queue.pending_count() == 0
 
     ticket.abandon()

@@ -28,6 +28,7 @@ from support.misbehaving import Misbehaving
 from pplx_nb import Researcher, Settings
 from pplx_nb._errors import PplxError
 from pplx_nb._models import JobStatus, Message
+from pplx_nb.backends import open_queue
 from pplx_nb.jobs import JobQueue
 from pplx_nb.sim import stats
 
@@ -121,7 +122,7 @@ def _assert_paid_once_and_stored_once(
     assert status.status == "completed", status
     answers = _answers(messages)
     assert len(answers) == 1, "stored once"
-    assert (answers[0].model_extra or {}).get("jobId") == status.job_id
+    assert answers[0].job_id == status.job_id
     assert [m.role for m in messages] == ["user", "assistant"]
     assert "SUBMISSION_UNKNOWN" not in [e.code for e in status.error_history]
 
@@ -173,7 +174,7 @@ def test_redis_stopped_past_the_lease_as_the_report_comes_stores_it_once_without
     same, once, and the job ends completed without another attempt."""
     status, messages = _research_with_redis_stopped(redis, sim_url, logs_dir, when="report")
     _assert_paid_once_and_stored_once(sim_url, status, messages)
-    assert status.attempts == 1 and (status.model_extra or {})["result"]["handedOver"] is True
+    assert status.attempts == 1 and (status.result or {})["handedOver"] is True
 
 
 def test_a_worker_paused_past_its_lease_mid_submission_hands_its_run_to_the_next_attempt(
@@ -209,7 +210,7 @@ def test_a_worker_paused_past_its_lease_mid_submission_hands_its_run_to_the_next
                 with _pausing(worker.pid) as pause:
                     bad.on_submission = pause
                     assert pause.stopped.wait(60), "the worker never submitted the run"
-                    queue = JobQueue.from_settings(settings)
+                    queue = open_queue(settings)
                     _requeue_past_lease(queue, timeout=30)
                     requeued = queue.status(cid)
                     assert requeued is not None and requeued.status == "pending"

@@ -13,7 +13,7 @@ from support.misbehaving import Misbehaving
 
 from pplx_nb import JobStatus, Researcher, Settings
 from pplx_nb.api._activity import Activity, ActivityLog
-from pplx_nb.jobs import JobQueue
+from pplx_nb.backends import open_queue
 from pplx_nb.research._progress import (
     EXPECTED_RESEARCH_SECONDS,
     RunProgress,
@@ -76,6 +76,9 @@ def test_activity_progress_grows_with_the_work_and_stays_below_100() -> None:
     assert messages[16] == "Read 40 results" and messages[17] == "Fetching 4 pages"
     assert set(messages[18:]) == {"Writing the report..."}
     assert activity_step(Activity("writing"), report=False)[1] == "Writing the answer..."
+    log.skill(json.dumps({"type": "response.skill.loaded", "name": "office/pdf"}))
+    assert log.current is not None
+    assert activity_step(log.current)[1] == "Loaded the office/pdf skill"
 
 
 def test_a_followed_runs_percentage_moves_with_time_and_says_85_only_late() -> None:
@@ -104,7 +107,7 @@ def test_a_queued_job_shows_what_its_run_is_doing_while_it_runs(logs_dir: Path) 
         with Researcher(settings, async_deep_research=True) as researcher:
             queued = researcher.deep_research("How do asyncio tasks work?")
             assert isinstance(queued, JobStatus)
-            queue = JobQueue.from_settings(settings)
+            queue = open_queue(settings)
             researcher.ensure_worker()
             seen: list[tuple[int, str]] = []
             deadline = time.monotonic() + 60

@@ -18,6 +18,7 @@ from support.waiting import attached
 from pplx_nb import Settings
 from pplx_nb._errors import PplxError
 from pplx_nb.api import AsyncClient, Client, Request, RetryPolicy
+from pplx_nb.backends import open_queue, open_store
 from pplx_nb.sim import inject_faults, reset, serve
 
 KEY = "pplx-LEAKCANARY-7f3a9c2e51d84b06"
@@ -212,8 +213,6 @@ def test_url_credentials_never_appear_anywhere(
     captured_logs: io.StringIO, tmp_path: Any, style: str
 ) -> None:
     from pplx_nb._errors import NetworkError
-    from pplx_nb.jobs import JobQueue
-    from pplx_nb.store import ConversationStore
 
     errors: list[BaseException] = []
     seen: list[str] = []
@@ -234,7 +233,7 @@ def test_url_credentials_never_appear_anywhere(
     # What a failed job keeps: the errors as status.json stores them, and a message that quotes
     # the URL itself.
     logs_dir = tmp_path / "logs"
-    store, queue = ConversationStore(logs_dir), JobQueue(logs_dir)
+    store, queue = open_store(root=logs_dir), open_queue(root=logs_dir)
     for error in [*errors, NetworkError(f"The proxy at {proxied} refused the connection.")]:
         cid = store.create([{"role": "user", "content": "q"}]).conversation_id
         queue.enqueue(cid, "perplexity_deep_research", {})
@@ -330,8 +329,6 @@ def test_a_store_password_is_hidden_wherever_the_store_is_named(
     redis_server: RedisServer, redis_url: str, form: str
 ) -> None:
     from pplx_nb._redis import client
-    from pplx_nb.jobs import JobQueue
-    from pplx_nb.store import ConversationStore
 
     user, password = f"tester_{form}", "Top@URLCANARY-99"
     where = redis_url.removeprefix("redis://")
@@ -347,12 +344,12 @@ def test_a_store_password_is_hidden_wherever_the_store_is_named(
     seen: list[str] = []
     try:
         settings = Settings(store_url=urls[form])
-        store = ConversationStore(settings=settings)
+        store = open_store(settings)
         conversation = store.create([{"role": "user", "content": "q"}])
-        queue = JobQueue.from_settings(settings)
+        queue = open_queue(settings)
         seen += [repr(settings), str(settings.redacted()), repr(store), store.location]
         seen += [str(conversation.path), repr(queue), queue.location]
-        wrong = ConversationStore(settings=Settings(store_url=urls[form].replace("99", "11")))
+        wrong = open_store(Settings(store_url=urls[form].replace("99", "11")))
         for failing in (lambda: store.load("20200101-1577836800000"), wrong.ids):
             with pytest.raises(PplxError) as caught:
                 failing()
@@ -381,23 +378,34 @@ def chain_views(error: BaseException) -> list[str]:
 
 
 def _mcp_result(settings: Settings) -> list[str]:
-    """What ``perplexity_deep_research`` returns to an MCP client: text and structured content."""
+    """What ``perplexity_deep_research`` returns to an MCP client (text and structured content),
+    and every stored conversation read as a resource."""
     import json
 
     from mcp import Client as McpClient
 
     from pplx_nb.mcp.server import create_server
 
-    async def call() -> Any:
+    async def call() -> tuple[Any, list[str]]:
         async with McpClient(create_server(settings)) as client:
-            return await client.call_tool(
+            result = await client.call_tool(
                 "perplexity_deep_research", {"query": "What is asyncio.TaskGroup?"}
             )
+            listed = await client.list_resources()
+            uris = [r.uri for r in listed.resources if r.uri.startswith("pplx://conversations/")]
+            reads = [await client.read_resource(uri) for uri in uris]
+            return result, [read.model_dump_json() for read in reads]
 
-    result = asyncio.run(call())
-    assert result.is_error
+    result, resources = asyncio.run(call())
+    assert result.is_error and resources
     texts = [getattr(item, "text", "") for item in result.content]
-    return [*texts, json.dumps(result.structured_content), result.model_dump_json(), repr(result)]
+    return [
+        *texts,
+        json.dumps(result.structured_content),
+        result.model_dump_json(),
+        repr(result),
+        *resources,
+    ]
 
 
 def _notebook_output(settings: Settings) -> list[str]:

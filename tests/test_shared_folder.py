@@ -22,8 +22,9 @@ from support.waiting import FakeClock
 
 from pplx_nb import ConversationStore, Researcher, Settings
 from pplx_nb._errors import ConversationCorrupted, PplxError
+from pplx_nb.backends import open_queue, open_store
 from pplx_nb.export import to_dataframe, to_markdown
-from pplx_nb.jobs import Job, JobContext, JobQueue, Worker
+from pplx_nb.jobs import Job, JobContext, Worker
 from pplx_nb.sim import inject_faults, reset, stats
 
 DATA = Path(__file__).parent / "data"
@@ -93,7 +94,7 @@ def test_a_cancelled_job_is_closed_by_a_marked_assistant_turn(
     researcher: Researcher, settings: Settings, sim_url: str, logs_dir: Path
 ) -> None:
     conversation_id = researcher.deep_research(QUESTION, wait=False).conversation_id
-    JobQueue.from_settings(settings).cancel(conversation_id)
+    open_queue(settings).cancel(conversation_id)
 
     doc = document(logs_dir, conversation_id)
     assert turns(doc) == ["user", "assistant"]
@@ -125,9 +126,9 @@ def test_a_question_left_unanswered_by_another_program_is_closed_before_the_next
 def test_updated_at_moves_with_every_heartbeat_while_progress_stands_still(
     logs_dir: Path,
 ) -> None:
-    store = ConversationStore(logs_dir)
+    store = open_store(root=logs_dir)
     conversation_id = store.create([{"role": "user", "content": QUESTION}]).conversation_id
-    queue = JobQueue(logs_dir, lease_seconds=0.6)  # a heartbeat every 0.2 s
+    queue = open_queue(root=logs_dir, lease_seconds=0.6)  # a heartbeat every 0.2 s
     queue.enqueue(conversation_id, "perplexity_deep_research", {"query": QUESTION})
     seen: list[str] = []
 
@@ -206,9 +207,9 @@ def _ts_job(logs_dir: Path, store: ConversationStore) -> str:
 def test_a_pending_ts_job_is_adopted_once_no_ts_worker_took_it_for_a_lease(
     logs_dir: Path,
 ) -> None:
-    conversation_id = _ts_job(logs_dir, ConversationStore(logs_dir))
+    conversation_id = _ts_job(logs_dir, open_store(root=logs_dir))
     clock = FakeClock()
-    queue = JobQueue(logs_dir, lease_seconds=60, clock=clock)
+    queue = open_queue(root=logs_dir, lease_seconds=60, clock=clock)
 
     queue.recover_stale()
     assert queue.claim("early") is None, "a TypeScript worker may still take it"
@@ -268,7 +269,7 @@ def test_ts_answers_with_think_blocks_read_as_thinking_and_answer(
 
 def test_files_rewritten_non_atomically_are_read_whole(logs_dir: Path) -> None:
     install_ts_fixture(logs_dir)
-    store = ConversationStore(logs_dir)
+    store = open_store(root=logs_dir)
     path = logs_dir / TS_ID / "conversation.json"
     stop = threading.Event()
     writer = threading.Thread(
@@ -289,5 +290,5 @@ def test_a_file_that_stays_broken_is_still_reported_corrupted(logs_dir: Path) ->
     path.write_bytes(path.read_bytes()[:200])
     started = time.monotonic()
     with pytest.raises(ConversationCorrupted):
-        ConversationStore(logs_dir).load(TS_ID)
+        open_store(root=logs_dir).load(TS_ID)
     assert time.monotonic() - started < 3

@@ -193,6 +193,16 @@ def test_invalid_agent_requests_are_400(
     assert error_of(response)["type"] == (kind or "invalid_request")
 
 
+@pytest.mark.parametrize(
+    "choice",
+    ["sometimes", {"type": "teleport"}, {"type": "function"}, {"type": "fetch_url"}],
+)
+def test_a_tool_choice_the_api_refuses_is_a_400(client: httpx2.Client, choice: object) -> None:
+    body = {"effort": "low", "input": "json dumps", "tools": [{"type": "web_search"}]}
+    response = client.post("/v1/agent", json={**body, "tool_choice": choice})
+    assert response.status_code == 400 and error_of(response)["param"] == "tool_choice"
+
+
 @pytest.mark.parametrize("preset", sorted(PRESETS))
 def test_every_preset_resolves_to_a_model_the_catalog_sells(
     client: httpx2.Client, preset: str

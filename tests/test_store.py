@@ -33,7 +33,9 @@ from pplx_nb import (
     ValidationError,
 )
 from pplx_nb._models import JobState, closing_turn
-from pplx_nb.jobs import JobContext, JobQueue
+from pplx_nb.backends import open_backends, open_queue, open_store
+from pplx_nb.jobs import JobContext
+from pplx_nb.store import FileBackend
 
 DATA = Path(__file__).parent / "data"
 TS_FIXTURE = DATA / "ts_server_conversation.json"
@@ -50,7 +52,7 @@ def assistant(content: str, **meta: Any) -> Message:
 
 @pytest.fixture
 def store(logs_dir: Path) -> ConversationStore:
-    return ConversationStore(logs_dir)
+    return open_store(root=logs_dir)
 
 
 def conversation_file(store: ConversationStore, conversation_id: str) -> Path:
@@ -69,7 +71,7 @@ def install_ts_conversation(store: ConversationStore, **extra: Any) -> dict[str,
     """Put the TypeScript-server fixture (plus ``extra`` top-level keys) into the store."""
     document = json.loads(TS_FIXTURE.read_text())
     document.update(extra)
-    directory = store.root / TS_ID
+    directory = Path(store.location) / TS_ID
     directory.mkdir()
     (directory / "conversation.json").write_text(json.dumps(document, indent=2))
     return document
@@ -86,9 +88,9 @@ def test_default_root_is_the_configured_logs_dir(
     logs_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     settings = pplx_nb.Settings(conversation_logs_dir=logs_dir)
-    assert ConversationStore(settings=settings).root == logs_dir.resolve()
+    assert Path(open_store(settings).location) == logs_dir.resolve()
     monkeypatch.setenv("CONVERSATION_LOGS_DIR", str(logs_dir / "from-env"))
-    assert ConversationStore().root == (logs_dir / "from-env").resolve()
+    assert Path(open_store().location) == (logs_dir / "from-env").resolve()
 
 
 def test_create_assigns_a_dated_millisecond_id_and_stores_the_messages(
@@ -189,7 +191,7 @@ def test_durable_store_syncs_the_file_and_its_directory(
         synced.append(os.readlink(f"/proc/self/fd/{fd}"))
         real_fsync(fd)
 
-    store = ConversationStore(logs_dir, durable=True)
+    store = open_store(root=logs_dir, durable=True)
     conversation = store.create([user("keep me")])
     monkeypatch.setattr(os, "fsync", recording_fsync)
     store.append(conversation.conversation_id, user("after a power cut too"))
@@ -224,14 +226,14 @@ def test_invalid_messages_are_refused_and_nothing_is_stored(store: ConversationS
 
 
 def test_files_are_private_to_the_user(tmp_path: Path) -> None:
-    store = ConversationStore(tmp_path / "fresh" / "conversation-logs")
+    store = open_store(root=tmp_path / "fresh" / "conversation-logs")
     assert store.list() == []
     assert not (tmp_path / "fresh").exists()  # reading never creates directories
     conversation = store.create([user("private?")])
     store.append(conversation.conversation_id, user("yes"))
 
     directory = Path(conversation.path or "")
-    assert store.root.stat().st_mode & 0o777 == 0o700
+    assert Path(store.location).stat().st_mode & 0o777 == 0o700
     assert directory.stat().st_mode & 0o777 == 0o700
     names = sorted(p.name for p in directory.iterdir())
     assert names == [".lock", "conversation.json"]
@@ -251,7 +253,7 @@ def test_unknown_conversation_says_how_to_start_one(store: ConversationStore) ->
     with pytest.raises(ConversationNotFound):
         store.delete(missing)
     assert not store.exists(missing)
-    assert not (store.root / missing).exists()
+    assert not (Path(store.location) / missing).exists()
 
 
 @pytest.mark.parametrize(
@@ -331,7 +333,7 @@ def test_json_nested_too_deeply_is_corrupted_everywhere_it_is_read(
             read(cid)
     assert store.list() == [] and len(store.last_skipped) == 1
     with pytest.raises(ConversationCorrupted, match="not valid JSON"):
-        JobQueue(store.root).status(cid)
+        open_queue(root=Path(store.location)).status(cid)
 
 
 def test_schema_violation_is_reported_as_corrupted(store: ConversationStore) -> None:
@@ -362,7 +364,7 @@ def test_list_skips_a_corrupted_conversation_with_a_warning(
 def test_store_under_a_regular_file_is_a_filesystem_error(tmp_path: Path) -> None:
     blocker = tmp_path / "not-a-directory"
     blocker.write_text("x")
-    store = ConversationStore(blocker / "conversation-logs")
+    store = open_store(root=blocker / "conversation-logs")
 
     with pytest.raises(FilesystemError) as caught:
         store.create([user("where do I go?")])
@@ -404,22 +406,22 @@ def test_a_file_naming_another_id_than_its_folder_is_corrupted_and_left_unchange
     store: ConversationStore,
 ) -> None:
     install_ts_conversation(store, conversationId="20240101-1704067200000")
-    before = (store.root / TS_ID / "conversation.json").read_bytes()
+    before = (Path(store.location) / TS_ID / "conversation.json").read_bytes()
     for action in (lambda: store.load(TS_ID), lambda: store.append(TS_ID, user("refused"))):
         with pytest.raises(ConversationCorrupted, match="20240101-1704067200000"):
             action()
-    assert (store.root / TS_ID / "conversation.json").read_bytes() == before
+    assert (Path(store.location) / TS_ID / "conversation.json").read_bytes() == before
 
 
 def test_ts_server_file_accepts_appends_and_keeps_unknown_keys(store: ConversationStore) -> None:
     original = install_ts_conversation(store, title="TS notes")
     original["messages"][1]["annotations"] = [{"kind": "flag"}]
-    (store.root / TS_ID / "conversation.json").write_text(json.dumps(original, indent=2))
+    (Path(store.location) / TS_ID / "conversation.json").write_text(json.dumps(original, indent=2))
 
     store.append(TS_ID, assistant("Use the @decorator syntax.", tool="perplexity_search"))
     store.append(TS_ID, user("Thanks"))
 
-    document = json.loads((store.root / TS_ID / "conversation.json").read_bytes())
+    document = json.loads((Path(store.location) / TS_ID / "conversation.json").read_bytes())
     assert document["title"] == "TS notes"
     assert document["messages"][:5] == original["messages"]
     assert document["messageCount"] == 7
@@ -583,12 +585,29 @@ def test_a_late_report_takes_the_place_of_its_cancelled_jobs_closing_turn(
         "What is trio?",
         "A library.",
     ]
-    assert loaded.messages[1].model_extra == {"jobId": "job-1"} and loaded.message_count == 4
+    assert loaded.messages[1].job_id == "job-1" and loaded.message_count == 4
     (summary,) = store.list()
     assert summary.message_count == 4 and "m/deep" in summary.models
     assert set(summary.tools) == {"perplexity_search", "perplexity_deep_research"}
     assert not store.answer_closed(cid, report, "job-1"), "stored once"
     assert len(store.load(cid).messages) == 4
+
+
+def test_a_turns_job_tags_are_typed_fields_stored_under_their_keys(
+    store: ConversationStore,
+) -> None:
+    """``jobId`` and ``closesJob`` read as ``job_id`` / ``closes_job``, are written last under
+    the same keys, and are left out of a turn that has none."""
+    cid = store.create([user("Compare trio and asyncio")]).conversation_id
+    store.close_question(cid, closing_turn("cancelled", job_id="job-1"))
+    store.append(cid, user("And now?"), assistant("The report.", job_id="job-2"))
+    stored = store.read_raw(cid)["messages"]
+    assert list(stored[1])[-1] == "closesJob" and stored[1]["closesJob"] == "job-1"
+    assert list(stored[3])[-1] == "jobId" and stored[3]["jobId"] == "job-2"
+    assert "jobId" not in stored[0] and "closesJob" not in stored[3]
+    messages = store.load(cid).messages
+    assert (messages[1].closes_job, messages[3].job_id) == ("job-1", "job-2")
+    assert not any(m.model_extra for m in messages), "declared, not passed through"
 
 
 def test_a_late_report_is_put_back_when_its_step_fails_and_refused_when_misplaced(
@@ -606,7 +625,7 @@ def test_a_late_report_is_put_back_when_its_step_fails_and_refused_when_misplace
     with pytest.raises(ValidationError):
         store.answer_closed(cid, report, "job-1", check=lambda _: fails_check())
     closing = store.load(cid).messages[-1]
-    assert closing.unanswered is not None and closing.model_extra == {"closesJob": "job-1"}
+    assert closing.unanswered is not None and closing.closes_job == "job-1"
     assert not store.answer_closed(cid, report, "another-job"), "not its closing turn"
     other = store.create([user("Is the question still open?")]).conversation_id
     assert store.answer_closed(other, report, "job-1"), "an open question takes it"
@@ -634,9 +653,9 @@ def test_a_summary_file_of_earlier_versions_is_removed_on_the_next_write(
 
 
 def test_list_ignores_directories_that_are_not_conversations(store: ConversationStore) -> None:
-    (store.root / ".jobs").mkdir()
-    (store.root / "20250124-1706102400777").mkdir()  # a conversation being created
-    (store.root / "notes.txt").write_text("x")
+    (Path(store.location) / ".jobs").mkdir()
+    (Path(store.location) / "20250124-1706102400777").mkdir()  # a conversation being created
+    (Path(store.location) / "notes.txt").write_text("x")
     conversation = store.create([user("real")])
     assert [s.conversation_id for s in store.list()] == [conversation.conversation_id]
     assert store.last_skipped == []
@@ -662,7 +681,7 @@ def test_delete_removes_the_conversation(store: ConversationStore) -> None:
     gone = store.create([user("gone")])
     store.delete(gone.conversation_id)
     assert not store.exists(gone.conversation_id)
-    assert sorted(p.name for p in store.root.iterdir()) == [keep.conversation_id]
+    assert sorted(p.name for p in Path(store.location).iterdir()) == [keep.conversation_id]
     with pytest.raises(ConversationNotFound):
         store.load(gone.conversation_id)
 
@@ -670,7 +689,7 @@ def test_delete_removes_the_conversation(store: ConversationStore) -> None:
 def test_prune_deletes_only_old_idle_conversations(store: ConversationStore) -> None:
     def old(unix_ms: int, *, status: str | None = None, broken: bool = False) -> str:
         conversation_id = f"20250124-{unix_ms}"
-        directory = store.root / conversation_id
+        directory = Path(store.location) / conversation_id
         directory.mkdir()
         document = json.loads(TS_FIXTURE.read_text()) | {"conversationId": conversation_id}
         text = json.dumps(document)
@@ -683,14 +702,14 @@ def test_prune_deletes_only_old_idle_conversations(store: ConversationStore) -> 
     running = old(1706102400002, status="in_progress")
     broken = old(1706102400003, broken=True)
     unreadable = old(1706102400004)
-    (store.root / unreadable / "conversation.json").unlink()
-    (store.root / unreadable / "conversation.json").mkdir()
+    (Path(store.location) / unreadable / "conversation.json").unlink()
+    (Path(store.location) / unreadable / "conversation.json").mkdir()
     fresh = store.create([user("recent")])
 
     assert store.prune(timedelta(days=30)) == 1
     assert not store.exists(idle)
     assert all(store.exists(c) for c in (running, broken, fresh.conversation_id))
-    assert (store.root / unreadable).is_dir()
+    assert (Path(store.location) / unreadable).is_dir()
     time.sleep(0.002)  # the fresh one must be at least a millisecond old
     assert store.prune(timedelta(0)) == 1
     assert not store.exists(fresh.conversation_id)
@@ -735,8 +754,9 @@ def test_a_held_lock_times_out_with_a_filesystem_error(store: ConversationStore)
 
 APPENDER = """
 import sys
-from pplx_nb.store import ConversationStore
-store = ConversationStore(sys.argv[1])
+from pplx_nb.backends import open_store
+from pplx_nb.store import FileBackend
+store = open_store(root=sys.argv[1])
 conversation_id, tag, count = sys.argv[2], sys.argv[3], int(sys.argv[4])
 print("ready", flush=True)
 for n in range(count):
@@ -746,8 +766,9 @@ for n in range(count):
 
 CREATOR = """
 import sys
-from pplx_nb.store import ConversationStore
-store = ConversationStore(sys.argv[1])
+from pplx_nb.backends import open_store
+from pplx_nb.store import FileBackend
+store = open_store(root=sys.argv[1])
 for _ in range(int(sys.argv[2])):
     print(store.create([{"role": "user", "content": "hi"}]).conversation_id, flush=True)
 """
@@ -772,7 +793,7 @@ def finish(process: subprocess.Popen[str]) -> list[str]:
 def test_append_from_eight_processes_loses_nothing(store: ConversationStore) -> None:
     conversation = store.create([user("shared by eight processes")])
     processes = [
-        spawn(APPENDER, store.root, conversation.conversation_id, f"p{tag}", 100)
+        spawn(APPENDER, Path(store.location), conversation.conversation_id, f"p{tag}", 100)
         for tag in range(8)
     ]
     acknowledged = [line for p in processes for line in finish(p) if line != "ready"]
@@ -809,7 +830,7 @@ def test_a_burst_of_creates_does_not_retry_the_ids_it_already_took(
 
 @pytest.mark.slow
 def test_create_from_eight_processes_gives_distinct_ids(store: ConversationStore) -> None:
-    processes = [spawn(CREATOR, store.root, 200) for _ in range(8)]
+    processes = [spawn(CREATOR, Path(store.location), 200) for _ in range(8)]
     ids = [line for p in processes for line in finish(p)]
     assert len(ids) == 1600
     assert len(set(ids)) == 1600
@@ -827,7 +848,7 @@ def test_writer_killed_mid_write_never_corrupts_or_loses_acknowledged_appends(
     acknowledged: list[str] = []
     rng = random.Random(1234)
     for round_ in range(50):
-        process = spawn(APPENDER, store.root, conversation_id, f"r{round_}", 1_000_000)
+        process = spawn(APPENDER, Path(store.location), conversation_id, f"r{round_}", 1_000_000)
         assert process.stdout is not None
         assert process.stdout.readline().strip() == "ready"
         time.sleep(rng.uniform(0.0, 0.04))
@@ -889,7 +910,7 @@ def test_append_to_a_conversation_whose_history_does_not_validate_writes_nothing
     path = conversation_file(store, cid)
     damaged = path.read_bytes().replace(*damage, 1)
     path.write_bytes(damaged)
-    appender = store if writer == "the same store" else ConversationStore(store.root)
+    appender = store if writer == "the same store" else open_store(root=Path(store.location))
     for _ in range(2):
         with pytest.raises(ConversationCorrupted, match=says):
             appender.append(cid, user("retried"))
@@ -930,7 +951,7 @@ def test_a_write_that_fails_on_a_full_disk_leaves_no_temp_file(
 
     from pplx_nb import _fs
 
-    store = ConversationStore(tmp_path / "conversation-logs", durable=True)
+    store = open_store(root=tmp_path / "conversation-logs", durable=True)
     cid = store.create([user("written before the disk filled up")]).conversation_id
     directory = store.path(cid)
 
@@ -968,7 +989,7 @@ def test_numbers_that_are_not_json_are_refused_and_nothing_is_stored(
         raise AssertionError(f"bare {constant} in conversation.json")
 
     json.loads(conversation_file(store, cid).read_bytes(), parse_constant=strict)
-    assert os.listdir(store.root) == [cid]
+    assert os.listdir(Path(store.location)) == [cid]
 
 
 # -- the seams between the store and the job side ------------------------------------------------
@@ -998,8 +1019,8 @@ def test_the_store_asks_its_job_side_for_job_states_and_never_reads_them(
     logs_dir: Path,
 ) -> None:
     jobs = _JobStates({})
-    store = ConversationStore(logs_dir, jobs=jobs)
-    jobs.root = store.root
+    store = ConversationStore(FileBackend(logs_dir), jobs=jobs)
+    jobs.root = logs_dir
     running, idle = (store.create([user(q)]).conversation_id for q in ("deep", "plain"))
     jobs.states[running] = "in_progress"
     # A status.json the job side does not report is not the store's business.
@@ -1014,8 +1035,8 @@ def test_the_store_asks_its_job_side_for_job_states_and_never_reads_them(
 
 
 def test_the_job_side_asks_the_store_for_a_jobs_answer(logs_dir: Path) -> None:
-    store = ConversationStore(logs_dir)
-    queue = JobQueue(logs_dir, answers=store)
+    store = open_store(root=logs_dir)
+    queue = open_backends(root=logs_dir).job_queue(store)
     cid = store.create([user("Describe the json module")]).conversation_id
     queue.enqueue(cid, "perplexity_deep_research", {})
     job = queue.claim("w")
@@ -1026,4 +1047,4 @@ def test_the_job_side_asks_the_store_for_a_jobs_answer(logs_dir: Path) -> None:
     assert stored is not None and stored.content == "the report"
     assert store.job_answer(cid, "another-job") is None
     status = queue.complete(job)
-    assert (status.model_extra or {}).get("result") == {"tokens": 42}
+    assert status.result == {"tokens": 42}

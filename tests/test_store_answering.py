@@ -17,6 +17,7 @@ import pytest
 
 from pplx_nb import ConversationNotFound, ValidationError
 from pplx_nb._layout import ANSWERING_FILE
+from pplx_nb.backends import open_store
 from pplx_nb.store import AnsweringMarker, ConversationStore
 
 QUESTION = {"role": "user", "content": "How do I cancel an asyncio task?"}
@@ -24,7 +25,7 @@ QUESTION = {"role": "user", "content": "How do I cancel an asyncio task?"}
 
 @pytest.fixture
 def store(logs_dir: Path) -> ConversationStore:
-    return ConversationStore(logs_dir)
+    return open_store(root=logs_dir)
 
 
 @pytest.fixture

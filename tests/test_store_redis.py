@@ -41,6 +41,7 @@ from pplx_nb import (
     Settings,
 )
 from pplx_nb._redis import RedisLock
+from pplx_nb.backends import open_store
 from pplx_nb.export import to_dataframe
 from pplx_nb.store.__main__ import main as store_main
 from pplx_nb.store._redis import RedisBackend
@@ -55,7 +56,7 @@ def user(content: str) -> dict[str, Any]:
 @pytest.fixture
 def store(redis_url: str, logs_dir: Path) -> ConversationStore:
     """A store on Redis; ``logs_dir`` is what CONVERSATION_LOGS_DIR would be (left empty)."""
-    return ConversationStore(settings=Settings(store_url=redis_url, conversation_logs_dir=logs_dir))
+    return open_store(Settings(store_url=redis_url, conversation_logs_dir=logs_dir))
 
 
 @pytest.fixture
@@ -76,16 +77,16 @@ def sizes(redis_url: str) -> list[int]:
 def test_with_store_url_set_the_store_is_on_redis_and_the_folder_stays_empty(
     store: ConversationStore, redis_url: str, logs_dir: Path
 ) -> None:
-    assert store.is_redis
+    assert isinstance(store.backend, RedisBackend)
     assert store.location == redis_url
-    assert repr(store) == f"ConversationStore(url={redis_url!r})"
+    assert repr(store) == f"ConversationStore(location={redis_url!r})"
     cid = store.create([user("What is the GIL?")]).conversation_id
     store.append(cid, Message(role="assistant", content="A lock."))
     store.list()
     store.delete(store.fork(cid).conversation_id)
     assert list(logs_dir.iterdir()) == []
-    explicit = ConversationStore(logs_dir, settings=Settings(store_url=redis_url))
-    assert not explicit.is_redis  # an explicit folder wins over the setting
+    explicit = open_store(Settings(store_url=redis_url), root=logs_dir)
+    assert explicit.location == str(logs_dir)  # an explicit folder wins over the setting
 
 
 def test_each_conversations_keys_contain_its_id_and_no_other_database_is_written(
@@ -113,7 +114,7 @@ def test_each_conversations_keys_contain_its_id_and_no_other_database_is_written
 def test_read_gives_the_same_document_bytes_as_the_file_store(
     store: ConversationStore, logs_dir: Path
 ) -> None:
-    files = ConversationStore(logs_dir / "files")
+    files = open_store(root=logs_dir / "files")
     messages = [user("q ünïcode"), {"role": "assistant", "content": "a", "tool": "t", "score": 0.5}]
     on_redis = store.create(messages[:1], parent_conversation_id="20250124-1706102400123")
     on_disk = files.create(messages[:1], parent_conversation_id="20250124-1706102400123")
@@ -214,7 +215,7 @@ def test_a_key_of_another_type_is_corrupted_for_that_conversation_only(
     assert [type(d).__name__ for _, d in store.documents()] == ["ConversationCorrupted", "dict"]
     assert to_dataframe(store)["conversation_id"].tolist() == [healthy]
     assert store_main(["migrate", redis_url, str(tmp_path / "copy")]) == 1
-    assert ConversationStore(tmp_path / "copy").ids() == [healthy]
+    assert open_store(root=tmp_path / "copy").ids() == [healthy]
     store.delete(broken)
     assert db.keys(f"*{broken}*") == []
 
@@ -325,8 +326,8 @@ def test_a_mark_left_by_a_process_that_is_gone_is_not_live(
 ) -> None:
     cid = store.create([user("asked by a kernel that died")]).conversation_id
     script = (
-        "import sys\nfrom pplx_nb import ConversationStore, Settings\n"
-        "store = ConversationStore(settings=Settings(store_url=sys.argv[1]))\n"
+        "import sys\nfrom pplx_nb import Settings\nfrom pplx_nb.backends import open_store\n"
+        "store = open_store(Settings(store_url=sys.argv[1]))\n"
         "with store.locked(sys.argv[2]):\n    store.mark_answering(sys.argv[2], 600)\n"
     )
     subprocess.run([sys.executable, "-c", script, redis_url, cid], check=True, timeout=60)
@@ -335,8 +336,9 @@ def test_a_mark_left_by_a_process_that_is_gone_is_not_live(
 
 APPENDER = """
 import sys
-from pplx_nb import ConversationStore, Settings
-store = ConversationStore(settings=Settings(store_url=sys.argv[1]))
+from pplx_nb import Settings
+from pplx_nb.backends import open_store
+store = open_store(Settings(store_url=sys.argv[1]))
 conversation_id, tag, count = sys.argv[2], sys.argv[3], int(sys.argv[4])
 for n in range(count):
     store.append(conversation_id, {"role": "user", "content": f"{tag}-{n}"})
@@ -399,7 +401,7 @@ def test_the_stored_values_are_what_other_tools_can_read(
 
 def test_the_url_credentials_never_show_in_locations_reprs_or_errors(logs_dir: Path) -> None:
     url = "redis://team:hunter2secret@127.0.0.1:1/2"
-    store = ConversationStore(settings=Settings(store_url=url, conversation_logs_dir=logs_dir))
+    store = open_store(Settings(store_url=url, conversation_logs_dir=logs_dir))
     cid = "20250124-1706102400123"
     shown = [repr(store), store.location, store.conversation_location(cid), repr(store._backend)]
     with pytest.raises(FilesystemError) as caught:

@@ -94,3 +94,44 @@ def test_a_sync_twin_raises_its_coroutines_error_and_takes_the_name_it_is_given(
     with pytest.raises(LookupError, match="gone"):
         _Counter().wait_failure()
     assert _Counter.wait_failure.__name__ == "wait_failure"
+
+
+class _SyncCounter:
+    """A sync class over an async one, as ``Client`` is over ``AsyncClient``."""
+
+    def __init__(self) -> None:
+        self._async = _Counter()
+
+    def _twin_of(self) -> _Counter:
+        return self._async
+
+    aadd = sync_twin(_Counter.aadd, via=_twin_of)
+    acount = sync_twin(_Counter.acount, name="count", via=_twin_of)
+
+
+def test_a_sync_twin_via_another_object_keeps_the_name_and_belongs_to_its_class() -> None:
+    counter = _SyncCounter()
+    assert counter.aadd(2, b=3) == 5 and list(counter.acount(2)) == [0, 1]
+    assert counter._async.threads == ["pplx_nb-loop"] * 3
+    assert _SyncCounter.aadd.__qualname__ == "_SyncCounter.aadd"
+    assert _SyncCounter.acount.__name__ == "count"
+    assert inspect.signature(_SyncCounter.aadd) == inspect.signature(_Counter.aadd)
+    assert (_SyncCounter.aadd.__doc__ or "").startswith("Sync :meth:`_Counter.aadd`. Add ``b``")
+
+
+def test_every_method_of_the_sync_client_is_a_twin_of_the_async_one() -> None:
+    from pplx_nb.api import AsyncClient, Client
+
+    properties = {"settings", "cache", "rate_limit"}
+    methods = {name for name in vars(Client) if not name.startswith("_")} - properties
+    cores = {name: "aclose" if name == "close" else name for name in methods}
+    assert set(cores.values()) == {
+        name
+        for name, member in vars(AsyncClient).items()
+        if not name.startswith("_") and callable(member)
+    }
+    for name, core_name in cores.items():
+        twin, core = getattr(Client, name), getattr(AsyncClient, core_name)
+        assert twin.__qualname__ == f"Client.{name}" and not inspect.iscoroutinefunction(twin)
+        assert inspect.signature(twin) == inspect.signature(core)
+        assert inspect.getdoc(core) in (inspect.getdoc(twin) or "")

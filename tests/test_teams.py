@@ -25,6 +25,7 @@ from support.mcp import ROOT, server_env
 from test_mcp import McpClient
 
 from pplx_nb import ConversationStore, PplxError, Researcher, Settings
+from pplx_nb.backends import open_store
 from pplx_nb.export import to_dataframe, to_markdown
 from pplx_nb.sim import stats
 from pplx_nb.store.__main__ import main as store_main
@@ -126,7 +127,7 @@ def test_history_export_and_list_work_on_redis_and_nothing_is_written_to_the_fol
     researcher: Researcher, logs_dir: Path, redis_url: str
 ) -> None:
     store = researcher.store
-    assert store.is_redis and store.location == redis_url
+    assert store.location == redis_url
     first = researcher.search(QUESTION)
     assert first.conversation_path == f"{redis_url} pplx_nb:conv:{first.conversation_id}"
     cid = first.conversation_id or ""
@@ -224,26 +225,28 @@ def _keys(redis_url: str) -> dict[bytes, Any]:
 def test_migrate_round_trips_fifty_conversations_and_a_second_run_adds_nothing(
     redis_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    source = ConversationStore(tmp_path / "before")
+    source = open_store(root=tmp_path / "before")
     _fill(source, 49)
     # One written by the TypeScript server: indented, no metadata, its own key order.
-    (source.root / TS_ID).mkdir()
-    shutil.copy(DATA / "ts_server_conversation.json", source.root / TS_ID / "conversation.json")
+    (Path(source.location) / TS_ID).mkdir()
+    shutil.copy(
+        DATA / "ts_server_conversation.json", Path(source.location) / TS_ID / "conversation.json"
+    )
     status = {"conversationId": source.ids()[0], "status": "completed", "attempts": 1}
     (source.path(source.ids()[0]) / "status.json").write_text(json.dumps(status))
-    before = _tree(source.root)
+    before = _tree(Path(source.location))
 
-    assert store_main(["migrate", str(source.root), redis_url]) == 0
+    assert store_main(["migrate", str(Path(source.location)), redis_url]) == 0
     assert capsys.readouterr().out.strip() == (
         "migrated 50, skipped 0, conflicts 0, job statuses 1"
     )
     on_redis = _keys(redis_url)
-    assert store_main(["migrate", str(source.root), redis_url]) == 0
+    assert store_main(["migrate", str(Path(source.location)), redis_url]) == 0
     assert capsys.readouterr().out.strip() == (
         "migrated 0, skipped 50, conflicts 0, job statuses 0"
     )
     assert _keys(redis_url) == on_redis  # no key added, none changed
-    assert _tree(source.root) == before
+    assert _tree(Path(source.location)) == before
 
     after = tmp_path / "after"
     command = [sys.executable, "-m", "pplx_nb.store", "migrate", redis_url, str(after)]
@@ -251,7 +254,7 @@ def test_migrate_round_trips_fifty_conversations_and_a_second_run_adds_nothing(
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "migrated 50, skipped 0, conflicts 0, job statuses 1"
     assert "50/50 conversations" in done.stderr
-    copy = ConversationStore(after)
+    copy = open_store(root=after)
     assert copy.ids() == source.ids()
     for conversation_id in source.ids():
         assert copy.read_raw(conversation_id) == source.read_raw(conversation_id)
@@ -269,15 +272,15 @@ def test_migrate_round_trips_fifty_conversations_and_a_second_run_adds_nothing(
 def test_migrate_reports_a_conflict_and_never_overwrites_it(
     redis_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    source = ConversationStore(tmp_path / "source")
+    source = open_store(root=tmp_path / "source")
     _fill(source, 3)
     target = tmp_path / "target"
-    assert store_main(["migrate", str(source.root), str(target)]) == 0
+    assert store_main(["migrate", str(Path(source.location)), str(target)]) == 0
     taken = source.ids()[1]
-    ConversationStore(target).append(taken, {"role": "assistant", "content": "only here"})
+    open_store(root=target).append(taken, {"role": "assistant", "content": "only here"})
     kept = (target / taken / "conversation.json").read_bytes()
     capsys.readouterr()
-    assert store_main(["migrate", str(source.root), str(target)]) == 1
+    assert store_main(["migrate", str(Path(source.location)), str(target)]) == 1
     captured = capsys.readouterr()
     assert captured.out.strip() == "migrated 0, skipped 2, conflicts 1, job statuses 0"
     assert f"conflict {taken}" in captured.err
@@ -288,7 +291,7 @@ def test_migrate_reports_a_conflict_and_never_overwrites_it(
 def test_migrate_reports_a_leftover_key_at_the_target_as_a_conflict_and_writes_nothing(
     redis_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], leftover: str
 ) -> None:
-    source = ConversationStore(tmp_path / "source")
+    source = open_store(root=tmp_path / "source")
     _fill(source, 2)
     taken = source.ids()[0]
     client = redis.Redis.from_url(redis_url)
@@ -304,12 +307,12 @@ def test_migrate_reports_a_leftover_key_at_the_target_as_a_conflict_and_writes_n
     before = {key: value for key, value in _keys(redis_url).items() if taken.encode() in key}
 
     for _ in range(2):
-        assert store_main(["migrate", str(source.root), redis_url]) == 1
+        assert store_main(["migrate", str(Path(source.location)), redis_url]) == 1
         captured = capsys.readouterr()
         assert f"conflict {taken}" in captured.err
         assert captured.out.strip().endswith("conflicts 1, job statuses 0")
         assert {k: v for k, v in _keys(redis_url).items() if taken.encode() in k} == before
-    target = ConversationStore(settings=Settings(store_url=redis_url))
+    target = open_store(Settings(store_url=redis_url))
     assert [s.conversation_id for s in target.list()] == [source.ids()[1]]
 
 
@@ -324,14 +327,14 @@ def test_migrate_counts_the_messages_of_a_file_whose_count_is_stale(
     for summary in ("migrated 1, skipped 0", "migrated 0, skipped 1"):
         assert store_main(["migrate", str(tmp_path / "source"), redis_url]) == 0
         assert capsys.readouterr().out.startswith(summary)
-    target = ConversationStore(settings=Settings(store_url=redis_url))
+    target = open_store(Settings(store_url=redis_url))
     assert target.load(TS_ID).message_count == len(document["messages"]) == 5
 
 
 def test_migrate_leaves_behind_job_statuses_that_name_no_state_and_goes_on(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    source = ConversationStore(tmp_path / "source")
+    source = open_store(root=tmp_path / "source")
     _fill(source, 4)
     statuses = [b'{"status": ["completed"]}', b"[" * 100_000 + b"]" * 100_000, b'"completed"']
     odd, ended = source.ids()[:3], source.ids()[3]
@@ -340,7 +343,7 @@ def test_migrate_leaves_behind_job_statuses_that_name_no_state_and_goes_on(
     (source.path(ended) / "status.json").write_text('{"status": "completed"}')
     target = tmp_path / "target"
 
-    assert store_main(["migrate", str(source.root), str(target)]) == 0
+    assert store_main(["migrate", str(Path(source.location)), str(target)]) == 0
     captured = capsys.readouterr()
     assert captured.out.strip() == "migrated 4, skipped 0, conflicts 0, job statuses 1"
     assert [f"job status of {c} not copied" in captured.err for c in odd] == [True] * 3
@@ -393,7 +396,7 @@ def test_magics_built_from_the_environment_keep_everything_in_redis(
         cid = answer.conversation_id
         shell.run_cell_magic("pplx_followup", cid, FOLLOW_UP)
         researcher = magics.get_researcher()
-        assert researcher.store.is_redis
+        assert researcher.store.location.startswith("redis://")
         assert len(researcher.history(cid).messages) == 4
     finally:
         shell.run_line_magic("unload_ext", "pplx_nb")

@@ -19,8 +19,8 @@ from support.waiting import poll_until
 
 from pplx_nb import Researcher, Settings
 from pplx_nb._errors import PplxError
+from pplx_nb.backends import open_queue
 from pplx_nb.export import to_markdown
-from pplx_nb.jobs import JobQueue
 from pplx_nb.sim import inject_faults, serve, stats
 
 pytestmark = pytest.mark.sim_sonar
@@ -100,7 +100,7 @@ def test_after_a_cancelled_job_the_ts_server_can_follow_up(
     queued = researcher.deep_research(QUESTION, wait=False)
     conversation_id = queued.conversation_id
 
-    JobQueue.from_settings(settings).cancel(conversation_id)
+    open_queue(settings).cancel(conversation_id)
 
     assert job_status(logs_dir, conversation_id)["status"] == "cancelled"
     assert_closed(document(logs_dir, conversation_id), "cancelled")

@@ -78,9 +78,14 @@ def test_related_question_button_asks_the_follow_up_in_the_same_conversation(
     assert [b.description for b in widget.buttons] == answer.related_questions
     assert repr(widget) == "Related questions: " + " | ".join(answer.related_questions)
 
+    shown: list[str] = []
+    widget.result.observe(lambda change: shown.append(change["new"]), names="value")
     widget.buttons[0].click()
 
     assert len(asked) == 1
+    streamed = [value for value in shown if "▌" in value]
+    assert streamed and "<em>Offline simulator answer" in streamed[0], shown
+    assert not [value for value in streamed if "*" in value], "Markdown shown raw while streaming"
     follow_up = asked[0]
     assert follow_up.conversation_id == answer.conversation_id
     assert 'href="https://docs.python.org/' in widget.result.value
@@ -102,3 +107,76 @@ def test_related_question_errors_render_in_the_widget(async_researcher: Research
     widget = RelatedQuestions(gone, async_researcher)
     assert widget.ask("anything?") is None
     assert "CONVERSATION_NOT_FOUND" in widget.result.value
+
+
+def _submitted(researcher: Researcher, status: JobStatus) -> bool:
+    now = researcher.status(status.conversation_id)
+    return now is not None and now.remote_id is not None
+
+
+def test_a_cancelled_job_keeps_its_progress_and_is_not_an_error(settings: Any) -> None:
+    import time
+
+    from pplx_nb.sim import serve, stats
+
+    with serve(latency_ms=0, deep_research_seconds=60) as url:
+        slow = settings.model_copy(update={"base_url": url})
+        with Researcher(slow, async_deep_research=True) as researcher:
+            status = _queue(researcher, "Write a history of asyncio")
+            monitor = JobMonitor(status.conversation_id, researcher, interval=0.02)
+            deadline = time.monotonic() + 60
+            while monitor.bar.value == 0 or not _submitted(researcher, status):
+                assert time.monotonic() < deadline, monitor.state.value
+                time.sleep(0.02)
+            cancelled = researcher.cancel(status.conversation_id)
+            assert cancelled is not None and cancelled.status == "cancelled"
+            assert monitor.join(timeout=60), "the monitor did not see the cancel"
+            reached = monitor.bar.value
+            assert stats(url)["background_runs"] == 1
+
+    assert reached > 0, "the bar dropped to 0 % at the cancel"
+    assert monitor.cancelled and monitor.done
+    assert monitor.error is None and monitor.answer is None
+    assert monitor.bar.bar_style == "", "a cancel the user asked for is neutral, not a warning"
+    assert "PPLX_ERROR" not in monitor.report.value and "⚠" not in monitor.report.value
+    assert f"cancelled at {reached}%" in monitor.state.value
+    assert "cost unknown: a cancelled run reports no usage" in monitor.state.value
+    assert repr(monitor) == (
+        f"Research job {status.conversation_id}: cancelled at {reached}% · cost unknown: a "
+        "cancelled run reports no usage"
+    )
+
+
+def test_a_job_cancelled_before_it_ran_says_nothing_was_billed(
+    async_researcher: Researcher,
+) -> None:
+    async_researcher.ensure_worker().stop()  # nobody takes the job: it stays queued
+    status = _queue(async_researcher, "Write a history of asyncio")
+    async_researcher.cancel(status.conversation_id)
+    monitor = JobMonitor(status.conversation_id, async_researcher, start=False, status=status)
+    assert "pending" in repr(monitor), "the state known when queued, not 'reading status'"
+    assert monitor.refresh() is True
+    assert monitor.bar.value == 0 and monitor.bar.bar_style == ""
+    assert repr(monitor).endswith(": cancelled · nothing billed: no run had started")
+
+
+def test_a_displayed_monitor_publishes_its_last_state_as_its_saved_text(
+    async_researcher: Researcher,
+) -> None:
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.utils.capture import capture_output
+
+    InteractiveShell.instance()
+    status = _queue(async_researcher, "Compare asyncio.gather and asyncio.TaskGroup")
+    with capture_output() as captured:
+        monitor = JobMonitor(status.conversation_id, async_researcher, interval=0.02, start=False)
+        monitor._ipython_display_()
+        monitor.start()
+        assert monitor.join(timeout=60)
+    first, *updates = captured.outputs
+    assert first.data["text/plain"] == f"Research job {status.conversation_id}: reading status"
+    assert updates and all(update.update for update in updates)
+    ids = {(output.transient or {}).get("display_id") for output in captured.outputs}
+    assert ids == {monitor.display_id}, "updates go to the monitor's own output"
+    assert updates[-1].data["text/plain"] == f"Research job {status.conversation_id}: completed"
+    assert "application/vnd.jupyter.widget-view+json" in updates[-1].data

@@ -21,6 +21,7 @@ from support.waiting import poll_until
 
 from pplx_nb import Settings
 from pplx_nb._models import JobStatus, Message
+from pplx_nb.backends import open_backends, open_queue, open_store
 from pplx_nb.jobs import Job, JobContext, JobQueue, JobRunner, Worker
 from pplx_nb.store import ConversationStore
 
@@ -53,13 +54,13 @@ def worker_env(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> dict[str,
 
 @pytest.fixture
 def store(settings: Settings) -> ConversationStore:
-    return ConversationStore(settings.logs_dir())
+    return open_store(root=settings.logs_dir())
 
 
 @pytest.fixture
 def queue(worker_env: dict[str, str]) -> JobQueue:
     """The queue as a worker configured by ``worker_env`` sees it (6 s lease, 2 job retries)."""
-    return JobQueue.from_settings(Settings.from_env())
+    return open_queue(Settings.from_env())
 
 
 def _submit(
@@ -78,9 +79,7 @@ def _status(queue: JobQueue, cid: str) -> JobStatus:
 
 
 def _job_id(item: JobStatus | Message) -> object:
-    if isinstance(item, JobStatus):
-        return item.job_id
-    return (item.model_extra or {}).get("jobId")
+    return item.job_id
 
 
 def _replies(store: ConversationStore, cid: str) -> list[Message]:
@@ -126,7 +125,8 @@ class _RecordingQueue(JobQueue):
 def test_a_job_runs_to_completion_with_progress_in_order(
     worker_env: dict[str, str], store: ConversationStore, settings: Settings
 ) -> None:
-    queue = _RecordingQueue(settings.logs_dir(), lease_seconds=2)
+    parts = open_backends(root=settings.logs_dir())
+    queue = _RecordingQueue(parts.statuses, parts.index, answers=store, lease_seconds=2)
     queue.seen = []
     cid = _submit(store, queue, "How do I cancel an asyncio task?")
     first = queue.status(cid)
@@ -189,7 +189,7 @@ def test_a_job_that_always_fails_ends_failed_after_three_attempts(
 def test_jobs_run_concurrently_up_to_the_limit(
     settings: Settings, store: ConversationStore
 ) -> None:
-    queue = JobQueue(settings.logs_dir())
+    queue = open_queue(root=settings.logs_dir())
     ids = [_submit(store, queue) for _ in range(6)]
     active, peak = 0, 0
 
@@ -208,7 +208,7 @@ def test_jobs_run_concurrently_up_to_the_limit(
 def test_stopping_a_worker_releases_a_job_still_running(
     settings: Settings, store: ConversationStore
 ) -> None:
-    queue = JobQueue(settings.logs_dir())
+    queue = open_queue(root=settings.logs_dir())
     cid = _submit(store, queue)
     cancelled: list[str] = []
     runner = _sleeper(cancelled)
@@ -224,7 +224,7 @@ def test_stopping_a_worker_releases_a_job_still_running(
 def test_a_stop_timeout_shortens_that_drain_only(
     settings: Settings, store: ConversationStore
 ) -> None:
-    queue = JobQueue(settings.logs_dir())
+    queue = open_queue(root=settings.logs_dir())
     cid = _submit(store, queue)
     cancelled: list[str] = []
     worker = Worker(queue, _sleeper(cancelled), poll_interval=0.02, drain_seconds=30)
@@ -240,7 +240,7 @@ def test_a_stop_timeout_shortens_that_drain_only(
 def test_cancelling_a_running_job_stops_its_runner(
     settings: Settings, store: ConversationStore
 ) -> None:
-    queue = JobQueue(settings.logs_dir(), lease_seconds=0.3)
+    queue = open_queue(root=settings.logs_dir(), lease_seconds=0.3)
     cid = _submit(store, queue)
     cancelled: list[str] = []
     runner = _sleeper(cancelled)
@@ -388,7 +388,7 @@ def test_a_job_of_a_killed_worker_completes_once_on_another_after_the_lease(
 def test_an_unexpected_exception_in_a_runner_is_recorded_and_retried(
     settings: Settings, store: ConversationStore
 ) -> None:
-    queue = JobQueue(settings.logs_dir(), max_job_retries=1)
+    queue = open_queue(root=settings.logs_dir(), max_job_retries=1)
     cid = _submit(store, queue)
 
     async def runner(job: Job, ctx: JobContext) -> None:
@@ -412,7 +412,7 @@ def test_a_worker_whose_logs_folder_is_a_file_backs_off_and_says_so(
 
     with (
         caplog.at_level(logging.INFO, logger="pplx_nb.jobs"),
-        _running(JobQueue(not_a_folder, lease_seconds=60), runner) as worker,
+        _running(open_queue(root=not_a_folder, lease_seconds=60), runner) as worker,
     ):
         poll_until(lambda: "Trying again in 4 s" in caplog.text, 30, what="the third, longer pause")
         assert worker.running

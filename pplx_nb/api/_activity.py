@@ -2,7 +2,8 @@
 
 The Agent API narrates a run as it goes: the queries it searches (``search_queries``), the results
 those bring back (``search_results``), the pages it reads in full (``fetch_url_queries``), then
-the answer's text. :class:`ActivityLog` folds those events into an :class:`Activity`, the stage
+the answer's text; ``response.skill.loaded`` names a skill it loaded (instructions it reads on
+demand). :class:`ActivityLog` folds those events into an :class:`Activity`, the stage
 the run is at with running totals, which the research layer turns into progress.
 """
 
@@ -15,17 +16,19 @@ from pydantic import BaseModel
 
 from pplx_nb.api._adapter import read_wire
 
-__all__ = ["Activity", "ActivityLog", "Stage"]
+__all__ = ["SKILL_EVENTS", "Activity", "ActivityLog", "Stage"]
 
-Stage = Literal["planning", "searching", "reading", "fetching", "writing"]
+Stage = Literal["planning", "searching", "reading", "fetching", "skill", "writing"]
+SKILL_EVENTS = frozenset({"response.skill.loaded", "response.skill_loaded"})
+"""The event of a loaded skill, as the SDK spells it, and as it is also written."""
 
 
 @dataclass(frozen=True, slots=True)
 class Activity:
     """Where a run is: its stage and what it has done so far (totals since it started).
 
-    ``query`` is the latest search query, when the API names it; ``chars`` how much answer
-    text has been written.
+    ``query`` is the latest search query, when the API names it; ``skill`` the skill loaded
+    last; ``chars`` how much answer text has been written.
     """
 
     stage: Stage
@@ -34,6 +37,11 @@ class Activity:
     urls: int = 0
     query: str | None = None
     chars: int = 0
+    skill: str | None = None
+
+
+class _Skill(BaseModel):
+    name: str | None = None
 
 
 class _Reasoning(BaseModel):
@@ -78,6 +86,12 @@ class ActivityLog:
             )
         elif step == "fetch_url_queries":
             self.current = replace(now, stage="fetching", urls=now.urls + len(payload.urls or ()))
+
+    def skill(self, data: str) -> None:
+        """Take in a skill-loaded event's JSON ``data``: the run loaded the skill it names."""
+        name = read_wire(_Skill, data, "a skill event").name
+        now = self.current or Activity("planning")
+        self.current = replace(now, stage="skill", skill=name or now.skill)
 
     def writing(self, chars: int) -> None:
         """The run is writing its answer: ``chars`` more characters of it."""

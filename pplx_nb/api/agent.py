@@ -1,9 +1,11 @@
 """The Agent protocol: ``POST /v1/agent`` (Responses-style), streamed events and background runs.
 
 The Agent API rejects unknown fields, so only mapped fields are sent: sonar model names become
-provider models or presets, search filters go into the ``web_search`` tool, and related questions
-are asked for in ``instructions`` and split off the answer text (there is no API field for them).
-A run that ends ``failed`` or ``cancelled`` arrives as HTTP 200 and is raised as an error here.
+provider models or efforts (never the deprecated ``preset``), search filters go into the
+``web_search`` tool, and related questions are asked for in ``instructions`` and split off the
+answer text (there is no API field for them).
+A run that ends ``failed`` or ``cancelled``, or stops ``requires_action``, arrives as HTTP 200
+and is raised as an error here.
 """
 
 from __future__ import annotations
@@ -14,9 +16,9 @@ from urllib.parse import quote
 from pydantic import BaseModel, field_validator
 from typing_extensions import TypedDict
 
-from pplx_nb._errors import APIServerError, RemoteRunFailed
-from pplx_nb._models import Answer
-from pplx_nb.api._activity import Activity, ActivityLog
+from pplx_nb._errors import APIServerError, RemoteRunFailed, RunRequiresAction
+from pplx_nb._models import Answer, Cost, Usage
+from pplx_nb.api._activity import SKILL_EVENTS, Activity, ActivityLog
 from pplx_nb.api._adapter import (
     Call,
     SearchResult,
@@ -120,6 +122,8 @@ class _Response(BaseModel):
     id: str | None = None
     status: str | None = None
     model: str | None = None
+    effort: str | None = None
+    preset: str | None = None
     output: list[_Item] = []
     usage: _Usage | None = None
     error: _Error | str | None = None
@@ -221,9 +225,29 @@ def _usage(usage: _Usage | None) -> tuple[dict[str, Any] | None, dict[str, Any] 
     }
 
 
+def _searched(response: _Response, usage: dict[str, Any] | None) -> bool | None:
+    """Whether the run searched: it has search results, or its usage counts web searches;
+    ``None`` when the response says neither way (a minimal terminal event)."""
+    if any(item.type == "search_results" for item in response.output):
+        return True
+    if usage is None:
+        return None
+    return bool(usage.get("num_search_queries"))
+
+
 def _run_failed(response: _Response) -> RemoteRunFailed:
     ident = response.id or "(no id)"
     status = response.status or "failed"
+    if status == "requires_action":
+        usage, cost = _usage(response.usage)
+        return RunRequiresAction(
+            f"The run {ident} stopped to wait for an action pplx_nb does not take (status "
+            "requires_action: a tool call to approve, a function's output to send), so it is "
+            "not waited for; its cost so far is recorded. Ask again, or use another model.",
+            request_id=response.id,
+            cost=None if cost is None else Cost.model_validate(cost),
+            usage=None if usage is None else Usage.model_validate(usage),
+        )
     if status == "cancelled":
         return RemoteRunFailed(
             f"The run {ident} was cancelled before it finished. Ask again to start a new one.",
@@ -244,10 +268,13 @@ def _run_failed(response: _Response) -> RemoteRunFailed:
     )
 
 
-def _answer(response: _Response, model: str, *, related: bool, streamed: str = "") -> Answer:
+def _answer(
+    response: _Response, model: str, *, related: bool, streamed: str = "", asked: str | None = None
+) -> Answer:
     """The answer in a finished response; failed, cancelled or empty-incomplete runs raise.
 
     ``related``: related questions were asked for, so a trailing list is split off the text.
+    ``asked``: the effort sent, reported when the API does not say which it ran with.
     """
     if (
         response.status is None
@@ -268,6 +295,7 @@ def _answer(response: _Response, model: str, *, related: bool, streamed: str = "
     text, thinking = split_think(text)
     text, questions = split_related(text) if related else (text, [])
     usage, cost = _usage(response.usage)
+    searched = _searched(response, usage)
     return Answer.model_validate(
         {
             "text": text,
@@ -279,8 +307,16 @@ def _answer(response: _Response, model: str, *, related: bool, streamed: str = "
             "cost": cost,
             "response_id": response.id,
             "finish_reason": finish,
+            "effort": response.effort or asked,
+            "preset": response.preset,
+            "searched": searched,
         }
     )
+
+
+def _effort_sent(request: Request, model: str) -> str | None:
+    """The ``effort`` a request for ``model`` carries, if any."""
+    return request.effort or agent_target(model).get("effort")
 
 
 class AgentStream:
@@ -293,8 +329,9 @@ class AgentStream:
     a stream cut after that can be read back by id.
     """
 
-    def __init__(self, *, related: bool, model: str = "") -> None:
+    def __init__(self, *, related: bool, model: str = "", effort: str | None = None) -> None:
         self._model = model
+        self._effort = effort
         self._related = related
         self._filter = DeltaFilter(related=self._related)
         self._parts: list[str] = []
@@ -318,9 +355,15 @@ class AgentStream:
         if kind.startswith("response.reasoning."):
             self._log.reasoning(kind, event.data)
             return ""
-        if kind in _SNAPSHOTS and self.response_id is None:
+        if kind in SKILL_EVENTS:
+            self._log.skill(event.data)
+            return ""
+        if kind in _SNAPSHOTS:
             snapshot = read_wire(_Event, event.data, "a stream event").response
-            self.response_id = snapshot.id if snapshot is not None else None
+            if snapshot is not None and snapshot.status == "requires_action":
+                raise _run_failed(snapshot)  # the run waits: nothing more will come
+            if self.response_id is None:
+                self.response_id = snapshot.id if snapshot is not None else None
         if kind not in _EVENTS:
             return ""
         data = read_wire(_Event, event.data, "a stream event")
@@ -348,7 +391,11 @@ class AgentStream:
         if self._final is None:
             raise stream_cut_short()
         return _answer(
-            self._final, self._model, related=self._related, streamed="".join(self._parts)
+            self._final,
+            self._model,
+            related=self._related,
+            streamed="".join(self._parts),
+            asked=self._effort,
         )
 
 
@@ -375,7 +422,12 @@ class AgentAdapter:
         else:
             body["input"] = turns
         filters = request.filters()
-        wants_search = "model" in target or filters or request.search_context_size is not None
+        wants_search = (
+            "model" in target
+            or filters
+            or request.search_context_size is not None
+            or request.tool_choice == "required"
+        )
         if wants_search and not request.disable_search:
             tool: dict[str, Any] = {"type": "web_search"}
             if filters:
@@ -389,6 +441,10 @@ class AgentAdapter:
             body["temperature"] = request.temperature
         if request.reasoning_effort is not None:
             body["reasoning"] = {"effort": request.reasoning_effort}
+        if request.effort is not None:
+            body["effort"] = request.effort  # over one named as the model, as the API does
+        if request.tool_choice is not None and not request.disable_search:
+            body["tool_choice"] = request.tool_choice
         return body
 
     def chat(self, request: Request, model: str, *, stream: bool) -> Call:
@@ -397,18 +453,27 @@ class AgentAdapter:
         body = self._body(request, model)
         if stream:
             body["stream"] = True
-            if is_deep_research(model):
+            if is_deep_research(request.tier(model)):
                 body["store"] = True
         return Call("POST", "/v1/agent", encode(body))
 
     def parse(self, raw: bytes, request: Request, model: str) -> Answer:
         """The answer in a ``response`` object; failed runs (HTTP 200) raise."""
         response = read_wire(_Response, raw, "a response")
-        return _answer(response, model, related=request.return_related_questions)
+        return _answer(
+            response,
+            model,
+            related=request.return_related_questions,
+            asked=_effort_sent(request, model),
+        )
 
     def stream_parser(self, request: Request, model: str) -> AgentStream:
         """A parser for the typed ``response.*`` events."""
-        return AgentStream(related=request.return_related_questions, model=model)
+        return AgentStream(
+            related=request.return_related_questions,
+            model=model,
+            effort=_effort_sent(request, model),
+        )
 
     def follow_parser(self, related: bool) -> AgentStream:
         """A parser for the events of a background run being followed.

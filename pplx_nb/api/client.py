@@ -11,43 +11,28 @@ response cache; the protocol adapter picked by ``Settings.api_style`` owns the w
 from __future__ import annotations
 
 import asyncio
-import functools
-import ssl
-from collections.abc import AsyncGenerator, Callable, Generator, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from contextlib import aclosing
 from types import TracebackType
 from typing import Any
-from urllib.parse import unquote, urlsplit, urlunsplit
 
 import httpx2
 
 from pplx_nb import __version__
 from pplx_nb._config import Settings
-from pplx_nb._errors import (
-    APIError,
-    APIServerError,
-    APITimeoutError,
-    NetworkError,
-    RemoteRunFailed,
-    SubmissionUnknown,
-)
+from pplx_nb._errors import APIError, APIServerError, RemoteRunFailed
 from pplx_nb._logging import get_logger
 from pplx_nb._models import Answer
 from pplx_nb._pricing import Price, finite_cost, storable_cost
 from pplx_nb._redact import register_secret
-from pplx_nb._sync import iterate_sync, run_sync
+from pplx_nb._sync import sync_twin
 from pplx_nb._web_results import WebResults
 from pplx_nb.api._activity import Activity
 from pplx_nb.api._adapter import Adapter, Call, StreamParser
-from pplx_nb.api._body import paced_lines, read_capped
-from pplx_nb.api._failures import (
-    from_status,
-    submission_unknown,
-    transport_errors,
-    unread_words,
-)
-from pplx_nb.api._sse import Event, events
-from pplx_nb.api._throttle import RateLimitHeaders, throttle_for
+from pplx_nb.api._failures import submission_unknown
+from pplx_nb.api._runs import ActivityCallback, RunReader
+from pplx_nb.api._throttle import RateLimitHeaders, Throttle, throttle_for
+from pplx_nb.api._wire import Wire, split_credentials
 from pplx_nb.api.agent import AgentAdapter, AgentStream
 from pplx_nb.api.cache import ResponseCache, cache_key
 from pplx_nb.api.endpoint import resolve_endpoint
@@ -59,19 +44,10 @@ from pplx_nb.api.sonar import SonarAdapter
 
 __all__ = ["ActivityCallback", "AsyncClient", "Client", "RunCallback"]
 
-ActivityCallback = Callable[[Activity], object]
-"""Told what a run is doing each time its reasoning events change it."""
 RunCallback = Callable[[str], object]
 """Told the id of the run answering a stream, as soon as the API names it."""
 
 logger = get_logger("pplx_nb.api")
-_LIMITS = httpx2.Limits(max_connections=100, max_keepalive_connections=32)
-
-
-@functools.cache
-def _tls_context() -> ssl.SSLContext:
-    # Loading the CA bundle takes ≈35 ms; httpx2 would do it again for every client.
-    return httpx2.create_ssl_context()
 
 
 class AsyncClient:
@@ -99,11 +75,11 @@ class AsyncClient:
         endpoint = resolve_endpoint(self.settings)
         # A proxy's user:password travels as Basic auth, never in a URL that errors or logs
         # (httpx2's own request log too) could show.
-        self.base_url, auth = _split_credentials(endpoint.base_url)
+        self.base_url, auth = split_credentials(endpoint.base_url)
         self.offline = endpoint.offline
-        self._key = endpoint.api_key.get_secret_value() if endpoint.api_key else None
+        key = endpoint.api_key.get_secret_value() if endpoint.api_key else None
         # Whatever its shape: a server that echoes it back must not make it show anywhere.
-        register_secret(self._key)
+        register_secret(key)
         self._adapter: Adapter = (
             AgentAdapter() if self.settings.api_style == "agent" else SonarAdapter()
         )
@@ -112,27 +88,38 @@ class AsyncClient:
             if cache is not None
             else ResponseCache(ttl=self.settings.cache_ttl, max_size=self.settings.cache_max_size)
         )
-        self.retry = retry if retry is not None else RetryPolicy(self.settings.max_retries)
-        self.throttle = throttle_for(self.settings)
         headers = {
             "user-agent": f"pplx_nb/{__version__}",
             "accept": "application/json",
             "content-type": "application/json",
         }
-        if self._key:
-            headers["authorization"] = f"Bearer {self._key}"
+        if key:
+            headers["authorization"] = f"Bearer {key}"
         self.prices = ModelPrices(
             prices_path(self.settings.cache_dir(), self.base_url), self._models_body
         )
-        self._http = httpx2.AsyncClient(
-            base_url=self.base_url,
-            auth=auth,
+        self._wire = Wire(
+            self.base_url,
             headers=headers,
+            throttle=throttle_for(self.settings),
+            retry=retry if retry is not None else RetryPolicy(self.settings.max_retries),
+            secret=key,
+            idle_timeout=self._seconds(self.settings.timeout_ms),
+            max_bytes=int(self.settings.max_response_mb * 2**20),
+            auth=auth,
             transport=transport,
-            timeout=self.settings.timeout_ms / 1000,
-            limits=_LIMITS,
-            verify=_tls_context(),
         )
+        self._runs = RunReader(self._wire, self._priced, self._poll)
+
+    @property
+    def retry(self) -> RetryPolicy:
+        """The retry policy in use."""
+        return self._wire.retry
+
+    @property
+    def throttle(self) -> Throttle:
+        """Where each request takes its turn (``PPLX_NB_RATE_LIMIT``, the API's pauses)."""
+        return self._wire.throttle
 
     @property
     def api_style(self) -> str:
@@ -164,7 +151,7 @@ class AsyncClient:
 
     async def aclose(self) -> None:
         """Close the connection pool."""
-        await self._http.aclose()
+        await self._wire.aclose()
 
     # -- public calls -------------------------------------------------------------------------
 
@@ -179,13 +166,13 @@ class AsyncClient:
             if hit is not None:
                 logger.debug("Cache hit for %s %s (model %s)", call.method, call.path, model)
                 return hit
-        paid = is_deep_research(model)
-        raw = await self._send(call, self._timeout(request, model), paid=paid)
+        paid = is_deep_research(request.tier(model))
+        raw = await self._wire.send(call, self._timeout(request, model), paid=paid)
         try:
             parsed = self._adapter.parse(raw, request, model)
         except APIServerError as error:
             if paid and unread(error):  # paid for, and not the server failing
-                raise submission_unknown(self._what(call), error) from error
+                raise submission_unknown(self._wire.what(call), error) from error
             raise
         answer = await self._priced(parsed, model)
         if key is not None:
@@ -218,14 +205,14 @@ class AsyncClient:
         model = request.model or self.settings.model
         call = self._adapter.chat(request, model, stream=True)
         timeout = self._timeout(request, model)
-        paid = is_deep_research(model)
+        paid = is_deep_research(request.tier(model))
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         retries = 0
         while True:
             yielded = False
             parser = self._adapter.stream_parser(request, model)
-            await self.throttle.admit(self._what(call), deadline - loop.time())
+            await self.throttle.admit(self._wire.what(call), deadline - loop.time())
             try:
                 attempt = self._stream_once(call, parser, deadline, retries, on_activity, on_run)
                 async with aclosing(attempt) as items:
@@ -237,23 +224,16 @@ class AsyncClient:
                 if paid and outcome_unknown(error):
                     cut = error
                     break
-                if yielded or not self._may_resend(error, retries, paid=paid):
+                if yielded or not self._wire.may_resend(error, retries, paid=paid):
                     raise
-                await self._pause(call, error, retries)
+                await self._wire.pause(call, error, retries)
                 retries += 1
         adapter = self._adapter
-        remote_id = parser.response_id if isinstance(parser, AgentStream) else None
-        if remote_id is None or not isinstance(parser, AgentStream):
-            raise submission_unknown(self._what(call), cut) from cut
+        if not isinstance(parser, AgentStream) or parser.response_id is None:
+            raise submission_unknown(self._wire.what(call), cut) from cut
         assert isinstance(adapter, AgentAdapter)  # its parser is an AgentStream
-        logger.warning(
-            "The stream of run %s broke (%s); reading the run back by its id",
-            remote_id,
-            cut.code if cut.status_code is None else f"HTTP {cut.status_code}",
-        )
-        read = self._read_back(
-            adapter, call, remote_id, parser, request, deadline, cut, on_activity
-        )
+        related = request.return_related_questions
+        read = self._runs.read_back(adapter, call, parser, related, deadline, cut, on_activity)
         async with aclosing(read) as items:
             async for item in items:
                 yield item
@@ -268,14 +248,14 @@ class AsyncClient:
         model = request.model or self.settings.model
         call = self._adapter.submit(request, model)
         timeout = self._seconds(request.timeout_ms or self.settings.timeout_ms)
-        raw = await self._send(call, timeout, paid=True)
+        raw = await self._wire.send(call, timeout, paid=True)
         try:
             remote_id = self._adapter.submitted(raw)
         except RemoteRunFailed:
             raise
         except APIServerError as error:
             # A reply that cannot be read may still mean the run started.
-            raise submission_unknown(self._what(call), error) from error
+            raise submission_unknown(self._wire.what(call), error) from error
         logger.info("Background run %s started (model %s)", remote_id, model)
         return remote_id
 
@@ -308,7 +288,7 @@ class AsyncClient:
         loop = asyncio.get_running_loop()
         budget = timeout if timeout is not None else self.settings.deep_research_timeout_ms / 1000
         parser = adapter.follow_parser(related)
-        followed = self._followed(adapter, remote_id, parser, loop.time() + budget)
+        followed = self._runs.follow(adapter, remote_id, parser, loop.time() + budget)
         async with aclosing(followed) as items:
             async for item in items:
                 if not isinstance(item, str):
@@ -349,156 +329,7 @@ class AsyncClient:
                 if error.status_code == 404:
                     raise
                 logger.info("Run %s cannot be followed (%s); polling it", remote_id, error.code)
-        pause = 0.5
-        while loop.time() < deadline:
-            try:
-                answer = await self._poll_before(remote_id, related, deadline)
-            except APIError:
-                raise
-            except TimeoutError:  # the deadline, mid-poll
-                break
-            if answer is not None:
-                yield answer
-                return
-            await asyncio.sleep(min(pause, max(deadline - loop.time(), 0)))
-            pause = min(pause * 1.5, 3.0)
-        raise APITimeoutError(
-            f"Run {remote_id} was still running at the end of the request's timeout "
-            "(PERPLEXITY_DEEP_RESEARCH_TIMEOUT for deep research). It goes on at the API: "
-            "retry later to read its report, or allow more time (milliseconds).",
-            reason="deadline",
-            request_id=remote_id,
-        )
-
-    async def _followed(
-        self, adapter: AgentAdapter, remote_id: str, parser: AgentStream, deadline: float
-    ) -> AsyncGenerator[str | Activity | Answer, None]:
-        """Run ``remote_id``'s events after ``parser.sequence``, fed to ``parser``: its text
-        deltas and each new Activity as they come, then its Answer. A stream that breaks is
-        opened again after the last event seen, as often in a row without a new event as the
-        retry policy allows; other failures raise (see :meth:`follow_background`)."""
-        loop = asyncio.get_running_loop()
-        seen = parser.activity
-        failures = 0
-        while True:
-            before = parser.sequence
-            call = adapter.follow(remote_id, before if before is not None else 0)
-            left = deadline - loop.time()
-            await self.throttle.admit(self._what(call), left, run_left=left)
-            try:
-                opened = self._events(call, deadline, failures, only_events=True)
-                async with aclosing(opened) as stream:
-                    async for event in stream:
-                        delta = parser.feed(event)
-                        if delta:
-                            yield delta
-                        if parser.activity is not None and parser.activity != seen:
-                            seen = parser.activity
-                            yield seen
-                answer = await self._priced(parser.finish(), "")
-            except RemoteRunFailed:
-                raise
-            except APIError as error:
-                if parser.sequence != before:
-                    failures = 0
-                retry = _resumable(error) and self.retry.should_retry(error, failures)
-                if not retry or loop.time() >= deadline:
-                    raise
-                await self._pause(call, error, failures)
-                failures += 1
-                continue
-            yield answer
-            return
-
-    async def _read_back(
-        self,
-        adapter: AgentAdapter,
-        call: Call,
-        remote_id: str,
-        parser: AgentStream,
-        request: Request,
-        deadline: float,
-        cut: APIError,
-        on_activity: ActivityCallback | None,
-    ) -> AsyncGenerator[str | Answer, None]:
-        """The rest of run ``remote_id``, whose stream (``call``) broke with ``cut``: its
-        events after the last one ``parser`` saw, else (the API does not stream it again) its
-        state, polled until it ends or ``deadline``. SubmissionUnknown, naming the run, when it
-        cannot be read (not stored, expired, unreachable): it may still be billed, and nothing
-        is sent again."""
-        seen = parser.activity
-        try:
-            async with aclosing(self._followed(adapter, remote_id, parser, deadline)) as items:
-                async for item in items:
-                    if isinstance(item, Activity):
-                        if on_activity is not None and item != seen:
-                            seen = item
-                            on_activity(item)
-                        continue
-                    yield item
-            return
-        except RemoteRunFailed:
-            raise
-        except APIError as error:
-            logger.info(
-                "Run %s cannot be streamed again (%s); polling it",
-                remote_id,
-                error.code if error.status_code is None else f"HTTP {error.status_code}",
-            )
-        yield await self._polled_until(call, remote_id, request, deadline, cut)
-
-    async def _polled_until(
-        self, call: Call, remote_id: str, request: Request, deadline: float, cut: APIError
-    ) -> Answer:
-        """The answer of run ``remote_id`` once it ends, polled with backoff until ``deadline``;
-        transient failures are waited out. SubmissionUnknown (naming the run, and what cut its
-        stream when that was a reply it could not read) when the run cannot be read: unknown to
-        the API (404: not stored, or expired), a lasting failure, the deadline."""
-        loop = asyncio.get_running_loop()
-        related = request.return_related_questions
-        what = self._what(call)
-        before = unread_words(cut, "its stream")
-
-        def lost(happened: str) -> SubmissionUnknown:
-            cause = f"its run {remote_id} {happened}"
-            return submission_unknown(
-                what,
-                f"{before}; {cause}" if before else cause,
-                remote_id=remote_id,
-                unreadable=bool(before),
-            )
-
-        pause, failures = 0.5, 0
-        while True:
-            try:
-                answer = await self._poll_before(remote_id, related, deadline)
-            except RemoteRunFailed:
-                raise
-            except APIError as error:
-                if error.status_code == 404 or not _resumable(error) or failures >= 6:
-                    raise lost(f"could not be read back: {error.code}") from error
-                failures += 1
-                await asyncio.sleep(
-                    min(self.retry.delay(error, failures), max(deadline - loop.time(), 0))
-                )
-                answer = None
-            except TimeoutError as error:  # the deadline, mid-poll (not an APITimeoutError)
-                raise lost("was still running at the deadline") from error
-            if answer is not None:
-                return answer
-            if loop.time() >= deadline:
-                raise lost("was still running at the deadline")
-            await asyncio.sleep(min(pause, max(deadline - loop.time(), 0)))
-            pause = min(pause * 1.5, 3.0)
-
-    async def _poll_before(self, remote_id: str, related: bool, deadline: float) -> Answer | None:
-        """One :meth:`poll_background` of a run whose deadline is ``deadline`` (loop time):
-        its own timeout (PERPLEXITY_TIMEOUT) never carries the wait past it (TimeoutError)."""
-        loop = asyncio.get_running_loop()
-        async with asyncio.timeout_at(deadline):
-            return await self.poll_background(
-                remote_id, related=related, run_left=deadline - loop.time()
-            )
+        yield await self._runs.poll_until(remote_id, related, deadline)
 
     async def cancel_background(self, remote_id: str, *, retry: bool = False) -> bool:
         """Ask the API to cancel a background run (best effort); True if it did.
@@ -512,7 +343,7 @@ class AsyncClient:
         if call is None:
             return False
         try:
-            await self._send(
+            await self._wire.send(
                 call, self._seconds(self.settings.timeout_ms), retry=retry, run_left=0.0
             )
         except APIError as error:
@@ -522,7 +353,7 @@ class AsyncClient:
         return True
 
     async def web_search(
-        self, query: str | list[str], *, max_results: int = 10, **filters: Any
+        self, /, query: str | list[str], *, max_results: int = 10, **filters: Any
     ) -> WebResults:
         """Ranked web results for ``query`` from the Search API (``POST /search``), no answer.
 
@@ -530,7 +361,7 @@ class AsyncClient:
         ``filters`` are the API's own names (:data:`~pplx_nb.api.search.SEARCH_FILTERS`).
         """
         call = search_call(query, max_results=max_results, **filters)
-        raw = await self._send(call, self._seconds(self.settings.timeout_ms))
+        raw = await self._wire.send(call, self._seconds(self.settings.timeout_ms))
         label = query if isinstance(query, str) else " · ".join(query)
         return WebResults(parse_results(raw), query=label)
 
@@ -541,7 +372,7 @@ class AsyncClient:
         the requests meant for research nor report an API that is only busy as down."""
         try:
             async with asyncio.timeout(timeout):
-                response = await self._http.get("/v1/models", timeout=timeout)
+                response = await self._wire.http.get("/v1/models", timeout=timeout)
         except Exception:
             return False
         return response.status_code < 500
@@ -560,7 +391,9 @@ class AsyncClient:
         API does not know ``remote_id``.
         """
         call = self._adapter.poll(remote_id)
-        raw = await self._send(call, self._seconds(self.settings.timeout_ms), run_left=run_left)
+        raw = await self._wire.send(
+            call, self._seconds(self.settings.timeout_ms), run_left=run_left
+        )
         answer = self._adapter.polled(raw, related=related)
         return None if answer is None else await self._priced(answer, "")
 
@@ -585,9 +418,12 @@ class AsyncClient:
         answer.cost = storable_cost(answer.cost, answer.model or model, answer.usage, prices)
         return answer
 
+    async def _poll(self, remote_id: str, related: bool, run_left: float) -> Answer | None:
+        return await self.poll_background(remote_id, related=related, run_left=run_left)
+
     async def _models_body(self, timeout: float) -> bytes:
         """``GET /v1/models``: one attempt within ``timeout`` seconds."""
-        return await self._send(Call("GET", "/v1/models"), timeout, retry=False)
+        return await self._wire.send(Call("GET", "/v1/models"), timeout, retry=False)
 
     @staticmethod
     def _seconds(milliseconds: int) -> float:
@@ -596,86 +432,9 @@ class AsyncClient:
     def _timeout(self, request: Request, model: str) -> float:
         if request.timeout_ms is not None:
             return request.timeout_ms / 1000
-        if is_deep_research(model):
+        if is_deep_research(request.tier(model)):
             return self.settings.deep_research_timeout_ms / 1000
         return self.settings.timeout_ms / 1000
-
-    def _what(self, call: Call) -> str:
-        return f"{call.method} {self.base_url}{call.path}"
-
-    async def _pause(self, call: Call, error: APIError, retries: int) -> None:
-        delay = self.retry.delay(error, retries)
-        logger.info(
-            "%s failed (%s); retry %d of %d in %.2f s",
-            self._what(call),
-            error.code if error.status_code is None else f"HTTP {error.status_code}",
-            retries + 1,
-            self.retry.max_retries,
-            delay,
-        )
-        await asyncio.sleep(delay)
-
-    @property
-    def _max_bytes(self) -> int:
-        return int(self.settings.max_response_mb * 2**20)
-
-    def _may_resend(self, error: APIError, retries: int, *, paid: bool) -> bool:
-        if paid:
-            return self.retry.should_resend_paid(error, retries)
-        return self.retry.should_retry(error, retries)
-
-    async def _send(
-        self,
-        call: Call,
-        timeout: float,
-        *,
-        paid: bool = False,
-        retry: bool = True,
-        run_left: float | None = None,
-    ) -> bytes:
-        """The body of a successful response to ``call``, after the retries the policy allows.
-
-        ``paid``: sent again only when it provably never reached the API; an unknown outcome
-        raises SubmissionUnknown. ``retry=False``: one attempt. ``run_left``: ``call`` reads
-        or stops a paid run with that many seconds left (see :meth:`Throttle.admit`).
-        """
-        what = self._what(call)
-        loop = asyncio.get_running_loop()
-        run_deadline = None if run_left is None else loop.time() + run_left
-        retries = 0
-        while True:
-            left = None if run_deadline is None else run_deadline - loop.time()
-            await self.throttle.admit(what, timeout, run_left=left)
-            try:
-                logger.debug("%s (attempt %d)", what, retries + 1)
-                # httpx2's timeout bounds each read; a body that trickles in must not outlast
-                # the whole request's timeout.
-                with transport_errors(what, timeout, secret=self._key):
-                    async with (
-                        asyncio.timeout(timeout),
-                        self._http.stream(
-                            call.method, call.path, content=call.body, timeout=timeout
-                        ) as response,
-                    ):
-                        body = await read_capped(response, self._max_bytes, what)
-                await self.throttle.observe(response.status_code, response.headers)
-                if response.status_code < 300:
-                    return body
-                raise from_status(
-                    response.status_code,
-                    body,
-                    response.headers,
-                    what=what,
-                    retries=retries,
-                    secret=self._key,
-                )
-            except APIError as error:
-                if paid and outcome_unknown(error):
-                    raise submission_unknown(what, error) from error
-                if not retry or not self._may_resend(error, retries, paid=paid):
-                    raise
-                await self._pause(call, error, retries)
-                retries += 1
 
     async def _stream_once(
         self,
@@ -687,7 +446,7 @@ class AsyncClient:
         on_run: RunCallback | None = None,
     ) -> AsyncGenerator[str | Answer, None]:
         seen: Activity | None = None
-        async with aclosing(self._events(call, deadline, retries)) as stream:
+        async with aclosing(self._wire.events(call, deadline, retries)) as stream:
             async for event in stream:
                 delta = parser.feed(event)
                 if on_run is not None and isinstance(parser, AgentStream) and parser.response_id:
@@ -699,79 +458,6 @@ class AsyncClient:
                 if delta:
                     yield delta
         yield parser.finish()
-
-    async def _events(
-        self, call: Call, deadline: float, retries: int, *, only_events: bool = False
-    ) -> AsyncGenerator[Event, None]:
-        """The events of one streamed response to ``call``; an error status raises.
-
-        ``only_events``: a reply that is not ``text/event-stream`` (a server that ignores
-        ``stream=true``) raises APIServerError instead of being read.
-        """
-        what = self._what(call)
-        loop = asyncio.get_running_loop()
-        timeout = max(deadline - loop.time(), 0.001)
-        idle = self._seconds(self.settings.timeout_ms)
-        logger.debug("%s, streamed (attempt %d)", what, retries + 1)
-        # A run's stream answers at once even when the run itself is slow: a server that
-        # keeps it waiting longer than PERPLEXITY_TIMEOUT has stalled.
-        opened_by = min(deadline, loop.time() + idle) if only_events else deadline
-        with transport_errors(what, timeout, secret=self._key):
-            async with asyncio.timeout_at(opened_by):
-                response = await self._http.send(
-                    self._http.build_request(
-                        call.method,
-                        call.path,
-                        content=call.body,
-                        headers={"accept": "text/event-stream"},
-                        timeout=timeout,
-                    ),
-                    stream=True,
-                )
-            try:
-                await self.throttle.observe(response.status_code, response.headers)
-                if response.status_code >= 300:
-                    async with asyncio.timeout_at(deadline):
-                        body = await read_capped(response, self._max_bytes, what)
-                    raise from_status(
-                        response.status_code,
-                        body,
-                        response.headers,
-                        what=what,
-                        retries=retries,
-                        secret=self._key,
-                    )
-                kind = response.headers.get("content-type", "")
-                if only_events and not kind.startswith("text/event-stream"):
-                    raise APIServerError(
-                        f"{what} answered with {kind or 'no content type'}, not an event "
-                        "stream: this server does not stream runs."
-                    )
-                lines = paced_lines(response, what, deadline, idle, self._max_bytes)
-                async with aclosing(lines):
-                    async for event in events(lines):
-                        yield event
-            finally:
-                await response.aclose()
-
-
-def _resumable(error: APIError) -> bool:
-    """Whether a broken run stream is worth opening again: a dropped or silent connection, or
-    a server error; not a refusal (the server cannot stream this run)."""
-    status = error.status_code
-    if status is None:
-        return isinstance(error, NetworkError | APITimeoutError)
-    return status in (408, 429) or status >= 500
-
-
-def _split_credentials(url: str) -> tuple[str, httpx2.BasicAuth | None]:
-    """``url`` without its ``user:password@``, and those credentials as Basic auth."""
-    parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url, None
-    host = parts.netloc.rpartition("@")[2]
-    bare = urlunsplit(parts._replace(netloc=host))
-    return bare, httpx2.BasicAuth(unquote(parts.username or ""), unquote(parts.password or ""))
 
 
 class Client:
@@ -820,58 +506,16 @@ class Client:
     ) -> None:
         self.close()
 
-    def close(self) -> None:
-        """Close the connection pool."""
-        run_sync(self._async.aclose())
+    def _twin_of(self) -> AsyncClient:
+        return self._async
 
-    def ask(self, request: Request) -> Answer:
-        """See :meth:`AsyncClient.ask`."""
-        return run_sync(self._async.ask(request))
-
-    def stream(
-        self,
-        request: Request,
-        *,
-        on_activity: ActivityCallback | None = None,
-        on_run: RunCallback | None = None,
-    ) -> Generator[str | Answer, None, None]:
-        """See :meth:`AsyncClient.stream`; deltas are yielded in the calling thread."""
-        return iterate_sync(self._async.stream(request, on_activity=on_activity, on_run=on_run))
-
-    def submit_background(self, request: Request) -> str:
-        """See :meth:`AsyncClient.submit_background`."""
-        return run_sync(self._async.submit_background(request))
-
-    def poll_background(
-        self, remote_id: str, *, related: bool = False, run_left: float | None = None
-    ) -> Answer | None:
-        """See :meth:`AsyncClient.poll_background`."""
-        return run_sync(self._async.poll_background(remote_id, related=related, run_left=run_left))
-
-    def follow_background(
-        self, remote_id: str, *, related: bool = False, timeout: float | None = None
-    ) -> Generator[Activity | Answer, None, None]:
-        """See :meth:`AsyncClient.follow_background`; items are yielded in the calling thread."""
-        return iterate_sync(
-            self._async.follow_background(remote_id, related=related, timeout=timeout)
-        )
-
-    def read_run(
-        self, remote_id: str, request: Request, *, on_activity: ActivityCallback | None = None
-    ) -> Generator[Answer, None, None]:
-        """See :meth:`AsyncClient.read_run`; the answer is yielded in the calling thread."""
-        return iterate_sync(self._async.read_run(remote_id, request, on_activity=on_activity))
-
-    def cancel_background(self, remote_id: str, *, retry: bool = False) -> bool:
-        """See :meth:`AsyncClient.cancel_background`."""
-        return run_sync(self._async.cancel_background(remote_id, retry=retry))
-
-    def web_search(
-        self, query: str | list[str], *, max_results: int = 10, **filters: Any
-    ) -> WebResults:
-        """See :meth:`AsyncClient.web_search`."""
-        return run_sync(self._async.web_search(query, max_results=max_results, **filters))
-
-    def reachable(self, timeout: float = 2.0) -> bool:
-        """See :meth:`AsyncClient.reachable`."""
-        return run_sync(self._async.reachable(timeout))
+    close = sync_twin(AsyncClient.aclose, name="close", via=_twin_of)
+    ask = sync_twin(AsyncClient.ask, via=_twin_of)
+    stream = sync_twin(AsyncClient.stream, via=_twin_of)
+    submit_background = sync_twin(AsyncClient.submit_background, via=_twin_of)
+    poll_background = sync_twin(AsyncClient.poll_background, via=_twin_of)
+    follow_background = sync_twin(AsyncClient.follow_background, via=_twin_of)
+    read_run = sync_twin(AsyncClient.read_run, via=_twin_of)
+    cancel_background = sync_twin(AsyncClient.cancel_background, via=_twin_of)
+    web_search = sync_twin(AsyncClient.web_search, via=_twin_of)
+    reachable = sync_twin(AsyncClient.reachable, via=_twin_of)

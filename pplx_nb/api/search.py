@@ -125,7 +125,7 @@ def _filters(filters: Mapping[str, Any]) -> dict[str, Any]:
             f"{', '.join(sorted(SEARCH_FILTERS))}."
         )
     given = {key: value for key, value in filters.items() if value is not None}
-    checked = check_options({k: v for k, v in given.items() if k in _SHARED})
+    checked: dict[str, Any] = dict(check_options({k: v for k, v in given.items() if k in _SHARED}))
     for key, value in given.items():
         if key in _RULES:
             checked[key] = _RULES[key](key, value)

@@ -219,7 +219,10 @@ class SonarAdapter:
     style = "sonar"
 
     def _body(self, request: Request, model: str) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": sonar_name(model), "messages": request.messages}
+        body: dict[str, Any] = {
+            "model": sonar_name(request.tier(model)),
+            "messages": request.messages,
+        }
         body.update(request.filters())
         if request.search_mode is not None:
             body["search_mode"] = request.search_mode

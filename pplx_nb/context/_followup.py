@@ -106,6 +106,7 @@ _PREPOSITIONS = frozenset(
 _NOT_A_PRONOUN_BEFORE_ONE = frozenset({"no", "any", "each", "every", "only", "which", "one"})
 _ADVERBS = frozenset({"instead", "too", "again", "now", "also", "later"})
 _INSTRUMENTAL = frozenset({"with", "using", "via", "through"})
+_CIRCUMSTANTIAL = _INSTRUMENTAL | {"without", "after", "before", "during", "by"}
 _TITLE_SEPARATORS = re.compile(r"\s+[—–|-]\s+")
 _TRAILING = re.compile(r"[\s?.!]+$")
 # "Is it true that ...", "it is possible to ...": an "it" that stands for nothing said before.
@@ -321,31 +322,49 @@ def _said(history: Sequence[Message]) -> str:
     return " ".join(f"{_question(m)} {m.reformulated_query or ''}" for m in turns)
 
 
-def _noun_phrases(text: str) -> list[str]:
-    """Short phrases that follow a determiner: "an asyncio task", "the files", "a text file"."""
-    phrases: list[str] = []
+def _noun_phrases(text: str) -> list[tuple[str, str]]:
+    """Short phrases that follow a determiner, each with the preposition that led to it ("" for
+    none): "an asyncio task", ("with", "a timeout"), ("of", "the files")."""
+    phrases: list[tuple[str, str]] = []
     current: list[str] | None = None
+    joined = leading = ""
     for token in _TOKEN.findall(text):
         lower = token.lower()
         if lower in _DETERMINERS:
             if current:
-                phrases.append(" ".join(current))
-            current = []
+                phrases.append((joined, " ".join(current)))
+            current, joined = [], leading
             continue
+        leading = lower if lower in _PREPOSITIONS else ""
         if current is None:
             continue
         if not token[0].isalnum() or lower in _QUESTION_WORDS or lower in _PREPOSITIONS:
             if current:
-                phrases.append(" ".join(current))
+                phrases.append((joined, " ".join(current)))
             current = None
             continue
         current.append(token)
         if len(current) == 3:
-            phrases.append(" ".join(current))
+            phrases.append((joined, " ".join(current)))
             current = None
     if current:
-        phrases.append(" ".join(current))
+        phrases.append((joined, " ".join(current)))
     return phrases
+
+
+def _main_phrase(phrases: Sequence[tuple[str, str]]) -> str | None:
+    """The phrase a question is about: its object, made more specific by what "of" adds.
+
+    "the signature of a function" is about the function and "parse a string into a datetime"
+    ends with one, but "run a subprocess with a timeout" is about the subprocess: a phrase after
+    "with", "after", "by", ... says how or when, and a pronoun in the next question points back
+    at the object, not at the circumstance.
+    """
+    main: str | None = None
+    for joined, phrase in phrases:
+        if main is None or joined not in _CIRCUMSTANTIAL:
+            main = phrase
+    return main
 
 
 def _question_subject(text: str) -> str | None:
@@ -357,8 +376,8 @@ def _question_subject(text: str) -> str | None:
             # "with subprocess.Popen" names a tool, not the subject: keep only its module.
             words.append(_module(word) if previous in _INSTRUMENTAL else word)
         previous = word.lower()
-    # The last phrase is the most specific one ("the signature of a function" → "function").
-    for phrase in _noun_phrases(text)[-1:]:
+    phrase = _main_phrase(_noun_phrases(text))
+    if phrase is not None:
         words.extend(phrase.split())
     unique = list(dict.fromkeys(words))
     return " ".join(unique[:_MAX_SUBJECT_WORDS]) or None

@@ -33,6 +33,7 @@ __all__ = [
     "IndexMove",
     "JobStatusBackend",
     "JoinsIndex",
+    "OneAtATime",
     "Outcome",
     "StatusView",
     "Step",
@@ -121,6 +122,39 @@ class JobStatusBackend(Protocol):
     def job_link(self, conversation_id: str) -> str | None:
         """A file the claim index may hard-link its marker to (files only; else ``None``)."""
         ...
+
+
+class OneAtATime:
+    """:meth:`JobStatusBackend.states` and :meth:`~JobStatusBackend.read_many` for a backend
+    that reads one status at a time (files, memory): its ``state`` and ``read`` of each id."""
+
+    def state(self, conversation_id: str) -> JobState | None:
+        raise NotImplementedError
+
+    def read(self, conversation_id: str) -> JobStatus | None:
+        raise NotImplementedError
+
+    def states(self, conversation_ids: Sequence[str]) -> list[JobState | None]:
+        """:meth:`state` of each, one after the other; an unreadable one is ``None``."""
+        found: list[JobState | None] = []
+        for conversation_id in conversation_ids:
+            try:
+                found.append(self.state(conversation_id))
+            except (ConversationCorrupted, FilesystemError):
+                found.append(None)
+        return found
+
+    def read_many(
+        self, conversation_ids: Sequence[str]
+    ) -> list[JobStatus | ConversationCorrupted | FilesystemError | None]:
+        """:meth:`read` of each, one after the other, or the error reading it gave."""
+        found: list[JobStatus | ConversationCorrupted | FilesystemError | None] = []
+        for conversation_id in conversation_ids:
+            try:
+                found.append(self.read(conversation_id))
+            except (ConversationCorrupted, FilesystemError) as exc:
+                found.append(exc)
+        return found
 
 
 class AnswerLookup(Protocol):

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from pplx_nb._logging import get_logger
-from pplx_nb._models import ErrorInfo, JobStatus
+from pplx_nb._models import ErrorInfo, JobResult, JobStatus
 from pplx_nb.jobs._job import Job
 
 __all__ = [
@@ -53,7 +51,7 @@ def claimed(job: Job) -> None:
     )
 
 
-def completed(job: Job, duration_ms: int, meta: dict[str, Any]) -> None:
+def completed(job: Job, duration_ms: int, meta: JobResult) -> None:
     """A job completed; its tokens and cost when known."""
     logger.info(
         "Job completed: %s in %.1f s (attempt %d, tokens %s, cost %s)",
@@ -122,11 +120,11 @@ def failed(
         )
 
 
-def result_meta_of(answer: object) -> dict[str, Any]:
+def result_meta_of(answer: object) -> JobResult:
     """Tokens and cost of what a job produced (an Answer, a Message, or nothing)."""
     usage = getattr(answer, "usage", None)
     cost = getattr(answer, "cost", None)
-    meta: dict[str, Any] = {}
+    meta: JobResult = {}
     if usage is not None and getattr(usage, "total_tokens", None) is not None:
         meta["tokens"] = usage.total_tokens
     if cost is not None and getattr(cost, "total_cost", None) is not None:

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Sequence
 from pathlib import Path
 
-from pplx_nb._errors import ConversationCorrupted, FilesystemError, PplxError
+from pplx_nb._errors import ConversationCorrupted, PplxError
 from pplx_nb._fs import (
     CONVERSATION_ID_RE,
     DEFAULT_MAX_FILE_BYTES,
@@ -29,12 +28,13 @@ from pplx_nb._fs import (
 from pplx_nb._layout import Layout
 from pplx_nb._models import JobRecord, JobState, JobStatus
 from pplx_nb._reread import read_settled
+from pplx_nb.jobs._backend import OneAtATime
 from pplx_nb.jobs._codec import encode, parse_record, parse_state, parse_status
 
 __all__ = ["FileStatusBackend"]
 
 
-class FileStatusBackend:
+class FileStatusBackend(OneAtATime):
     """Job statuses in ``<root>/<conversationId>/status.json`` and ``job.json``.
 
     Args:
@@ -78,16 +78,6 @@ class FileStatusBackend:
         raw = self._bytes(path, in_real_folder=False)
         return None if raw is None else parse_state(raw, path)
 
-    def states(self, conversation_ids: Sequence[str]) -> list[JobState | None]:
-        """:meth:`state` of each, one file at a time; an unreadable one is ``None``."""
-        found: list[JobState | None] = []
-        for conversation_id in conversation_ids:
-            try:
-                found.append(self.state(conversation_id))
-            except (ConversationCorrupted, FilesystemError):
-                found.append(None)
-        return found
-
     def read(self, conversation_id: str) -> JobStatus | None:
         """status.json as a :class:`JobStatus`; ``None`` if no job ever ran for it."""
         path = self.layout.status_file(conversation_id)
@@ -96,18 +86,6 @@ class FileStatusBackend:
     def _status(self, path: str) -> JobStatus | None:
         raw = self._bytes(path)
         return None if raw is None else parse_status(raw, path)
-
-    def read_many(
-        self, conversation_ids: Sequence[str]
-    ) -> list[JobStatus | ConversationCorrupted | FilesystemError | None]:
-        """:meth:`read` of each, one file at a time."""
-        found: list[JobStatus | ConversationCorrupted | FilesystemError | None] = []
-        for conversation_id in conversation_ids:
-            try:
-                found.append(self.read(conversation_id))
-            except (ConversationCorrupted, FilesystemError) as exc:
-                found.append(exc)
-        return found
 
     def write(self, status: JobStatus) -> None:
         """Replace status.json (compact JSON, ``None`` fields left out)."""

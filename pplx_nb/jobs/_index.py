@@ -33,7 +33,7 @@ from typing import Protocol
 
 from pplx_nb._fs import ensure_dir, fs_errors, real_directory
 from pplx_nb._layout import Layout
-from pplx_nb.jobs._lease import LeaseClock
+from pplx_nb.jobs._lease import WatchedLeases
 
 __all__ = ["PRIORITY_MAX", "ClaimIndex", "JobIndex", "marker_name"]
 
@@ -125,13 +125,13 @@ class ClaimIndex(Protocol):
         ...
 
 
-class JobIndex:
+class JobIndex(WatchedLeases):
     """The pending and claimed marker directories of one conversation-logs root."""
 
     def __init__(self, root: Path, *, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(clock)
         layout = Layout(root)
         self.location = str(root)
-        self._leases = LeaseClock(clock)
         self.base = layout.index
         self.pending_dir = layout.pending
         self.claimed_dir = layout.claimed
@@ -237,25 +237,6 @@ class JobIndex:
         return os.path.exists(self._pending_str(marker)) or os.path.exists(
             self._claimed_str(marker)
         )
-
-    def recoverable(self, claimed: list[str]) -> list[str]:
-        """All of them: a lease is judged by watching its heartbeat, so each is looked at."""
-        self._leases.keep_only(claimed)
-        return claimed
-
-    def renew(self, marker: str, heartbeat: str | None) -> bool:
-        """Note the heartbeat this process wrote (see :mod:`pplx_nb.jobs._lease`); always True:
-        a lease runs out only in the eyes of a process that watches it."""
-        self._leases.saw(marker, heartbeat)
-        return True
-
-    def lease_age(self, marker: str, heartbeat: str | None) -> float:
-        """For how long this process has seen ``heartbeat`` unchanged."""
-        return self._leases.saw(marker, heartbeat)
-
-    def held(self, marker: str) -> bool:
-        """Always True: see :meth:`renew`."""
-        return True
 
     def pending(self) -> list[str]:
         """Every pending marker, in claim order (walks the whole index)."""

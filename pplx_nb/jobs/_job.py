@@ -6,10 +6,11 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pplx_nb._errors import LeaseLost, PplxError
 from pplx_nb._logging import get_logger
+from pplx_nb._models import JobParams, JobRequest
 
 if TYPE_CHECKING:
     from pplx_nb.jobs._queue import JobQueue
@@ -33,7 +34,7 @@ class Job:
     job_id: str
     conversation_id: str
     tool: str
-    request: dict[str, Any]
+    request: JobRequest
     priority: int
     attempt: int
     enqueued_at: str
@@ -45,7 +46,7 @@ class Job:
     """When the run ``remote_id`` was submitted (ISO 8601): its deadline counts from then."""
     submitting: bool = False
     """A submission was begun and never recorded as ended: a run may exist without a known id."""
-    params: dict[str, Any] = field(default_factory=dict)
+    params: JobParams = field(default_factory=JobParams)
     """The TypeScript server's parameters of the job (``query``, ``reasoning_effort``): all a job
     that server queued has instead of ``request``."""
 

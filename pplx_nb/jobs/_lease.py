@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Hashable, Iterable
 
-__all__ = ["LeaseClock"]
+__all__ = ["LeaseClock", "WatchedLeases"]
 
 _MAX_KEYS = 100_000
 """Jobs remembered at most (a queue that never recovers stale jobs would otherwise only grow)."""
@@ -56,3 +56,33 @@ class LeaseClock:
         with self._lock:
             for key in [key for key in self._seen if key not in wanted]:
                 del self._seen[key]
+
+
+class WatchedLeases:
+    """The lease methods of a claim index whose leases this process judges by watching each
+    job's heartbeat (the file and memory indexes; the Redis one asks the server's clock).
+
+    A lease runs out only in the eyes of a process that watches it, so a write is never refused
+    for a lease here: recovery requeues the job instead.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._leases = LeaseClock(clock)
+
+    def recoverable(self, claimed: list[str]) -> list[str]:
+        """All of them: a lease is judged by watching its heartbeat, so each is looked at."""
+        self._leases.keep_only(claimed)
+        return claimed
+
+    def renew(self, marker: str, heartbeat: str | None) -> bool:
+        """Note the heartbeat this process wrote; always True (see the class docstring)."""
+        self._leases.saw(marker, heartbeat)
+        return True
+
+    def lease_age(self, marker: str, heartbeat: str | None) -> float:
+        """For how long this process has seen ``heartbeat`` unchanged."""
+        return self._leases.saw(marker, heartbeat)
+
+    def held(self, marker: str) -> bool:
+        """Always True: see :meth:`renew`."""
+        return True

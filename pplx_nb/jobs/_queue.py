@@ -21,8 +21,7 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import Literal, Unpack, cast
 
 from pplx_nb._errors import (
     ConversationCorrupted,
@@ -36,10 +35,13 @@ from pplx_nb._errors import (
 from pplx_nb._fs import CONVERSATION_ID_RE, validate_conversation_id
 from pplx_nb._models import (
     ACTIVE_JOB_STATES,
+    Cost,
+    JobParams,
     JobRecord,
+    JobRequest,
+    JobResult,
     JobState,
     JobStatus,
-    Message,
     closing_turn,
     now_iso,
 )
@@ -54,14 +56,12 @@ from pplx_nb.jobs._backend import (
     StepsAtOnce,
 )
 from pplx_nb.jobs._events import logger, result_meta_of
-from pplx_nb.jobs._files import FileStatusBackend
-from pplx_nb.jobs._index import PRIORITY_MAX, ClaimIndex, JobIndex, conversation_of, marker_name
+from pplx_nb.jobs._index import PRIORITY_MAX, ClaimIndex, conversation_of, marker_name
 from pplx_nb.jobs._job import Job
+from pplx_nb.jobs._late import LateReports, stored_answer
 from pplx_nb.jobs._recovery import Recovery
+from pplx_nb.jobs._side import JobSide
 from pplx_nb.jobs._transitions import NON_RETRYABLE
-
-if TYPE_CHECKING:
-    from pplx_nb._config import Settings
 
 __all__ = ["NON_RETRYABLE", "JobQueue"]
 
@@ -71,22 +71,19 @@ _GONE = "gone (its conversation was deleted)"
 
 
 class JobQueue:
-    """The job queue over one conversation-logs directory or one Redis database; safe across
-    threads, processes and (on Redis) machines.
+    """The job queue over the parts :func:`pplx_nb.backends.open_backends` opens (a folder, a
+    Redis database, or memory); safe across threads, processes and (on Redis) machines.
 
     Args:
-        root: the conversation-logs directory (conversations are ``root/<conversationId>/``);
-            ``None`` with ``statuses`` and ``index`` given (Redis: :meth:`on_redis`).
+        statuses: where statuses and queued requests live.
+        index: the claim index beside them.
+        answers: the conversation store to ask for the answer a job stored (to log a completed
+            job's tokens and cost and to refuse a second answer) and to close the question of a
+            job that ended without one.
         max_job_retries: retries after the first attempt (PERPLEXITY_MAX_JOB_RETRIES).
         lease_seconds: an in_progress job whose heartbeat this queue has seen unchanged for this
             long is requeued (PPLX_NB_JOB_LEASE_SECONDS; judged by this process's own clock,
             see :mod:`pplx_nb.jobs._lease`).
-        statuses: where statuses and queued requests live (default: files under ``root``).
-        answers: how to find the answer a job stored (default: the conversation store over
-            ``root``, or the one ``settings`` name); used to log a completed job's tokens and
-            cost and to refuse a second answer.
-        index: the claim index (default: marker files under ``root``).
-        settings: what names the default conversation store when there is no ``root``.
         clock: seconds from a monotonic clock, by which this process judges leases it watches
             (default ``time.monotonic``; tests pass one they advance). The Redis index judges
             its leases by the server's clock instead.
@@ -94,14 +91,12 @@ class JobQueue:
 
     def __init__(
         self,
-        root: Path | None = None,
+        statuses: JobStatusBackend,
+        index: ClaimIndex,
         *,
+        answers: AnswerLookup,
         max_job_retries: int = 2,
         lease_seconds: float = 60.0,
-        statuses: JobStatusBackend | None = None,
-        answers: AnswerLookup | None = None,
-        index: ClaimIndex | None = None,
-        settings: Settings | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if max_job_retries < 0 or lease_seconds <= 0:
@@ -109,78 +104,24 @@ class JobQueue:
                 "max_job_retries must be >= 0 and lease_seconds > 0 "
                 "(PERPLEXITY_MAX_JOB_RETRIES, PPLX_NB_JOB_LEASE_SECONDS)."
             )
-        if root is None and (statuses is None or index is None):
-            raise ValidationError("A JobQueue without a root needs its statuses and its index.")
-        self.root = Path(root) if root is not None else None
-        """The conversation-logs directory; ``None`` when the queue lives in Redis."""
         self.max_job_retries = max_job_retries
         self.lease_seconds = lease_seconds
-        self._statuses: JobStatusBackend = statuses or FileStatusBackend(cast(Path, self.root))
+        self._statuses = statuses
         self._answers = answers
-        self._settings = settings
-        self._store_url: str | None = None
-        self._index: ClaimIndex = index or JobIndex(cast(Path, self.root), clock=clock)
-        statuses_ = self._statuses
+        self._index = index
+        self._side = JobSide(statuses, index)
+        self._late = LateReports(statuses, index, answers)
         self._steps: StepsAtOnce | None = (
-            statuses_.joined(self._index) if isinstance(statuses_, JoinsIndex) else None
+            statuses.joined(index) if isinstance(statuses, JoinsIndex) else None
         )
         self._recovery = Recovery(
-            self._statuses,
-            self._index,
+            statuses,
+            index,
             lease_seconds=lease_seconds,
             max_job_retries=max_job_retries,
             ended=self._close_question,
             clock=clock,
         )
-
-    @classmethod
-    def from_settings(cls, settings: Settings, *, answers: AnswerLookup | None = None) -> JobQueue:
-        """The queue ``settings`` name with the configured retries and lease: in the Redis
-        database of ``store_url`` (``PPLX_NB_STORE``) when set, else over ``logs_dir()``.
-
-        ``answers`` is the conversation store to ask (default: the one ``settings`` name).
-        """
-        if settings.store_url:
-            return cls.on_redis(
-                settings.store_url,
-                max_job_retries=settings.max_job_retries,
-                lease_seconds=settings.job_lease_seconds,
-                answers=answers,
-                settings=settings,
-            )
-        return cls(
-            settings.logs_dir(),
-            max_job_retries=settings.max_job_retries,
-            lease_seconds=settings.job_lease_seconds,
-            answers=answers,
-            settings=settings,
-        )
-
-    @classmethod
-    def on_redis(
-        cls,
-        url: str,
-        *,
-        max_job_retries: int = 2,
-        lease_seconds: float = 60.0,
-        answers: AnswerLookup | None = None,
-        settings: Settings | None = None,
-    ) -> JobQueue:
-        """The queue in the Redis database of ``url`` (see :mod:`pplx_nb.jobs._redis`); nothing
-        is written to any folder."""
-        from pplx_nb.jobs._redis import RedisClaimIndex, RedisStatusBackend
-
-        queue = cls(
-            None,
-            max_job_retries=max_job_retries,
-            lease_seconds=lease_seconds,
-            statuses=RedisStatusBackend(url),
-            answers=answers,
-            index=RedisClaimIndex(url, lease_seconds=lease_seconds),
-            settings=settings,
-        )
-        queue._store_url = url
-        return queue
 
     @property
     def location(self) -> str:
@@ -188,9 +129,8 @@ class JobQueue:
         return self._index.location
 
     def __repr__(self) -> str:
-        where = "root" if self.root is not None else "url"
         return (
-            f"JobQueue({where}={self.location!r}, max_job_retries={self.max_job_retries}, "
+            f"JobQueue(location={self.location!r}, max_job_retries={self.max_job_retries}, "
             f"lease_seconds={self.lease_seconds})"
         )
 
@@ -200,10 +140,10 @@ class JobQueue:
         self,
         conversation_id: str,
         tool: str,
-        request: dict[str, Any],
+        request: JobRequest,
         priority: int = 0,
         *,
-        params: dict[str, Any] | None = None,
+        params: JobParams | None = None,
     ) -> JobStatus:
         """Queue a job for an existing conversation: writes job.json and a ``pending`` status.json.
 
@@ -232,10 +172,10 @@ class JobQueue:
         self,
         conversation_id: str,
         tool: str,
-        request: dict[str, Any],
+        request: JobRequest,
         priority: int = 0,
         *,
-        params: dict[str, Any] | None = None,
+        params: JobParams | None = None,
     ) -> JobStatus:
         """:meth:`enqueue` for a caller that holds the conversation lock.
 
@@ -252,7 +192,7 @@ class JobQueue:
         events.enqueued(status)
         return status
 
-    def _check_request(self, conversation_id: str, request: dict[str, Any], priority: int) -> None:
+    def _check_request(self, conversation_id: str, request: JobRequest, priority: int) -> None:
         validate_conversation_id(conversation_id)
         if not isinstance(priority, int) or not -PRIORITY_MAX <= priority <= PRIORITY_MAX:
             raise ValidationError(
@@ -271,9 +211,9 @@ class JobQueue:
         self,
         conversation_id: str,
         tool: str,
-        request: dict[str, Any],
+        request: JobRequest,
         priority: int,
-        params: dict[str, Any] | None,
+        params: JobParams | None,
     ) -> JobRecord:
         """The queued request of a checked request, with its marker, enqueued now."""
         now = now_iso()
@@ -325,37 +265,16 @@ class JobQueue:
         return status
 
     def forget(self, conversation_id: str) -> None:
-        """Drop the index marker of the conversation's job (its conversation is being deleted).
-
-        Call it under the conversation lock. The pending marker is a hard link to job.json, so
-        without this the question would outlive the conversation in ``.jobs/``.
-        """
-        with contextlib.suppress(PplxError):
-            status = self._statuses.read(validate_conversation_id(conversation_id))
-            marker = status.queue_key if status else None
-            if marker is not None and conversation_of(marker) == conversation_id:
-                self._index.drop(marker)
+        """Drop the index marker of the conversation's job (see :meth:`JobSide.forget`)."""
+        self._side.forget(conversation_id)
 
     def job_state(self, conversation_id: str) -> JobState | None:
-        """The state of the conversation's job, or ``None`` without one (or if unreadable).
-
-        For listings: a damaged status counts as no job here; :meth:`status` and :meth:`jobs`
-        report it.
-        """
-        try:
-            return self._statuses.state(validate_conversation_id(conversation_id))
-        except (ConversationCorrupted, FilesystemError):
-            return None
+        """The state of the conversation's job, or ``None`` without one (or if unreadable)."""
+        return self._side.job_state(conversation_id)
 
     def job_states(self, conversation_ids: Sequence[str]) -> list[JobState | None]:
-        """:meth:`job_state` of each conversation (what the store's listings ask), in one round
-        trip on Redis."""
-        for conversation_id in conversation_ids:
-            validate_conversation_id(conversation_id)
-        try:
-            return self._statuses.states(conversation_ids)
-        except FilesystemError:
-            return [None] * len(conversation_ids)
+        """:meth:`job_state` of each conversation, in one round trip on Redis."""
+        return self._side.job_states(conversation_ids)
 
     def check_idle(self, conversation_id: str) -> None:
         """Raise JobInProgress if the conversation has a pending or in_progress job.
@@ -394,7 +313,7 @@ class JobQueue:
         if not (live if live is not None else self._index.held(job.marker)):
             raise transitions.lease_lost(job, _PAST_LEASE)
         if document is not None:
-            answer = self._answer_lookup().job_answer(job.conversation_id, job.job_id, document)
+            answer = self._answers.job_answer(job.conversation_id, job.job_id, document)
             if answer is not None:
                 raise transitions.lease_lost(job, "already answered")
 
@@ -517,7 +436,7 @@ class JobQueue:
 
     # -- ending --------------------------------------------------------------------------------
 
-    def complete(self, job: Job, **result_meta: Any) -> JobStatus:
+    def complete(self, job: Job, **result_meta: Unpack[JobResult]) -> JobStatus:
         """Mark ``job`` completed, remove job.json and its marker; log duration, tokens and cost.
 
         ``result_meta`` (e.g. ``tokens=``, ``cost=``) is logged and kept under ``result``; without
@@ -564,7 +483,7 @@ class JobQueue:
             status = self._statuses.read(conversation_id)
             if status is None or status.done:
                 return status
-            answer = self._stored_answer(status)
+            answer = stored_answer(self._answers, status)
             if answer is not None:
                 # Its worker stored the report and was about to say so: it is done, not
                 # cancelled (the report is paid for and there is no run left to stop).
@@ -578,54 +497,21 @@ class JobQueue:
         return status
 
     def check_late_report(self, conversation_id: str, job_id: str, document: bytes) -> None:
-        """Raise LeaseLost unless job ``job_id`` is the conversation's, not completed, and its
-        answer is not in ``document`` (the conversation, read under its lock): what must hold
-        for a report that reached no attempt owning the job (it was cancelled, or the attempt
-        lost its lease) to be stored. Takes no lock."""
-        status = self._statuses.read(validate_conversation_id(conversation_id))
-        if status is None or status.status == "completed" or status.job_id != job_id:
-            state = "gone" if status is None else f"{status.status} (job {status.job_id})"
-            raise _late_refused(conversation_id, job_id, state)
-        if self._answer_lookup().job_answer(conversation_id, job_id, document) is not None:
-            raise _late_refused(conversation_id, job_id, "answered already")
+        """Raise LeaseLost unless the report of job ``job_id``'s run, which reached no attempt
+        owning the job (it was cancelled, or the attempt lost its lease), may be stored in
+        ``document`` (the conversation, read under its lock). Takes no lock."""
+        self._late.check(conversation_id, job_id, document)
 
     def finish_late_locked(self, conversation_id: str, job_id: str) -> None:
-        """Mark job ``job_id`` completed: the late report of its run is stored (the caller
-        holds the conversation lock, after storing it; tokens and cost are read from that
-        report). A pending or running job also loses its request and marker, so no attempt runs
-        it again. LeaseLost if the job is not that one, or completed already."""
-        status = self._statuses.read(validate_conversation_id(conversation_id))
-        if status is None or status.status == "completed" or status.job_id != job_id:
-            raise _late_refused(conversation_id, job_id, "no longer waiting for it")
-        meta = result_meta_of(self._stored_answer(status))
-        ended = transitions.finish_late(status, meta, now_iso())
-        self._statuses.write(ended)
-        if status.status in ACTIVE_JOB_STATES:
-            self._clean_up(conversation_id, status.queue_key or "")
-        logger.info(
-            "Job %s is completed by the report of its run that came late (%s; cost %s)",
-            conversation_id,
-            "after its cancel" if status.status == "cancelled" else "after its lease ran out",
-            meta.get("cost", "n/a"),
-            extra={"conversationId": conversation_id, "jobId": job_id, **meta},
-        )
+        """Mark job ``job_id`` completed: the late report of its run is stored (the caller holds
+        the conversation lock). LeaseLost if the job is not that one, or completed already."""
+        self._late.finish_locked(conversation_id, job_id)
 
     def hand_over_run(self, job: Job, remote_id: str) -> bool:
         """Record run ``remote_id`` of ``job``, submitted by its attempt, for the job's next
         attempt to follow instead of submitting, after that attempt lost its lease (or is
-        stopping) before it could record the run. Returns whether the job now follows it:
-        not when it ended, or follows another run (see :func:`transitions.hand_over_run`)."""
-        statuses = self._statuses
-        if not statuses.present(job.conversation_id):
-            return False
-        with statuses.locked(job.conversation_id):
-            status = statuses.read(job.conversation_id)
-            handed = None
-            if status is not None:
-                handed = transitions.hand_over_run(status, job.job_id, remote_id, now_iso())
-            if handed is not None:
-                statuses.write(handed)
-        return handed is not None
+        stopping) before it could record the run. Returns whether the job now follows it."""
+        return self._late.hand_over_run(job, remote_id)
 
     # -- recovery ------------------------------------------------------------------------------
 
@@ -748,56 +634,19 @@ class JobQueue:
 
     def _close_question(self, status: JobStatus) -> None:
         """Close the question of a job that ended without an answer (lock held)."""
-        _close_unanswered(self._answer_lookup(), status)
+        _close_unanswered(self._answers, status)
 
     def _clean_up(self, conversation_id: str, marker: str) -> None:
         self._statuses.remove_job(conversation_id)
         if marker:
             self._index.drop(marker)
 
-    def _answer_lookup(self) -> AnswerLookup:
-        if self._answers is None:
-            from pplx_nb.store import ConversationStore
-
-            if self.root is not None:
-                self._answers = ConversationStore(self.root, jobs=self)
-            else:
-                self._answers = ConversationStore(settings=self._redis_settings(), jobs=self)
-        return self._answers
-
-    def _redis_settings(self) -> Settings:
-        """Settings naming this queue's Redis store (for the default conversation store)."""
-        from pplx_nb._config import Settings
-
-        if self._settings is not None and self._settings.store_url == self._store_url:
-            return self._settings
-        return Settings.from_env(store_url=self._store_url)
-
-    def _stored_answer(self, status: JobStatus) -> Message | None:
-        """The answer the status's job stored, if any (lock held; None when unreadable)."""
-        if status.job_id is None:
-            return None
+    def _answer_meta(self, job: Job) -> JobResult:
         try:
-            return self._answer_lookup().job_answer(status.conversation_id, status.job_id)
-        except PplxError:
-            return None
-
-    def _answer_meta(self, job: Job) -> dict[str, Any]:
-        try:
-            answer = self._answer_lookup().job_answer(job.conversation_id, job.job_id)
+            answer = self._answers.job_answer(job.conversation_id, job.job_id)
         except PplxError:
             return {}
         return result_meta_of(answer)
-
-
-def _late_refused(conversation_id: str, job_id: str, state: str) -> LeaseLost:
-    """The refusal of a late report for job ``job_id``, which is now ``state``."""
-    return LeaseLost(
-        f"Job {job_id} of conversation {conversation_id} is {state}: the report of its run "
-        "is not stored for it.",
-        conversation_id=conversation_id,
-        job_id=job_id,
-    )
 
 
 def _close_unanswered(answers: AnswerLookup, status: JobStatus) -> None:
@@ -807,15 +656,17 @@ def _close_unanswered(answers: AnswerLookup, status: JobStatus) -> None:
     if status.status not in ("failed", "cancelled"):
         return
     error = status.error
-    result = (status.model_extra or {}).get("result")
+    result = status.result or {}
+    spent = result.get("cost")
     closing = closing_turn(
         "failed" if status.status == "failed" else "cancelled",
         error.code if error else None,
         error.message if error else None,
-        cost_unknown=isinstance(result, dict) and result.get("costUnknown") is True,
+        cost_unknown=result.get("costUnknown") is True,
         job_id=status.job_id,
         # A failed job keeps its run's id only while that run may still answer: retry reads it.
         remote_id=status.remote_id if status.status == "failed" else None,
+        cost=None if spent is None else Cost(total_cost=spent),
     )
     try:
         answers.close_question_locked(status.conversation_id, closing)
@@ -831,7 +682,7 @@ def _job(record: JobRecord, status: JobStatus, worker_id: str, marker: str) -> J
         job_id=record.job_id,
         conversation_id=record.conversation_id,
         tool=record.tool_name,
-        request=dict(record.request),
+        request=record.request.copy(),
         priority=record.priority,
         attempt=status.attempts,
         enqueued_at=record.enqueued_at,
@@ -840,5 +691,5 @@ def _job(record: JobRecord, status: JobStatus, worker_id: str, marker: str) -> J
         remote_id=status.remote_id,
         submitted_at=status.submitted_at,
         submitting=bool(status.submitting_at),
-        params=dict(record.params or {}),
+        params=(record.params or {}).copy(),
     )

@@ -31,6 +31,7 @@ from pplx_nb._errors import (
     LeaseLost,
     PplxError,
     RemoteRunFailed,
+    RunRequiresAction,
     RunTimedOut,
     redact,
 )
@@ -38,6 +39,7 @@ from pplx_nb._models import (
     ACTIVE_JOB_STATES,
     ErrorInfo,
     JobRecord,
+    JobResult,
     JobState,
     JobStatus,
     Progress,
@@ -79,10 +81,12 @@ NON_RETRYABLE = frozenset(
         "CONVERSATION_NOT_FOUND",
         "CONVERSATION_CORRUPTED",
         "SUBMISSION_UNKNOWN",
+        "RUN_REQUIRES_ACTION",
     }
 )
-"""Error codes that fail a job at once: running it again would fail the same way, or (a
-submission whose outcome is unknown) might pay for a second run."""
+"""Error codes that fail a job at once: running it again would fail the same way (a run that
+stopped to wait for an action would stop again, paid for again), or (a submission whose outcome
+is unknown) might pay for a second run."""
 
 LEASE_EXPIRED = LeaseLost.code
 
@@ -174,11 +178,12 @@ def cancel(status: JobStatus, now: str) -> JobStatus:
         return status
     cancelled = _ended(status, "cancelled", now)
     if status.remote_id or status.submitting_at:
-        cancelled = cancelled.model_copy(update={"result": {"cost": None, "costUnknown": True}})
+        unknown: JobResult = {"cost": None, "costUnknown": True}
+        cancelled = cancelled.model_copy(update={"result": unknown})
     return cancelled
 
 
-def finish_cancelled(status: JobStatus, result: dict[str, Any], now: str) -> JobStatus:
+def finish_cancelled(status: JobStatus, result: JobResult, now: str) -> JobStatus:
     """A cancelled job whose run had finished before the cancel reached it, its report now
     stored: ``completed`` with the run's ``result`` (tokens, cost) and
     ``result.finishedBeforeCancel``. Any other status stays as it is."""
@@ -188,7 +193,7 @@ def finish_cancelled(status: JobStatus, result: dict[str, Any], now: str) -> Job
     return complete(status, elapsed, {**result, "finishedBeforeCancel": True}, now)
 
 
-def finish_late(status: JobStatus, result: dict[str, Any], now: str) -> JobStatus:
+def finish_late(status: JobStatus, result: JobResult, now: str) -> JobStatus:
     """The job of ``status``, its report handed over by an attempt that lost its lease and now
     stored: ``completed`` with ``result`` and ``result.handedOver`` (a cancelled job as
     :func:`finish_cancelled` says). Its error, if it had failed meanwhile (another attempt found
@@ -327,9 +332,7 @@ def note_error(status: JobStatus, error: BaseException, now: str) -> JobStatus:
     return status.model_copy(update={"error_history": history, **_beat(now)})
 
 
-def complete(
-    status: JobStatus, elapsed_ms: int, result: dict[str, Any] | None, now: str
-) -> JobStatus:
+def complete(status: JobStatus, elapsed_ms: int, result: JobResult | None, now: str) -> JobStatus:
     """The job answered: ``completed`` with its progress at 100 and ``result`` (tokens, cost)."""
     update: dict[str, Any] = {
         "status": "completed",
@@ -381,6 +384,8 @@ def fail_or_retry(
                 update={"message": info.message + " The next attempt submits a new background run."}
             )
     update["error_history"] = [*status.error_history, info]
+    if isinstance(error, RunRequiresAction) and error.cost is not None:
+        update["result"] = {"cost": error.cost.total_cost}  # billed, and known
     failed = status.model_copy(update=update)
     if retry:
         return _requeued(failed, now), True

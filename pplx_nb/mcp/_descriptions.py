@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-__all__ = ["DESCRIPTIONS"]
+__all__ = ["DESCRIPTIONS", "TITLES"]
 
 _FOLLOW_UP = """**To follow up**:
 - Quick answer: `perplexity_search_followup` + conversationId + new query
@@ -170,7 +170,7 @@ CANCEL = """Cancel a deep research job that is queued or running. A queued job l
 
 The unanswered question is closed with a note that it was cancelled, and the conversation stays open: ask again with `perplexity_deep_research_followup`, or follow up with `perplexity_search_followup`.
 
-A conversation whose job has already ended (completed, failed, cancelled) is left as it is; one that never had a research job has nothing to cancel. `structuredContent.status` is the job's state after the call (null without a job), `cancelled` whether it is cancelled, `remoteCancelled` whether the API confirmed the run stopped.
+A conversation whose job has already ended (completed, failed, cancelled) is left as it is; one that never had a research job has nothing to cancel. `structuredContent.status` is the job's state after the call (absent without a job), `cancelled` whether it is cancelled, `remoteCancelled` whether the API confirmed the run stopped.
 
 **Example**:
 {
@@ -189,3 +189,17 @@ DESCRIPTIONS = {
     "cancel_deep_research": CANCEL,
     "perplexity_web_search": WEB_SEARCH,
 }
+
+TITLES = {
+    "perplexity_search": "Ask Perplexity (new conversation)",
+    "perplexity_deep_research": "Deep Research (new conversation)",
+    "perplexity_search_followup": "Ask a Follow-up",
+    "perplexity_deep_research_followup": "Deep Research Follow-up",
+    "get_conversation_history": "Read a Conversation",
+    "get_conversation_histories": "Read Several Conversations",
+    "await_conversation_histories": "Wait for Research Reports",
+    "list_conversations": "List Conversations",
+    "cancel_deep_research": "Cancel Deep Research",
+    "perplexity_web_search": "Search the Web (results only)",
+}
+"""What a client shows a person for each tool (the description is written for the model)."""

@@ -2,7 +2,8 @@
 
 The text keeps the seed server's headers (🔗 **Conversation Started**, 🆕 **New Conversation
 Started** for queued research) so assistants that learnt those keep working; ``structuredContent``
-carries the same facts as data.
+carries the same facts as data, and a ``resource_link`` to ``pplx://conversations/{id}`` follows
+the text wherever a result names a conversation, so a client can read it as a resource.
 """
 
 from __future__ import annotations
@@ -10,10 +11,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from mcp_types import CallToolResult, TextContent
+from mcp_types import CallToolResult, ContentBlock, ResourceLink, TextContent
 
 from pplx_nb._cancel import cancel_facts, cancel_outcome, cancelled_now
 from pplx_nb._markdown import defuse, job_status_markdown, link_citations, source_references
+from pplx_nb.mcp._resources import CONVERSATION_URI
 from pplx_nb.mcp._schemas import (
     AskResult,
     CancelResult,
@@ -21,6 +23,7 @@ from pplx_nb.mcp._schemas import (
     HistoriesResult,
     HistoryEntry,
     HistoryResult,
+    ResultModel,
     SourceOut,
     WebSearchResult,
 )
@@ -35,6 +38,7 @@ if TYPE_CHECKING:
 __all__ = [
     "answer_result",
     "cancel_result",
+    "conversation_link",
     "error_result",
     "histories_result",
     "history_result",
@@ -54,10 +58,22 @@ _FOLLOW_UP = (
 _ID_FORMAT = 'Expected: yyyymmdd-<13-digit unix ms>, e.g. "20250124-1706102400123".'
 
 
-def _result(text: str, structured: dict[str, Any] | None = None) -> CallToolResult:
-    return CallToolResult(
-        content=[TextContent(type="text", text=text)], structured_content=structured
+def conversation_link(conversation_id: str) -> ResourceLink:
+    """A ``resource_link`` to the conversation, for clients that read or attach resources."""
+    return ResourceLink(
+        type="resource_link",
+        uri=CONVERSATION_URI.format(id=conversation_id),
+        name=conversation_id,
+        title=f"Conversation {conversation_id}",
+        mime_type="text/markdown",
     )
+
+
+def _result(text: str, structured: ResultModel, *conversation_ids: str | None) -> CallToolResult:
+    """The text, a link to each conversation named (None: none), and the structured content."""
+    content: list[ContentBlock] = [TextContent(type="text", text=text)]
+    content += [conversation_link(cid) for cid in conversation_ids if cid]
+    return CallToolResult(content=content, structured_content=structured.structured())
 
 
 def _header(title: str, conversation_id: str, path: str) -> str:
@@ -103,7 +119,7 @@ def answer_result(answer: Answer, *, followup: bool, show_thinking: bool) -> Cal
         thinking=answer.thinking if show_thinking else None,
         cached=answer.cached,
     )
-    return _result("\n\n".join(parts), structured.model_dump(mode="json"))
+    return _result("\n\n".join(parts), structured, conversation_id)
 
 
 def queued_result(status: JobStatus, path: str, *, followup: bool) -> CallToolResult:
@@ -128,7 +144,7 @@ def queued_result(status: JobStatus, path: str, *, followup: bool) -> CallToolRe
         status="pending",
         answer="",
     )
-    return _result(text, structured.model_dump(mode="json"))
+    return _result(text, structured, conversation_id)
 
 
 def web_search_result(results: WebResults, path: str | None) -> CallToolResult:
@@ -151,7 +167,7 @@ def web_search_result(results: WebResults, path: str | None) -> CallToolResult:
         conversationId=cid,
         conversationPath=path if cid else None,
     )
-    return _result(text, structured.model_dump(mode="json"))
+    return _result(text, structured, cid)
 
 
 def cancel_result(conversation_id: str, path: str, status: JobStatus | None) -> CallToolResult:
@@ -174,7 +190,7 @@ def cancel_result(conversation_id: str, path: str, status: JobStatus | None) -> 
         message=said,
         **cancel_facts(status),
     )
-    return _result(text, structured.model_dump(mode="json"))
+    return _result(text, structured, conversation_id)
 
 
 def _message_text(index: int, role: str, content: str, meta: dict[str, Any]) -> str:
@@ -224,7 +240,7 @@ def history_result(
         job=status.to_json_dict() if status is not None else None,
         answeringSince=answering_since,
     )
-    return _result("\n\n".join(parts), structured.model_dump(mode="json"))
+    return _result("\n\n".join(parts), structured, conversation.conversation_id)
 
 
 def list_result(summaries: Sequence[ConversationSummary]) -> CallToolResult:
@@ -248,7 +264,7 @@ def list_result(summaries: Sequence[ConversationSummary]) -> CallToolResult:
             )
         lines.append("\nUse `get_conversation_history` with an ID to read one.")
         text = "\n".join(lines)
-    return _result(text, ConversationList(count=len(rows), conversations=rows).model_dump())
+    return _result(text, ConversationList(count=len(rows), conversations=rows))
 
 
 def error_result(error: PplxError) -> CallToolResult:
@@ -323,7 +339,8 @@ def histories_result(result: HistoriesResult, *, awaited: bool) -> CallToolResul
     parts = [head, "---"]
     parts += [_entry_text(cid, entry) for cid, entry in result.conversations.items()]
     parts.append("Use `get_conversation_history` with an ID for a conversation's every turn.")
-    return _result("\n\n".join(parts), result.model_dump(mode="json"))
+    read = [cid for cid, entry in result.conversations.items() if entry.status != "error"]
+    return _result("\n\n".join(parts), result, *read)
 
 
 def validation_message(tool: str, exc: PydanticValidationError) -> str:

@@ -49,6 +49,7 @@ __all__ = [
     "ReasoningEffort",
     "RecencyFilter",
     "RelatedQuestions",
+    "ResultModel",
     "SaveResults",
     "SearchMode",
     "ShowThinking",
@@ -250,30 +251,36 @@ SaveResults = Annotated[
 ]
 
 
-def _lean_schema(schema: dict[str, Any]) -> None:
-    """Write optional fields as ``"type": [T, "null"]`` instead of an ``anyOf``.
+def _portable_schema(schema: dict[str, Any]) -> None:
+    """Write each optional field as its one type, with no ``null`` branch.
 
-    Clients validate every structured result against the output schema; with the official
-    Python client an ``anyOf`` per optional field took about half of that validation's time.
+    An optional field is left out of the structured content when it has no value
+    (:meth:`ResultModel.structured`) instead of being ``null``, so its schema needs no ``null``:
+    neither a type array (``["string", "null"]``), which clients that map a schema onto one
+    type per field reject (Gemini's function declarations; the Inspector's ``--strict`` warns),
+    nor an ``anyOf``, which took about half of the official Python client's validation time.
     """
     for field in schema.get("properties", {}).values():
         options = field.get("anyOf")
-        if (
-            isinstance(options, list)
-            and len(options) == 2
-            and {"type": "null"} in options
-            and all(set(option) <= {"type", "additionalProperties"} for option in options)
-        ):
+        if isinstance(options, list) and len(options) == 2 and {"type": "null"} in options:
             (kept,) = [option for option in options if option != {"type": "null"}]
             del field["anyOf"]
-            field.update(kept, type=[kept["type"], "null"])
+            field.update(kept)
+            if field.get("default", ...) is None:
+                del field["default"]
 
 
-class _Out(BaseModel):
-    model_config = ConfigDict(extra="forbid", json_schema_extra=_lean_schema)
+class ResultModel(BaseModel):
+    """A tool's structured result: exactly the fields its output schema names."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_portable_schema)
+
+    def structured(self) -> dict[str, Any]:
+        """The model as a tool result's structured content: JSON values, no field that is None."""
+        return self.model_dump(mode="json", exclude_none=True)
 
 
-class SourceOut(_Out):
+class SourceOut(ResultModel):
     """A cited web page."""
 
     url: str
@@ -282,7 +289,7 @@ class SourceOut(_Out):
     snippet: str | None = None
 
 
-class AskResult(_Out):
+class AskResult(ResultModel):
     """What the search and research tools return as structured content.
 
     ``status`` is ``completed`` when ``answer`` holds the answer, or ``pending`` when deep research
@@ -304,7 +311,7 @@ class AskResult(_Out):
     cached: bool = False
 
 
-class HistoryResult(_Out):
+class HistoryResult(ResultModel):
     """A stored conversation, its location, and its research job when one ever ran."""
 
     conversationId: str
@@ -316,17 +323,17 @@ class HistoryResult(_Out):
     parentConversationId: str | None = None
     job: dict[str, Any] | None = None
     answeringSince: str | None = None
-    """When the follow-up whose answer is still on its way was asked; null when none is."""
+    """When the follow-up whose answer is still on its way was asked; absent when none is."""
 
 
-class ConversationList(_Out):
+class ConversationList(ResultModel):
     """Stored conversations, newest first."""
 
     count: int
     conversations: list[dict[str, Any]]
 
 
-class HistoryEntry(_Out):
+class HistoryEntry(ResultModel):
     """One conversation of a batch: its job's state and, when it has one, its latest report.
 
     ``status`` is the job's state, ``answered`` when no job ever ran (a plain conversation), or
@@ -343,7 +350,7 @@ class HistoryEntry(_Out):
     error: dict[str, str] | None = None
 
 
-class HistoriesResult(_Out):
+class HistoriesResult(ResultModel):
     """Several conversations at once, keyed by conversation ID.
 
     From ``await_conversation_histories``: ``timedOut`` is true when the wait ended at its
@@ -357,7 +364,7 @@ class HistoriesResult(_Out):
     waitedSeconds: float = 0.0
 
 
-class WebSearchResult(_Out):
+class WebSearchResult(ResultModel):
     """Search API results: ranked pages, no answer.
 
     ``conversationId`` and ``conversationPath`` are set when the results were saved.
@@ -370,21 +377,21 @@ class WebSearchResult(_Out):
     conversationPath: str | None = None
 
 
-class CancelResult(_Out):
+class CancelResult(ResultModel):
     """What ``cancel_deep_research`` did.
 
     ``status`` is the job's state after the call (``cancelled``, or the state it had already
-    ended in: ``completed`` or ``failed``, or ``cancelled`` by an earlier call), null when the
+    ended in: ``completed`` or ``failed``, or ``cancelled`` by an earlier call), absent when the
     conversation never had a research job; ``cancelled`` is true only when this call cancelled
     it. A run that had finished before the cancel reached it is ``completed``: its report is
-    stored. ``remoteCancelled`` says whether the API confirmed that the job's run stopped (null
+    stored. ``remoteCancelled`` says whether the API confirmed that the job's run stopped (absent
     when no run was asked to stop); ``costUnknown`` is true when a run was started: a
     cancelled run reports no usage.
     """
 
     conversationId: str
     conversationPath: str
-    status: str | None
+    status: str | None = None
     cancelled: bool
     remoteId: str | None = None
     remoteCancelled: bool | None = None

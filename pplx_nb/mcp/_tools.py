@@ -16,7 +16,7 @@ from mcp_types import CallToolResult, ToolAnnotations
 from pplx_nb._errors import ValidationError
 from pplx_nb._models import JobStatus
 from pplx_nb.mcp._backend import Backend
-from pplx_nb.mcp._descriptions import DESCRIPTIONS
+from pplx_nb.mcp._descriptions import DESCRIPTIONS, TITLES
 from pplx_nb.mcp._histories import await_histories, read_histories
 from pplx_nb.mcp._progress import ProgressRelay
 from pplx_nb.mcp._render import (
@@ -401,12 +401,13 @@ class Tools:
 
 
 def register_tools(server: MCPServer[Any], backend: Backend) -> None:
-    """Add the tools, with their descriptions and read-only hints, to ``server``."""
+    """Add the tools, with their titles, descriptions and read-only hints, to ``server``."""
     tools = Tools(backend)
     for name, hints in _HINTS.items():
         server.add_tool(
             getattr(tools, name),
             name=name,
+            title=TITLES[name],
             description=DESCRIPTIONS[name],
             annotations=hints,
             structured_output=True,

@@ -1,4 +1,5 @@
-"""The MCP server: the tools and a health resource as thin adapters over :class:`Researcher`.
+"""The MCP server: the tools, a health resource and the stored conversations as resources, thin
+adapters over :class:`Researcher`.
 
 Each tool parses its arguments (the input schema does the checking), calls the Researcher, and
 renders the result as text with the seed's conversation header plus structured content. Errors
@@ -19,6 +20,7 @@ are registered on the first ``tools/list`` or ``tools/call``, and the Researcher
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
@@ -27,11 +29,12 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
+from mcp.server.lowlevel import NotificationOptions
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
 from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_PARAMS
+from mcp_types import INVALID_PARAMS, CallToolResult
 from pydantic import ConfigDict
 from pydantic import ValidationError as PydanticValidationError
 
@@ -40,9 +43,14 @@ from pplx_nb._config import Settings
 from pplx_nb._errors import PplxError, ValidationError
 from pplx_nb._option_names import worded
 from pplx_nb.mcp._backend import Backend
+from pplx_nb.mcp._resources import (
+    announce_new_conversation,
+    conversation_resources,
+    register_conversation_resources,
+)
 
 if TYPE_CHECKING:
-    from mcp_types import CallToolResult, Tool
+    from mcp_types import Resource, Tool
 
     from pplx_nb.research import Researcher
 
@@ -78,6 +86,14 @@ class PplxMCPServer(MCPServer[Any]):
         super().__init__(**kwargs)
         self._backend = backend
         self._tools_loaded = False
+        # The SDK builds the capabilities from NotificationOptions given to
+        # create_initialization_options, which its HTTP transport calls without any: bind ours,
+        # so every transport declares that the resource list changes (a tool adds a
+        # conversation).
+        lowlevel = self._lowlevel_server
+        lowlevel.create_initialization_options = functools.partial(  # type: ignore[method-assign]
+            lowlevel.create_initialization_options, NotificationOptions(resources_changed=True)
+        )
 
     def load_tools(self) -> None:
         """Register the tools now (otherwise done on the first ``tools/list`` or call)."""
@@ -134,6 +150,10 @@ class PplxMCPServer(MCPServer[Any]):
         self.load_tools()
         return await super().list_tools()
 
+    async def list_resources(self) -> list[Resource]:
+        """The health resource, then the newest stored conversations."""
+        return [*await super().list_resources(), *await conversation_resources(self._backend)]
+
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
     ) -> Any:
@@ -155,12 +175,15 @@ class PplxMCPServer(MCPServer[Any]):
         if refused is not None:
             return _error_result(name, refused)
         try:
-            return await super().call_tool(name, arguments, context)
+            result = await super().call_tool(name, arguments, context)
         except ToolError as exc:
             cause = _root_cause(exc)
             if cause is None:
                 raise
             return _error_result(name, cause)
+        if context is not None and _adds_conversation(result, arguments):
+            await announce_new_conversation(context)
+        return result
 
     async def get_prompt(
         self,
@@ -210,6 +233,14 @@ class _AsSent(FuncMetadata):
     def pre_parse_json(self, data: dict[str, Any]) -> dict[str, Any]:
         """The arguments unchanged: a string stays a string, whatever it looks like."""
         return dict(data)
+
+
+def _adds_conversation(result: object, arguments: dict[str, Any]) -> bool:
+    """Whether ``result`` names a conversation that the call created (not the one it was given)."""
+    if not isinstance(result, CallToolResult) or result.is_error:
+        return False
+    created = (result.structured_content or {}).get("conversationId")
+    return created is not None and created != arguments.get("conversationId")
 
 
 def _root_cause(exc: BaseException) -> BaseException | None:
@@ -296,4 +327,5 @@ def create_server(
         report["metrics"] = researcher.metrics()
         return json.dumps(report, default=str)
 
+    register_conversation_resources(server, backend)
     return server

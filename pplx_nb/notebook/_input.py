@@ -10,7 +10,7 @@ pasted code, text inside Markdown code spans and fences — is left exactly as t
 there ever raises.
 
 :func:`question_mark_keeper` is an input transformer so that a line magic's question may end in
-``?``.
+``?``; :func:`empty_cell_keeper` one so that an empty ``%%pplx`` cell reaches the magic.
 """
 
 from __future__ import annotations
@@ -30,8 +30,10 @@ __all__ = [
     "CONVERSATION_ID",
     "RECENCY",
     "argument",
+    "empty_cell_keeper",
     "interpolate",
     "magic_arguments",
+    "not_an_id",
     "output_options",
     "parse_argstring",
     "question_mark_keeper",
@@ -213,9 +215,15 @@ def search_options(func: F) -> F:
             argument(
                 "-m",
                 "--model",
-                help="model: a preset (fast, low, medium, high, xhigh), perplexity/sonar or "
+                help="model: an effort (fast, low, medium, high, xhigh), perplexity/sonar or "
                 "a provider model",
             ),
+            argument(
+                "--effort",
+                help="how much the run does: fast, low, medium, high, xhigh, or pinned "
+                "(fast@2026-10-16.0); --preset is its deprecated name",
+            ),
+            argument("--preset", help=argparse.SUPPRESS),
             *_filter_arguments(),
             argument("--related", action="store_true", help="ask for related questions"),
             argument("--images", action="store_true", help="ask for images"),
@@ -239,6 +247,9 @@ def search_opts(args: argparse.Namespace) -> dict[str, Any]:
     opts = _filter_opts(args)
     if args.model:
         opts["model"] = unquote(args.model)
+    for name in ("effort", "preset"):
+        if getattr(args, name):
+            opts[name] = unquote(getattr(args, name))
     if args.related:
         opts["return_related_questions"] = True
     if args.images:
@@ -255,11 +266,16 @@ def split_conversation_id(words: list[str]) -> tuple[str | None, list[str]]:
     if words and CONVERSATION_ID.match(unquote(words[0])):
         return unquote(words[0]), words[1:]
     if words and re.match(r"^\d{8}-\d+$", words[0]):
-        raise ValidationError(
-            f"{words[0]!r} is not a conversation ID: IDs look like 20250124-1737734400000 "
-            "(`%pplx_conversations` lists them)."
-        )
+        raise not_an_id(words[0])
     return None, words
+
+
+def not_an_id(word: str) -> ValidationError:
+    """The refusal of ``word`` where a conversation ID belongs, in every magic's words."""
+    return ValidationError(
+        f"{word!r} is not a conversation ID: IDs look like 20250124-1737734400000 "
+        "(`%pplx_conversations` lists them)."
+    )
 
 
 _FIELD = re.compile(r"(?<!\{)\{([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)\}(?!\})")
@@ -323,3 +339,23 @@ def question_mark_keeper(names: Collection[str]) -> Callable[[list[str]], list[s
         return out
 
     return keep_question_marks
+
+
+_CELL_MAGIC_LINE = re.compile(r"^%%(pplx\w*)(?:[ \t]|$)")
+
+
+def empty_cell_keeper(names: Collection[str]) -> Callable[[list[str]], list[str]]:
+    """A cleanup transformer: a cell magic in ``names`` with an empty cell still runs the magic.
+
+    IPython itself refuses a cell magic whose cell is empty, with a bare ``UsageError``; given a
+    blank cell instead, the magic asks the question written on its line, or refuses in its own
+    error box like every other refusal. ``%%pplx?`` (help) is left alone.
+    """
+
+    def keep_empty_cells(lines: list[str]) -> list[str]:
+        match = _CELL_MAGIC_LINE.match(lines[0]) if lines else None
+        if match is None or match.group(1) not in names or "".join(lines[1:]):
+            return lines
+        return [lines[0].rstrip("\r\n") + "\n", "\n"]
+
+    return keep_empty_cells

@@ -6,7 +6,10 @@ widgets; the Researcher and the conversation a bare ``%pplx_followup`` continues
 sets its own Researcher (:func:`set_researcher`), the settings are read from the environment again
 before each magic, so ``%env CONVERSATION_LOGS_DIR=...`` or a change to ``os.environ`` takes effect
 for the next magic: a Researcher over the new settings (and its worker, which then serves the
-folder in use) replaces the old one, which is closed in the background.
+folder in use) replaces the old one, which is closed in the background. The simulator's knobs
+(``PPLX_NB_SIM_*``) are the exception: the process-wide simulator takes them when it starts, so
+the kernel keeps the first Researcher's and the next magic says that a new value waits for a
+new kernel.
 
 Plumbing: :class:`CellMagics` is the base of the registered magics classes: the kernel's
 Researcher, the user's namespace, the error guard that renders any failure as one styled line,
@@ -29,14 +32,22 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+from IPython import get_ipython
 from IPython.core import magic as _magic
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics
 from IPython.display import display
 
 from pplx_nb._errors import APITimeoutError, ValidationError
-from pplx_nb.notebook._input import interpolate, parse_argstring, unquote
-from pplx_nb.notebook.display import error_bundle, terminal_publisher
+from pplx_nb.notebook._input import (
+    CONVERSATION_ID,
+    interpolate,
+    not_an_id,
+    parse_argstring,
+    unquote,
+)
+from pplx_nb.notebook._terminal import print_bundle
+from pplx_nb.notebook.display import error_bundle, notice_bundle, terminal_publisher
 
 if TYPE_CHECKING:
     from pplx_nb._config import Settings
@@ -47,6 +58,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AlreadyShown",
     "CellMagics",
+    "Interrupted",
     "Shown",
     "close_session",
     "forget",
@@ -82,6 +94,9 @@ class _Session:
         self.overrides: dict[str, Any] = {}
         """Settings the magics changed (``%pplx_config --offline``), kept over the environment."""
         self.last_conversation_id: str | None = None
+        self.knobs_notice: str | None = None
+        """Simulator knobs the environment changed and the kernel cannot apply, not yet said."""
+        self.knobs_said: list[str] = []
         self.lock = threading.Lock()
 
 
@@ -99,6 +114,7 @@ def set_researcher(researcher: Researcher | None) -> None:
         _session.explicit = researcher is not None
         _session.overrides = {}
         _session.last_conversation_id = None
+        _session.knobs_notice, _session.knobs_said = None, []
 
 
 def get_researcher(*, reread: bool = True) -> Researcher:
@@ -115,6 +131,8 @@ def get_researcher(*, reread: bool = True) -> Researcher:
         if current is not None and (_session.explicit or not reread):
             return current
         settings = Settings.from_env(**_session.overrides)
+        if current is not None:
+            settings = _keep_simulator_knobs(current.settings, settings)
         if current is not None and current.settings == settings:
             return current
         fresh = _build(settings)
@@ -124,6 +142,38 @@ def get_researcher(*, reread: bool = True) -> Researcher:
     if current is not None:
         _retire(current)
     return fresh
+
+
+_SIMULATOR_KNOBS = {
+    "sim_latency_ms": "PPLX_NB_SIM_LATENCY_MS",
+    "sim_deep_research_seconds": "PPLX_NB_SIM_DEEP_RESEARCH_SECONDS",
+    "sim_sonar": "PPLX_NB_SIM_SONAR",
+}
+
+
+def _keep_simulator_knobs(current: Settings, fresh: Settings) -> Settings:
+    """``fresh`` with ``current``'s simulator knobs, noting any that ``fresh`` changed.
+
+    The simulator is one per process and takes its knobs when it starts: a Researcher built
+    over new ones would believe a pace the simulator does not keep.
+    """
+    kept = {name: getattr(current, name) for name in _SIMULATOR_KNOBS}
+    changed = [
+        f"`{variable}={getattr(fresh, name)}`"
+        for name, variable in _SIMULATOR_KNOBS.items()
+        if getattr(fresh, name) != kept[name] and fresh.is_offline
+    ]
+    if changed != _session.knobs_said:
+        _session.knobs_said = changed
+        running = ", ".join(f"{_SIMULATOR_KNOBS[name]}={value}" for name, value in kept.items())
+        _session.knobs_notice = (
+            f"{', '.join(changed)} takes effect only in a new kernel: the simulator takes its "
+            f"knobs when it starts, and this one runs with {running}. Restart the kernel "
+            "(with the variable set before the first magic) to apply it."
+            if changed
+            else None
+        )
+    return fresh.model_copy(update=kept)
 
 
 def _build(settings: Settings) -> Researcher:
@@ -231,8 +281,11 @@ class Shown:
 
 
 def show(bundle: Bundle) -> None:
-    """Display a MIME bundle as an output of the running cell."""
-    display(bundle, raw=True)  # type: ignore[no-untyped-call]
+    """Display a MIME bundle as an output of the running cell (printed for it in a terminal)."""
+    if is_terminal(get_ipython()):
+        print_bundle(bundle)
+    else:
+        display(bundle, raw=True)  # type: ignore[no-untyped-call]
 
 
 def show_widget(widget: Any) -> None:
@@ -287,8 +340,7 @@ class CellMagics(Magics):
             yield
         except AlreadyShown as shown:
             if isinstance(shown.error, KeyboardInterrupt):
-                # A fresh one: the traceback of where the wait was interrupted is noise here.
-                raise KeyboardInterrupt from None
+                raise Interrupted from None
         except UsageError as exc:
             error = ValidationError(f"{exc}. `{magic}?` lists the options.")
             show(error_bundle(error, debug="--debug" in line))
@@ -296,7 +348,7 @@ class CellMagics(Magics):
             show(error_bundle(exc, debug="--debug" in line))
         except KeyboardInterrupt as exc:
             show(error_bundle(exc))
-            raise KeyboardInterrupt from None
+            raise Interrupted from None
 
     def _question(self, words: list[str], cell: str | None, raw: bool) -> str:
         text = " ".join(unquote(w) if len(words) == 1 else w for w in words)
@@ -319,6 +371,9 @@ class CellMagics(Magics):
         output_name(args)
         # Before anything else: the settings may have changed since the last magic.
         researcher = get_researcher()
+        notice, _session.knobs_notice = _session.knobs_notice, None
+        if notice:
+            show(notice_bundle("SIMULATOR_RUNNING", notice))
         if getattr(args, "images", False) and researcher.settings.api_style == "agent":
             raise ValidationError(
                 "--images asks for Sonar's return_images, which the Agent API (the only one "
@@ -339,6 +394,8 @@ class CellMagics(Magics):
         if given:
             # `%pplx_wait {job.conversation_id}`: IDs take the same {name} fields as questions.
             given = interpolate(given, self.namespace)
+        if given and not CONVERSATION_ID.match(given):
+            raise not_an_id(given)
         cid = given or last_conversation_id()
         if cid is None:
             raise ValidationError(
@@ -352,6 +409,17 @@ class CellMagics(Magics):
 def spelled(name: str, cell: str | None) -> str:
     """A line-cell magic as the user wrote it: ``%%name`` for a cell, ``%name`` for a line."""
     return f"%%{name}" if cell is not None else f"%{name}"
+
+
+class Interrupted(KeyboardInterrupt):
+    """The interrupt a magic raises again once it has shown what happened.
+
+    The cell still fails, so "Run All" stops there; IPython shows it as one line
+    (``_render_traceback_``) under the message, not a traceback through the magic's internals.
+    """
+
+    def _render_traceback_(self) -> list[str]:
+        return ["KeyboardInterrupt"]
 
 
 class AlreadyShown(Exception):

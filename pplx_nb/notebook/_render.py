@@ -30,6 +30,7 @@ from pplx_nb._cancel import cancel_outcome, cancelled_now
 from pplx_nb._errors import ConversationNotFound, JobInProgress, PplxError
 from pplx_nb._markdown import escape, web_url
 from pplx_nb._option_names import worded
+from pplx_nb.notebook._icons import icon
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -323,7 +324,7 @@ def settings_bundle(settings: Mapping[str, Any]) -> Bundle:
 def web_results_bundle(results: WebResults) -> Bundle:
     """Search API results as a table (title linked, date, snippet) under a line saying what they
     are; with the conversation they were saved in and how to follow up."""
-    head = f"🔎 **{len(results)} web result(s)** · Search API, no answer generated"
+    head = f"{icon('search')} **{len(results)} web result(s)** · Search API, no answer generated"
     plain_head = f"{len(results)} web result(s) · Search API, no answer generated"
     if results.conversation_id:
         saved = (
@@ -344,11 +345,11 @@ def cancel_bundle(conversation_id: str, status: JobStatus | None) -> Bundle:
     said = cancel_outcome(conversation_id, status)
     if status is not None and status.status == "cancelled":
         said += " Ask again with `%pplx_followup --research`, or follow up with `%pplx_followup`."
-    icon = "🚫" if cancelled_now(status) else "ℹ️"
+    mark = icon("cancelled") if cancelled_now(status) else icon("info")
     rich = html.escape(said)
     for command in ("%pplx_followup --research", "%pplx_followup"):
         rich = rich.replace(f"`{command}`", f"<code>{command}</code>", 1)
-    return {"text/html": f"<div>{icon} {rich}</div>", "text/plain": said.replace("`", "")}
+    return {"text/html": f"<div>{mark} {rich}</div>", "text/plain": said.replace("`", "")}
 
 
 MAGICS: tuple[tuple[str, str, str], ...] = (

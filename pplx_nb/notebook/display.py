@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from pplx_nb._errors import PplxError, redact
 from pplx_nb._markdown import (
+    close_markdown,
     defuse,
     link_citations,
     notes_markdown,
@@ -27,12 +28,14 @@ from pplx_nb._markdown import (
     source_references,
 )
 from pplx_nb._markdown import sources_markdown as sources_markdown
+from pplx_nb.notebook._icons import icon
 from pplx_nb.notebook._render import (
     images_html,
     images_markdown,
     markdown_to_html,
     notebook_message,
 )
+from pplx_nb.notebook._terminal import StatusLine, print_bundle
 
 if TYPE_CHECKING:
     from pplx_nb._models import Answer, Conversation, JobStatus, Progress, Source
@@ -107,12 +110,18 @@ def header_markdown(
     """
     if not conversation_id:
         return ""
+    mark, named, chip = _header(conversation_id, research, branch_of)
+    return f"{mark} {named} · continue with {chip}"
+
+
+def _header(conversation_id: str, research: bool, branch_of: str | None) -> tuple[str, str, str]:
+    """The header's icon (HTML), its words (Markdown) and its follow-up chip (HTML)."""
     mode = " --research" if research else ""
     command = html.escape(f"%pplx_followup{mode} {conversation_id} <question>")
-    named = f"🔗 **Conversation** `{conversation_id}`"
+    chip = f'<code style="white-space:nowrap">{command}</code>'
     if branch_of:
-        named = f"🌿 **Branch** `{conversation_id}` of `{branch_of}`"
-    return f'{named} · continue with <code style="white-space:nowrap">{command}</code>'
+        return icon("branch"), f"**Branch** `{conversation_id}` of `{branch_of}`", chip
+    return icon("conversation"), f"**Conversation** `{conversation_id}`", chip
 
 
 def footer_markdown(answer: Answer, elapsed: float | None = None) -> str:
@@ -171,12 +180,10 @@ def answer_html(answer: Answer, *, header: bool = True, research: bool = False) 
     """The answer as self-contained HTML, for widget values (which do not render Markdown)."""
     parts: list[str] = []
     if header and answer.conversation_id:
-        # The header's chip is inline HTML, which markdown_to_html (rightly) escapes.
-        header_text = header_markdown(answer.conversation_id, research=research)
-        head, _, chip = header_text.partition("<code")
-        parts.append(
-            f"<p>{markdown_to_html(head).removeprefix('<p>').removesuffix('</p>')} <code{chip}</p>"
-        )
+        # The icon and the chip are HTML, which markdown_to_html (rightly) escapes.
+        mark, named, chip = _header(answer.conversation_id, research, None)
+        words = markdown_to_html(f"{named} · continue with")
+        parts.append(f"<p>{mark} {words.removeprefix('<p>').removesuffix('</p>')} {chip}</p>")
     if answer.thinking:
         parts.append(
             "<details><summary>Thinking</summary>"
@@ -242,8 +249,9 @@ def done_bundle(answer: Answer, *, elapsed: float | None = None) -> Bundle:
     if elapsed is not None:
         bits.append(f"waited {elapsed:.0f} s")
     return {
-        "text/markdown": f"✅ **Research job** `{cid}` completed · {' · '.join(bits)} · the "
-        f"report is in its monitor above (`%pplx_history {cid}` shows it again)",
+        "text/markdown": f"{icon('completed')} **Research job** `{cid}` completed · "
+        f"{' · '.join(bits)} · the report is in its monitor above (`%pplx_history {cid}` shows "
+        "it again)",
         "text/plain": f"Research job {cid} completed; the report is in its monitor above.",
     }
 
@@ -252,6 +260,9 @@ def streaming_bundle(
     text: str, *, elapsed: float | None = None, label: str = "Searching"
 ) -> Bundle:
     """What a cell shows while an answer streams in: the text so far and a cursor.
+
+    The text renders as it will when complete: what it leaves open (emphasis, code, a link) is
+    closed (:func:`~pplx_nb._markdown.close_markdown`), so no raw ``*`` shows meanwhile.
 
     A leading ``<think>`` block (reasoning models) is shown as "thinking" rather than as text.
     """
@@ -262,8 +273,8 @@ def streaming_bundle(
         if not text.strip():
             status = "Thinking"
     clock = f" · {elapsed:.1f} s" if elapsed is not None else ""
-    line = f"<sub>⏳ {status}…{clock}</sub>"
-    body = f"{defuse(text)}▌" if text else ""
+    line = f"<sub>{icon('waiting')} {status}…{clock}</sub>"
+    body = close_markdown(defuse(text), "▌") if text else ""
     return {
         "text/markdown": f"{line}\n\n{body}" if body else line,
         "text/plain": text or f"{status}…",
@@ -275,7 +286,7 @@ def streaming_bundle(
 
 def conversation_bundle(conversation: Conversation) -> Bundle:
     """A stored conversation, turn by turn, with each answer's sources."""
-    heading = f"🔗 **Conversation** `{conversation.conversation_id}`"
+    heading = f"{icon('conversation')} **Conversation** `{conversation.conversation_id}`"
     if conversation.parent_conversation_id:
         heading += f" (forked from `{conversation.parent_conversation_id}`)"
     shown = [m for m in conversation.messages if m.role != "system"]
@@ -293,12 +304,14 @@ def conversation_bundle(conversation: Conversation) -> Bundle:
             else ""
         )
         if message.role == "user":
-            parts.append(f"**🧑 Question**{stamp}\n\n{quote_block(defuse(message.content))}")
+            parts.append(
+                f"{icon('question')} **Question**{stamp}\n\n{quote_block(defuse(message.content))}"
+            )
         elif message.role == "assistant":
             sources = list(message.sources or [])
             model = f" <sub>{html.escape(message.model)}</sub>" if message.model else ""
             text = linked_text(answer_text(message.answer_text), sources)
-            parts.append(f"**📎 Answer**{model}{stamp}\n\n{text}")
+            parts.append(f"{icon('answer')} **Answer**{model}{stamp}\n\n{text}")
             if sources:
                 parts.append(sources_markdown(sources, message.answer_text))
             parts.append(images_markdown(getattr(message, "images", None) or []))
@@ -328,7 +341,7 @@ def job_bundle(status: JobStatus) -> Bundle:
     """A queued or finished job in one block: state, progress, and how to wait for it."""
     cid = status.conversation_id
     lines = [
-        f"🆕 **Research job** `{cid}` · {status_line(status)}",
+        f"{icon('job')} **Research job** `{cid}` · {status_line(status)}",
         f"<sub>It runs in the background. `%pplx_wait {cid}` blocks until it ends; "
         f"`%pplx_history {cid}` shows the report when it is done.</sub>",
     ]
@@ -418,7 +431,8 @@ def notice_bundle(code: str, message: str) -> Bundle:
         for index, part in enumerate(spans)
     )
     return {
-        "text/html": f'<div style="{_ERROR_STYLE}">⚠️ <b>{html.escape(code)}</b> {rich}</div>',
+        "text/html": f'<div style="{_ERROR_STYLE}">{icon("warning")} '
+        f"<b>{html.escape(code)}</b> {rich}</div>",
         "text/plain": f"{code}: {''.join(spans)}",
     }
 
@@ -442,23 +456,22 @@ def _publish(bundle: Bundle, display_id: str | None, update: bool) -> None:
 
 
 class _TerminalPublisher:
-    """Live views in a terminal, where every display is printed: one line for the live area.
-
-    A terminal cannot update an output in place, so of a live area only its first words
-    ("⏳ Searching…") are printed, once; the outcome is printed in full when it comes.
+    """Live views in a terminal, which cannot update an output in place: of a live area only
+    its first words ("Searching…") show, on a line the outcome replaces; the outcome is printed
+    rendered for the terminal (:func:`._terminal.print_bundle`).
     """
 
     def __init__(self) -> None:
-        self.announced = False
+        self.status = StatusLine()
 
     def __call__(self, bundle: Bundle, display_id: str | None, update: bool) -> None:
         if display_id is None:
-            _publish(bundle, None, False)
-            return
-        text = bundle.get("text/plain", "")
-        if text and not self.announced:
-            self.announced = True
-            print(text.splitlines()[0], flush=True)
+            self.status.clear()
+            print_bundle(bundle)
+        elif bundle.get("text/plain"):
+            self.status.show(bundle["text/plain"])
+        else:
+            self.status.clear()
 
 
 def terminal_publisher() -> Publisher:

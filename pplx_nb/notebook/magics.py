@@ -26,6 +26,7 @@ from pplx_nb._errors import PplxError
 from pplx_nb._sync import TICK, iterate_sync
 from pplx_nb.notebook._input import (
     argument,
+    empty_cell_keeper,
     interpolate,
     magic_arguments,
     output_options,
@@ -71,6 +72,7 @@ from pplx_nb.notebook.display import (
 
 if TYPE_CHECKING:
     from pplx_nb._models import Answer, JobStatus, Progress
+    from pplx_nb.notebook.widgets import JobMonitor
     from pplx_nb.research import WebResults
 
 __all__ = [
@@ -83,6 +85,9 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+_SETTLE_SECONDS = 10.0
+"""How long a magic waits for a job's live monitor to show how the job ended."""
 
 
 @magics_class
@@ -108,9 +113,10 @@ class PplxMagics(CellMagics):
     def __init__(self, shell: Any) -> None:
         super().__init__(shell)
         self.shown = Shown()
-        self.monitors: set[str] = set()
+        self.monitors: dict[str, JobMonitor] = {}
         """Jobs a live JobMonitor in this kernel follows: their report shows there."""
         self.keep_question_marks = question_mark_keeper(self.magics["line"])
+        self.keep_empty_cells = empty_cell_keeper(self.magics["cell"])
 
     # -- showing answers and jobs ---------------------------------------------------------------
 
@@ -193,16 +199,25 @@ class PplxMagics(CellMagics):
         if self.widgets_live:
             from pplx_nb.notebook.widgets import JobMonitor
 
-            show_widget(
-                JobMonitor(
-                    status.conversation_id,
-                    self.researcher,
-                    interval=float(self.monitor_interval),
-                )
+            monitor = JobMonitor(
+                status.conversation_id,
+                self.researcher,
+                interval=float(self.monitor_interval),
+                status=status,
             )
-            self.monitors.add(status.conversation_id)
+            show_widget(monitor)
+            self.monitors[status.conversation_id] = monitor
         else:
             show(job_bundle(status))
+
+    def _settle(self, conversation_id: str) -> None:
+        """Have the job's live monitor, if any, show how the job ended, and publish it from
+        this cell: nbclient (nbconvert, papermill) applies only the updates of the cell it runs,
+        so the notebook it saves then holds the job's last state, not "pending"."""
+        monitor = self.monitors.get(conversation_id)
+        if monitor is not None:
+            monitor.join(_SETTLE_SECONDS)
+            monitor.publish()
 
     def _blocking(
         self,
@@ -452,6 +467,7 @@ class PplxMagics(CellMagics):
                 f"`%pplx_wait {cid}` waits again.",
                 report_above=self._monitored(cid),
             )
+            self._settle(cid)
             return self._finish(args, result)  # type: ignore[return-value]
         return None
 
@@ -511,6 +527,7 @@ class PplxMagics(CellMagics):
             args = self._parse(self.pplx_cancel, line)
             cid = self._conversation(unquote(args.id) if args.id else None)
             status = self.researcher.cancel(cid)
+            self._settle(cid)
             show(cancel_bundle(cid, status))
             if status is not None:
                 self.shown.add(status)
@@ -580,24 +597,54 @@ def load_ipython_extension(ipython: Any) -> None:
     ipython.register_magics(magics, PplxLookbackMagics(ipython))
     register_exit()
     if is_terminal(ipython):
-        _quiet_after_magics(ipython)
+        _quiet_after_magics(ipython, magics.shown)
     formatter = ipython.display_formatter.ipython_display_formatter
     for module, name in _DISPLAYED_TYPES:
         formatter.for_type_by_name(module, name, magics.display_result)
     ipython.events.register("pre_run_cell", magics.shown.clear)
     ipython.input_transformers_cleanup.append(magics.keep_question_marks)
-    with contextlib.suppress(Exception):
-        show(loaded_bundle())
+    ipython.input_transformers_cleanup.append(magics.keep_empty_cells)
+    _say_who_answers_after_this_cell(ipython)
+
+
+def _say_who_answers_after_this_cell(ipython: Any) -> None:
+    """Show the loaded line, naming who answers, at the end of the cell that loaded pplx_nb (at
+    the start of the first cell when it was loaded outside one, as from IPython's config).
+
+    Naming the backend reads the settings, which imports pydantic (about 100 ms): the first
+    magic needs them anyway, and ``%load_ext`` itself stays at the cost of the magic machinery.
+    """
+    in_a_cell = getattr(ipython.displayhook, "exec_result", None) is not None
+    event = "post_run_cell" if in_a_cell else "pre_run_cell"
+
+    def say(_: object) -> None:
+        _forget_loaded_line(ipython)
+        with contextlib.suppress(Exception):
+            show(loaded_bundle())
+
+    _forget_loaded_line(ipython)
+    ipython._pplx_loaded_line = (event, say)
+    ipython.events.register(event, say)
+
+
+def _forget_loaded_line(ipython: Any) -> None:
+    """Drop the loaded line still waiting for a cell (shown, or unloaded before any cell ran)."""
+    pending = ipython.__dict__.pop("_pplx_loaded_line", None)
+    if pending is not None:
+        with contextlib.suppress(ValueError):
+            ipython.events.unregister(*pending)
 
 
 _MAGIC_CALL = re.compile(r"^get_ipython\(\)\.run_(?:line|cell)_magic\('pplx\w*'")
 
 
-def _quiet_after_magics(ipython: Any) -> None:
-    """In a terminal, no ``Out[n]:`` for a magic's result: the magic has shown it already.
+def _quiet_after_magics(ipython: Any, shown: Shown) -> None:
+    """In a terminal, no ``Out[n]:`` for a result the magic has shown already.
 
     IPython prints the prompt for any value a cell ends with, even one that displays nothing
-    more; a cell whose last line is a pplx magic call is made quiet instead (as with ``;``).
+    more; a cell whose last line is a pplx magic call that showed its result is made quiet
+    instead (as with ``;``). A result it left to the display hook (``%pplx_history``'s
+    conversation, ``%pplx_conversations``' table) is shown as any other.
     """
     hook = ipython.displayhook
     if getattr(hook, "_pplx_quiet", None) is not None:
@@ -610,7 +657,8 @@ def _quiet_after_magics(ipython: Any) -> None:
         except (IndexError, AttributeError):
             cell = ""
         lines = [line for line in cell.splitlines() if line.strip()]
-        return bool(lines and _MAGIC_CALL.match(lines[-1].strip())) or bool(original())
+        magic = bool(lines and _MAGIC_CALL.match(lines[-1].strip()))
+        return (magic and bool(shown.ids)) or bool(original())
 
     hook._pplx_quiet = original
     hook.quiet = quiet
@@ -635,9 +683,11 @@ def unload_ipython_extension(ipython: Any) -> None:
     if magics is not None:
         with contextlib.suppress(ValueError):
             ipython.events.unregister("pre_run_cell", magics.shown.clear)
+    _forget_loaded_line(ipython)
     if magics is not None:
-        with contextlib.suppress(ValueError):
-            ipython.input_transformers_cleanup.remove(magics.keep_question_marks)
+        for transformer in (magics.keep_question_marks, magics.keep_empty_cells):
+            with contextlib.suppress(ValueError):
+                ipython.input_transformers_cleanup.remove(transformer)
     hook = ipython.displayhook
     original = getattr(hook, "_pplx_quiet", None)
     if original is not None:

@@ -10,13 +10,18 @@ from __future__ import annotations
 import html
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
 
+from pplx_nb._cancel import cancel_facts
 from pplx_nb._errors import redact
+from pplx_nb._markdown import close_markdown
+from pplx_nb.notebook._icons import IconName, icon
+from pplx_nb.notebook._render import markdown_to_html
 from pplx_nb.notebook.display import answer_html, error_bundle, status_line
 
 if TYPE_CHECKING:
@@ -26,12 +31,12 @@ if TYPE_CHECKING:
 __all__ = ["JobMonitor", "RelatedQuestions"]
 
 _BAR_STYLES = {"completed": "success", "failed": "danger", "cancelled": "warning"}
-_STATE_ICONS = {
-    "pending": "🕒",
-    "in_progress": "⏳",
-    "completed": "✅",
-    "failed": "❌",
-    "cancelled": "⏹️",
+_STATE_ICONS: dict[str, IconName] = {
+    "pending": "pending",
+    "in_progress": "waiting",
+    "completed": "completed",
+    "failed": "failed",
+    "cancelled": "cancelled",
 }
 
 
@@ -48,13 +53,18 @@ class JobMonitor(widgets.VBox):  # type: ignore[misc]
 
     ``JobMonitor(conversation_id)`` starts polling the job's status (every ``interval`` seconds)
     on a daemon thread and keeps going while the kernel is idle. When the job completes the
-    report replaces the status line; when it fails the error history is listed.
+    report replaces the status line; when it fails the error history is listed; a cancelled job
+    keeps the progress it reached and says what it cost.
+
+    Displayed, it is an output that :meth:`publish` updates: the ``text/plain`` saved with the
+    notebook (what a reopened notebook shows) is the job's last state.
 
     Args:
         conversation_id: the conversation whose job to follow.
         researcher: the Researcher to read from (default: this kernel's, see ``magics``).
         interval: seconds between status reads.
         start: start polling now (tests pass False and call :meth:`refresh`).
+        status: the job's status already known (as it was queued), shown until the first read.
     """
 
     def __init__(
@@ -64,6 +74,7 @@ class JobMonitor(widgets.VBox):  # type: ignore[misc]
         *,
         interval: float = 0.5,
         start: bool = True,
+        status: JobStatus | None = None,
     ) -> None:
         self.conversation_id = conversation_id
         self.researcher = _researcher(researcher)
@@ -71,6 +82,9 @@ class JobMonitor(widgets.VBox):  # type: ignore[misc]
         self.status: JobStatus | None = None
         self.answer: Answer | None = None
         self.error: BaseException | None = None
+        self.cancelled = False
+        self.display_id = uuid.uuid4().hex
+        self._displayed = False
         self.bar = widgets.IntProgress(
             value=0,
             min=0,
@@ -80,7 +94,7 @@ class JobMonitor(widgets.VBox):  # type: ignore[misc]
             layout=widgets.Layout(width="320px"),
         )
         self.title = widgets.HTML(
-            f"🆕 <b>Research job</b> <code>{html.escape(conversation_id)}</code>"
+            f"{icon('job')} <b>Research job</b> <code>{html.escape(conversation_id)}</code>"
         )
         self.state = widgets.HTML("Reading status…")
         self.report = widgets.HTML("")
@@ -91,13 +105,39 @@ class JobMonitor(widgets.VBox):  # type: ignore[misc]
         self.add_class("pplx-job-monitor")
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        if status is not None:
+            self.status = status
+            self._show_status(status)
         if start:
             self.start()
 
     def __repr__(self) -> str:
-        # Also the text/plain of the widget's output: what nbconvert, nbval and papermill keep.
-        state = status_line(self.status) if self.status is not None else "reading status"
+        # Also the text/plain of the widget's output: what nbconvert, nbval and papermill keep,
+        # and what a notebook shows where its widgets cannot render (reopened, not yet trusted).
+        if self.status is None:
+            state = "reading status"
+        elif self.cancelled:
+            state = _cancelled_line(self.status, self.bar.value)
+        else:
+            state = status_line(self.status)
         return f"Research job {self.conversation_id}: {state}"
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        display(self._repr_mimebundle_(), raw=True, display_id=self.display_id)  # type: ignore[no-untyped-call]
+        self._displayed = True
+
+    def publish(self) -> None:
+        """Update the monitor's outputs with what it shows now, its ``text/plain`` included.
+
+        A widget's output keeps the text it was displayed with; without this a saved notebook
+        would say "pending" of a job that completed long ago.
+        """
+        if self._displayed:
+            from IPython.display import update_display
+
+            update_display(self._repr_mimebundle_(), raw=True, display_id=self.display_id)  # type: ignore[no-untyped-call]
 
     # -- polling ------------------------------------------------------------------------------
 
@@ -123,17 +163,19 @@ class JobMonitor(widgets.VBox):  # type: ignore[misc]
     @property
     def done(self) -> bool:
         """Whether the job has ended and the monitor shows its outcome."""
-        return self.answer is not None or self.error is not None
+        return self.answer is not None or self.error is not None or self.cancelled
 
     def _poll(self) -> None:
         while not self._stop.is_set():
             try:
                 if self.refresh():
-                    return
+                    break
             except Exception as exc:
                 self._show_error(exc)
-                return
+                break
             self._stop.wait(self.interval)
+        if self.done:
+            self.publish()
 
     def refresh(self) -> bool:
         """Read the status once and update the widget; True once the job has ended."""
@@ -146,6 +188,9 @@ class JobMonitor(widgets.VBox):  # type: ignore[misc]
         if not status.done and self.researcher.async_deep_research:
             self.researcher.ensure_worker()
         self._show_status(status)
+        if status.status == "cancelled":
+            self._show_cancelled(status)
+            return True
         if status.done:
             self._finish()
             return True
@@ -157,13 +202,30 @@ class JobMonitor(widgets.VBox):  # type: ignore[misc]
         percentage = status.progress.percentage if status.progress else 0
         if status.status == "completed":
             percentage = 100
+        elif status.done and status.progress is None:
+            percentage = self.bar.value  # an ended job keeps no progress: show what it reached
         self.bar.value = percentage
         self.bar.description = f"{percentage}%"
         self.bar.bar_style = _BAR_STYLES.get(status.status, "info")
-        icon = _STATE_ICONS.get(status.status, "")
+        state = _STATE_ICONS.get(status.status)
+        mark = icon(state) if state else ""
         self.state.value = (
-            f"{icon} {html.escape(status_line(status, percentage=False))} "
+            f"{mark} {html.escape(status_line(status, percentage=False))} "
             f'<span style="opacity:0.7">· {_elapsed(status):.0f} s</span>'
+        )
+
+    def _show_cancelled(self, status: JobStatus) -> None:
+        """A cancel the user asked for: a neutral bar at the progress reached, what it cost."""
+        self.cancelled = True
+        self.bar.bar_style = ""
+        icon = _STATE_ICONS["cancelled"]
+        self.state.value = (
+            f"{icon} {html.escape(_cancelled_line(status, self.bar.value))} "
+            f'<span style="opacity:0.7">· {_elapsed(status):.0f} s</span>'
+        )
+        self.report.value = (
+            '<span style="opacity:0.7">The conversation takes follow-ups: '
+            "<code>%pplx_followup --research</code> asks again.</span>"
         )
 
     def _finish(self) -> None:
@@ -189,6 +251,16 @@ class JobMonitor(widgets.VBox):  # type: ignore[misc]
         )
         listing = f"<details open><summary>Error history</summary><ol>{items}</ol></details>"
         self.report.value = error_bundle(error)["text/html"] + (listing if items else "")
+
+
+def _cancelled_line(status: JobStatus, percentage: int) -> str:
+    """``cancelled at 51% · what it cost``: a cancelled job in a few words."""
+    reached = f" at {percentage}%" if percentage else ""
+    if cancel_facts(status)["costUnknown"]:
+        cost = "cost unknown: a cancelled run reports no usage"
+    else:
+        cost = "nothing billed: no run had started"
+    return f"cancelled{reached} · {cost}"
 
 
 def _elapsed(status: JobStatus) -> float:
@@ -270,8 +342,9 @@ class RelatedQuestions(widgets.VBox):  # type: ignore[misc]
                     now = time.monotonic()
                     if now - last >= interval:
                         last = now
-                        self.result.value = f"<i>⏳ {html.escape(question)}</i><br>" + html.escape(
-                            text
+                        self.result.value = (
+                            f"<i>{icon('waiting')} {html.escape(question)}</i>"
+                            + markdown_to_html(close_markdown(text, "▌"))
                         )
                 else:
                     self.answer = item

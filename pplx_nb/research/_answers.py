@@ -34,9 +34,9 @@ def assistant_message(
     model: str,
     notes: Sequence[str] = (),
     show_thinking: bool = False,
-    **extra: Any,
+    job_id: str | None = None,
 ) -> Message:
-    """The assistant turn that stores ``answer`` (``extra``: more fields, e.g. ``jobId``).
+    """The assistant turn that stores ``answer`` (``job_id``: the job whose report it is).
 
     ``model`` is the one asked, kept when the API does not say which answered; the reasoning is
     kept only when ``show_thinking`` asked for it.
@@ -54,7 +54,9 @@ def assistant_message(
         thinking=answer.thinking if show_thinking else None,
         images=[_rekeyed(image, to_camel) for image in answer.images] or None,
         notes=list(notes) or None,
-        **extra,
+        effort=answer.effort,
+        preset=answer.preset,
+        job_id=job_id,
     )
 
 
@@ -99,6 +101,8 @@ def stored_answer(
         conversation_path=path,
         reformulated_query=_previous_user(conversation, message),
         notes=list(message.notes or ()),
+        effort=message.effort,
+        preset=message.preset,
     )
 
 
@@ -115,9 +119,7 @@ def _job_answer(conversation: Conversation, job_id: str) -> Message | None:
         (
             message
             for message in reversed(conversation.messages)
-            if message.role == "assistant"
-            and message.model_extra
-            and message.model_extra.get("jobId") == job_id
+            if message.role == "assistant" and message.job_id == job_id
         ),
         None,
     )

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import time
 from contextlib import aclosing, suppress
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from pplx_nb._config import Settings
 from pplx_nb._errors import (
@@ -31,7 +31,8 @@ from pplx_nb._errors import (
     SubmissionUnknown,
 )
 from pplx_nb._logging import get_logger
-from pplx_nb._models import Answer, JobStatus, Message
+from pplx_nb._models import Answer, JobParams, JobRequest, JobStatus, Message
+from pplx_nb._options import SearchOptions
 from pplx_nb.research._answers import assistant_message, priced
 from pplx_nb.research._clients import ClientPool
 from pplx_nb.research._guard import AnswerGuard
@@ -45,7 +46,6 @@ from pplx_nb.research._progress import (
 )
 from pplx_nb.research._runner import TurnRunner, submission_unknown, unknown_for
 from pplx_nb.research._turns import (
-    COLLECT_RUN,
     DEEP_RESEARCH_MODEL,
     build_request,
     fitted_messages,
@@ -96,17 +96,30 @@ class DeepResearchRunner:
         """Run ``job``; a job whose answer is already stored (a crash between storing and
         completing) is not run again, nor one whose report is kept outside a store that could
         not take it: that report is stored instead."""
+        if self._has_report(job):
+            return
+        history, request = self._request_of(job)
+        started = time.perf_counter()
+        # One client per job: nothing stays bound to the worker's loop after it stops.
+        async with self._clients.for_job() as client:
+            remote_id, answer = await self._research(client, job, request, ctx)
+        message = report_message(answer, job.tool, job.request, job.job_id, job.params)
+        self._store_report(job, ctx, message, answer, history, remote_id)
+        self._runner.record(started, answer, ok=True)
+
+    def _has_report(self, job: Job) -> bool:
+        """Whether ``job``'s report is stored already, or was kept outside a store that could
+        not take it and is stored now (the job completed with it)."""
+        conversation = self._store.load(job.conversation_id)
+        if any(m.job_id == job.job_id for m in conversation.messages):
+            return True
+        kept = self._kept.restore(job.conversation_id)
+        return kept is not None and kept.job_id == job.job_id
+
+    def _request_of(self, job: Job) -> tuple[list[Message], Request]:
+        """The conversation's history and the API request that runs ``job``."""
         from pplx_nb import context
 
-        conversation = self._store.load(job.conversation_id)
-        if any(
-            m.model_extra and m.model_extra.get("jobId") == job.job_id
-            for m in conversation.messages
-        ):
-            return
-        kept = self._kept.restore(job.conversation_id)
-        if kept is not None and (kept.model_extra or {}).get("jobId") == job.job_id:
-            return  # stored, and the job completed with it
         # A job the TypeScript server queued has only its params; the question is stored.
         opts = _options(job.request, job.params)
         model = str(job.request.get("model") or DEEP_RESEARCH_MODEL)
@@ -114,33 +127,48 @@ class DeepResearchRunner:
         messages = fitted_messages(history, model, job.request.get("notes") or [])
         if messages and messages[-1]["role"] == "user" and job.request.get("searchQuery"):
             messages[-1] = {"role": "user", "content": str(job.request["searchQuery"])}
-        request = build_request(messages, model, opts)
-        started = time.perf_counter()
-        # One client per job: nothing stays bound to the worker's loop after it stops.
-        async with self._clients.for_job() as client:
-            remote_id = ctx.remote_id
-            try:
-                remote_id = remote_id or await _collecting(job, ctx)
-                if remote_id is None:
-                    await ctx.report(*QUERYING)
-                    remote_id = await self._submit(client, request, ctx)
-                answer = await self._poll(client, request, remote_id, ctx)
-            except (LeaseLost, asyncio.CancelledError):
-                # Stopped because the job was cancelled (or lost): a run nobody will read must
-                # not go on being billed. The canceller asks too, when it knows the run's id.
-                # A run that had finished already is paid for: its report is kept.
-                if ctx.remote_id is not None and ctx.cancelled():
-                    related = request.return_related_questions
-                    _, report = await stop_or_collect(client, ctx.remote_id, related=related)
-                    if report is not None:
-                        self.keep_report(
-                            job.conversation_id, job.job_id, job.tool, job.request, report
-                        )
-                elif ctx.unrecorded_run is not None:
-                    # Followed from memory, its id never recorded: the next attempt takes it.
-                    await self._hand_over_run(client, ctx.unrecorded_run, ctx)
-                raise
-        message = report_message(answer, job.tool, job.request, job.job_id, job.params)
+        return history, build_request(messages, model, opts)
+
+    async def _research(
+        self, client: AsyncClient, job: Job, request: Request, ctx: JobContext
+    ) -> tuple[str, Answer]:
+        """The job's run (submitted, or the one it already has) and its report.
+
+        A job stopped meanwhile (cancelled, or its lease lost) does not leave its run billing
+        for nobody: it is stopped, or handed over to the job's next attempt.
+        """
+        remote_id = ctx.remote_id
+        try:
+            remote_id = remote_id or await _collecting(job, ctx)
+            if remote_id is None:
+                await ctx.report(*QUERYING)
+                remote_id = await self._submit(client, request, ctx)
+            return remote_id, await self._poll(client, request, remote_id, ctx)
+        except (LeaseLost, asyncio.CancelledError):
+            # Stopped because the job was cancelled (or lost): a run nobody will read must
+            # not go on being billed. The canceller asks too, when it knows the run's id.
+            # A run that had finished already is paid for: its report is kept.
+            if ctx.remote_id is not None and ctx.cancelled():
+                related = request.return_related_questions
+                _, report = await stop_or_collect(client, ctx.remote_id, related=related)
+                if report is not None:
+                    self.keep_report(job.conversation_id, job.job_id, job.tool, job.request, report)
+            elif ctx.unrecorded_run is not None:
+                # Followed from memory, its id never recorded: the next attempt takes it.
+                await self._hand_over_run(client, ctx.unrecorded_run, ctx)
+            raise
+
+    def _store_report(
+        self,
+        job: Job,
+        ctx: JobContext,
+        message: Message,
+        answer: Answer,
+        history: list[Message],
+        remote_id: str,
+    ) -> None:
+        """Store the job's report ``message`` while its attempt owns the job; a paid report
+        the store cannot take, or that reached the job too late, is kept, never dropped."""
         try:
             self._guard.answer_job(job.conversation_id, message, ctx.check_owner)
         except FilesystemError as exc:
@@ -154,14 +182,13 @@ class DeepResearchRunner:
             # store's lock, if the job still wants it) rather than dropped.
             self._keep(job.conversation_id, job.job_id, message, remote_id)
             raise
-        self._runner.record(started, answer, ok=True)
 
     def keep_report(
         self,
         conversation_id: str,
         job_id: str,
         tool: str,
-        request: dict[str, Any],
+        request: JobRequest,
         report: Answer,
     ) -> JobStatus | None:
         """Store the report of cancelled job ``job_id``, whose run had finished before the
@@ -303,8 +330,7 @@ class DeepResearchRunner:
     async def _poll(
         self, client: AsyncClient, request: Request, remote_id: str, ctx: JobContext
     ) -> Answer:
-        """Follow a background run (or poll it) until it ends, through outages, until its
-        deadline.
+        """Follow (or poll) a background run until it ends, through outages, until its deadline.
 
         Transient failures (5xx, 429, 408/409, timeouts, broken connections) are waited out
         with backoff; only the run's end, a permanent error or PERPLEXITY_DEEP_RESEARCH_TIMEOUT
@@ -312,9 +338,7 @@ class DeepResearchRunner:
         """
         loop = asyncio.get_running_loop()
         budget = self._budget
-        submitted = ctx.submitted_at or time.time()
-        deadline = loop.time() + (submitted + budget - time.time())
-        started = time.monotonic() - max(time.time() - submitted, 0.0)
+        deadline, started = _run_times(ctx, budget)
         expected = expected_research_seconds(self._settings)
         reported = QUERYING[0]
         if client.follows_runs:
@@ -517,9 +541,9 @@ async def _reporting(
 def report_message(
     answer: Answer,
     tool: str,
-    request: dict[str, Any],
+    request: JobRequest,
     job_id: str,
-    params: dict[str, Any] | None = None,
+    params: JobParams | None = None,
 ) -> Message:
     """The assistant turn that stores a job's report (priced; tagged with ``jobId``), from
     the job's queued ``request`` (or the TypeScript server's ``params``)."""
@@ -532,15 +556,15 @@ def report_message(
         model=model,
         notes=[str(note) for note in request.get("notes") or []],
         show_thinking=bool(opts.get("show_thinking")),
-        jobId=job_id,
+        job_id=job_id,
     )
 
 
-def _options(request: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
-    return dict(request.get("opts") or ts_options(params))
+def _options(request: JobRequest, params: JobParams) -> SearchOptions:
+    return request.get("opts") or ts_options(params)
 
 
-def related_questions_asked(request: dict[str, Any]) -> bool:
+def related_questions_asked(request: JobRequest) -> bool:
     """Whether a job's queued ``request`` asked for related questions (its run's answer then
     ends with a list to split off)."""
     return bool(_options(request, {}).get("return_related_questions"))
@@ -570,7 +594,7 @@ async def _collecting(job: Job, ctx: JobContext) -> str | None:
     """The run a retried question already started (its report is read by id before anything
     is paid for again), recorded as the job's run; ``None`` when there is none. Only on the
     first attempt: a later one follows a run that failed, or was unknown and resubmitted."""
-    run = job.request.get(COLLECT_RUN)
+    run = job.request.get("collectRunId")
     if not isinstance(run, str) or not run or ctx.attempt != 1:
         return None
     logger.info("Reading run %s, started earlier for %s, by its id", run, job.conversation_id)
@@ -581,6 +605,14 @@ async def _collecting(job: Job, ctx: JobContext) -> str | None:
     except PplxError as exc:
         logger.warning("Could not record run %s of %s (%s)", run, job.conversation_id, exc)
     return run
+
+
+def _run_times(ctx: JobContext, budget: float) -> tuple[float, float]:
+    """The deadline of the job's run (event-loop time), ``budget`` seconds after it was
+    submitted (maybe by an earlier attempt), and that submission (``time.monotonic``)."""
+    submitted = ctx.submitted_at or time.time()
+    deadline = asyncio.get_running_loop().time() + (submitted + budget - time.time())
+    return deadline, time.monotonic() - max(time.time() - submitted, 0.0)
 
 
 async def _finalizing(ctx: JobContext) -> None:

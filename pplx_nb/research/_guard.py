@@ -27,9 +27,24 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pplx_nb._config import Settings
-from pplx_nb._errors import JobInProgress, LeaseLost, PplxError, SubmissionUnknown, redact
+from pplx_nb._errors import (
+    JobInProgress,
+    LeaseLost,
+    PplxError,
+    RunRequiresAction,
+    SubmissionUnknown,
+    redact,
+)
 from pplx_nb._logging import get_logger
-from pplx_nb._models import Conversation, JobStatus, Message, UnansweredState, closing_turn
+from pplx_nb._models import (
+    Conversation,
+    JobParams,
+    JobRequest,
+    JobStatus,
+    Message,
+    UnansweredState,
+    closing_turn,
+)
 
 if TYPE_CHECKING:
     from pplx_nb.jobs import JobQueue
@@ -140,11 +155,11 @@ class AnswerGuard:
         self,
         question: Message | None,
         tool: str,
-        request: dict[str, Any],
+        request: JobRequest,
         conversation_id: str | None = None,
         *,
         seed: Sequence[Message] = (),
-        params: dict[str, Any] | None = None,
+        params: JobParams | None = None,
     ) -> JobStatus:
         """Store ``question`` and queue its job in one step (all or nothing).
 
@@ -179,8 +194,8 @@ class AnswerGuard:
         self,
         conversation_id: str,
         tool: str,
-        request: dict[str, Any],
-        params: dict[str, Any] | None,
+        request: JobRequest,
+        params: JobParams | None,
     ) -> JobStatus:
         """Queue the job of a stored question if nothing else is under way (one locked step)."""
         with self._store.locked(conversation_id):
@@ -327,7 +342,13 @@ class Ticket:
             then = None if token is None else lambda: store.clear_answering(conversation_id, token)
             named = error.request_id if isinstance(error, SubmissionUnknown) else None
             run = self.remote_id or named
-            closing = closing_turn(*_unanswered(error), remote_id=run)
+            spent = error if isinstance(error, RunRequiresAction) else None
+            closing = closing_turn(
+                *_unanswered(error),
+                remote_id=run,
+                cost=spent.cost if spent else None,
+                usage=spent.usage if spent else None,
+            )
             with contextlib.suppress(PplxError):
                 if store.close_question(conversation_id, closing, then=then):
                     return

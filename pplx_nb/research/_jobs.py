@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from pplx_nb._config import Settings
 from pplx_nb._errors import APITimeoutError, PplxError, error_from_code
 from pplx_nb._logging import get_logger
-from pplx_nb._models import Answer, JobStatus
+from pplx_nb._models import Answer, JobResult, JobStatus
 from pplx_nb.research._answers import stored_answer
 from pplx_nb.research._deep import (
     DeepResearchRunner,
@@ -40,7 +40,8 @@ class JobDesk:
 
     Args:
         settings: job retries and lease.
-        store: the conversations (the queue lives in the same folder).
+        store: the conversations.
+        queue: the job queue beside them (opened with them, asking that store).
         runner: what the in-process worker runs for each job.
         run_here: whether queued jobs are run by this process's worker as soon as queued
             (async deep research on).
@@ -50,6 +51,7 @@ class JobDesk:
         self,
         settings: Settings,
         store: ConversationStore,
+        queue: JobQueue,
         runner: Callable[[], DeepResearchRunner],
         *,
         run_here: bool,
@@ -59,25 +61,12 @@ class JobDesk:
         self._runner = runner
         self._run_here = run_here
         self._lock = threading.RLock()
-        self._queue: JobQueue | None = None
+        self._queue = queue
         self._worker: Worker | None = None
 
     @property
     def queue(self) -> JobQueue:
-        """The job queue beside the store: over its directory, or in its Redis database (made
-        on first use)."""
-        if self._queue is None:
-            from pplx_nb.jobs import JobQueue
-
-            with self._lock:
-                if self._queue is None and self._store.is_redis:
-                    self._queue = JobQueue.from_settings(self._settings, answers=self._store)
-                elif self._queue is None:
-                    self._queue = JobQueue(
-                        self._store.root,
-                        max_job_retries=self._settings.max_job_retries,
-                        lease_seconds=self._settings.job_lease_seconds,
-                    )
+        """The job queue beside the store."""
         return self._queue
 
     def ensure_worker(self, concurrency: int = 4) -> Worker:
@@ -129,7 +118,7 @@ class JobDesk:
         # The worker running the job also cancels the run when it notices the job is gone,
         # but it may be dead, or far from its next heartbeat: ask now. A run the API will not
         # stop may have finished: its report is then read and kept.
-        request = (status.model_extra or {}).get("request") or {}
+        request = status.request or {}
         stopped, report = await stop_or_collect(
             client, status.remote_id, related=related_questions_asked(request)
         )
@@ -147,7 +136,7 @@ class JobDesk:
                 status.remote_id,
                 conversation_id,
             )
-        result = {**(status.model_extra or {}).get("result", {}), "remoteCancelled": stopped}
+        result: JobResult = {**(status.result or {}), "remoteCancelled": stopped}
         return status.model_copy(update={"result": result})
 
     async def wait(
@@ -222,5 +211,5 @@ class JobDesk:
 
 def _already_ended(status: JobStatus) -> JobStatus:
     """``status`` of a job that had ended before the cancel: nothing of it was cancelled now."""
-    result = {**((status.model_extra or {}).get("result") or {}), "alreadyEnded": True}
+    result: JobResult = {**(status.result or {}), "alreadyEnded": True}
     return status.model_copy(update={"result": result})

@@ -142,8 +142,8 @@ class KeptAnswers:
     def _stored_late(self, conversation_id: str, message: Message) -> bool:
         """Whether ``message``, a job's report, is stored now as that job's late report (the
         job then ends ``completed``); ``False`` for another answer, or a job no longer there."""
-        job_id = (message.model_extra or {}).get("jobId")
-        if not isinstance(job_id, str):
+        job_id = message.job_id
+        if job_id is None:
             return False
         status = self._guard.answer_late(conversation_id, job_id, message)
         return status is not None and status.status == "completed" and status.job_id == job_id

@@ -107,6 +107,8 @@ def activity_step(activity: Activity, *, report: bool = True) -> Step:
         message = f"Read {_count(activity.results, 'result', 'results')}"
     elif activity.stage == "fetching":
         message = f"Fetching {_count(activity.urls, 'page', 'pages')}"
+    elif activity.stage == "skill":
+        message = f"Loaded the {activity.skill or 'requested'} skill"
     else:
         message = "Planning the research..." if report else "Planning the search..."
     return percentage, message

@@ -24,6 +24,7 @@ from pplx_nb._models import (
 )
 from pplx_nb._options import SearchOptions, WebSearchFilters
 from pplx_nb._sync import sync_twin
+from pplx_nb.backends import Backends, open_backends
 from pplx_nb.research import _health
 from pplx_nb.research._answers import stored_answer
 from pplx_nb.research._clients import ClientPool
@@ -56,7 +57,9 @@ class Researcher:
 
     Args:
         settings: configuration (default: read from the environment).
-        store: the conversation store (default: one over ``settings.conversation_logs_dir``).
+        backends: where conversations and jobs live (default: what ``settings`` name, see
+            :func:`pplx_nb.backends.open_backends`; ``open_backends(settings, memory=True)``
+            keeps them in this process).
         client: an API client to use for every call (default: one per event loop, sharing a cache).
         async_deep_research: queue deep research as background jobs (default: the
             PERPLEXITY_ENABLE_ASYNC_DEEP_RESEARCH setting, else False).
@@ -73,20 +76,22 @@ class Researcher:
         self,
         settings: Settings | None = None,
         *,
-        store: ConversationStore | None = None,
+        backends: Backends | None = None,
         client: AsyncClient | None = None,
         async_deep_research: bool | None = None,
     ) -> None:
-        from pplx_nb.store import ConversationStore
-
         self._settings = settings or Settings.from_env()
-        self._store = store or ConversationStore(settings=self._settings)
+        backends = backends or open_backends(self._settings)
+        self._store = backends.conversation_store()
         if async_deep_research is None:
             async_deep_research = bool(self._settings.enable_async_deep_research)
         self._async = async_deep_research
         self._metrics = Metrics()
         self._clients = ClientPool(self._settings, client)
-        self._jobs = JobDesk(self._settings, self._store, lambda: self._deep, run_here=self._async)
+        queue = backends.job_queue(self._store)
+        self._jobs = JobDesk(
+            self._settings, self._store, queue, lambda: self._deep, run_here=self._async
+        )
         self._guard = AnswerGuard(self._settings, self._store, lambda: self._jobs.queue)
         self._kept = KeptAnswers(self._settings, self._store, self._guard)
         self._runner = TurnRunner(
@@ -141,7 +146,7 @@ class Researcher:
         **opts: Unpack[SearchOptions],
     ) -> Answer:
         """Ask a question with web search; starts and stores a NEW conversation."""
-        turn = self._turns.new(query, "search", files, dict(opts))
+        turn = self._turns.new(query, "search", files, opts)
         return await last(self._runner.run(turn, stream=False))
 
     async def astream_search(
@@ -157,7 +162,7 @@ class Researcher:
         ``on_activity`` is told what the run reports doing ("Searching: 2 queries", "Read 8
         results", ...) as it goes, when the API says so (the Agent API does).
         """
-        turn = self._turns.new(query, "search", files, dict(opts))
+        turn = self._turns.new(query, "search", files, opts)
         run = self._runner.run(turn, stream=True, on_activity=on_activity)
         async with contextlib.aclosing(run) as items:
             async for item in items:
@@ -177,7 +182,7 @@ class Researcher:
         Queued as a background job (returns its :class:`JobStatus` at once) when ``wait`` is False,
         or when it is None and async deep research is on; otherwise blocks, reporting progress.
         """
-        turn = self._turns.new(query, "research", files, dict(opts))
+        turn = self._turns.new(query, "research", files, opts)
         if self._queued(wait):
             return self._enqueue(turn)
         return await last(self._runner.run(turn, stream=True, on_progress=on_progress))
@@ -204,7 +209,7 @@ class Researcher:
         if mode not in ("search", "research"):
             raise ValidationError(f"Unknown mode {mode!r}: use 'search' or 'research'.")
         self._restore(conversation_id)
-        turn = await self._turns.followup(conversation_id, query, mode, fork, files, dict(opts))
+        turn = await self._turns.followup(conversation_id, query, mode, fork, files, opts)
         if mode == "research" and self._queued(wait):
             return self._enqueue(turn)
         ticket = self._ask(turn)
@@ -224,7 +229,7 @@ class Researcher:
         """Like :meth:`afollowup` in search mode, yielding text deltas, then the stored Answer
         (``on_activity`` as for :meth:`astream_search`)."""
         self._restore(conversation_id)
-        turn = await self._turns.followup(conversation_id, query, "search", fork, files, dict(opts))
+        turn = await self._turns.followup(conversation_id, query, "search", fork, files, opts)
         ticket = self._ask(turn)
         # A consumer that stops early closes this generator, not the run: aclosing closes the run
         # too, so the question's ticket ends at once rather than at garbage collection.
@@ -262,7 +267,7 @@ class Researcher:
                 where = self._store.conversation_location(conversation_id)
                 return stored_answer(self._store.load(conversation_id), where, turn=kept)
             status = self._jobs.queue.status(conversation_id)
-            turn = self._turns.retry(conversation_id, status, dict(opts))
+            turn = self._turns.retry(conversation_id, status, opts)
         logger.info("Resubmitting the question of %s deliberately", conversation_id)
         if self._queued(wait):
             with self._runner.counted():
@@ -334,7 +339,7 @@ class Researcher:
         result), which follow-ups can continue. The result is a list of
         :class:`~pplx_nb._models.Source`, best first, that renders as a table.
         """
-        return await self._web.search(query, max_results, save, dict(filters))
+        return await self._web.search(query, max_results, save, filters)
 
     search = sync_twin(asearch)
     stream_search = sync_twin(astream_search)

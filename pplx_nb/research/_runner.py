@@ -16,6 +16,7 @@ from pplx_nb._errors import (
     InvalidInput,
     PplxError,
     RemoteRunFailed,
+    RunRequiresAction,
     SubmissionUnknown,
 )
 from pplx_nb._logging import get_logger
@@ -37,6 +38,11 @@ __all__ = ["TurnRunner", "last", "submission_unknown", "unknown_for"]
 logger = get_logger("pplx_nb.research")
 
 _NOT_FOUND = 404
+UNSEARCHED = (
+    "No web search was made for this answer: it is the model's own knowledge, without sources. "
+    "Ask again to have it searched."
+)
+"""The note on a search answer whose run did not search, though it was told to."""
 
 
 class TurnRunner:
@@ -146,6 +152,12 @@ class TurnRunner:
             if replacement is not None:
                 raise replacement from exc
             raise
+        yield self._store_answer(turn, ticket, answer, tracker)
+
+    def _store_answer(
+        self, turn: Turn, ticket: Ticket, answer: Answer, tracker: Tracker | None
+    ) -> Answer:
+        """Store the paid ``answer`` (the ticket given up whatever happens), then say so."""
         try:
             completed = self._complete(turn, ticket, answer)
         finally:
@@ -153,7 +165,7 @@ class TurnRunner:
         # After storing: a progress callback that raises must not cost the paid answer.
         if tracker:
             tracker.update(COMPLETED)
-        yield completed
+        return completed
 
     def _failed(
         self, turn: Turn, ticket: Ticket | None, error: BaseException
@@ -168,11 +180,12 @@ class TurnRunner:
 
     def _complete(self, turn: Turn, ticket: Ticket, answer: Answer) -> Answer:
         priced(answer, turn.model)
+        notes = [*turn.notes, *([UNSEARCHED] if turn.grounded and answer.searched is False else [])]
         message = assistant_message(
             answer,
             tool=turn.tool,
             model=turn.model,
-            notes=turn.notes,
+            notes=notes,
             show_thinking=turn.show_thinking,
         )
         try:
@@ -185,7 +198,7 @@ class TurnRunner:
         answer.conversation_id = conversation_id
         answer.conversation_path = self._store.conversation_location(conversation_id)
         answer.reformulated_query = turn.user.reformulated_query
-        answer.notes = list(turn.notes)
+        answer.notes = notes
         if not turn.show_thinking:
             answer.thinking = None
         self.record(turn.started, answer, ok=True)
@@ -291,7 +304,7 @@ def submission_unknown(
 
 def _may_be_billed(turn: Turn, error: BaseException) -> bool:
     """Whether a failed turn may have cost something, so its question stays to retry."""
-    if isinstance(error, SubmissionUnknown):
+    if isinstance(error, SubmissionUnknown | RunRequiresAction):
         return True
     # Interrupted mid-answer (cancelled, Ctrl-C): a paid run may be under way.
     return _paid(turn) and not isinstance(error, Exception)

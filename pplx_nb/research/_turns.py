@@ -8,20 +8,19 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from pplx_nb._config import Settings
 from pplx_nb._errors import ValidationError, not_unicode
 from pplx_nb._models import Message, now_iso
-from pplx_nb._options import SEARCH_OPTIONS, check_options
+from pplx_nb._options import SEARCH_OPTIONS, SearchOptions, check_options
 
 if TYPE_CHECKING:
-    from pplx_nb._models import JobStatus
+    from pplx_nb._models import JobParams, JobRequest, JobStatus
     from pplx_nb.api import AsyncClient, Request
     from pplx_nb.store import ConversationStore
 
 __all__ = [
-    "COLLECT_RUN",
     "DEEP_RESEARCH_MODEL",
     "MAX_QUERY_CHARS",
     "SYSTEM_PROMPT",
@@ -45,18 +44,18 @@ SYSTEM_PROMPT = (
 DEEP_RESEARCH_MODEL = "medium"
 """Deep research: the Agent preset that replaced ``sonar-deep-research`` (mapped back for Sonar)."""
 MAX_QUERY_CHARS = 32_000
-_REQUEST_FIELDS = SEARCH_OPTIONS - {"model", "show_thinking"}
+_REQUEST_FIELDS = SEARCH_OPTIONS - {"model", "show_thinking", "preset"}
 _TOOLS = {
     ("search", False): "perplexity_search",
     ("research", False): "perplexity_deep_research",
     ("search", True): "perplexity_search_followup",
     ("research", True): "perplexity_deep_research_followup",
 }
-_TS_EFFORTS = ("low", "medium", "high")
+_GROUNDED = frozenset({"perplexity_search", "perplexity_search_followup"})
+"""The tools whose questions are answered from a web search (deep research searches anyway)."""
+_TsEffort = Literal["low", "medium", "high"]
+_TS_EFFORTS: tuple[_TsEffort, ...] = get_args(_TsEffort)
 """The reasoning efforts the TypeScript server's deep research accepts."""
-COLLECT_RUN = "collectRunId"
-"""The key of a job's ``request`` naming a run already started for its question: the job reads
-that run's report before it submits anything."""
 
 
 def tool_for(mode: Mode, follow_up: bool) -> str:
@@ -73,7 +72,7 @@ class Turn:
     user: Message
     tool: str
     model: str
-    opts: dict[str, Any]
+    opts: SearchOptions
     seed: list[Message] = field(default_factory=list)
     """Messages stored before the question in a new conversation (the system prompt)."""
     notes: list[str] = field(default_factory=list)
@@ -87,21 +86,29 @@ class Turn:
         """Whether the model's reasoning is kept with the answer."""
         return bool(self.opts.get("show_thinking"))
 
+    @property
+    def grounded(self) -> bool:
+        """Whether the answer must come from a web search (``tool_choice: required``)."""
+        return self.tool in _GROUNDED
+
     def request(self) -> Request:
         """The API request that asks this turn."""
-        return build_request(self.messages, self.model, self.opts)
+        return build_request(self.messages, self.model, self.opts, grounded=self.grounded)
 
-    def job_request(self) -> dict[str, Any]:
+    def job_request(self) -> JobRequest:
         """What a queued research job needs to run this turn later (job.json ``request``)."""
-        return {
+        request: JobRequest = {
             "model": self.model,
             "opts": self.opts,
             "searchQuery": self.messages[-1]["content"],
-            **({"notes": self.notes} if self.notes else {}),
-            **({COLLECT_RUN: self.remote_id} if self.remote_id else {}),
         }
+        if self.notes:
+            request["notes"] = self.notes
+        if self.remote_id:
+            request["collectRunId"] = self.remote_id
+        return request
 
-    def job_params(self) -> dict[str, Any]:
+    def job_params(self) -> JobParams:
         """The same job as the TypeScript perplexity-mcp-server's worker reads it (job.json
         ``params``): the question as asked, and the effort when it is one that server knows."""
         return ts_params(self.user.content, self.opts.get("reasoning_effort"))
@@ -122,15 +129,21 @@ def _unanswered_question(messages: Sequence[Message]) -> Message | None:
     return messages[-1] if messages and messages[-1].role == "user" else None
 
 
-def ts_params(query: str, effort: object) -> dict[str, Any]:
+def ts_params(query: str, effort: object) -> JobParams:
     """``{"query", "reasoning_effort"}`` as the TypeScript server's jobs hold them."""
-    return {"query": query, **({"reasoning_effort": effort} if effort in _TS_EFFORTS else {})}
+    known = _ts_effort(effort)
+    return {"query": query, "reasoning_effort": known} if known else {"query": query}
 
 
-def ts_options(params: dict[str, Any]) -> dict[str, Any]:
+def ts_options(params: JobParams) -> SearchOptions:
     """The options of a job the TypeScript server queued (its ``params``)."""
-    effort = params.get("reasoning_effort")
-    return {"reasoning_effort": effort} if effort in _TS_EFFORTS else {}
+    known = _ts_effort(params.get("reasoning_effort"))
+    return {"reasoning_effort": known} if known else {}
+
+
+def _ts_effort(value: object) -> _TsEffort | None:
+    """``value`` if it is an effort the TypeScript server accepts, else ``None``."""
+    return next((effort for effort in _TS_EFFORTS if effort == value), None)
 
 
 class TurnBuilder:
@@ -162,7 +175,7 @@ class TurnBuilder:
         self._counted = counted
 
     def new(
-        self, query: str, mode: Mode, files: Sequence[str | Path] | None, opts: dict[str, Any]
+        self, query: str, mode: Mode, files: Sequence[str | Path] | None, opts: SearchOptions
     ) -> Turn:
         """The first question of a new conversation (stored with the system prompt)."""
         with self._counted():
@@ -184,7 +197,7 @@ class TurnBuilder:
         mode: Mode,
         fork: bool,
         files: Sequence[str | Path] | None,
-        opts: dict[str, Any],
+        opts: SearchOptions,
     ) -> Turn:
         """A question continuing ``conversation_id`` (or a fork of it), with its history."""
         from pplx_nb import context
@@ -218,7 +231,7 @@ class TurnBuilder:
             tool = tool_for(mode, True)
             return Turn(conversation_id, messages, user, tool, model, opts, notes=notes)
 
-    def retry(self, conversation_id: str, status: JobStatus | None, opts: dict[str, Any]) -> Turn:
+    def retry(self, conversation_id: str, status: JobStatus | None, opts: SearchOptions) -> Turn:
         """The unanswered last question of ``conversation_id``, asked again as deep research.
 
         The earlier job's model, options, notes and search text (from ``status``) are reused
@@ -236,8 +249,8 @@ class TurnBuilder:
             )
         # Asked again as a new turn after the one that closed it: the turns keep alternating.
         question = question.model_copy(update={"timestamp": now_iso()})
-        earlier = dict((status.model_extra or {}).get("request") or {}) if status else {}
-        opts = check_options({**dict(earlier.get("opts") or {}), **opts})
+        earlier: JobRequest = (status.request or {}) if status else {}
+        opts = check_options({**(earlier.get("opts") or {}), **opts})
         model = str(opts.get("model") or earlier.get("model") or DEEP_RESEARCH_MODEL)
         notes = [str(note) for note in earlier.get("notes") or []]
         messages = fitted_messages(
@@ -256,7 +269,7 @@ class TurnBuilder:
             conversation_id, messages, question, tool, model, opts, notes=notes, remote_id=run
         )
 
-    def _model(self, mode: Mode, opts: dict[str, Any]) -> str:
+    def _model(self, mode: Mode, opts: SearchOptions) -> str:
         model = opts.get("model")
         if model:
             return str(model)
@@ -301,16 +314,31 @@ class TurnBuilder:
         return None
 
 
-def check_query(query: object) -> tuple[str, list[str]]:
+_ATTACH = {
+    "python": "Shorten it, or save the long material to a file and attach it: "
+    "`files=['notes.md']`.",
+    "mcp": 'Shorten it, or save the long material to a file and attach it: `files: ["notes.md"]`.',
+    "notebook": "Shorten it, or save the long material to a file and attach it with "
+    "`--file PATH` (`%%pplx --file notes.md`, repeatable).",
+}
+"""How each surface attaches long material to a question."""
+
+
+def check_query(query: object, *, attach: bool = True) -> tuple[str, list[str]]:
     """The question to send and store, stripped, key-shaped text replaced by ``***``, and notes
-    saying so; VALIDATION_ERROR when empty, over :data:`MAX_QUERY_CHARS` or not Unicode."""
+    saying so; VALIDATION_ERROR when empty, over :data:`MAX_QUERY_CHARS` or not Unicode.
+
+    ``attach``: the question may come with files, so a long one is told how to attach them.
+    """
     if not isinstance(query, str) or not query.strip():
         raise ValidationError("The query is empty: ask a question in words.")
     if len(query) > MAX_QUERY_CHARS:
-        raise ValidationError(
-            f"The query is {len(query):,} characters; the limit is {MAX_QUERY_CHARS:,}. "
-            "Shorten it, or attach long material as a file."
-        )
+        said = f"The query is {len(query):,} characters; the limit is {MAX_QUERY_CHARS:,}."
+        wordings = {
+            surface: f"{said} {how if attach else 'Shorten it.'}"
+            for surface, how in _ATTACH.items()
+        }
+        raise ValidationError(wordings["python"], wordings=wordings)
     try:
         query.encode("utf-8")
     except UnicodeEncodeError as exc:
@@ -320,11 +348,18 @@ def check_query(query: object) -> tuple[str, list[str]]:
     return context.scrub_secrets(query.strip(), "Your question")
 
 
-def build_request(messages: list[dict[str, str]], model: str, opts: dict[str, Any]) -> Request:
-    """The API request for ``messages``, with the options that are request fields."""
+def build_request(
+    messages: list[dict[str, str]], model: str, opts: SearchOptions, *, grounded: bool = False
+) -> Request:
+    """The API request for ``messages``, with the options that are request fields;
+    ``grounded``: the run must search before it answers."""
     from pplx_nb.api import Request
 
-    fields = {key: value for key, value in opts.items() if key in _REQUEST_FIELDS}
+    fields: dict[str, Any] = {key: value for key, value in opts.items() if key in _REQUEST_FIELDS}
+    if "preset" in opts:  # its deprecated name; effort wins, as at the API
+        fields.setdefault("effort", opts["preset"])
+    if grounded:
+        fields["tool_choice"] = "required"
     return Request(messages=messages, model=model, **fields)
 
 

@@ -7,11 +7,12 @@ the results (with them as its sources), so a follow-up can ask about them as abo
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pplx_nb._errors import ValidationError
 from pplx_nb._metrics import Metrics
 from pplx_nb._models import Cost, Message, now_iso
+from pplx_nb._options import WebSearchFilters
 from pplx_nb._web_results import SEARCH_PRICE_USD, WebResults
 from pplx_nb.research._clients import ClientPool
 from pplx_nb.research._turns import SYSTEM_PROMPT, check_query
@@ -40,7 +41,7 @@ class WebSearcher:
         self._metrics = metrics
 
     async def search(
-        self, query: str | list[str], max_results: int, save: bool, filters: dict[str, Any]
+        self, query: str | list[str], max_results: int, save: bool, filters: WebSearchFilters
     ) -> WebResults:
         """The results for ``query`` (or a list of queries); with ``save``, stored as a new
         conversation first."""
@@ -73,7 +74,7 @@ class WebSearcher:
 def _checked(query: object) -> str | list[str]:
     """The query, or each query of a list, as :func:`check_query` passes it."""
     if not isinstance(query, list | tuple):
-        return check_query(query)[0]
+        return check_query(query, attach=False)[0]
     from pplx_nb.api.search import MAX_QUERIES
 
     if not query:
@@ -89,7 +90,7 @@ def _checked(query: object) -> str | list[str]:
             raise ValidationError(
                 f"Query {number} of the list is {each!r}: give each query in words."
             )
-        checked.append(check_query(each)[0])
+        checked.append(check_query(each, attach=False)[0])
     return checked
 
 

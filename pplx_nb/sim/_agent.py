@@ -1,13 +1,15 @@
 """Agent API requests (``/v1/agent``, ``/v1/responses``), checked as strictly as the live API.
 
 Every field the SDK defines is accepted; any other field, at the top or inside a web_search tool,
-is the live API's 400 ``unknown field``. The engine is ``models`` (first of a fallback chain),
-else ``model``, else ``effort``, else ``preset``; a preset or effort level still sets how deep
-the run goes when a model is named beside it.
+is the live API's 400 ``unknown field``; a ``tool_choice`` it refuses is a 400 too, and
+``tool_choice: "none"`` answers without searching. The engine is ``models`` (first of a fallback
+chain), else ``model``, else ``effort``, else ``preset``; a preset or effort level still sets how
+deep the run goes when a model is named beside it.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,6 +107,10 @@ class AgentRequest:
     input_tokens: int
     preset: str | None = None
     effort: str | None = None
+    skills: tuple[str, ...] = ()
+    """The names of the skills it asked for: the run loads each one."""
+    searches: bool = True
+    """Whether the run searches: not when ``tool_choice`` rules the search out."""
 
     @property
     def deep(self) -> bool:
@@ -153,6 +159,56 @@ def _tool_filters(tools: Any) -> tuple[str, ...]:
     return domains
 
 
+def _skill_names(skills: Any) -> tuple[str, ...]:
+    if skills is None:
+        return ()
+    if not isinstance(skills, list):
+        raise Invalid("skills must be a list", "skills")
+    names = []
+    for n, skill in enumerate(skills):
+        if (
+            not isinstance(skill, dict)
+            or skill.get("type") not in ("builtin", "inline")
+            or not isinstance(skill.get("name"), str)
+            or not skill["name"]
+        ):
+            raise Invalid(f"skills[{n}] must be a builtin or inline skill with a name", "skills")
+        names.append(skill["name"])
+    return tuple(names)
+
+
+_CHOICES = ("none", "auto", "required")
+
+
+def _searches(choice: Any, tools: Any, tiered: bool) -> bool:
+    """Whether a run with this ``tool_choice`` searches; a 400 for a choice the API refuses:
+    not one of none, auto, required or an object naming a tool type, or one that requires a
+    tool the request does not have (an effort or preset brings its own tools)."""
+    if choice is None or choice == "auto":
+        return True
+    named = choice.get("type") if isinstance(choice, dict) else None
+    if choice not in _CHOICES and named not in _TOOLS:
+        raise Invalid(
+            f"tool_choice must be one of {', '.join(_CHOICES)} or an object naming a tool type "
+            f"({', '.join(_TOOLS)}); got {choice!r}",
+            "tool_choice",
+        )
+    if named == "function" and not isinstance(choice.get("name"), str):
+        raise Invalid("tool_choice of type function needs the function's name", "tool_choice")
+    if choice == "none":
+        return False
+    kinds = {t.get("type") for t in tools or () if isinstance(t, dict)}
+    if not kinds and not tiered:
+        raise Invalid(
+            f"tool_choice {choice!r} requires a tool, and the request has none: add tools "
+            "(such as web_search) or use an effort",
+            "tool_choice",
+        )
+    if named is not None and kinds and named not in kinds:
+        raise Invalid(f"tool_choice names {named!r}, which is not in tools", "tool_choice")
+    return named in (None, "web_search")
+
+
 def _known_model(name: Any, param: str) -> str:
     if not isinstance(name, str) or name not in MODELS:
         raise Invalid(
@@ -164,11 +220,26 @@ def _known_model(name: Any, param: str) -> str:
     return name
 
 
+_EFFORTS = ("fast", "low", "medium", "high", "xhigh")
+_PINNED = re.compile(r"(?P<tier>[a-z-]+)@[0-9A-Za-z][0-9A-Za-z.\-]*")
+
+
 def _tier_name(data: dict[str, Any], key: str) -> str | None:
+    """``data[key]`` when it names a tier: an effort level (``effort``; also any preset name
+    for ``preset``), as given or pinned to a version (``fast@2026-10-16.0``)."""
     value = data.get(key)
-    if value is not None and (not isinstance(value, str) or value not in PRESETS):
-        raise Invalid(f"unknown {key} {value!r}; use one of {', '.join(PRESETS)}", key)
-    return value
+    if value is None:
+        return None
+    pinned = _PINNED.fullmatch(value) if isinstance(value, str) else None
+    tier = pinned["tier"] if pinned else value
+    known = _EFFORTS if key == "effort" else tuple(PRESETS)
+    if not isinstance(tier, str) or tier not in known:
+        raise Invalid(
+            f"unknown {key} {value!r}; use one of {', '.join(known)}, optionally pinned to a "
+            "version (fast@2026-10-16.0)",
+            key,
+        )
+    return str(value)
 
 
 def _engine(data: dict[str, Any]) -> tuple[str, str]:
@@ -183,8 +254,8 @@ def _engine(data: dict[str, Any]) -> tuple[str, str]:
     named = chain[0] if chain else model
     if named is None and tier is None:
         raise Invalid("one of model, models, preset or effort is required", "model")
-    resolved = named or PRESETS[str(tier)]
-    return resolved, tier or resolved
+    resolved = named or PRESETS[str(tier).partition("@")[0]]
+    return resolved, (tier or resolved).partition("@")[0]
 
 
 def parse_agent(data: dict[str, Any]) -> AgentRequest:
@@ -208,6 +279,8 @@ def parse_agent(data: dict[str, Any]) -> AgentRequest:
         if data.get(flag) is not None and not isinstance(data[flag], bool):
             raise Invalid(f"{flag} must be a boolean", flag)
     domains = _tool_filters(data.get("tools"))
+    tiered = data.get("effort") is not None or data.get("preset") is not None
+    searches = _searches(data.get("tool_choice"), data.get("tools"), tiered)
     query = next(text for role, text in reversed(turns) if role == "user")
     everything = "\n".join([instructions or "", *(text for _, text in turns)])
     return AgentRequest(
@@ -222,6 +295,8 @@ def parse_agent(data: dict[str, Any]) -> AgentRequest:
         related_in_text=asks_for_related(everything),
         filters=Filters(domains),
         input_tokens=count_tokens(everything),
-        preset=data.get("preset"),
-        effort=data.get("effort"),
+        preset=data.get("effort") or data.get("preset"),
+        effort=data.get("effort") or data.get("preset"),
+        skills=_skill_names(data.get("skills")),
+        searches=searches,
     )

@@ -8,7 +8,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from pplx_nb.sim._agent import AgentRequest, parse_agent
-from pplx_nb.sim._answers import Answer
+from pplx_nb.sim._answers import Answer, unsearched
 from pplx_nb.sim._faults import Fault
 from pplx_nb.sim._handlers import STREAM_PIECES, Handlers, remember
 from pplx_nb.sim._http import Reply, Request, Stream, error_reply, json_reply
@@ -18,6 +18,7 @@ from pplx_nb.sim._responses import (
     cancelled_event,
     failed_response,
     new_response_id,
+    requires_action_response,
     research_frames,
     response_object,
 )
@@ -31,13 +32,14 @@ class AgentHandlers(Handlers):
     """``/v1/agent`` and ``/v1/responses`` with the runs they keep."""
 
     def _agent_answer(self, agent: AgentRequest) -> Answer:
-        return self._answer(
+        answer = self._answer(
             agent.query,
             agent.tier,
             agent.filters,
             related_in_text=agent.related_in_text,
             max_tokens=agent.max_output_tokens,
         )
+        return answer if agent.searches else unsearched(answer)
 
     def _run(
         self,
@@ -48,6 +50,7 @@ class AgentHandlers(Handlers):
         *,
         failed: bool,
         created: int,
+        requires_action: bool = False,
     ) -> Run:
         """A run kept for GET and cancel when the request asked to store it (the default).
 
@@ -55,7 +58,13 @@ class AgentHandlers(Handlers):
         conversation's prompt would otherwise make each of thousands of kept runs as big.
         """
         run = Run(
-            ident, answer, duration, failed, created, cancel_seconds=self.options.cancel_seconds
+            ident,
+            answer,
+            duration,
+            failed,
+            created,
+            cancel_seconds=self.options.cancel_seconds,
+            requires_action=requires_action,
         )
         if agent.store:
             remember(self.runs, ident, (run, replace(agent, prompt="")))
@@ -69,6 +78,7 @@ class AgentHandlers(Handlers):
             run.created,
             STREAM_PIECES,
             failed=run.failed,
+            requires_action=run.requires_action,
             style=self.options.citations,
         )
 
@@ -92,8 +102,13 @@ class AgentHandlers(Handlers):
     async def agent(self, request: Request, fault: Fault | None) -> Reply | Stream:
         """POST /v1/agent and /v1/responses: a response, its events, or a queued run."""
         agent = parse_agent(parse_json_object(request.body))
+        if fault is not None and fault.skill_loaded:
+            agent = replace(agent, skills=(*agent.skills, fault.skill_loaded))
+        if fault is not None and fault.unsearched:
+            agent = replace(agent, searches=False)
         answer = self._agent_answer(agent)
         failed = fault is not None and fault.agent_failed
+        waits = fault is not None and fault.requires_action and not failed
         odd = fault is not None and fault.odd
         ident = new_response_id()
         created = int(time.time())
@@ -109,24 +124,43 @@ class AgentHandlers(Handlers):
                 created,
                 STREAM_PIECES,
                 failed=failed,
+                requires_action=waits,
                 style=self.options.citations,
             )
-            output = len(frames) - research_frames(answer)
+            output = len(frames) - research_frames(answer, agent.skills)
             if odd:
                 frames = odd_agent_frames(frames)
             delays = self._pace(len(frames), agent.deep, len(frames) - output)
-            run = self._run(ident, agent, answer, sum(delays), failed=failed, created=created)
+            run = self._run(
+                ident,
+                agent,
+                answer,
+                sum(delays),
+                failed=failed,
+                created=created,
+                requires_action=waits,
+            )
             return self._stream(run, agent, frames, delays)
         if agent.background:
             duration = (
                 self.options.deep_research_seconds if agent.deep else self.options.latency_ms / 1000
             )
-            self._run(ident, agent, answer, duration, failed=failed, created=created)
+            self._run(
+                ident,
+                agent,
+                answer,
+                duration,
+                failed=failed,
+                created=created,
+                requires_action=waits,
+            )
             return json_reply(response_object(ident, agent, created, status="queued"))
         await self._delay(agent.deep)
-        self._run(ident, agent, answer, 0.0, failed=failed, created=created)
-        if failed:
-            return json_reply(failed_response(ident, agent, created))
+        run = self._run(
+            ident, agent, answer, 0.0, failed=failed, created=created, requires_action=waits
+        )
+        if failed or waits:
+            return json_reply(self._run_view(run, agent))
         body = self._template(
             agent,
             agent.prompt,
@@ -157,6 +191,8 @@ class AgentHandlers(Handlers):
             )
         if phase == "failed":
             return failed_response(run.ident, agent, run.created)
+        if phase == "requires_action":
+            return requires_action_response(run.ident, agent, run.created, run.answer)
         return response_object(run.ident, agent, run.created, status=phase)
 
     def _find_run(self, path: str) -> tuple[Run, AgentRequest] | Reply:
@@ -183,7 +219,7 @@ class AgentHandlers(Handlers):
             )
         frames = self._events(run, agent)
         elapsed = time.monotonic() - run.started
-        due = frame_times(len(frames), research_frames(run.answer), run.duration)
+        due = frame_times(len(frames), research_frames(run.answer, agent.skills), run.duration)
         first = int(after) + 1
         delays, waited = [], 0.0
         for moment in due[first:]:

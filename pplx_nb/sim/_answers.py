@@ -7,14 +7,22 @@ gets the same answer.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
 
 from pplx_nb._pricing import price_for
 from pplx_nb.sim._corpus import Corpus
 from pplx_nb.sim._documents import Document, first_sentences, snippet
 
-__all__ = ["Answer", "Filters", "compose", "count_tokens", "is_deep", "is_reasoning"]
+__all__ = [
+    "Answer",
+    "Filters",
+    "compose",
+    "count_tokens",
+    "is_deep",
+    "is_reasoning",
+    "unsearched",
+]
 
 _DEEP_NAMES = frozenset(
     {"sonar-deep-research", "medium", "high", "xhigh", "deep-research", "advanced-deep-research"}
@@ -84,6 +92,13 @@ class Answer:
     def content(self) -> str:
         """What the model emits: the ``<think>`` block (if any) and then the answer text."""
         return f"<think>\n{self.think}\n</think>\n\n{self.text}" if self.think else self.text
+
+
+def unsearched(answer: Answer) -> Answer:
+    """``answer`` as a model gives it without searching (``tool_choice: "none"``): the same
+    words without their ``[n]`` markers, no sources, no queries."""
+    text = re.sub(r"\s*\[\d+\]", "", answer.text)
+    return replace(answer, text=text, sources=(), snippets=(), queries=())
 
 
 def _header(corpus: Corpus) -> str:

@@ -1,15 +1,19 @@
-"""BM25 ranking over a fixed set of documents: tokeniser, index, and a pure search function."""
+"""BM25 ranking over a fixed set of documents: tokeniser, index, and a pure search function.
+
+Plain Python (the simulator is part of the core install, which brings no numpy). Frequencies,
+document norms and each term's contribution are single-precision floats (``array("f")`` rounds
+every step), as the index always computed them, so rankings and scores stay what they were.
+"""
 
 from __future__ import annotations
 
+import heapq
 import math
 import re
+from array import array
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-
-import numpy as np
-import numpy.typing as npt
 
 __all__ = ["BM25Index", "tokenize"]
 
@@ -58,16 +62,16 @@ class BM25Index:
     """
 
     spans: dict[str, tuple[int, int]]
-    doc_ids: npt.NDArray[np.int32]
-    freqs: npt.NDArray[np.float32]
-    doc_norms: npt.NDArray[np.float32]
+    doc_ids: array[int]
+    freqs: array[float]
+    doc_norms: array[float]
     k1: float = 1.2
     b: float = 0.75
 
     @property
     def size(self) -> int:
         """Number of indexed documents."""
-        return int(self.doc_norms.shape[0])
+        return len(self.doc_norms)
 
     @classmethod
     def build(
@@ -82,24 +86,19 @@ class BM25Index:
             for term, count in Counter(terms).items():
                 ids.setdefault(term, []).append(doc_id)
                 counts.setdefault(term, []).append(count)
-        length = np.asarray(lengths, dtype=np.float32)
-        average = float(length.mean()) if len(lengths) else 1.0
-        norms = (k1 * (1.0 - b + b * length / max(average, 1.0))).astype(np.float32)
+        average = _single(sum(lengths) / len(lengths)) if lengths else 1.0
+        scaled = _singles(_single(b) * n for n in lengths)
+        relative = _singles(x / _single(max(average, 1.0)) for x in scaled)
+        padded = _singles(_single(1.0 - b) + x for x in relative)
+        norms = array("f", [_single(k1) * x for x in padded])
         spans: dict[str, tuple[int, int]] = {}
-        flat_ids: list[int] = []
-        flat_counts: list[int] = []
+        flat_ids: array[int] = array("i")
+        flat_counts: array[float] = array("f")
         for term in sorted(ids):
             spans[term] = (len(flat_ids), len(flat_ids) + len(ids[term]))
             flat_ids.extend(ids[term])
             flat_counts.extend(counts[term])
-        return cls(
-            spans,
-            np.asarray(flat_ids, dtype=np.int32),
-            np.asarray(flat_counts, dtype=np.float32),
-            norms,
-            k1,
-            b,
-        )
+        return cls(spans, flat_ids, flat_counts, norms, k1, b)
 
     def search(self, query: str, limit: int) -> list[tuple[int, float]]:
         """The ``limit`` best ``(doc_id, score)`` pairs for ``query``, best first.
@@ -110,20 +109,30 @@ class BM25Index:
         total = self.size
         if not terms or total == 0 or limit <= 0:
             return []
-        scores = np.zeros(total, dtype=np.float64)
+        scores: dict[int, float] = {}
+        boost = _single(self.k1 + 1.0)
         for term in terms:
             span = self.spans.get(term)
             if span is None:
                 continue
             doc_ids = self.doc_ids[span[0] : span[1]]
             tf = self.freqs[span[0] : span[1]]
-            df = doc_ids.shape[0]
-            idf = math.log(1.0 + (total - df + 0.5) / (df + 0.5))
-            scores[doc_ids] += idf * tf * (self.k1 + 1.0) / (tf + self.doc_norms[doc_ids])
-        candidates = np.flatnonzero(scores > 0.0)
-        if candidates.shape[0] > limit:
-            top = np.argpartition(-scores[candidates], limit - 1)[:limit]
-            threshold = scores[candidates[top]].min()
-            candidates = candidates[scores[candidates] >= threshold]
-        ranked = sorted(candidates.tolist(), key=lambda doc: (-scores[doc], doc))[:limit]
-        return [(doc, float(scores[doc])) for doc in ranked]
+            idf = _single(math.log(1.0 + (total - len(doc_ids) + 0.5) / (len(doc_ids) + 0.5)))
+            weighted = _singles(x * boost for x in _singles(idf * f for f in tf))
+            damped = _singles(f + self.doc_norms[doc] for f, doc in zip(tf, doc_ids, strict=True))
+            parts = _singles(x / y for x, y in zip(weighted, damped, strict=True))
+            for doc, part in zip(doc_ids, parts, strict=True):
+                scores[doc] = scores.get(doc, 0.0) + part
+        found = (doc for doc, score in scores.items() if score > 0.0)
+        ranked = heapq.nsmallest(limit, found, key=lambda doc: (-scores[doc], doc))
+        return [(doc, scores[doc]) for doc in ranked]
+
+
+def _singles(values: Iterable[float]) -> array[float]:
+    """``values`` each rounded to single precision."""
+    return array("f", values)
+
+
+def _single(value: float) -> float:
+    """``value`` rounded to single precision."""
+    return array("f", (value,))[0]

@@ -29,8 +29,9 @@ def inject_faults(base_url: str, *faults: dict[str, Any]) -> None:
     """Queue faults on the simulator at ``base_url``; matching API requests consume them in order.
 
     Keys: ``status``, ``retry_after``, ``retry_after_ms``, ``html``, ``hang``, ``trickle``,
-    ``disconnect_after``, ``agent_failed``, ``odd``, ``headers`` (added to the reply), ``path``
-    (substring filter), ``times`` (default 1).
+    ``disconnect_after``, ``agent_failed``, ``requires_action``, ``skill_loaded`` (a skill name),
+    ``unsearched``, ``odd``, ``headers`` (added to the reply), ``path`` (substring filter),
+    ``times`` (default 1).
     A single request can also carry one fault as JSON in its ``X-Sim-Fault`` header.
     """
     _call(base_url, "POST", "/_sim/faults", {"faults": list(faults)})

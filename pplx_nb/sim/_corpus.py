@@ -29,7 +29,7 @@ from pplx_nb.sim._frozen import FROZEN_CORPUS, read_frozen
 
 __all__ = ["Corpus", "directory_documents", "load_corpus"]
 
-_FORMAT = 8
+_FORMAT = 9
 _TITLE_WEIGHT = 3
 _EXTENSIONS = (".md", ".txt", ".rst")
 _HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")

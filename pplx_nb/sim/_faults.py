@@ -21,7 +21,12 @@ class Fault:
     streamed it drops the connection before any response. ``odd`` answers in unusual but legal
     shapes (see :mod:`pplx_nb.sim._odd`). ``trickle=S`` sends a whole (not streamed) body in
     ten pieces, ``S`` seconds apart, after the headers. ``headers`` adds response headers (for
-    instance rate-limit headers) to the reply, an error or not.
+    instance rate-limit headers) to the reply, an error or not. ``requires_action`` ends an
+    Agent run ``requires_action`` (waiting for a tool call's approval) with the usage of its
+    research; ``skill_loaded=NAME`` has an Agent run load that skill (a
+    ``response.skill.loaded`` event in its stream), as a request's ``skills`` do.
+    ``unsearched`` has an Agent run answer without searching whatever its ``tool_choice`` (a
+    server that ignores it).
     """
 
     status: int | None = None
@@ -32,6 +37,9 @@ class Fault:
     trickle: float = 0.0
     disconnect_after: int | None = None
     agent_failed: bool = False
+    requires_action: bool = False
+    skill_loaded: str | None = None
+    unsearched: bool = False
     odd: bool = False
     headers: tuple[tuple[str, str], ...] = ()
     path: str | None = None
@@ -95,6 +103,9 @@ def parse_fault(raw: Any) -> Fault:
     if path is not None and not isinstance(path, str):
         raise ValueError("fault key 'path' must be a string")
     times = _number(raw.get("times", 1), "times", int)
+    skill = raw.get("skill_loaded")
+    if skill is not None and (not isinstance(skill, str) or not skill):
+        raise ValueError("fault key 'skill_loaded' must be a skill name")
     return Fault(
         status=status,
         retry_after=_number(raw.get("retry_after"), "retry_after", float),
@@ -104,6 +115,9 @@ def parse_fault(raw: Any) -> Fault:
         trickle=_number(raw.get("trickle", 0), "trickle", float),
         disconnect_after=_number(raw.get("disconnect_after"), "disconnect_after", int),
         agent_failed=bool(raw.get("agent_failed", False)),
+        requires_action=bool(raw.get("requires_action", False)),
+        skill_loaded=skill,
+        unsearched=bool(raw.get("unsearched", False)),
         odd=bool(raw.get("odd", False)),
         headers=_headers(raw.get("headers")),
         path=path,

@@ -26,6 +26,7 @@ __all__ = [
     "cancelled_event",
     "failed_response",
     "new_response_id",
+    "requires_action_response",
     "research_frames",
     "response_object",
 ]
@@ -61,11 +62,12 @@ def _fetched(answer: Answer) -> list[dict[str, Any]]:
     return [{"url": d.url, "title": d.title, "snippet": s} for d, s in list(pairs)[:_FETCHED]]
 
 
-def _usage(request: AgentRequest, answer: Answer) -> dict[str, Any]:
+def _usage(request: AgentRequest, answer: Answer, *, written: bool = True) -> dict[str, Any]:
+    """What a run used; ``written=False``: it stopped before writing its answer."""
     price = MODELS[request.model]
     input_tokens = request.input_tokens
     reasoning = count_tokens(answer.think) if answer.think else 0
-    output_tokens = count_tokens(answer.text) + reasoning
+    output_tokens = (count_tokens(answer.text) if written else 0) + reasoning
     calls = {"search_web": len(answer.queries), "fetch_url": len(_fetched(answer))}
     details = {
         tool: {"invocation": n, "cost_usd": round(n * TOOL_PRICES[tool], 6)}
@@ -109,7 +111,7 @@ def _message_item(item_id: str, text: str | None, status: str) -> dict[str, Any]
 
 
 def _output(answer: Answer, message_id: str, style: CitationStyle) -> list[dict[str, Any]]:
-    items = [_search_item(answer)]
+    items = [_search_item(answer)] if answer.queries else []
     if answer.deep:
         items.append({"type": "fetch_url_results", "contents": _fetched(answer)})
     items.append(_message_item(message_id, cite(answer.text, answer.sources, style), "completed"))
@@ -159,6 +161,17 @@ _FAILURE = {
 }
 
 
+def requires_action_response(
+    ident: str, request: AgentRequest, created: int, answer: Answer
+) -> dict[str, Any]:
+    """A run that stopped to wait for an action (an injected ``requires_action`` fault): its
+    searches in ``output`` and their usage, no message."""
+    payload = response_object(ident, request, created, status="requires_action")
+    payload["output"] = [_search_item(answer)] if answer.queries else []
+    payload["usage"] = _usage(request, answer, written=False)
+    return payload
+
+
 def failed_response(ident: str, request: AgentRequest, created: int) -> dict[str, Any]:
     """A run that failed: HTTP 200 with ``status: failed`` and an ``error``."""
     payload = response_object(ident, request, created, status="failed")
@@ -174,10 +187,12 @@ def cancelled_event(ident: str, request: AgentRequest, created: int, sequence: i
     )
 
 
-def _research(answer: Answer) -> list[dict[str, Any]]:
-    """The ``response.reasoning.*`` events: one search round per query, then page reads."""
+def _research(answer: Answer, skills: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """The ``response.reasoning.*`` events: the skills loaded, one search round per query, then
+    page reads."""
     events: list[dict[str, Any]] = [
-        {"type": "response.reasoning.started", "thought": "Planning the searches."}
+        {"type": "response.reasoning.started", "thought": "Planning the searches."},
+        *({"type": "response.skill.loaded", "name": name} for name in skills),
     ]
     results = _results(answer)
     rounds = len(answer.queries)
@@ -211,10 +226,10 @@ def _research(answer: Answer) -> list[dict[str, Any]]:
     return events
 
 
-def research_frames(answer: Answer) -> int:
+def research_frames(answer: Answer, skills: tuple[str, ...] = ()) -> int:
     """How many frames of a run's stream come before its output: ``response.created``,
-    ``response.in_progress`` and the reasoning events."""
-    return 2 + len(_research(answer))
+    ``response.in_progress`` and the reasoning (and skill) events."""
+    return 2 + len(_research(answer, skills))
 
 
 def agent_events(
@@ -225,17 +240,24 @@ def agent_events(
     pieces: int,
     *,
     failed: bool = False,
+    requires_action: bool = False,
     style: CitationStyle = "numbered",
 ) -> list[bytes]:
-    """The typed SSE frames of a run, ``sequence_number`` rising from 0, one terminal event."""
+    """The typed SSE frames of a run, ``sequence_number`` rising from 0, one terminal event
+    (a run that stops ``requires_action`` ends with ``response.completed`` carrying that
+    status: the turn is over, the run waits)."""
     pending = response_object(ident, request, created, status="in_progress")
     events: list[dict[str, Any]] = [
         {"type": "response.created", "response": pending},
         {"type": "response.in_progress", "response": pending},
-        *_research(answer),
+        *_research(answer, request.skills),
     ]
     if failed:
         events.append({"type": "response.failed", "error": dict(_FAILURE)})
+    elif requires_action:
+        waiting = requires_action_response(ident, request, created, answer)
+        events.append({"type": "response.completed", "response": waiting})
+    if failed or requires_action:
         return [sse_event({**event, "sequence_number": n}) for n, event in enumerate(events)]
     final = response_object(ident, request, created, status="completed", answer=answer, style=style)
     *sources, message = final["output"]

@@ -2,7 +2,8 @@
 
 A run's phase is a pure function of the time since it was created, so nothing has to tick in the
 background: ``queued`` for the first tenth of its duration, ``in_progress`` until the duration has
-passed, then ``completed`` (or ``failed`` when a fault said so). A cancel accepted while the run
+passed, then ``completed`` (or ``failed`` / ``requires_action`` when a fault said so). A cancel
+accepted while the run
 is pending ends it ``cancelled`` once ``cancel_seconds`` have passed (until then it is still
 pending, as the live API's runs are while ``cancelling``), even if its duration ends first. The
 moment each event of its stream is due is a function of time too (:func:`frame_times`): the
@@ -23,7 +24,7 @@ RESEARCH_ENDS = 0.75
 """The share of a deep run's duration spent researching; its output is written in the rest."""
 _QUEUED = 0.1
 
-Phase = Literal["queued", "in_progress", "completed", "failed", "cancelled"]
+Phase = Literal["queued", "in_progress", "completed", "failed", "cancelled", "requires_action"]
 
 
 @dataclass(slots=True)
@@ -38,6 +39,7 @@ class Run:
     started: float = field(default_factory=time.monotonic)
     cancel_seconds: float = 0.0
     cancel_asked: float | None = None
+    requires_action: bool = False
 
     def phase(self, now: float | None = None) -> Phase:
         """Where the run is at ``now`` (monotonic seconds; default: the current time)."""
@@ -51,7 +53,9 @@ class Run:
             return "queued"
         if elapsed < self.duration:
             return "in_progress"
-        return "failed" if self.failed else "completed"
+        if self.failed:
+            return "failed"
+        return "requires_action" if self.requires_action else "completed"
 
     @property
     def finished_at(self) -> int:

@@ -17,10 +17,11 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TextIO
+from typing import Any, TextIO
 
 import pydantic
 
+from pplx_nb._config import Settings
 from pplx_nb._errors import (
     ConversationCorrupted,
     ConversationNotFound,
@@ -29,20 +30,14 @@ from pplx_nb._errors import (
 )
 from pplx_nb._errors import ValidationError as PplxValidationError
 from pplx_nb._models import ACTIVE_JOB_STATES
-from pplx_nb.store._file import FileBackend
-from pplx_nb.store._redis import RedisBackend, is_redis_location
-from pplx_nb.store._store import ConversationStore
+from pplx_nb.backends import Backends, is_store_url, open_backends
+from pplx_nb.jobs import JobStatusBackend
+from pplx_nb.store import ConversationStore
 
-__all__ = ["Migration", "main", "migrate", "open_store"]
+__all__ = ["Migration", "main", "migrate", "open_location"]
 
 _PROGRESS_EVERY = 100
 """A progress line at least every this many conversations (every tenth of them if fewer)."""
-
-
-class _Statuses(Protocol):
-    def snapshot(self, conversation_id: str) -> bytes | None: ...
-
-    def restore(self, conversation_id: str, snapshot: bytes | None) -> None: ...
 
 
 @dataclass
@@ -68,25 +63,23 @@ class Migration:
         return text + f", job statuses {self.jobs}"
 
 
-def open_store(where: str, role: str) -> ConversationStore:
-    """The store at ``where`` (a folder or a Redis URL); VALIDATION_ERROR saying what is wrong.
+def open_location(where: str, role: str) -> Backends:
+    """The backends at ``where`` (a folder or a Redis URL); VALIDATION_ERROR saying what is wrong.
 
     ``role`` (SOURCE or TARGET) names the argument in messages. A SOURCE folder must exist.
     """
-    if is_redis_location(where):
-        from pplx_nb._config import Settings
-
+    if is_store_url(where):
         try:
             settings = Settings(store_url=where)
         except pydantic.ValidationError as exc:
             problem = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
             raise PplxValidationError(f"{role}: {problem}") from None
-        store = ConversationStore(settings=settings)
+        backends = open_backends(settings)
         try:
-            store.check_writable()
+            backends.store.check_writable()
         except StoreUnavailable as exc:
             raise StoreUnavailable(f"{role}: {exc.message}", **exc.details) from None
-        return store
+        return backends
     if "://" in where:
         raise PplxValidationError(
             f"{role} {where!r} is neither a folder nor a redis:// URL. Pass a "
@@ -100,12 +93,12 @@ def open_store(where: str, role: str) -> ConversationStore:
             f"SOURCE {where} does not exist. Pass the conversation-logs folder to copy from "
             "(CONVERSATION_LOGS_DIR, ./conversation-logs by default).",
         )
-    return ConversationStore(path)
+    return open_backends(root=path)
 
 
 def migrate(
-    source: ConversationStore,
-    target: ConversationStore,
+    source: Backends,
+    target: Backends,
     progress: Callable[[str], None] = lambda line: None,
 ) -> Migration:
     """Copy every conversation of ``source`` missing at ``target``, with ended job statuses."""
@@ -114,23 +107,22 @@ def migrate(
             f"SOURCE and TARGET are the same store ({source.location}): nothing to migrate.",
         )
     result = Migration()
-    ids = source.ids()
+    reader, writer = source.conversation_store(), target.conversation_store()
+    ids = reader.ids()
     every = max(1, min(_PROGRESS_EVERY, len(ids) // 10))
-    put = _backend(target).put
-    source_jobs, target_jobs = _statuses(source), _statuses(target)
     for number, conversation_id in enumerate(ids, 1):
         try:
-            source.load(conversation_id)  # the whole model: a corrupted one is not copied
-            document = source.read_raw(conversation_id)
+            reader.load(conversation_id)  # the whole model: a corrupted one is not copied
+            document = reader.read_raw(conversation_id)
         except ConversationNotFound:
             continue  # deleted meanwhile
         except ConversationCorrupted as exc:
             result.unreadable.append(conversation_id)
             progress(f"unreadable {conversation_id}: {exc}")
             continue
-        if put(conversation_id, document):
+        if target.store.put(conversation_id, document):
             result.migrated += 1
-        elif _same(target, conversation_id, document):
+        elif _same(writer, conversation_id, document):
             result.skipped += 1
         else:
             result.conflicts.append(conversation_id)
@@ -139,7 +131,7 @@ def migrate(
                 "this id; left as it is"
             )
             continue
-        result.jobs += _copy_status(source_jobs, target_jobs, conversation_id, progress)
+        result.jobs += _copy_status(source.statuses, target.statuses, conversation_id, progress)
         if number % every == 0:
             progress(f"{number}/{len(ids)} conversations: {result.summary()}")
     return result
@@ -159,48 +151,11 @@ def _counted(document: dict[str, Any]) -> dict[str, Any]:
     return {**document, "messageCount": len(document["messages"])}
 
 
-def _backend(store: ConversationStore) -> FileBackend | RedisBackend:
-    backend = store._backend  # migrate is the store package's own tool
-    assert isinstance(backend, FileBackend | RedisBackend)
-    return backend
-
-
-def _statuses(store: ConversationStore) -> _Statuses:
-    """The job side's statuses of ``store``, asked through their snapshot / restore seam."""
-    backend = _backend(store)
-    if isinstance(backend, RedisBackend):
-        return _RawRedisStatuses(backend)
-    from pplx_nb.jobs import FileStatusBackend
-
-    return FileStatusBackend(backend.root, max_file_bytes=backend.max_file_bytes)
-
-
-class _RawRedisStatuses:
-    """A status kept as the JSON of status.json under ``pplx_nb:conv:<id>:status``."""
-
-    def __init__(self, backend: RedisBackend) -> None:
-        self._backend = backend
-
-    def snapshot(self, conversation_id: str) -> bytes | None:
-        from pplx_nb._redis import client, redis_errors
-
-        with redis_errors(self._backend.url, "read a job status in"):
-            found = client(self._backend.url).get(self._key(conversation_id))
-        return bytes(found) if found is not None else None  # type: ignore[arg-type]
-
-    def restore(self, conversation_id: str, snapshot: bytes | None) -> None:
-        from pplx_nb._redis import client, redis_errors
-
-        if snapshot is not None:
-            with redis_errors(self._backend.url, "store a job status in"):
-                client(self._backend.url).set(self._key(conversation_id), snapshot)
-
-    def _key(self, conversation_id: str) -> str:
-        return self._backend.keys.conversation(conversation_id, "status")
-
-
 def _copy_status(
-    source: _Statuses, target: _Statuses, conversation_id: str, progress: Callable[[str], None]
+    source: JobStatusBackend,
+    target: JobStatusBackend,
+    conversation_id: str,
+    progress: Callable[[str], None],
 ) -> int:
     """Copy the conversation's job status if its job has ended and the target has none."""
     try:
@@ -256,8 +211,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         print(line, file=sys.stderr, flush=True)
 
     try:
-        source = open_store(args.source, "SOURCE")
-        target = open_store(args.target, "TARGET")
+        source = open_location(args.source, "SOURCE")
+        target = open_location(args.target, "TARGET")
         progress(f"migrating {source.location} -> {target.location}")
         result = migrate(source, target, progress)
     except PplxError as exc:

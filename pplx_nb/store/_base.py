@@ -2,12 +2,13 @@
 
 A :class:`StoreBackend` stores JSON documents (the camelCase ``conversation.json`` shape) under
 conversation ids and knows nothing about pydantic models; the façade validates what goes in and
-builds models from what comes out. The file backend (:mod:`pplx_nb.store._file`) and the Redis
+builds models from what comes out. The file backend (:mod:`pplx_nb.store._file`), the Redis
 backend (:mod:`pplx_nb.store._redis`: a hash and a list per conversation, a sorted set of ids, Lua
-scripts for creates and appends) implement the same methods, the mark of a question being
-answered included (see :mod:`pplx_nb.store._answering`).
-:class:`JobStates` is all the store needs from the job side (``JobQueue`` implements it): it never
-reads a job's files itself.
+scripts for creates and appends) and the memory backend (:mod:`pplx_nb.store._memory`) implement
+the same methods, the mark of a question being answered included (see
+:mod:`pplx_nb.store._answering`). :class:`JobStates` is all the store needs from the job side
+(``pplx_nb.jobs.JobSide`` implements it, and is handed in by whoever opens the backends): the
+store never reads a job's files, nor imports the job side.
 """
 
 from __future__ import annotations
@@ -26,8 +27,17 @@ __all__ = ["JobStates", "StoreBackend"]
 class StoreBackend(Protocol):
     """What a conversation store backend implements. Every method validates the id first."""
 
+    where: str
+    """Where the conversations live, for users: the folder, the Redis URL without credentials,
+    or ``memory``."""
+
     def create(self, messages: Sequence[Mapping[str, Any]], meta: Mapping[str, Any]) -> bytes:
         """Store a new conversation under a fresh unique id; return its document."""
+        ...
+
+    def put(self, conversation_id: str, document: Mapping[str, Any]) -> bool:
+        """Store ``document`` under its own id unless that id is taken (migrating a store);
+        whether it was stored."""
         ...
 
     def read(self, conversation_id: str) -> bytes:

@@ -36,6 +36,7 @@ __all__ = [
     "TAIL",
     "Canonical",
     "append_messages",
+    "appended",
     "assemble",
     "body",
     "check_lines",
@@ -47,7 +48,9 @@ __all__ = [
     "header",
     "last_role",
     "misplaced",
+    "new_document",
     "parse",
+    "replaced",
     "split",
     "summarize",
     "summary_field",
@@ -165,6 +168,53 @@ def append_messages(
         return b"".join((head, b"\n", lines, TAIL))
     body = memoryview(canonical.data)[canonical.body_start : canonical.body_end]
     return b"".join((head, b"\n", body, b",\n", lines, TAIL))
+
+
+def new_document(
+    conversation_id: str,
+    stamp: str,
+    messages: Sequence[Mapping[str, Any]],
+    meta: Mapping[str, Any],
+) -> bytes:
+    """The canonical bytes of a conversation created at ``stamp`` (ISO 8601)."""
+    return encode(
+        {
+            "conversationId": conversation_id,
+            "createdAt": stamp,
+            "updatedAt": stamp,
+            "messageCount": len(messages),
+            **meta,
+            "messages": [dict(m) for m in messages],
+        }
+    )
+
+
+def appended(
+    data: bytes,
+    messages: Sequence[Mapping[str, Any]],
+    updated_at: str,
+    conversation_id: str,
+    where: str,
+) -> bytes:
+    """``data`` with ``messages`` appended: spliced in after the history when ``data`` is laid out
+    canonically, else the whole document re-encoded (one another program wrote)."""
+    canonical = split(data)
+    if canonical is not None:
+        return append_messages(canonical, messages, updated_at)
+    document = parse(data, conversation_id, where)
+    document["messages"].extend(dict(m) for m in messages)
+    document["updatedAt"] = updated_at
+    document["messageCount"] = len(document["messages"])
+    return encode(document)
+
+
+def replaced(
+    document: dict[str, Any], index: int, message: Mapping[str, Any], updated_at: str
+) -> bytes:
+    """The parsed ``document`` with its message at ``index`` replaced by ``message``, encoded."""
+    document["messages"][index] = dict(message)
+    document["updatedAt"] = updated_at
+    return encode(document)
 
 
 def last_role(data: bytes, conversation_id: str, where: str) -> str | None:

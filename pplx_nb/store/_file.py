@@ -61,10 +61,12 @@ from pplx_nb.store import _answering as answering
 from pplx_nb.store._answering import AnsweringMarker
 from pplx_nb.store._document import (
     TAIL,
-    append_messages,
+    appended,
     encode,
     header,
+    new_document,
     parse,
+    replaced,
     split,
     summarize,
     summary_of_header,
@@ -117,6 +119,7 @@ class FileBackend:
         self, root: Path, *, durable: bool = False, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
     ) -> None:
         self.root = root
+        self.where = str(root)
         self.durable = durable
         self.max_file_bytes = max_file_bytes
         self._layout = Layout(root)
@@ -151,16 +154,8 @@ class FileBackend:
         conversation_id = id_from_ms(unix_ms)
         directory = self.root / conversation_id
         stamp = now_iso(datetime.fromtimestamp(unix_ms / 1000, UTC))
-        document: dict[str, Any] = {
-            "conversationId": conversation_id,
-            "createdAt": stamp,
-            "updatedAt": stamp,
-            "messageCount": len(messages),
-            **meta,
-            "messages": [dict(m) for m in messages],
-        }
         try:
-            data = encode(document)
+            data = new_document(conversation_id, stamp, messages, meta)
             self._write(directory, data)
         except BaseException:
             shutil.rmtree(directory, ignore_errors=True)
@@ -223,16 +218,8 @@ class FileBackend:
         data = self._read_locked(conversation_id, directory)
         if check is not None:
             check(data)
-        updated_at = now_iso()
-        canonical = split(data)
-        if canonical is None:
-            document = parse(data, conversation_id, str(directory / CONVERSATION_FILE))
-            document["messages"].extend(dict(m) for m in messages)
-            document["updatedAt"] = updated_at
-            document["messageCount"] = len(document["messages"])
-            new = encode(document)
-        else:
-            new = append_messages(canonical, messages, updated_at)
+        where = str(directory / CONVERSATION_FILE)
+        new = appended(data, messages, now_iso(), conversation_id, where)
         self._write_then(directory, new, data, then)
         return new
 
@@ -252,12 +239,9 @@ class FileBackend:
             data = self._read_locked(conversation_id, directory)
             index = where(data)
             document = parse(data, conversation_id, str(directory / CONVERSATION_FILE))
-            messages = document["messages"]
-            if index == len(messages):
+            if index == len(document["messages"]):
                 return self.append_locked(conversation_id, [message], then=then)
-            messages[index] = dict(message)
-            document["updatedAt"] = now_iso()
-            new = encode(document)
+            new = replaced(document, index, message, now_iso())
             self._write_then(directory, new, data, then)
             return new
 

@@ -64,7 +64,7 @@ from pplx_nb.store._redis_scripts import APPEND, CREATE, REPLACE, UNDO
 if TYPE_CHECKING:
     import redis
 
-__all__ = ["RedisBackend", "is_redis_location"]
+__all__ = ["RedisBackend"]
 
 _REQUIRED = ("conversationId", "createdAt", "updatedAt", "messageCount")
 """The meta fields every stored conversation has, in the order documents list them."""
@@ -74,11 +74,6 @@ _LEFTOVERS = ("status", "job", "answering")
 which a process holds for a moment, conversation or not)."""
 _TYPES = {"meta": "hash", "messages": "list"}
 """The Redis type of each key :meth:`RedisBackend.read` reads."""
-
-
-def is_redis_location(location: str) -> bool:
-    """Whether ``location`` (a conversation's ``path``) names a place in Redis, not a folder."""
-    return location.startswith(("redis://", "rediss://", "unix://"))
 
 
 class RedisBackend:
@@ -102,6 +97,7 @@ class RedisBackend:
         self.url = url
         self.keys = keys or RedisKeys()
         self.shown_url = url_without_credentials(url)
+        self.where = self.shown_url
         self.lock_seconds = lock_seconds
         self.lock_timeout = lock_timeout
         self._next_ms = 0

@@ -2,7 +2,8 @@
 
 The façade validates what goes in (messages through :class:`Message`, ids before any file access)
 and builds models from what comes out; the backend keeps the bytes: files
-(:mod:`pplx_nb.store._file`), or Redis when ``PPLX_NB_STORE`` is set (:mod:`pplx_nb.store._redis`).
+(:mod:`pplx_nb.store._file`), Redis (:mod:`pplx_nb.store._redis`) or memory
+(:mod:`pplx_nb.store._memory`), whichever :func:`pplx_nb.backends.open_backends` opened.
 Nothing is cached: every call reads the store, which is the single source of truth. What it needs
 to know about jobs (a conversation's job state; dropping a deleted conversation's job) it asks
 the job side through :class:`~pplx_nb.store._base.JobStates`. Listing (:mod:`._listing`),
@@ -13,13 +14,12 @@ pruning (:mod:`._pruning`), closing questions (:mod:`._closing`), the history ch
 from __future__ import annotations
 
 import builtins
-import os
 import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pydantic
 
@@ -28,7 +28,7 @@ from pplx_nb._errors import (
     PplxError,
     ValidationError,
 )
-from pplx_nb._fs import DEFAULT_MAX_FILE_BYTES, validate_conversation_id
+from pplx_nb._fs import validate_conversation_id
 from pplx_nb._logging import get_logger
 from pplx_nb._models import (
     Conversation,
@@ -51,13 +51,8 @@ from pplx_nb.store._document import (
     parse,
     split,
 )
-from pplx_nb.store._file import FileBackend
 from pplx_nb.store._lazy import LazyConversation
-from pplx_nb.store._redis import RedisBackend
 from pplx_nb.store._seals import Seals
-
-if TYPE_CHECKING:
-    from pplx_nb._config import Settings
 
 __all__ = ["ConversationStore"]
 
@@ -65,94 +60,42 @@ logger = get_logger("pplx_nb.store")
 
 
 class ConversationStore:
-    """Conversations on disk, one directory each, shared safely by kernels, workers and MCP servers.
+    """Conversations shared safely by kernels, workers and MCP servers, kept by ``backend``.
 
-    With ``settings.store_url`` (``PPLX_NB_STORE``) set and no ``root``, they live in that Redis
-    database instead (:mod:`pplx_nb.store._redis`), and nothing is written under the folder.
+    :func:`pplx_nb.backends.open_backends` opens the backend the settings name (the logs
+    folder, the Redis database of ``PPLX_NB_STORE``, or memory) and the job side beside it;
+    ``open_backends(settings).conversation_store()`` (or :func:`pplx_nb.backends.open_store`)
+    is this store over them.
 
     Args:
-        root: the conversation-logs directory; ``None`` uses ``settings.store_url`` if set, else
-            ``settings.logs_dir()`` (``CONVERSATION_LOGS_DIR``, default ``./conversation-logs``).
-        settings: where the default root and the file size limit come from (default: read
-            from the environment when ``root`` is not given).
-        durable: fsync every conversation write and its directory, so it survives a power loss.
-        jobs: the job side to ask about a conversation's job (default: the job queue over the
-            same folder).
+        backend: where the conversations live (:class:`~pplx_nb.store.StoreBackend`).
+        jobs: the job side to ask about a conversation's job (its state in listings; dropping
+            a deleted conversation's job), kept beside the same conversations.
 
     Attributes:
         last_skipped: the errors of the conversations the last :meth:`list` skipped (corrupted or
             unreadable files), each also logged as a warning.
     """
 
-    def __init__(
-        self,
-        root: str | os.PathLike[str] | None = None,
-        *,
-        settings: Settings | None = None,
-        durable: bool = False,
-        jobs: JobStates | None = None,
-    ) -> None:
-        if root is None:
-            from pplx_nb._config import Settings
-
-            settings = settings or Settings.from_env()
-            path = settings.logs_dir()
-        else:
-            path = Path(root).expanduser().absolute()
-        self._root = path
-        self._settings = settings
-        limit = settings.max_file_bytes if settings is not None else DEFAULT_MAX_FILE_BYTES
-        self._redis: RedisBackend | None = None
-        if root is None and settings is not None and settings.store_url:
-            self._redis = RedisBackend(settings.store_url)
-            self._backend: StoreBackend = self._redis
-        else:
-            self._backend = FileBackend(path, durable=durable, max_file_bytes=limit)
-        self._max_file_bytes = limit
+    def __init__(self, backend: StoreBackend, *, jobs: JobStates) -> None:
+        self._backend = backend
         self._jobs = jobs
         self.last_skipped: builtins.list[PplxError] = []
         self._seals = Seals()
 
-    @classmethod
-    def from_settings(cls, settings: Settings) -> ConversationStore:
-        """The store ``settings`` name: Redis with ``store_url`` set, else the logs folder."""
-        return cls(settings=settings)
-
     def __repr__(self) -> str:
-        if self._redis is not None:
-            return f"ConversationStore(url={self._redis.shown_url!r})"
-        return f"ConversationStore(root={str(self._root)!r})"
+        return f"ConversationStore(location={self.location!r})"
 
     @property
-    def root(self) -> Path:
-        """The conversation-logs directory (on Redis: the one files would use; nothing is
-        written there)."""
-        return self._root
+    def backend(self) -> StoreBackend:
+        """Where the conversations live."""
+        return self._backend
 
     @property
     def location(self) -> str:
         """Where the conversations live, for users: the folder, or the Redis URL (without
         credentials)."""
-        return self._redis.shown_url if self._redis is not None else str(self._root)
-
-    @property
-    def is_redis(self) -> bool:
-        """Whether the conversations live in Redis (``PPLX_NB_STORE``)."""
-        return self._redis is not None
-
-    @property
-    def _job_side(self) -> JobStates:
-        """The job side this store asks about jobs (built on first use unless one was given)."""
-        if self._jobs is None:
-            # The one place the store reaches for the job side: its public queue.
-            from pplx_nb.jobs import FileStatusBackend, JobQueue
-
-            if self._redis is not None and self._settings is not None:
-                self._jobs = JobQueue.from_settings(self._settings, answers=self)
-            else:
-                statuses = FileStatusBackend(self._root, max_file_bytes=self._max_file_bytes)
-                self._jobs = JobQueue(self._root, statuses=statuses, answers=self)
-        return self._jobs
+        return self._backend.where
 
     # -- writing --------------------------------------------------------------------------------
 
@@ -396,7 +339,7 @@ class ConversationStore:
 
     def delete(self, conversation_id: str) -> None:
         """Remove the conversation and everything stored with it (job status included)."""
-        jobs = self._job_side
+        jobs = self._jobs
         self._backend.delete(conversation_id, before=lambda: jobs.forget(conversation_id))
 
     def prune(self, older_than: timedelta) -> int:
@@ -405,7 +348,7 @@ class ConversationStore:
         Conversations with a pending or running job, and ones that cannot be read, are kept.
         """
         return _pruning.prune(
-            self._backend, lambda cid: self._job_side.job_state(cid), self.delete, older_than
+            self._backend, lambda cid: self._jobs.job_state(cid), self.delete, older_than
         )
 
     # -- reading --------------------------------------------------------------------------------
@@ -437,11 +380,11 @@ class ConversationStore:
     def job_state(self, conversation_id: str) -> JobState | None:
         """The state of the conversation's job (``pending`` ... ``cancelled``), ``None`` without
         one; asked of the job side, as :meth:`list` does."""
-        return self._job_side.job_state(validate_conversation_id(conversation_id))
+        return self._jobs.job_state(validate_conversation_id(conversation_id))
 
     def job_states(self, conversation_ids: Sequence[str]) -> builtins.list[JobState | None]:
         """:meth:`job_state` of each conversation, asked in one batch (one round trip on Redis)."""
-        return self._job_side.job_states([validate_conversation_id(c) for c in conversation_ids])
+        return self._jobs.job_states([validate_conversation_id(c) for c in conversation_ids])
 
     def job_answer(
         self, conversation_id: str, job_id: str, document: bytes | None = None
@@ -506,7 +449,7 @@ class ConversationStore:
         """
         found, self.last_skipped = _listing.list_summaries(
             self._backend,
-            lambda ids: self._job_side.job_states(ids),
+            lambda ids: self._jobs.job_states(ids),
             self.read_raw,
             since=since,
             until=until,
@@ -539,7 +482,7 @@ class ConversationStore:
             conversation = Conversation.model_validate_json(data)
         except pydantic.ValidationError as exc:
             cid = conversation_id or "?"
-            where = self._backend.document_location(cid) if conversation_id else str(self._root)
+            where = self._backend.document_location(cid) if conversation_id else self.location
             parse(data, cid, where)  # names a JSON syntax error precisely
             raise corrupted(cid, where, first_problem(exc)) from exc
         if conversation_id is not None:

@@ -16,7 +16,8 @@ from pydantic import ValidationError as PydanticValidationError
 from pplx_nb._config import Settings
 from pplx_nb._errors import PplxError, ValidationError
 from pplx_nb._logging import configure_logging
-from pplx_nb.jobs import JobQueue, JobRunner, Worker
+from pplx_nb.backends import open_backends
+from pplx_nb.jobs import JobRunner, Worker
 
 __all__ = ["load_runner", "main"]
 
@@ -102,7 +103,7 @@ def _run(args: argparse.Namespace, settings: Settings) -> None:
             researcher = Researcher(settings)
             runner = job_runner(researcher)
         worker = Worker(
-            JobQueue.from_settings(settings),
+            open_backends(settings).job_queue(),
             runner,
             concurrency=args.concurrency,
             worker_id=args.worker_id,

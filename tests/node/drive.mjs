@@ -6,18 +6,25 @@
 //
 // plan: {"transport": "stdio", "command", "args", "env", "cwd"}
 //    or {"transport": "http", "url", "headers"}
-//   plus "calls": [{"name", "arguments", "timeoutMs", "save"}]: a call with "save": "x" keeps
-//   its result's conversationId, and "${x}" in a later call's arguments stands for it; a call
-//   with "prompt" instead of "name" gets that prompt (prompts/get) with the arguments.
+//   plus "calls": [{"name", "arguments", "timeoutMs", "save", "saveLink"}]: a call with "save":
+//   "x" keeps its result's conversationId, "saveLink": "y" the URI of its first resource_link,
+//   and "${x}" in a later call's arguments stands for it; a call with "prompt" instead of "name"
+//   gets that prompt (prompts/get) with the arguments; one with "request" (resources/list,
+//   resources/templates/list, resources/read, completion/complete) sends that request with
+//   "params". The report counts the notifications/resources/list_changed received ("listChanged")
+//   and each entry how many had come when its result did.
 import { readFileSync, writeFileSync } from "node:fs";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
-import { CallToolResultSchema } from "@modelcontextprotocol/sdk/types.js";
+import {
+  CallToolResultSchema,
+  ResourceListChangedNotificationSchema,
+} from "@modelcontextprotocol/sdk/types.js";
 import Ajv2020 from "ajv/dist/2020.js";
 
 const plan = JSON.parse(readFileSync(process.argv[2], "utf8"));
-const report = { tools: [], results: [], connectError: null };
+const report = { tools: [], results: [], connectError: null, listChanged: 0, capabilities: null };
 const saved = {};
 
 function filled(args) {
@@ -45,8 +52,18 @@ function errorOf(err) {
 
 const client = new Client({ name: "pplx-nb-ts-test", version: "1.0.0" });
 const ajv = new Ajv2020({ strict: false, allErrors: true });
+client.setNotificationHandler(ResourceListChangedNotificationSchema, () => {
+  report.listChanged += 1;
+});
+const requests = {
+  "resources/list": (params) => client.listResources(params),
+  "resources/templates/list": (params) => client.listResourceTemplates(params),
+  "resources/read": (params) => client.readResource(params),
+  "completion/complete": (params) => client.complete(params),
+};
 try {
   await client.connect(transport());
+  report.capabilities = client.getServerCapabilities() ?? null;
   const listed = await client.listTools();
   report.tools = listed.tools;
   const schemas = new Map(
@@ -54,6 +71,16 @@ try {
   );
   for (const call of plan.calls) {
     const entry = { name: call.name, result: null, error: null, schemaErrors: null, progress: [] };
+    if (call.request !== undefined) {
+      try {
+        entry.result = await requests[call.request](filled(call.params));
+      } catch (err) {
+        entry.error = errorOf(err);
+      }
+      entry.listChanged = report.listChanged;
+      report.results.push(entry);
+      continue;
+    }
     if (call.prompt !== undefined) {
       try {
         entry.result = await client.getPrompt({ name: call.prompt, arguments: call.arguments });
@@ -76,12 +103,15 @@ try {
       const validate = schemas.get(call.name);
       const structured = entry.result.structuredContent;
       if (call.save && structured) saved[call.save] = structured.conversationId;
+      const link = entry.result.content.find((block) => block.type === "resource_link");
+      if (call.saveLink && link) saved[call.saveLink] = link.uri;
       if (validate && structured !== undefined && !validate(structured)) {
         entry.schemaErrors = validate.errors;
       }
     } catch (err) {
       entry.error = errorOf(err);
     }
+    entry.listChanged = report.listChanged;
     report.results.push(entry);
   }
 } catch (err) {

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from filelock import FileLock
 
-__all__ = ["CACHE", "SOURCE", "drive", "node_tools", "require"]
+__all__ = ["CACHE", "SOURCE", "drive", "inspect", "node_tools", "require"]
 
 SOURCE = Path(__file__).resolve().parent.parent / "node"
 CACHE = SOURCE.parent / ".node"
@@ -75,3 +75,22 @@ def drive(plan: dict[str, Any], tmp_path: Path, timeout: float = 240) -> dict[st
     assert done.returncode == 0, done.stderr
     report: dict[str, Any] = json.loads(report_file.read_text())
     return report
+
+
+def inspect(
+    target: list[str], *args: str, env: dict[str, str], cwd: Path, timeout: float = 240
+) -> subprocess.CompletedProcess[str]:
+    """Run the MCP Inspector's CLI (``mcp-inspector --cli``) with ``args`` on the stdio server
+    started by the ``target`` command with ``env`` (the Inspector passes the server only the
+    variables it is given with ``-e``), on the pinned Node 22 it needs."""
+    tools = node_tools()
+    cli = tools / "node_modules" / "@modelcontextprotocol" / "inspector" / "clients" / "cli"
+    variables = [part for item in env.items() for part in ("-e", "=".join(item))]
+    node = tools / "node_modules" / ".bin" / "node"
+    return subprocess.run(
+        [str(node), str(cli / "build" / "index.js"), *args, *variables, *target],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

@@ -24,6 +24,7 @@ import httpx2
 from pplx_nb import Settings
 from pplx_nb._errors import APIServerError
 from pplx_nb._models import Message, Usage
+from pplx_nb.backends import open_store
 from pplx_nb.jobs import Job, JobContext
 from pplx_nb.store import ConversationStore
 
@@ -33,7 +34,7 @@ _clients: dict[asyncio.AbstractEventLoop, httpx2.AsyncClient] = {}
 def answered(store: ConversationStore, job: Job) -> bool:
     """Whether the conversation already holds the answer of ``job`` (tagged with its jobId)."""
     conversation = store.load(job.conversation_id)
-    return any((m.model_extra or {}).get("jobId") == job.job_id for m in conversation.messages)
+    return any(m.job_id == job.job_id for m in conversation.messages)
 
 
 def _client(settings: Settings) -> httpx2.AsyncClient:
@@ -79,7 +80,7 @@ async def _stream_answer(settings: Settings, query: str, ctx: JobContext) -> tup
 async def sim_runner(job: Job, ctx: JobContext) -> Message | None:
     """Answer the job's ``query`` from the simulator and append it to the conversation once."""
     settings = Settings.from_env()
-    store = ConversationStore.from_settings(settings)
+    store = open_store(settings)
     if answered(store, job):
         return None
     request = job.request
