@@ -70,13 +70,14 @@ def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
 
 
 @contextmanager
-def simulator() -> Iterator[str]:
-    """``python -m pplx_nb.sim --latency-ms 0 --sonar`` in its own process; yields its base URL.
+def simulator(*options: str) -> Iterator[str]:
+    """``python -m pplx_nb.sim --latency-ms 0 --sonar`` and ``options`` in its own process;
+    yields its base URL.
 
     Sonar mode, because the client benchmark also compares chat-completions clients.
     """
     process = subprocess.Popen(
-        [sys.executable, "-m", "pplx_nb.sim", "--latency-ms", "0", "--sonar"],
+        [sys.executable, "-m", "pplx_nb.sim", "--latency-ms", "0", "--sonar", *options],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,

@@ -27,7 +27,15 @@ from pplx_nb._store_url import check_store_url
 if TYPE_CHECKING:
     import redis
 
-__all__ = ["CONNECT_SECONDS", "KEY_PREFIX", "HeldLocks", "RedisLock", "client", "redis_errors"]
+__all__ = [
+    "CONNECT_SECONDS",
+    "KEY_PREFIX",
+    "HeldLocks",
+    "RedisLock",
+    "Scripts",
+    "client",
+    "redis_errors",
+]
 
 KEY_PREFIX = "pplx_nb"
 """Every key pplx_nb writes starts with ``pplx_nb:``, so one Redis database can hold other data."""
@@ -104,17 +112,42 @@ def redis_errors(url: str, doing: str = "use") -> Iterator[None]:
         ) from None
 
 
+class Scripts:
+    """Lua scripts run on the client of ``url``: registered once, then sent by their digest
+    (``EVALSHA``; loaded again if the server forgot them)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._scripts: dict[str, Any] = {}
+
+    def run(self, source: str, keys: list[str], args: list[Any]) -> Any:
+        """The reply of ``source`` run with ``keys`` and ``args``."""
+        script = self._scripts.get(source)
+        if script is None:
+            script = self._scripts[source] = client(self.url).register_script(source)
+        return script(keys=keys, args=args)
+
+
 _ACQUIRE = """
-if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
-if redis.call('type', KEYS[1]).ok ~= 'string' or redis.call('pttl', KEYS[1]) == -1 then
+local taken = 0
+if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  taken = 1
+elseif redis.call('type', KEYS[1]).ok ~= 'string' or redis.call('pttl', KEYS[1]) == -1 then
   redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return 2
+  taken = 2
 end
-return 0
+if taken == 0 or #KEYS == 1 then return {taken} end
+local hash, list = redis.call('type', KEYS[2]).ok, redis.call('type', KEYS[3]).ok
+if (hash ~= 'hash' and hash ~= 'none') or (list ~= 'list' and list ~= 'none') then
+  return {taken}
+end
+return {taken, redis.call('hgetall', KEYS[2]), redis.call('lrange', KEYS[3], 0, -1)}
 """
 """Take the lock ``KEYS[1]`` for the token ``ARGV[1]`` for ``ARGV[2]`` ms: 1 taken, 0 held by
 another, 2 taken over from a key no live holder can have left (every lock of ours carries an
-expiry, so one without, or a key of another type, would block every writer forever)."""
+expiry, so one without, or a key of another type, would block every writer forever). Once taken,
+the hash ``KEYS[2]`` and the list ``KEYS[3]`` when given (a conversation's meta and messages)
+are read in the same round trip, unless either holds another type of value."""
 _RELEASE = """
 if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
 return 0
@@ -141,15 +174,19 @@ class RedisLock:
         self.ttl = ttl
         self.timeout = timeout
         self.token: str | None = None
+        self.read: tuple[dict[bytes, bytes], list[bytes]] | None = None
+        """What :meth:`acquire` read with the lock: the hash as a dict and the list."""
 
-    def acquire(self) -> None:
-        """Take the lock, waiting up to ``timeout`` seconds."""
+    def acquire(self, *read: str) -> None:
+        """Take the lock, waiting up to ``timeout`` seconds; with ``read`` (a hash's key and a
+        list's), read both in the same round trip (:attr:`read`)."""
         token = uuid.uuid4().hex
         deadline = time.monotonic() + self.timeout
         pause = 0.002
         with redis_errors(self.url, "lock a conversation in"):
             redis_client = client(self.url)
-            while not (taken := redis_client.eval(_ACQUIRE, 1, self.key, token, self._ttl_ms)):
+            keys, ttl = (self.key, *read), self._ttl_ms
+            while not (found := redis_client.eval(_ACQUIRE, len(keys), *keys, token, ttl))[0]:
                 if time.monotonic() >= deadline:
                     raise StoreUnavailable(
                         f"Another process has held the lock {self.key} in the Redis store at "
@@ -159,7 +196,7 @@ class RedisLock:
                     )
                 time.sleep(pause)
                 pause = min(pause * 2, 0.05)
-        if taken == 2:
+        if found[0] == 2:
             logger.warning(
                 "The lock %s in the Redis store at %s had no expiry or was not a lock, so no "
                 "pplx_nb process held it (something else wrote it): taken over",
@@ -167,6 +204,7 @@ class RedisLock:
                 url_without_credentials(self.url),
             )
         self.token = token
+        self.read = None if len(found) < 3 else (_pairs(found[1]), list(found[2]))
 
     @property
     def _ttl_ms(self) -> int:
@@ -195,11 +233,12 @@ class RedisLock:
 
 
 class HeldLocks:
-    """Conversation locks taken through one backend, with the token each thread holds.
+    """Conversation locks taken through one backend, their tokens seen by every backend.
 
     A write made under a lock passes :meth:`token` to its script, which checks that the lock key
-    still holds it, so a holder paused past the lock's expiry writes nothing. A lock taken by
-    another backend (the job side holding the store's key, or the reverse) gives ``""``: no check.
+    still holds it, so a holder paused past the lock's expiry writes nothing. The token is this
+    thread's whichever backend took the lock (the job side holding the store's key, or the
+    reverse), so both sides' writes are fenced.
 
     Args:
         url: the store's URL.
@@ -211,22 +250,45 @@ class HeldLocks:
         self.url = url
         self.ttl = ttl
         self.timeout = timeout
-        self._held = threading.local()
 
     @contextlib.contextmanager
-    def hold(self, key: str, name: str) -> Iterator[None]:
-        """Hold the lock ``key`` for the block; ``name`` (a conversation id) finds its token."""
+    def hold(self, key: str, *read: str) -> Iterator[RedisLock]:
+        """Hold the lock ``key`` for the block (``read`` as for :meth:`RedisLock.acquire`)."""
         lock = RedisLock(self.url, key, ttl=self.ttl, timeout=self.timeout)
-        lock.acquire()
-        tokens: dict[str, str] = self._held.__dict__.setdefault("tokens", {})
-        tokens[name] = lock.token or ""
+        lock.acquire(*read)
+        held: dict[tuple[str, str], list[tuple[HeldLocks, RedisLock]]]
+        held = _HELD.__dict__.setdefault("locks", {})
+        holders = held.setdefault((self.url, key), [])
+        holders.append((self, lock))
         try:
-            yield
+            yield lock
         finally:
-            tokens.pop(name, None)
+            holders.remove((self, lock))
+            if not holders:
+                held.pop((self.url, key), None)
             lock.release()
 
-    def token(self, name: str) -> str:
-        """The token of the lock this thread holds for ``name`` through here, or ``""``."""
-        tokens: dict[str, str] = getattr(self._held, "tokens", {})
-        return tokens.get(name, "")
+    def token(self, key: str) -> str:
+        """The token of the lock ``key`` this thread holds, or ``""``."""
+        lock = self.held(key)
+        return (lock.token or "") if lock is not None else ""
+
+    def held(self, key: str) -> RedisLock | None:
+        """The lock ``key`` this thread holds through this backend, else through another one
+        (the lock is not re-entrant: a second holder in one thread stands for another
+        process), or ``None``."""
+        held: dict[tuple[str, str], list[tuple[HeldLocks, RedisLock]]]
+        held = getattr(_HELD, "locks", {})
+        holders = held.get((self.url, key), [])
+        mine = [lock for owner, lock in holders if owner is self]
+        return (mine or [lock for _, lock in holders] or [None])[-1]
+
+
+_HELD = threading.local()
+"""The locks each thread holds, by URL and key, with the backend that took each: what
+:meth:`HeldLocks.token` answers from."""
+
+
+def _pairs(flat: list[bytes]) -> dict[bytes, bytes]:
+    """A hash as a script returns it (field, value, field, value, ...) as a dict."""
+    return dict(zip(flat[::2], flat[1::2], strict=True))

@@ -487,6 +487,24 @@ def test_a_damaged_status_file_is_reported_as_corrupted(queue: JobQueue, world: 
         queue.status(cid)
 
 
+@pytest.mark.parametrize(
+    "damage",
+    ['{"status": "exploded", "attempts": 1}', '{"status": "completed", "attempts": null}', "[]"],
+)
+def test_queueing_over_a_status_without_a_valid_state_is_refused_and_writes_nothing(
+    queue: JobQueue, world: World, damage: str
+) -> None:
+    from pplx_nb._errors import ConversationCorrupted
+
+    cid = world.new_conversation()
+    world.put_status(cid, damage)
+    with pytest.raises(ConversationCorrupted, match="Delete it to reset"):
+        queue.enqueue(cid, "t", {})
+    assert queue.pending_count() == 0
+    world.put_status(cid, '{"status": "completed", "attempts": 1}')
+    assert queue.enqueue(cid, "t", {}).status == "pending"
+
+
 def test_listing_jobs_skips_a_damaged_status_with_a_warning(
     queue: JobQueue, world: World, caplog: pytest.LogCaptureFixture
 ) -> None:

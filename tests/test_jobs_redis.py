@@ -113,6 +113,54 @@ def test_a_worker_whose_lease_ran_out_is_refused_before_anyone_recovers_the_job(
     assert [e.code for e in status.error_history] == ["JOB_LEASE_EXPIRED"]
 
 
+def test_a_worker_writing_from_its_remembered_status_is_refused_after_another_process_cancels(
+    redis_url: str, logs_dir: Path
+) -> None:
+    store = _store(redis_url, logs_dir)
+    worker_side = open_backends(Settings(store_url=redis_url)).job_queue(store)
+    cid = _ask(store)
+    worker_side.enqueue(cid, "t", {})
+    job = worker_side.claim("w")
+    assert job is not None
+    worker_side.progress(job, 40, "reading")  # the worker now remembers the status it wrote
+    other_process = open_backends(Settings(store_url=redis_url)).job_queue()
+    cancelled = other_process.cancel(cid)
+    assert cancelled is not None and cancelled.status == "cancelled"
+    for write in (
+        lambda: worker_side.progress(job, 50, "late"),
+        lambda: worker_side.heartbeat(job),
+        lambda: worker_side.complete(job, tokens=1),
+    ):
+        with pytest.raises(LeaseLost, match="cancelled"):
+            write()
+    assert worker_side.status(cid) == cancelled
+
+
+def test_a_progress_write_waits_while_another_process_holds_the_conversation_lock(
+    redis_url: str, logs_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from support.round_trips import counting
+
+    from pplx_nb._redis import RedisLock
+
+    queue = open_backends(Settings(store_url=redis_url)).job_queue()
+    cid = _ask(_store(redis_url, logs_dir))
+    queue.enqueue(cid, "t", {})
+    job = queue.claim("w")
+    assert job is not None
+    before = queue.status(cid)
+    with counting(monkeypatch) as trips, RedisLock(redis_url, KEYS.conversation(cid, "lock")):
+        writer = threading.Thread(target=queue.progress, args=(job, 70, "while locked"))
+        writer.start()
+        # Several tries to take the lock: the writer is waiting for it, not writing past it.
+        poll_until(lambda: trips.commands.count("EVAL") >= 3, 30, 0.01, what="lock attempts")
+        assert queue.status(cid) == before
+    writer.join(timeout=30)
+    status = queue.status(cid)
+    assert status is not None and status.progress is not None
+    assert status.progress.message == "while locked" and status.worker_id == "w"
+
+
 def test_a_marker_that_is_not_text_is_dropped_and_the_queue_goes_on(
     redis_url: str, logs_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -6,18 +6,47 @@ a status under the conversation's lock, applies a pure transition
 (:mod:`pplx_nb.jobs._transitions`) and writes the result back, so a backend stores typed values
 and decides nothing. :class:`AnswerLookup` is what the job side asks of the store: a job's stored
 answer, and closing the question of a job that ended without one.
+
+A backend that keeps the claim index in the same database may also offer :class:`StepsAtOnce`
+(:meth:`JoinsIndex.joined`): a transition read in one round trip and written, with its index
+moves, in one more, checked against what was read instead of under a lock taken for it. Redis
+offers it (each lock and read there crosses the network); the queue takes the lock only when
+that check fails.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
-from typing import Protocol
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from pplx_nb._errors import ConversationCorrupted, FilesystemError
 from pplx_nb._models import JobRecord, JobState, JobStatus, Message
+from pplx_nb.jobs._codec import parse_status
 
-__all__ = ["AnswerLookup", "JobStatusBackend", "OneAtATime"]
+if TYPE_CHECKING:
+    from pplx_nb.jobs._index import ClaimIndex
+
+__all__ = [
+    "AnswerLookup",
+    "IndexMove",
+    "JobStatusBackend",
+    "JoinsIndex",
+    "OneAtATime",
+    "Outcome",
+    "StatusView",
+    "Step",
+    "StepsAtOnce",
+]
+
+IndexMove = Literal["", "pending", "requeue", "drop"]
+"""What a :class:`Step` does to its marker after the write (``""``: nothing more)."""
+
+Outcome = Literal["done", "locked", "changed", "gone", "lease", "busy"]
+"""How :meth:`StepsAtOnce.apply` went: written; nothing written because another process holds
+the conversation's lock, the status is no longer the one read (or cannot be read), the
+conversation is gone, the marker's lease has passed, or (:attr:`Step.idle`) a job is active."""
 
 
 class JobStatusBackend(Protocol):
@@ -145,4 +174,87 @@ class AnswerLookup(Protocol):
         """Append ``closing`` if the conversation ends with a question without an answer (a job
         that failed or was cancelled), so its turns keep alternating; whether it did. The
         caller holds the conversation lock."""
+        ...
+
+
+@dataclass(frozen=True)
+class StatusView:
+    """A conversation's job status as read at one moment, for a step that checks it is unchanged.
+
+    ``raw`` is the stored status (``None``: none), ``record`` the queued request when asked for,
+    ``live`` whether the marker asked about is claimed with its lease not yet passed.
+    """
+
+    conversation_id: str
+    where: str
+    present: bool
+    raw: bytes | None
+    record: JobRecord | None = None
+    live: bool = False
+
+    @property
+    def status(self) -> JobStatus | None:
+        """The whole status (CONVERSATION_CORRUPTED if damaged)."""
+        return None if self.raw is None else parse_status(self.raw, self.where)
+
+
+@dataclass(frozen=True)
+class Step:
+    """What one transition writes: the new status, the queued request, and the index's move.
+
+    Attributes:
+        status: the status to store.
+        record: the queued request to store with it, or ``None`` to leave it.
+        remove_record: remove the queued request (the job ended).
+        marker: the job's marker.
+        renew: the marker's lease must not have passed; it is pushed a lease ahead.
+        idle: instead of the status being the one read, any status will do but that of a
+            pending or in_progress job (queueing a job needs no read first).
+        index: then ``"pending"`` queues the marker, ``"requeue"`` moves it back from claimed,
+            ``"drop"`` removes it.
+    """
+
+    status: JobStatus
+    marker: str
+    record: JobRecord | None = None
+    remove_record: bool = False
+    renew: bool = False
+    idle: bool = False
+    index: IndexMove = ""
+
+
+class StepsAtOnce(Protocol):
+    """Transitions over statuses and the claim index of one database, each written at once."""
+
+    def view(
+        self,
+        conversation_id: str,
+        *,
+        fresh: bool = True,
+        record: bool = False,
+        marker: str | None = None,
+    ) -> StatusView:
+        """The conversation's status now; with ``fresh=False``, the one this process last wrote
+        or read if it has one (no round trip: :meth:`apply` finds out if it changed)."""
+        ...
+
+    def apply(self, view: StatusView, step: Step) -> Outcome:
+        """Write ``step`` if nobody else holds the conversation's lock (this thread may), it
+        still exists and its status is still ``view``'s; else write nothing."""
+        ...
+
+    def unread(self, conversation_id: str) -> StatusView:
+        """A view of the conversation that reads nothing, for a step that checks all it needs
+        (:attr:`Step.idle`)."""
+        ...
+
+
+@runtime_checkable
+class JoinsIndex(Protocol):
+    """A status backend that can apply transitions together with ``index`` (see
+    :class:`StepsAtOnce`)."""
+
+    def joined(self, index: ClaimIndex) -> StepsAtOnce | None:
+        """Transitions over this backend and ``index``, or ``None`` if ``index`` lives
+        elsewhere."""
         ...

@@ -21,13 +21,14 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Unpack
+from typing import Literal, Unpack, cast
 
 from pplx_nb._errors import (
     ConversationCorrupted,
     ConversationNotFound,
     FilesystemError,
     JobInProgress,
+    LeaseLost,
     PplxError,
     ValidationError,
 )
@@ -46,7 +47,14 @@ from pplx_nb._models import (
 )
 from pplx_nb.jobs import _events as events
 from pplx_nb.jobs import _transitions as transitions
-from pplx_nb.jobs._backend import AnswerLookup, JobStatusBackend
+from pplx_nb.jobs._backend import (
+    AnswerLookup,
+    IndexMove,
+    JobStatusBackend,
+    JoinsIndex,
+    Step,
+    StepsAtOnce,
+)
 from pplx_nb.jobs._events import logger, result_meta_of
 from pplx_nb.jobs._index import PRIORITY_MAX, ClaimIndex, conversation_of, marker_name
 from pplx_nb.jobs._job import Job
@@ -59,6 +67,7 @@ __all__ = ["NON_RETRYABLE", "JobQueue"]
 
 _Change = Callable[[JobStatus, str], JobStatus]
 _PAST_LEASE = "past its lease (no heartbeat reached the store in time)"
+_GONE = "gone (its conversation was deleted)"
 
 
 class JobQueue:
@@ -102,6 +111,9 @@ class JobQueue:
         self._index = index
         self._side = JobSide(statuses, index)
         self._late = LateReports(statuses, index, answers)
+        self._steps: StepsAtOnce | None = (
+            statuses.joined(index) if isinstance(statuses, JoinsIndex) else None
+        )
         self._recovery = Recovery(
             statuses,
             index,
@@ -147,8 +159,12 @@ class JobQueue:
             ConversationCorrupted: its status.json is damaged (deleting it resets the job state).
         """
         self._check_request(conversation_id, request, priority)
-        with self._statuses.locked(conversation_id):
-            status = self._add(conversation_id, tool, request, priority, params)
+        record = self._new_record(conversation_id, tool, request, priority, params)
+        status = self._add_at_once(record)
+        if status is None:
+            self._must_exist(conversation_id)
+            with self._statuses.locked(conversation_id):
+                status = self._add(record)
         events.enqueued(status)
         return status
 
@@ -168,7 +184,11 @@ class JobQueue:
         :meth:`enqueue` does.
         """
         self._check_request(conversation_id, request, priority)
-        status = self._add(conversation_id, tool, request, priority, params)
+        record = self._new_record(conversation_id, tool, request, priority, params)
+        status = self._add_at_once(record)
+        if status is None:
+            self._must_exist(conversation_id)
+            status = self._add(record)
         events.enqueued(status)
         return status
 
@@ -186,34 +206,49 @@ class JobQueue:
                 f"The job request must be JSON-serialisable: {exc}. Pass plain dicts, lists, "
                 "strings and numbers."
             ) from exc
-        self._must_exist(conversation_id)
 
-    def _add(
+    def _new_record(
         self,
         conversation_id: str,
         tool: str,
         request: JobRequest,
         priority: int,
         params: JobParams | None,
-    ) -> JobStatus:
-        """Write the job of a checked request (lock held): job.json, status.json, its marker."""
-        statuses = self._statuses
-        self.check_idle(conversation_id)
-        marker = marker_name(priority, time.time_ns() // 1000, conversation_id)
+    ) -> JobRecord:
+        """The queued request of a checked request, with its marker, enqueued now."""
         now = now_iso()
-        record = JobRecord(
+        return JobRecord(
             job_id=uuid.uuid4().hex,
             conversation_id=conversation_id,
             tool_name=tool,
             request=request,
             priority=priority,
             enqueued_at=now,
-            queue_key=marker,
+            queue_key=marker_name(priority, time.time_ns() // 1000, conversation_id),
             params=params,
             created_at=now if params else None,
             max_attempts=self.max_job_retries + 1,
         )
-        status = transitions.new_status(record, now)
+
+    def _add_at_once(self, record: JobRecord) -> JobStatus | None:
+        """Queue ``record`` in one checked write where the backend offers it (see
+        :class:`StepsAtOnce`); ``None`` when it must be done under the lock."""
+        steps, conversation_id = self._steps, record.conversation_id
+        if steps is None:
+            return None
+        status = transitions.new_status(record, record.enqueued_at)
+        step = Step(status, cast(str, record.queue_key), record=record, idle=True, index="pending")
+        outcome = steps.apply(steps.unread(conversation_id), step)
+        if outcome == "busy":
+            self.check_idle(conversation_id)  # raises, naming the state it reads now
+        return status if outcome == "done" else None
+
+    def _add(self, record: JobRecord) -> JobStatus:
+        """Write the job of a checked request (lock held): job.json, status.json, its marker."""
+        statuses, conversation_id = self._statuses, record.conversation_id
+        marker = cast(str, record.queue_key)
+        self.check_idle(conversation_id)
+        status = transitions.new_status(record, record.enqueued_at)
         previous = statuses.snapshot(conversation_id)
         try:
             statuses.write_job(record)
@@ -247,7 +282,12 @@ class JobQueue:
         Takes no lock: call it under the conversation lock (a store append's ``check``) to make
         the answer hold until the lock is released.
         """
-        state = self._statuses.state(validate_conversation_id(conversation_id))
+        self._refuse_active(
+            conversation_id, self._statuses.state(validate_conversation_id(conversation_id))
+        )
+
+    def _refuse_active(self, conversation_id: str, state: JobState | None) -> None:
+        """JobInProgress if ``state`` (the conversation's job's) is pending or in_progress."""
         if state in ACTIVE_JOB_STATES:
             raise JobInProgress(
                 f"Conversation {conversation_id} has a research job that is {state}. "
@@ -263,8 +303,14 @@ class JobQueue:
         tagged with the job's ``jobId``. Takes no lock: call it under the conversation lock (a
         store append's ``check``) to fence a write by a worker whose lease may have expired.
         """
-        transitions.check_owner(self._statuses.read(job.conversation_id), job)
-        if not self._index.held(job.marker):
+        if self._steps is not None:
+            view = self._steps.view(job.conversation_id, marker=job.marker)
+            status, live = view.status, view.live
+        else:
+            status = self._statuses.read(job.conversation_id)
+            live = None
+        transitions.check_owner(status, job)
+        if not (live if live is not None else self._index.held(job.marker)):
             raise transitions.lease_lost(job, _PAST_LEASE)
         if document is not None:
             answer = self._answers.job_answer(job.conversation_id, job.job_id, document)
@@ -292,6 +338,9 @@ class JobQueue:
         return None
 
     def _take(self, marker: str, worker_id: str) -> Job | None:
+        taken = self._take_at_once(marker, worker_id)
+        if taken is not False:
+            return taken
         conversation_id = conversation_of(marker)
         statuses = self._statuses
         if not CONVERSATION_ID_RE.match(conversation_id) or not statuses.present(conversation_id):
@@ -317,21 +366,31 @@ class JobQueue:
                 return None
             status = transitions.start_attempt(status, worker_id, now)
             statuses.write(status)
-        return Job(
-            job_id=record.job_id,
-            conversation_id=conversation_id,
-            tool=record.tool_name,
-            request=record.request.copy(),
-            priority=record.priority,
-            attempt=status.attempts,
-            enqueued_at=record.enqueued_at,
-            worker_id=worker_id,
-            marker=marker,
-            remote_id=status.remote_id,
-            submitted_at=status.submitted_at,
-            submitting=bool(status.submitting_at),
-            params=(record.params or {}).copy(),
-        )
+        return _job(record, status, worker_id, marker)
+
+    def _take_at_once(self, marker: str, worker_id: str) -> Job | Literal[False] | None:
+        """:meth:`_take` in one read and one checked write where the backend offers it: the
+        job, ``None`` when it is not to be had, ``False`` when it must be taken under the
+        lock (anything but a pending job with its request, or a check that failed)."""
+        steps, conversation_id = self._steps, conversation_of(marker)
+        if steps is None or not CONVERSATION_ID_RE.match(conversation_id):
+            return False
+        view = steps.view(conversation_id, record=True)
+        status, record = view.status, view.record
+        if (
+            status is None
+            or status.queue_key != marker
+            or status.status != "pending"
+            or record is None
+            or record.job_id != status.job_id
+        ):
+            return False
+        status = transitions.start_attempt(status, worker_id, now_iso())
+        outcome = steps.apply(view, Step(status, marker, renew=True))
+        if outcome == "lease":
+            self._index.requeue(marker)  # held up past a whole lease: the next claim has it
+            return None
+        return _job(record, status, worker_id, marker) if outcome == "done" else False
 
     # -- while a job runs ----------------------------------------------------------------------
 
@@ -515,9 +574,12 @@ class JobQueue:
         pending. Only after the write: removing job.json before the status says completed
         would lose the job on a crash.
         """
+        done = self._owned_at_once(job, change)
+        if done is not None:
+            return done
         statuses = self._statuses
         if not statuses.present(job.conversation_id):
-            raise transitions.lease_lost(job, "gone (its conversation was deleted)")
+            raise transitions.lease_lost(job, _GONE)
         with statuses.locked(job.conversation_id):
             status = transitions.check_owner(statuses.read(job.conversation_id), job)
             status = change(status, now_iso())
@@ -530,6 +592,39 @@ class JobQueue:
             elif status.status == "pending":
                 self._index.requeue(job.marker)
         return status
+
+    def _owned_at_once(self, job: Job, change: _Change) -> JobStatus | None:
+        """:meth:`_owned` in one checked write where the backend offers it, from the status
+        this process last wrote (a progress write: one round trip); read afresh when that one
+        is out of date. ``None`` when it must be done under the lock: a job that ends without
+        an answer (its question is closed in the same step), or a lock held elsewhere."""
+        steps = self._steps
+        if steps is None:
+            return None
+        for fresh in (False, True):
+            view = steps.view(job.conversation_id, fresh=fresh)
+            try:
+                if not view.present:
+                    raise transitions.lease_lost(job, _GONE)
+                status = change(transitions.check_owner(view.status, job), now_iso())
+            except LeaseLost:
+                if fresh:
+                    raise
+                continue  # judged on a status remembered here: read it again
+            if status.status in ("failed", "cancelled"):
+                return None
+            index: IndexMove = (
+                "drop" if status.done else "requeue" if status.status == "pending" else ""
+            )
+            step = Step(status, job.marker, remove_record=status.done, renew=True, index=index)
+            outcome = steps.apply(view, step)
+            if outcome == "done":
+                return status
+            if outcome in ("lease", "gone"):
+                raise transitions.lease_lost(job, _PAST_LEASE if outcome == "lease" else _GONE)
+            if outcome == "locked":
+                return None
+        return None
 
     def _end(self, status: JobStatus, marker: str) -> None:
         """Write an ended status, then remove its request and marker (lock held)."""
@@ -579,3 +674,22 @@ def _close_unanswered(answers: AnswerLookup, status: JobStatus) -> None:
         logger.warning(
             "Could not close the unanswered question of %s: %s", status.conversation_id, exc
         )
+
+
+def _job(record: JobRecord, status: JobStatus, worker_id: str, marker: str) -> Job:
+    """The job a claim hands its worker."""
+    return Job(
+        job_id=record.job_id,
+        conversation_id=record.conversation_id,
+        tool=record.tool_name,
+        request=record.request.copy(),
+        priority=record.priority,
+        attempt=status.attempts,
+        enqueued_at=record.enqueued_at,
+        worker_id=worker_id,
+        marker=marker,
+        remote_id=status.remote_id,
+        submitted_at=status.submitted_at,
+        submitting=bool(status.submitting_at),
+        params=(record.params or {}).copy(),
+    )

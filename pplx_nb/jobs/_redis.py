@@ -21,14 +21,22 @@ it has not passed (by the server's clock again): a worker whose lease ran out is
 (``JOB_LEASE_EXPIRED``) even before another process recovers the job, and recovery looks only at
 markers whose deadline has passed.
 
-As with files, markers are hints: the statuses decide, read and written under the conversation's
-lock, and a status write made while this process holds that lock checks in the same script that
-the lock is still its own (a holder paused past the lock's expiry writes nothing).
+As with files, markers are hints: the statuses decide, and a status write made while this
+process holds the conversation's lock checks in the same script that the lock is still its own
+(a holder paused past the lock's expiry writes nothing).
+
+The queue's everyday transitions (enqueue, claim, progress, complete) take no lock: each reads
+the status in one round trip (or not at all: a worker remembers the status it last wrote) and
+writes in one script that checks the lock is free (or this thread's), the conversation exists,
+the status is byte for byte the one read and, for a worker, that its lease has not passed by the
+server's clock, then writes the status, the request and the index's move together
+(:class:`RedisSteps`). Anything else, or a check that fails, goes the locked way.
 """
 
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
@@ -42,18 +50,23 @@ from pplx_nb._fs import CONVERSATION_ID_RE, validate_conversation_id
 from pplx_nb._layout import RedisKeys
 from pplx_nb._logging import get_logger
 from pplx_nb._models import JobRecord, JobState, JobStatus
-from pplx_nb._redis import HeldLocks, client, redis_errors
+from pplx_nb._redis import HeldLocks, RedisLock, Scripts, client, redis_errors
+from pplx_nb.jobs._backend import Outcome, StatusView, Step, StepsAtOnce
 from pplx_nb.jobs._codec import encode, parse_record, parse_state, parse_status
+from pplx_nb.jobs._index import ClaimIndex
 
 if TYPE_CHECKING:
     import redis
 
-__all__ = ["RedisClaimIndex", "RedisStatusBackend"]
+__all__ = ["RedisClaimIndex", "RedisStatusBackend", "RedisSteps"]
 
 logger = get_logger("pplx_nb.jobs")
 
 _BATCH = 512
 """Statuses read per ``MGET`` in listings."""
+_REMEMBERED = 4096
+"""Statuses a backend remembers (the last it wrote or read per conversation) for
+:meth:`RedisSteps.view` without a round trip."""
 
 _NOW_MS = "local t = redis.call('time') local now = t[1] * 1000 + math.floor(t[2] / 1000)\n"
 
@@ -97,23 +110,89 @@ redis.call('zadd', KEYS[1], 0, ARGV[1])
 return 1
 """
 
+_VIEW = (
+    _NOW_MS
+    + """
+local live = 0
+if ARGV[2] ~= '' then
+  local deadline = redis.call('zscore', KEYS[4], ARGV[2])
+  if deadline and tonumber(deadline) >= now then live = 1 end
+end
+local record = false
+if ARGV[1] == '1' then record = redis.call('get', KEYS[3]) end
+return {redis.call('exists', KEYS[1]), redis.call('get', KEYS[2]), record, live}
+"""
+)
+"""Whether the conversation exists (``KEYS[1]`` its meta), its status, its request if ``ARGV[1]``
+is 1, and whether the marker ``ARGV[2]`` is claimed with its lease not yet passed."""
+
+_APPLY = """
+local holder = redis.pcall('get', KEYS[1])
+if ARGV[1] ~= '' then
+  if holder ~= ARGV[1] then return 0 end
+elseif type(holder) == 'string' and redis.call('pttl', KEYS[1]) ~= -1 then
+  return 0
+end
+if redis.call('exists', KEYS[2]) == 0 then return -3 end
+local stored = redis.call('get', KEYS[3])
+if ARGV[2] == 'idle' then
+  if stored then
+    local ok, found = pcall(cjson.decode, stored)
+    if not ok or type(found) ~= 'table' or type(found.attempts or 0) ~= 'number' then return -2 end
+    if found.status == 'pending' or found.status == 'in_progress' then return -5 end
+    local ended = {completed = true, failed = true, cancelled = true}
+    if type(found.status) ~= 'string' or not ended[found.status] then return -2 end
+  end
+elseif ARGV[2] == '1' then
+  if stored ~= ARGV[3] then return -2 end
+elseif stored then
+  return -2
+end
+if ARGV[8] == '1' then
+  local t = redis.call('time')
+  local now = t[1] * 1000 + math.floor(t[2] / 1000)
+  local deadline = redis.call('zscore', KEYS[7], ARGV[10])
+  if not deadline or tonumber(deadline) < now then return -4 end
+  redis.call('zadd', KEYS[7], now + tonumber(ARGV[11]), ARGV[10])
+end
+redis.call('set', KEYS[3], ARGV[4])
+if ARGV[5] == 'set' then
+  redis.call('set', KEYS[4], ARGV[6])
+  redis.call('sadd', KEYS[5], ARGV[7])
+elseif ARGV[5] == 'del' then
+  redis.call('del', KEYS[4])
+  redis.call('srem', KEYS[5], ARGV[7])
+end
+if ARGV[9] == 'pending' then
+  redis.call('zadd', KEYS[6], 0, ARGV[10])
+elseif ARGV[9] == 'requeue' then
+  redis.call('zrem', KEYS[7], ARGV[10])
+  redis.call('zadd', KEYS[6], 0, ARGV[10])
+elseif ARGV[9] == 'drop' then
+  redis.call('zrem', KEYS[6], ARGV[10])
+  redis.call('zrem', KEYS[7], ARGV[10])
+end
+return 1
+"""
+"""One transition at once (see :class:`RedisSteps`). KEYS: the lock, meta, status, job, the
+queued set, pending, claimed. ARGV: this thread's lock token or '', whether a status was read
+(1/0, or 'idle': any status but one of an active job will do) and its bytes, the new status,
+'set'/'del'/'' for the request and its bytes, the conversation id, whether to renew the lease
+(1/0), the index move, the marker, the lease (ms).
+Returns 1 written, 0 locked by another, -2 changed (or unreadable), -3 gone, -4 lease passed,
+-5 an active job there."""
+_OUTCOMES: dict[int, Outcome] = {
+    1: "done",
+    0: "locked",
+    -2: "changed",
+    -3: "gone",
+    -4: "lease",
+    -5: "busy",
+}
+
 _EXPIRED = _NOW_MS + "return {now, redis.call('zrangebyscore', KEYS[1], '-inf', '(' .. now)}"
 
 _AGE = _NOW_MS + "return {now, redis.call('zscore', KEYS[1], ARGV[1]) or false}"
-
-
-class _Scripts:
-    """Lua scripts registered once per client (``EVALSHA``, loaded again if the server forgot)."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self._scripts: dict[str, Any] = {}
-
-    def run(self, source: str, keys: list[str], args: list[Any]) -> Any:
-        script = self._scripts.get(source)
-        if script is None:
-            script = self._scripts[source] = client(self.url).register_script(source)
-        return script(keys=keys, args=args)
 
 
 class RedisStatusBackend:
@@ -138,10 +217,37 @@ class RedisStatusBackend:
         self.keys = keys or RedisKeys()
         self.shown_url = url_without_credentials(url)
         self._locks = HeldLocks(url, ttl=lock_seconds, timeout=lock_timeout)
-        self._scripts = _Scripts(url)
+        self._scripts = Scripts(url)
+        self._seen: dict[str, bytes | None] = {}
+        self._seen_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"RedisStatusBackend(url={self.shown_url!r})"
+
+    def joined(self, index: ClaimIndex) -> StepsAtOnce | None:
+        """Transitions written at once with ``index`` when it lives in the same database."""
+        if not isinstance(index, RedisClaimIndex) or index.url != self.url:
+            return None
+        keys = (self.keys.jobs("pending"), self.keys.jobs("claimed"))
+        return RedisSteps(self, index) if (index.pending_key, index.claimed_key) == keys else None
+
+    def remember(self, conversation_id: str, raw: bytes | None) -> None:
+        """Remember ``raw`` as the conversation's stored status (the newest last)."""
+        with self._seen_lock:
+            self._seen.pop(conversation_id, None)
+            self._seen[conversation_id] = raw
+            if len(self._seen) > _REMEMBERED:
+                self._seen.pop(next(iter(self._seen)), None)
+
+    def forget(self, conversation_id: str) -> None:
+        """Remember no status for the conversation (it is being written some other way)."""
+        with self._seen_lock:
+            self._seen.pop(conversation_id, None)
+
+    def remembered(self, conversation_id: str) -> tuple[bool, bytes | None]:
+        """Whether a status is remembered for the conversation, and which."""
+        found = self._seen.get(conversation_id, b"")
+        return (found != b"", found or None)
 
     @property
     def _redis(self) -> redis.Redis:
@@ -159,9 +265,9 @@ class RedisStatusBackend:
 
     # -- the lock and what exists ---------------------------------------------------------------
 
-    def locked(self, conversation_id: str) -> contextlib.AbstractContextManager[None]:
+    def locked(self, conversation_id: str) -> contextlib.AbstractContextManager[RedisLock]:
         """The conversation's lock (``pplx_nb:conv:<id>:lock``): the one the store takes."""
-        return self._locks.hold(self._key(conversation_id, "lock"), conversation_id)
+        return self._locks.hold(self._key(conversation_id, "lock"))
 
     def present(self, conversation_id: str) -> bool:
         """Whether the conversation is stored (its meta hash exists)."""
@@ -285,12 +391,13 @@ class RedisStatusBackend:
 
     def _write(self, conversation_id: str, part: str, value: bytes | None) -> None:
         """Set (or with ``None`` delete) one part, checking this thread's lock token if any."""
-        token = self._locks.token(conversation_id)
         keys = [self._key(conversation_id, "lock"), self._key(conversation_id, part)]
+        token = self._locks.token(keys[0])
         args: list[Any] = [token, "del" if value is None else "set", value or b""]
         if part == "job":
             keys.append(self.keys.jobs("queued"))
             args.append(conversation_id)
+        self.forget(conversation_id)
         with redis_errors(self.url, "write a job status in"):
             written = self._scripts.run(_GUARDED_WRITE, keys, args)
         if written != 1:
@@ -315,9 +422,9 @@ class RedisClaimIndex:
         self.location = url_without_credentials(url)
         self.lease_ms = max(1, int(lease_seconds * 1000))
         keys = keys or RedisKeys()
-        self._pending = keys.jobs("pending")
-        self._claimed = keys.jobs("claimed")
-        self._scripts = _Scripts(url)
+        self.pending_key = self._pending = keys.jobs("pending")
+        self.claimed_key = self._claimed = keys.jobs("claimed")
+        self._scripts = Scripts(url)
 
     def __repr__(self) -> str:
         return f"RedisClaimIndex(url={self.location!r})"
@@ -427,3 +534,82 @@ class RedisClaimIndex:
         if deadline is None:
             return 0.0
         return max(0.0, (int(now) - float(deadline) + self.lease_ms) / 1000)
+
+
+class RedisSteps:
+    """Job transitions on Redis each written in one script, checked instead of locked.
+
+    See the module docstring; :class:`~pplx_nb.jobs._backend.StepsAtOnce` says what each method
+    promises.
+    """
+
+    def __init__(self, statuses: RedisStatusBackend, index: RedisClaimIndex) -> None:
+        self._statuses = statuses
+        self._index = index
+
+    def view(
+        self,
+        conversation_id: str,
+        *,
+        fresh: bool = True,
+        record: bool = False,
+        marker: str | None = None,
+    ) -> StatusView:
+        """The status now, in one round trip; or without one, the status last seen here."""
+        statuses = self._statuses
+        where = statuses._where(conversation_id, "status")
+        if not (fresh or record or marker):
+            known, raw = statuses.remembered(conversation_id)
+            if known:
+                return StatusView(conversation_id, where, present=True, raw=raw)
+        keys = [
+            statuses._key(conversation_id, "meta"),
+            statuses._key(conversation_id, "status"),
+            statuses._key(conversation_id, "job"),
+            self._index.claimed_key,
+        ]
+        with redis_errors(statuses.url, "read a job status in"):
+            present, raw, job, live = statuses._scripts.run(
+                _VIEW, keys, ["1" if record else "0", marker or ""]
+            )
+        statuses.remember(conversation_id, raw)
+        found = None if not job else parse_record(job, statuses._where(conversation_id, "job"))
+        return StatusView(conversation_id, where, bool(present), raw, found, bool(live))
+
+    def unread(self, conversation_id: str) -> StatusView:
+        """A view that read nothing (see :attr:`Step.idle`)."""
+        where = self._statuses._where(conversation_id, "status")
+        return StatusView(conversation_id, where, present=True, raw=None)
+
+    def apply(self, view: StatusView, step: Step) -> Outcome:
+        """Write ``step`` in one script if what ``view`` read still holds."""
+        statuses = self._statuses
+        cid = view.conversation_id
+        keys = [
+            *(statuses._key(cid, part) for part in ("lock", "meta", "status", "job")),
+            statuses.keys.jobs("queued"),
+            self._index.pending_key,
+            self._index.claimed_key,
+        ]
+        raw = encode(step.status)
+        record = "del" if step.remove_record else ("set" if step.record is not None else "")
+        args: list[Any] = [
+            statuses._locks.token(keys[0]),
+            "idle" if step.idle else "0" if view.raw is None else "1",
+            view.raw or b"",
+            raw,
+            record,
+            encode(step.record) if step.record is not None else b"",
+            cid,
+            "1" if step.renew else "0",
+            step.index,
+            step.marker,
+            self._index.lease_ms,
+        ]
+        with redis_errors(statuses.url, "write a job status in"):
+            outcome = _OUTCOMES[int(statuses._scripts.run(_APPLY, keys, args))]
+        if outcome == "done":
+            statuses.remember(cid, raw)
+        elif outcome != "lease":
+            statuses.forget(cid)
+        return outcome

@@ -17,11 +17,10 @@ Creating claims the id and writes the conversation in one Lua script, so a reade
 half a conversation. An id is taken while the index or any key of the conversation holds it (the
 next millisecond on a collision; for ``migrate``, a conflict): a leftover is never written into.
 
-Appends run under the conversation's lock and write in one script that checks the lock is still this
-holder's and that the list has the length that was read (a holder paused past the lock's expiry
-writes nothing), then pushes the messages and updates ``updatedAt``, ``messageCount`` and the
-summary together. The lock is held only for one read-modify-write (as the file backend's flock
-is), far below its expiry; a holder that dies frees it when it expires.
+An append takes the conversation's lock and reads the conversation in one script, then writes
+in one more (:mod:`~pplx_nb.store._redis_scripts`) that checks the lock is still its holder's and
+the list as long as read, and lets go of the lock when nothing else follows. The lock is held
+only for one read-modify-write, far below its expiry; a holder that dies frees it then.
 
 A value that is not what the store writes (a message that is not JSON, a meta hash without its
 fields, a key holding another type of value) makes that conversation CONVERSATION_CORRUPTED and
@@ -45,7 +44,7 @@ from pplx_nb._errors import FilesystemError, PplxError, url_without_credentials
 from pplx_nb._fs import CONVERSATION_ID_RE, id_from_ms, validate_conversation_id
 from pplx_nb._layout import RedisKeys
 from pplx_nb._models import now_iso
-from pplx_nb._redis import HeldLocks, client, redis_errors
+from pplx_nb._redis import HeldLocks, RedisLock, Scripts, client, redis_errors
 from pplx_nb.store import _answering as answering
 from pplx_nb.store._answering import AnsweringMarker
 from pplx_nb.store._document import (
@@ -60,6 +59,7 @@ from pplx_nb.store._document import (
     summary_of_header,
 )
 from pplx_nb.store._file import not_found, or_error
+from pplx_nb.store._redis_scripts import APPEND, CREATE, REPLACE, UNDO
 
 if TYPE_CHECKING:
     import redis
@@ -69,50 +69,11 @@ __all__ = ["RedisBackend"]
 _REQUIRED = ("conversationId", "createdAt", "updatedAt", "messageCount")
 """The meta fields every stored conversation has, in the order documents list them."""
 _SUMMARY_FIELDS = (*_REQUIRED, "parentConversationId", SUMMARY_KEY)
-_CHUNK = 1000
-"""Messages pushed per RPUSH inside a script (Lua's ``unpack`` has a stack limit)."""
 _LEFTOVERS = ("status", "job", "answering")
 """Keys of a conversation besides its meta and messages that make its id taken (not its lock,
 which a process holds for a moment, conversation or not)."""
 _TYPES = {"meta": "hash", "messages": "list"}
 """The Redis type of each key :meth:`RedisBackend.read` reads."""
-
-_CREATE = f"""
-if redis.call('zscore', KEYS[1], ARGV[2]) or redis.call('exists', unpack(KEYS, 2)) > 0 then
-  return 0
-end
-redis.call('zadd', KEYS[1], ARGV[1], ARGV[2])
-local fields = tonumber(ARGV[3])
-redis.call('hset', KEYS[2], unpack(ARGV, 4, 3 + 2 * fields))
-for i = 4 + 2 * fields, #ARGV, {_CHUNK} do
-  redis.call('rpush', KEYS[3], unpack(ARGV, i, math.min(i + {_CHUNK - 1}, #ARGV)))
-end
-return 1
-"""
-
-_APPEND = f"""
-if ARGV[1] ~= '' and redis.call('get', KEYS[1]) ~= ARGV[1] then return -1 end
-if redis.call('exists', KEYS[2]) == 0 then return -3 end
-if redis.call('llen', KEYS[3]) ~= tonumber(ARGV[2]) then return -2 end
-for i = 6, #ARGV, {_CHUNK} do
-  redis.call('rpush', KEYS[3], unpack(ARGV, i, math.min(i + {_CHUNK - 1}, #ARGV)))
-end
-redis.call('hset', KEYS[2], 'updatedAt', ARGV[3], 'messageCount', ARGV[4], '{SUMMARY_KEY}', ARGV[5])
-return redis.call('llen', KEYS[3])
-"""
-
-_REPLACE = """
-if ARGV[1] ~= '' and redis.call('get', KEYS[1]) ~= ARGV[1] then return -1 end
-if redis.call('exists', KEYS[2]) == 0 then return -3 end
-if redis.call('llen', KEYS[3]) ~= tonumber(ARGV[2]) then return -2 end
-local index = tonumber(ARGV[3])
-if redis.call('lindex', KEYS[3], index) ~= ARGV[4] then return -2 end
-redis.call('lset', KEYS[3], index, ARGV[5])
-if #ARGV > 5 then redis.call('hset', KEYS[2], unpack(ARGV, 6)) end
-return 1
-"""
-"""Replace one message, if the list is still as it was read (its length and that message),
-and set the meta fields that follow (name, value, ...)."""
 
 
 class RedisBackend:
@@ -141,9 +102,7 @@ class RedisBackend:
         self.lock_timeout = lock_timeout
         self._next_ms = 0
         self._locks = HeldLocks(url, ttl=lock_seconds, timeout=lock_timeout)
-        self._create_script: Any = None
-        self._append_script: Any = None
-        self._replace_script: Any = None
+        self._scripts = Scripts(url)
 
     def __repr__(self) -> str:
         return f"RedisBackend(url={self.shown_url!r})"
@@ -223,9 +182,7 @@ class RedisBackend:
         ]
         args = [int(conversation_id[9:]), conversation_id, len(fields), *flat, *lines]
         with self._errors("store a conversation in"):
-            script = self._create_script or self._redis.register_script(_CREATE)
-            self._create_script = script
-            return bool(script(keys=keys, args=args))
+            return bool(self._scripts.run(CREATE, keys, args))
 
     def append(
         self,
@@ -235,9 +192,12 @@ class RedisBackend:
         check: Callable[[bytes], None] | None = None,
         then: Callable[[], None] | None = None,
     ) -> bytes:
-        """Append under the conversation's lock; ``check`` and ``then`` as the file backend's."""
+        """Append under the conversation's lock; ``check`` and ``then`` as the file backend's.
+
+        Without ``then``, the script that pushes the messages lets go of the lock too.
+        """
         with self._lock(validate_conversation_id(conversation_id)):
-            return self.append_locked(conversation_id, messages, check=check, then=then)
+            return self._append_locked(conversation_id, messages, check, then, release=then is None)
 
     def append_locked(
         self,
@@ -249,10 +209,21 @@ class RedisBackend:
     ) -> bytes:
         """:meth:`append` for a caller that holds the conversation's lock.
 
-        The write checks the lock's token when this backend took the lock (the job side may
-        hold the same key through its own backend), and always that no message was pushed
-        since the read; if ``then`` raises, the messages and fields are put back as they were.
+        The write checks the lock's token when this thread holds the lock, and always that no
+        message was pushed since the read; if ``then`` raises, the messages and fields are put
+        back as they were.
         """
+        return self._append_locked(conversation_id, messages, check, then, release=False)
+
+    def _append_locked(
+        self,
+        conversation_id: str,
+        messages: Sequence[Mapping[str, Any]],
+        check: Callable[[bytes], None] | None,
+        then: Callable[[], None] | None,
+        *,
+        release: bool,
+    ) -> bytes:
         validate_conversation_id(conversation_id)
         meta, lines = self._fetch(conversation_id)
         data = self._assemble(conversation_id, meta, lines)
@@ -265,7 +236,7 @@ class RedisBackend:
             "messageCount": dumps(len(lines) + len(new_lines)),
             SUMMARY_KEY: dumps(summary_field(previous, messages)),
         }
-        self._push(conversation_id, len(lines), fields, new_lines)
+        self._push(conversation_id, len(lines), fields, new_lines, release)
         before = {name: meta[name.encode()] for name in fields if name.encode() in meta}
         meta.update((name.encode(), value) for name, value in fields.items())
         if then is not None:
@@ -277,31 +248,32 @@ class RedisBackend:
         return assemble(self._fields(conversation_id, meta), [*lines, *new_lines])
 
     def _push(
-        self, conversation_id: str, length: int, fields: dict[str, bytes], lines: list[bytes]
+        self, cid: str, length: int, fields: dict[str, bytes], lines: list[bytes], release: bool
     ) -> None:
-        token = self._locks.token(conversation_id)
-        keys = [
-            self._key(conversation_id, "lock"),
-            self._key(conversation_id, "meta"),
-            self._key(conversation_id, "messages"),
-        ]
-        args: list[Any] = [token, length, *fields.values(), *lines]
+        """Push ``lines`` and set ``fields`` in one script (letting go of the lock if asked)."""
+        keys = self._write_keys(cid)
+        lock = self._locks.held(keys[0])
+        token = (lock.token or "") if lock is not None else ""
+        release = release and bool(token)
+        args: list[Any] = [token, length, *fields.values(), int(release), *lines]
         with self._errors("append to a conversation in"):
-            script = self._append_script or self._redis.register_script(_APPEND)
-            self._append_script = script
-            result = script(keys=keys, args=args)
-        self._refused(conversation_id, result, "Nothing was appended to")
+            result = self._scripts.run(APPEND, keys, args)
+        self._refused(cid, result, "Nothing was appended to")
+        if release and lock is not None:
+            lock.token = None  # the script let go of it
+
+    def _write_keys(self, conversation_id: str) -> list[str]:
+        """The lock, meta and messages keys, as the write scripts take them."""
+        return [self._key(conversation_id, part) for part in ("lock", "meta", "messages")]
 
     def _refused(self, conversation_id: str, result: int, nothing: str) -> None:
         """Raise for a write script's refusal (a negative ``result``)."""
         if result == -3:
             raise not_found(conversation_id, self.shown_url)
         if result < 0:
-            why = (
-                "its lock expired while this process held it"
-                if result == -1
-                else ("another writer changed it without its lock")
-            )
+            why = "its lock expired while this process held it"
+            if result != -1:
+                why = "another writer changed it without its lock"
             raise FilesystemError(
                 f"{nothing} conversation {conversation_id} in the Redis store at "
                 f"{self.shown_url}: {why}. Try again.",
@@ -325,64 +297,40 @@ class RedisBackend:
             index = where(self._assemble(conversation_id, meta, lines))
             if index == len(lines):
                 return self.append_locked(conversation_id, [message], then=then)
-            new_lines = [*lines]
-            new_lines[index] = dumps(dict(message))
+            old, new = lines[index], dumps(dict(message))
+            new_lines = [*lines[:index], new, *lines[index + 1 :]]
             document = b'{"messages": [' + b",".join(new_lines) + b"]}"
             messages = parse(document, conversation_id, self.document_location(conversation_id))
-            fields = {
-                "updatedAt": dumps(now_iso()),
-                SUMMARY_KEY: dumps(summary_field({}, messages["messages"])),
-            }
-            self._replace(
-                conversation_id, len(lines), index, lines[index], new_lines[index], fields
-            )
+            summary = summary_field({}, messages["messages"])
+            fields = {"updatedAt": dumps(now_iso()), SUMMARY_KEY: dumps(summary)}
             before = {name: meta[name.encode()] for name in fields if name.encode() in meta}
+            swap = partial(self._replace, conversation_id, len(lines), index)
+            swap(old, new, fields)
             if then is not None:
                 try:
                     then()
                 except BaseException:
-                    self._replace(
-                        conversation_id, len(lines), index, new_lines[index], lines[index], before
-                    )
+                    swap(new, old, before)
                     raise
             meta.update((name.encode(), value) for name, value in fields.items())
             return self._assemble(conversation_id, meta, new_lines)
 
     def _replace(
-        self,
-        conversation_id: str,
-        length: int,
-        index: int,
-        old: bytes,
-        new: bytes,
-        fields: dict[str, bytes],
+        self, cid: str, length: int, index: int, old: bytes, new: bytes, fields: dict[str, bytes]
     ) -> None:
         """Swap message ``index`` from ``old`` to ``new`` and set ``fields``, in one script."""
-        keys = [
-            self._key(conversation_id, "lock"),
-            self._key(conversation_id, "meta"),
-            self._key(conversation_id, "messages"),
-        ]
+        keys = self._write_keys(cid)
         pairs = [part for field in fields.items() for part in field]
-        args: list[Any] = [self._locks.token(conversation_id), length, index, old, new, *pairs]
+        args: list[Any] = [self._locks.token(keys[0]), length, index, old, new, *pairs]
         with self._errors("replace a message in"):
-            script = self._replace_script or self._redis.register_script(_REPLACE)
-            self._replace_script = script
-            result = script(keys=keys, args=args)
-        self._refused(conversation_id, result, "Nothing was replaced in")
+            result = self._scripts.run(REPLACE, keys, args)
+        self._refused(cid, result, "Nothing was replaced in")
 
     def _undo(self, conversation_id: str, length: int, old: dict[str, bytes]) -> None:
         """Put the list and fields back as they were before an append whose ``then`` failed."""
+        pairs = [part for field in old.items() for part in field]
         with self._errors("undo an append in"):
-            pipe = self._redis.pipeline(transaction=True)
-            messages = self._key(conversation_id, "messages")
-            if length:
-                pipe.ltrim(messages, 0, length - 1)
-            else:
-                pipe.delete(messages)
-            if old:
-                pipe.hset(self._key(conversation_id, "meta"), mapping=cast(Any, old))
-            pipe.execute()
+            self._scripts.run(UNDO, self._write_keys(conversation_id)[1:], [length, *pairs])
 
     def check_writable(self, conversation_id: str | None = None) -> None:
         """FILESYSTEM_ERROR naming the URL unless the server takes writes now.
@@ -400,9 +348,7 @@ class RedisBackend:
 
         ``before`` runs under the lock, right before the removal.
         """
-        with self._lock(validate_conversation_id(conversation_id)):
-            if not self.exists(conversation_id):
-                raise not_found(conversation_id, self.shown_url)
+        with self.locked(conversation_id):
             if before is not None:
                 before()
             with self._errors("delete a conversation in"):
@@ -413,15 +359,16 @@ class RedisBackend:
 
     # -- the lock and the question being answered -------------------------------------------
 
-    def _lock(self, conversation_id: str) -> contextlib.AbstractContextManager[None]:
-        """The conversation's RedisLock, its token remembered for this thread's writes."""
-        return self._locks.hold(self._key(conversation_id, "lock"), conversation_id)
+    def _lock(self, conversation_id: str) -> contextlib.AbstractContextManager[RedisLock]:
+        """The conversation's RedisLock, taken with its meta and messages read (the
+        :meth:`_fetch` that follows costs no round trip)."""
+        return self._locks.hold(*self._write_keys(conversation_id))
 
     @contextlib.contextmanager
     def locked(self, conversation_id: str) -> Iterator[None]:
         """The conversation's lock, the one :meth:`append` takes (CONVERSATION_NOT_FOUND
-        without the conversation)."""
-        with self._lock(validate_conversation_id(conversation_id)):
+        without the conversation). Nothing is read with it: what the block does may not."""
+        with self._locks.hold(self._key(validate_conversation_id(conversation_id), "lock")):
             if not self.exists(conversation_id):
                 raise not_found(conversation_id, self.shown_url)
             yield
@@ -488,6 +435,14 @@ class RedisBackend:
         return self._assemble(conversation_id, meta, lines)
 
     def _fetch(self, conversation_id: str) -> tuple[dict[bytes, bytes], list[bytes]]:
+        """The meta hash and the messages: as the lock read them if nothing was written since
+        (the first read under it), else read in one transaction."""
+        lock = self._locks.held(self._key(conversation_id, "lock"))
+        if lock is not None and lock.read is not None:
+            (meta, lines), lock.read = lock.read, None
+            if not meta:
+                raise not_found(conversation_id, self.shown_url)
+            return meta, lines
         with self._errors("read a conversation in"):
             pipe = self._redis.pipeline(transaction=True)
             pipe.hgetall(self._key(conversation_id, "meta"))
