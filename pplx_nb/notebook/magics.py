@@ -1,9 +1,9 @@
 """The ``%%pplx`` family of IPython magics: thin adapters that parse, call the Researcher, render.
 
 ``%load_ext pplx_nb`` registers them (:mod:`.extension`); loading imports only IPython's magic
-machinery — the Researcher, pandas and ipywidgets are imported the first time a magic runs. Each kernel has one
-:class:`~pplx_nb.research.Researcher`, created on first use from the environment with deep research
-queued as background jobs (unless ``PERPLEXITY_ENABLE_ASYNC_DEEP_RESEARCH=false``).
+machinery — the Researcher, pandas and ipywidgets are imported the first time a magic runs. Each
+kernel has one :class:`~pplx_nb.research.Researcher`, created on first use from the environment with
+deep research queued as background jobs (unless ``PERPLEXITY_ENABLE_ASYNC_DEEP_RESEARCH=false``).
 :func:`set_researcher` replaces it (tests, or a Researcher configured in code)::
 
     from pplx_nb import Researcher, Settings
