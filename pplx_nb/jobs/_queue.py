@@ -21,14 +21,13 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Literal, Unpack, cast
+from typing import Unpack, cast
 
 from pplx_nb._errors import (
     ConversationCorrupted,
     ConversationNotFound,
     FilesystemError,
     JobInProgress,
-    LeaseLost,
     PplxError,
     ValidationError,
 )
@@ -47,14 +46,8 @@ from pplx_nb._models import (
 )
 from pplx_nb.jobs import _events as events
 from pplx_nb.jobs import _transitions as transitions
-from pplx_nb.jobs._backend import (
-    AnswerLookup,
-    IndexMove,
-    JobStatusBackend,
-    JoinsIndex,
-    Step,
-    StepsAtOnce,
-)
+from pplx_nb.jobs._at_once import GONE, PAST_LEASE, AtOnce, Change, claimed
+from pplx_nb.jobs._backend import AnswerLookup, JobStatusBackend, JoinsIndex
 from pplx_nb.jobs._events import logger, result_meta_of
 from pplx_nb.jobs._index import PRIORITY_MAX, ClaimIndex, conversation_of, marker_name
 from pplx_nb.jobs._job import Job
@@ -64,10 +57,6 @@ from pplx_nb.jobs._side import JobSide
 from pplx_nb.jobs._transitions import NON_RETRYABLE
 
 __all__ = ["NON_RETRYABLE", "JobQueue"]
-
-_Change = Callable[[JobStatus, str], JobStatus]
-_PAST_LEASE = "past its lease (no heartbeat reached the store in time)"
-_GONE = "gone (its conversation was deleted)"
 
 
 class JobQueue:
@@ -111,9 +100,8 @@ class JobQueue:
         self._index = index
         self._side = JobSide(statuses, index)
         self._late = LateReports(statuses, index, answers)
-        self._steps: StepsAtOnce | None = (
-            statuses.joined(index) if isinstance(statuses, JoinsIndex) else None
-        )
+        steps = statuses.joined(index) if isinstance(statuses, JoinsIndex) else None
+        self._at_once = AtOnce(steps, index) if steps is not None else None
         self._recovery = Recovery(
             statuses,
             index,
@@ -158,9 +146,9 @@ class JobQueue:
             JobInProgress: the conversation already has a pending or in_progress job.
             ConversationCorrupted: its status.json is damaged (deleting it resets the job state).
         """
-        self._check_request(conversation_id, request, priority)
+        _check_request(conversation_id, request, priority)
         record = self._new_record(conversation_id, tool, request, priority, params)
-        status = self._add_at_once(record)
+        status = self._at_once.add(record, self.check_idle) if self._at_once else None
         if status is None:
             self._must_exist(conversation_id)
             with self._statuses.locked(conversation_id):
@@ -183,29 +171,14 @@ class JobQueue:
         ``ConversationStore.locked``), so that a question and its job land together. Raises as
         :meth:`enqueue` does.
         """
-        self._check_request(conversation_id, request, priority)
+        _check_request(conversation_id, request, priority)
         record = self._new_record(conversation_id, tool, request, priority, params)
-        status = self._add_at_once(record)
+        status = self._at_once.add(record, self.check_idle) if self._at_once else None
         if status is None:
             self._must_exist(conversation_id)
             status = self._add(record)
         events.enqueued(status)
         return status
-
-    def _check_request(self, conversation_id: str, request: JobRequest, priority: int) -> None:
-        validate_conversation_id(conversation_id)
-        if not isinstance(priority, int) or not -PRIORITY_MAX <= priority <= PRIORITY_MAX:
-            raise ValidationError(
-                f"Job priority must be an integer between {-PRIORITY_MAX} and {PRIORITY_MAX}, "
-                f"got {priority!r}."
-            )
-        try:
-            json.dumps(request, allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            raise ValidationError(
-                f"The job request must be JSON-serialisable: {exc}. Pass plain dicts, lists, "
-                "strings and numbers."
-            ) from exc
 
     def _new_record(
         self,
@@ -229,19 +202,6 @@ class JobQueue:
             created_at=now if params else None,
             max_attempts=self.max_job_retries + 1,
         )
-
-    def _add_at_once(self, record: JobRecord) -> JobStatus | None:
-        """Queue ``record`` in one checked write where the backend offers it (see
-        :class:`StepsAtOnce`); ``None`` when it must be done under the lock."""
-        steps, conversation_id = self._steps, record.conversation_id
-        if steps is None:
-            return None
-        status = transitions.new_status(record, record.enqueued_at)
-        step = Step(status, cast(str, record.queue_key), record=record, idle=True, index="pending")
-        outcome = steps.apply(steps.unread(conversation_id), step)
-        if outcome == "busy":
-            self.check_idle(conversation_id)  # raises, naming the state it reads now
-        return status if outcome == "done" else None
 
     def _add(self, record: JobRecord) -> JobStatus:
         """Write the job of a checked request (lock held): job.json, status.json, its marker."""
@@ -303,15 +263,13 @@ class JobQueue:
         tagged with the job's ``jobId``. Takes no lock: call it under the conversation lock (a
         store append's ``check``) to fence a write by a worker whose lease may have expired.
         """
-        if self._steps is not None:
-            view = self._steps.view(job.conversation_id, marker=job.marker)
-            status, live = view.status, view.live
+        if self._at_once is not None:
+            status, live = self._at_once.owner(job)
         else:
-            status = self._statuses.read(job.conversation_id)
-            live = None
+            status, live = self._statuses.read(job.conversation_id), None
         transitions.check_owner(status, job)
         if not (live if live is not None else self._index.held(job.marker)):
-            raise transitions.lease_lost(job, _PAST_LEASE)
+            raise transitions.lease_lost(job, PAST_LEASE)
         if document is not None:
             answer = self._answers.job_answer(job.conversation_id, job.job_id, document)
             if answer is not None:
@@ -338,7 +296,7 @@ class JobQueue:
         return None
 
     def _take(self, marker: str, worker_id: str) -> Job | None:
-        taken = self._take_at_once(marker, worker_id)
+        taken = self._at_once.take(marker, worker_id) if self._at_once else False
         if taken is not False:
             return taken
         conversation_id = conversation_of(marker)
@@ -366,31 +324,7 @@ class JobQueue:
                 return None
             status = transitions.start_attempt(status, worker_id, now)
             statuses.write(status)
-        return _job(record, status, worker_id, marker)
-
-    def _take_at_once(self, marker: str, worker_id: str) -> Job | Literal[False] | None:
-        """:meth:`_take` in one read and one checked write where the backend offers it: the
-        job, ``None`` when it is not to be had, ``False`` when it must be taken under the
-        lock (anything but a pending job with its request, or a check that failed)."""
-        steps, conversation_id = self._steps, conversation_of(marker)
-        if steps is None or not CONVERSATION_ID_RE.match(conversation_id):
-            return False
-        view = steps.view(conversation_id, record=True)
-        status, record = view.status, view.record
-        if (
-            status is None
-            or status.queue_key != marker
-            or status.status != "pending"
-            or record is None
-            or record.job_id != status.job_id
-        ):
-            return False
-        status = transitions.start_attempt(status, worker_id, now_iso())
-        outcome = steps.apply(view, Step(status, marker, renew=True))
-        if outcome == "lease":
-            self._index.requeue(marker)  # held up past a whole lease: the next claim has it
-            return None
-        return _job(record, status, worker_id, marker) if outcome == "done" else False
+        return claimed(record, status, worker_id, marker)
 
     # -- while a job runs ----------------------------------------------------------------------
 
@@ -566,7 +500,7 @@ class JobQueue:
                 conversation_id=conversation_id,
             )
 
-    def _owned(self, job: Job, change: _Change) -> JobStatus:
+    def _owned(self, job: Job, change: Change) -> JobStatus:
         """Apply ``change`` to ``job``'s status if this worker still owns it; LeaseLost if not.
 
         Under the conversation lock: read, check the owner, write; then the index follows the
@@ -574,17 +508,17 @@ class JobQueue:
         pending. Only after the write: removing job.json before the status says completed
         would lose the job on a crash.
         """
-        done = self._owned_at_once(job, change)
+        done = self._at_once.owned(job, change) if self._at_once else None
         if done is not None:
             return done
         statuses = self._statuses
         if not statuses.present(job.conversation_id):
-            raise transitions.lease_lost(job, _GONE)
+            raise transitions.lease_lost(job, GONE)
         with statuses.locked(job.conversation_id):
             status = transitions.check_owner(statuses.read(job.conversation_id), job)
             status = change(status, now_iso())
             if not self._index.renew(job.marker, status.heartbeat_at):
-                raise transitions.lease_lost(job, _PAST_LEASE)
+                raise transitions.lease_lost(job, PAST_LEASE)
             statuses.write(status)
             if status.done:
                 self._close_question(status)
@@ -592,39 +526,6 @@ class JobQueue:
             elif status.status == "pending":
                 self._index.requeue(job.marker)
         return status
-
-    def _owned_at_once(self, job: Job, change: _Change) -> JobStatus | None:
-        """:meth:`_owned` in one checked write where the backend offers it, from the status
-        this process last wrote (a progress write: one round trip); read afresh when that one
-        is out of date. ``None`` when it must be done under the lock: a job that ends without
-        an answer (its question is closed in the same step), or a lock held elsewhere."""
-        steps = self._steps
-        if steps is None:
-            return None
-        for fresh in (False, True):
-            view = steps.view(job.conversation_id, fresh=fresh)
-            try:
-                if not view.present:
-                    raise transitions.lease_lost(job, _GONE)
-                status = change(transitions.check_owner(view.status, job), now_iso())
-            except LeaseLost:
-                if fresh:
-                    raise
-                continue  # judged on a status remembered here: read it again
-            if status.status in ("failed", "cancelled"):
-                return None
-            index: IndexMove = (
-                "drop" if status.done else "requeue" if status.status == "pending" else ""
-            )
-            step = Step(status, job.marker, remove_record=status.done, renew=True, index=index)
-            outcome = steps.apply(view, step)
-            if outcome == "done":
-                return status
-            if outcome in ("lease", "gone"):
-                raise transitions.lease_lost(job, _PAST_LEASE if outcome == "lease" else _GONE)
-            if outcome == "locked":
-                return None
-        return None
 
     def _end(self, status: JobStatus, marker: str) -> None:
         """Write an ended status, then remove its request and marker (lock held)."""
@@ -676,20 +577,18 @@ def _close_unanswered(answers: AnswerLookup, status: JobStatus) -> None:
         )
 
 
-def _job(record: JobRecord, status: JobStatus, worker_id: str, marker: str) -> Job:
-    """The job a claim hands its worker."""
-    return Job(
-        job_id=record.job_id,
-        conversation_id=record.conversation_id,
-        tool=record.tool_name,
-        request=record.request.copy(),
-        priority=record.priority,
-        attempt=status.attempts,
-        enqueued_at=record.enqueued_at,
-        worker_id=worker_id,
-        marker=marker,
-        remote_id=status.remote_id,
-        submitted_at=status.submitted_at,
-        submitting=bool(status.submitting_at),
-        params=(record.params or {}).copy(),
-    )
+def _check_request(conversation_id: str, request: JobRequest, priority: int) -> None:
+    """VALIDATION_ERROR for a request no job could hold, before anything is written."""
+    validate_conversation_id(conversation_id)
+    if not isinstance(priority, int) or not -PRIORITY_MAX <= priority <= PRIORITY_MAX:
+        raise ValidationError(
+            f"Job priority must be an integer between {-PRIORITY_MAX} and {PRIORITY_MAX}, "
+            f"got {priority!r}."
+        )
+    try:
+        json.dumps(request, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValidationError(
+            f"The job request must be JSON-serialisable: {exc}. Pass plain dicts, lists, "
+            "strings and numbers."
+        ) from exc

@@ -52,13 +52,19 @@ from pplx_nb.store._document import (
     assemble,
     corrupted,
     dumps,
-    fresh_summary_field,
     parse,
     summarize,
     summary_field,
     summary_of_header,
 )
 from pplx_nb.store._file import not_found, or_error
+from pplx_nb.store._redis_meta import (
+    REQUIRED,
+    decoded,
+    document_of,
+    header_fields,
+    summary_of_meta,
+)
 from pplx_nb.store._redis_scripts import APPEND, CREATE, REPLACE, UNDO
 
 if TYPE_CHECKING:
@@ -66,9 +72,7 @@ if TYPE_CHECKING:
 
 __all__ = ["RedisBackend"]
 
-_REQUIRED = ("conversationId", "createdAt", "updatedAt", "messageCount")
-"""The meta fields every stored conversation has, in the order documents list them."""
-_SUMMARY_FIELDS = (*_REQUIRED, "parentConversationId", SUMMARY_KEY)
+_SUMMARY_FIELDS = (*REQUIRED, "parentConversationId", SUMMARY_KEY)
 _LEFTOVERS = ("status", "job", "answering")
 """Keys of a conversation besides its meta and messages that make its id taken (not its lock,
 which a process holds for a moment, conversation or not)."""
@@ -226,11 +230,13 @@ class RedisBackend:
     ) -> bytes:
         validate_conversation_id(conversation_id)
         meta, lines = self._fetch(conversation_id)
-        data = self._assemble(conversation_id, meta, lines)
+        data = document_of(conversation_id, self.document_location(conversation_id), meta, lines)
         if check is not None:
             check(data)
         new_lines = [dumps(dict(m)) for m in messages]
-        previous = self._summary_field(conversation_id, meta, lines)
+        previous = summary_of_meta(
+            conversation_id, self.document_location(conversation_id), meta, lines
+        )
         fields = {
             "updatedAt": dumps(now_iso()),
             "messageCount": dumps(len(lines) + len(new_lines)),
@@ -245,7 +251,10 @@ class RedisBackend:
             except BaseException:
                 self._undo(conversation_id, len(lines), before)
                 raise
-        return assemble(self._fields(conversation_id, meta), [*lines, *new_lines])
+        return assemble(
+            header_fields(conversation_id, self.document_location(conversation_id), meta),
+            [*lines, *new_lines],
+        )
 
     def _push(
         self, cid: str, length: int, fields: dict[str, bytes], lines: list[bytes], release: bool
@@ -294,7 +303,9 @@ class RedisBackend:
         is put back."""
         with self._lock(validate_conversation_id(conversation_id)):
             meta, lines = self._fetch(conversation_id)
-            index = where(self._assemble(conversation_id, meta, lines))
+            index = where(
+                document_of(conversation_id, self.document_location(conversation_id), meta, lines)
+            )
             if index == len(lines):
                 return self.append_locked(conversation_id, [message], then=then)
             old, new = lines[index], dumps(dict(message))
@@ -313,7 +324,9 @@ class RedisBackend:
                     swap(new, old, before)
                     raise
             meta.update((name.encode(), value) for name, value in fields.items())
-            return self._assemble(conversation_id, meta, new_lines)
+            return document_of(
+                conversation_id, self.document_location(conversation_id), meta, new_lines
+            )
 
     def _replace(
         self, cid: str, length: int, index: int, old: bytes, new: bytes, fields: dict[str, bytes]
@@ -432,7 +445,7 @@ class RedisBackend:
     def read(self, conversation_id: str) -> bytes:
         """The conversation's canonical document, read in one transaction."""
         meta, lines = self._fetch(validate_conversation_id(conversation_id))
-        return self._assemble(conversation_id, meta, lines)
+        return document_of(conversation_id, self.document_location(conversation_id), meta, lines)
 
     def _fetch(self, conversation_id: str) -> tuple[dict[bytes, bytes], list[bytes]]:
         """The meta hash and the messages: as the lock read them if nothing was written since
@@ -476,70 +489,6 @@ class RedisBackend:
                 f"its key {key} holds another type of value than a {_TYPES[part]}",
             )
         return reply
-
-    def _assemble(
-        self, conversation_id: str, meta: dict[bytes, bytes], lines: list[bytes]
-    ) -> bytes:
-        """The canonical document of ``meta`` and ``lines``: CONVERSATION_CORRUPTED unless the
-        meta hash counts the lines and each is one line (as the store writes them), so that
-        the store can tell each line holds one message."""
-        fields = self._fields(conversation_id, meta)
-        count = self._decoded(conversation_id, meta, ("messageCount",))["messageCount"]
-        problem = None
-        if count != len(lines):
-            problem = (
-                f"its meta hash says messageCount {count}, its messages list holds {len(lines)}"
-            )
-        elif b"\n" in b"".join(lines):
-            problem = "a message in its messages list spans several lines"
-        if problem is not None:
-            raise corrupted(conversation_id, self.document_location(conversation_id), problem)
-        return assemble(fields, lines)
-
-    def _fields(self, conversation_id: str, meta: dict[bytes, bytes]) -> list[tuple[str, bytes]]:
-        """The meta hash as header fields: the required ones first, the summary last."""
-        named = {_name(conversation_id, key, self): value for key, value in meta.items()}
-        missing = [name for name in _REQUIRED if name not in named]
-        if missing:
-            raise corrupted(
-                conversation_id,
-                self.document_location(conversation_id),
-                f"its meta hash lacks {', '.join(missing)}",
-            )
-        order = [*_REQUIRED, *sorted(set(named) - {*_REQUIRED, SUMMARY_KEY})]
-        if SUMMARY_KEY in named:
-            order.append(SUMMARY_KEY)
-        return [(name, named[name]) for name in order]
-
-    def _summary_field(
-        self, conversation_id: str, meta: dict[bytes, bytes], lines: list[bytes]
-    ) -> dict[str, Any]:
-        """The stored summary when current, else one computed from the messages."""
-        decoded = self._decoded(conversation_id, meta, (SUMMARY_KEY, "messageCount"))
-        fresh = fresh_summary_field(decoded)
-        if fresh is not None and decoded.get("messageCount") == len(lines):
-            return fresh
-        where = self.document_location(conversation_id)
-        document = parse(b'{"messages": [' + b",".join(lines) + b"]}", conversation_id, where)
-        return summary_field({}, document["messages"])
-
-    def _decoded(
-        self, conversation_id: str, meta: dict[bytes, bytes], names: Sequence[str]
-    ) -> dict[str, Any]:
-        decoded: dict[str, Any] = {}
-        for name in names:
-            raw = meta.get(name.encode())
-            if raw is None:
-                continue
-            try:
-                decoded[name] = json.loads(raw)
-            except (ValueError, RecursionError):
-                raise corrupted(
-                    conversation_id,
-                    self.document_location(conversation_id),
-                    f"its meta field {name} is not valid JSON",
-                ) from None
-        return decoded
 
     def exists(self, conversation_id: str) -> bool:
         """Whether the conversation's meta hash is stored."""
@@ -593,7 +542,9 @@ class RedisBackend:
                 meta = self._reply(cid, "meta", meta)
                 if not meta:
                     raise not_found(cid, self.shown_url)
-                return self._assemble(cid, meta, self._reply(cid, "messages", lines))
+                return document_of(
+                    cid, self.document_location(cid), meta, self._reply(cid, "messages", lines)
+                )
 
             results.append(or_error(document, conversation_id))
         return results
@@ -609,15 +560,17 @@ class RedisBackend:
         }
         if not meta:
             raise not_found(conversation_id, self.shown_url)
-        decoded = self._decoded(conversation_id, meta, _SUMMARY_FIELDS)
-        missing = [name for name in _REQUIRED if name not in decoded]
+        fields = decoded(
+            conversation_id, self.document_location(conversation_id), meta, _SUMMARY_FIELDS
+        )
+        missing = [name for name in REQUIRED if name not in fields]
         if missing:
             raise corrupted(
                 conversation_id,
                 self.document_location(conversation_id),
                 f"its meta hash lacks {', '.join(missing)}",
             )
-        summary = summary_of_header(decoded)
+        summary = summary_of_header(fields)
         if summary is None:
             where = self.document_location(conversation_id)
             summary = summarize(parse(self.read(conversation_id), conversation_id, where))
@@ -628,14 +581,3 @@ class RedisBackend:
 def _wrong_type(error: redis.ResponseError) -> bool:
     """Whether Redis refused a command because its key holds another type of value."""
     return str(error).startswith("WRONGTYPE")
-
-
-def _name(conversation_id: str, key: bytes, backend: RedisBackend) -> str:
-    try:
-        return key.decode("utf-8")
-    except UnicodeDecodeError:
-        raise corrupted(
-            conversation_id,
-            backend.document_location(conversation_id),
-            "its meta hash has a field name that is not UTF-8",
-        ) from None
