@@ -893,6 +893,11 @@ def test_pplx_cancel_stops_the_last_research_with_one_line_and_followups_go_on(
             assert f"conversation {cid} was already cancelled at " in again
             assert "nothing was sent" in again and "stop" not in again
             assert icon("cancelled") not in ended.last["text/html"]
+            waited = Run(shell, f"%pplx_wait {cid}")
+            assert waited.error is None and waited.result is None
+            said = waited.last["text/plain"]
+            assert f"conversation {cid} was cancelled at " in said and "no report" in said
+            assert "PPLX_ERROR" not in said and icon("warning") not in waited.last["text/html"]
             none = Run(shell, "%pplx_cancel 20250124-1706102400123")
             assert "CONVERSATION_NOT_FOUND" in none.last["text/html"]
             # Every run started was cancelled (by the magic, or by the worker if the run's id

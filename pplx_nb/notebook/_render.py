@@ -341,11 +341,21 @@ def web_results_bundle(results: WebResults) -> Bundle:
 
 def cancel_bundle(conversation_id: str, status: JobStatus | None) -> Bundle:
     """One line: what ``%pplx_cancel`` did, and how to go on when the research was cancelled."""
-
     said = cancel_outcome(conversation_id, status)
-    if status is not None and status.status == "cancelled":
-        said += " Ask again with `%pplx_followup --research`, or follow up with `%pplx_followup`."
     mark = icon("cancelled") if cancelled_now(status) else icon("info")
+    return _cancel_line(said, mark, cancelled=status is not None and status.status == "cancelled")
+
+
+def cancelled_wait_bundle(conversation_id: str, status: JobStatus) -> Bundle:
+    """What ``%pplx_wait`` says of a job the user cancelled: how it ended, not an error."""
+    when = f" at {status.completed_at}" if status.completed_at else ""
+    said = f"The research of conversation {conversation_id} was cancelled{when}: no report comes."
+    return _cancel_line(said, icon("info"), cancelled=True)
+
+
+def _cancel_line(said: str, mark: str, *, cancelled: bool) -> Bundle:
+    if cancelled:
+        said += " Ask again with `%pplx_followup --research`, or follow up with `%pplx_followup`."
     rich = html.escape(said)
     for command in ("%pplx_followup --research", "%pplx_followup"):
         rich = rich.replace(f"`{command}`", f"<code>{command}</code>", 1)

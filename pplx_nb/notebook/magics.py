@@ -55,7 +55,12 @@ from pplx_nb.notebook._kernel import (
     spelled,
     wait_served,
 )
-from pplx_nb.notebook._render import cancel_bundle, jobs_frame, web_results_bundle
+from pplx_nb.notebook._render import (
+    cancel_bundle,
+    cancelled_wait_bundle,
+    jobs_frame,
+    web_results_bundle,
+)
 from pplx_nb.notebook._views import ProgressView, StreamView
 from pplx_nb.notebook.display import (
     answer_bundle,
@@ -455,6 +460,11 @@ class PplxMagics(CellMagics):
             cid = self._conversation(unquote(args.id) if args.id else None)
             label = f"Job {cid}"
             researcher = self.researcher
+            status = researcher.status(cid)
+            if status is not None and status.status == "cancelled":
+                # The user cancelled it: how it ended, not an error box.
+                show(cancelled_wait_bundle(cid, status))
+                return None
             result = self._blocking(
                 label,
                 lambda on_progress: wait_served(
