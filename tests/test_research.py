@@ -288,7 +288,8 @@ def test_good_option_values_pass(researcher: Researcher) -> None:
 def test_an_effort_is_reported_in_the_answer_and_its_stored_turn(researcher: Researcher) -> None:
     answer = researcher.search("What is asyncio.gather?", effort="fast@2026-10-16.0")
     assert (answer.effort, answer.preset) == ("fast@2026-10-16.0", "fast@2026-10-16.0")
-    stored = _file(answer)["messages"][-1]  # type: ignore[index]
+    document = researcher.store.read_raw(answer.conversation_id or "")
+    stored = document["messages"][-1]
     assert (stored["effort"], stored["preset"]) == ("fast@2026-10-16.0", "fast@2026-10-16.0")
     again = researcher.history(answer.conversation_id or "").messages[-1]
     assert again.effort == "fast@2026-10-16.0"
