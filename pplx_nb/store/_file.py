@@ -136,11 +136,13 @@ class FileBackend:
 
     def location(self, conversation_id: str) -> str:
         """The conversation's directory as a string."""
-        return str(self.directory(conversation_id))
+        # Joined as text: bulk readers ask for it once per conversation, and pathlib's parsing
+        # cost more than reading the document.
+        return os.path.join(str(self.root), validate_conversation_id(conversation_id))
 
     def document_location(self, conversation_id: str) -> str:
         """The conversation.json path as a string."""
-        return str(self.directory(conversation_id) / CONVERSATION_FILE)
+        return os.path.join(self.location(conversation_id), CONVERSATION_FILE)
 
     # -- writing --------------------------------------------------------------------------------
 
