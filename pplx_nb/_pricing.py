@@ -17,6 +17,7 @@ from pplx_nb._models import Cost, Usage
 
 __all__ = [
     "PRICES",
+    "SEARCH_API_FEE",
     "TOOL_FEES",
     "Price",
     "estimate_cost",
@@ -64,6 +65,8 @@ TOOL_FEES: dict[str, float] = {
     "search_finance": 0.005,
 }
 """USD per Agent API tool call, by billing name."""
+SEARCH_API_FEE = 0.005
+"""USD per Search API request (``POST /search``: $5 per 1,000), whatever it returns."""
 _PRESET_MODELS = {
     "fast": "perplexity/sonar",
     "fast-search": "perplexity/sonar",
