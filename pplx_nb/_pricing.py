@@ -23,6 +23,7 @@ __all__ = [
     "estimate_cost",
     "finite_cost",
     "price_for",
+    "priced_model",
     "safe_estimate",
 ]
 
@@ -82,11 +83,16 @@ _PRESET_MODELS = {
 _FALLBACK = "openai/gpt-5-mini"
 
 
+def priced_model(model: str | None) -> str:
+    """The model whose prices price ``model``: itself, or the model a preset resolved to."""
+    name = (model or _FALLBACK).strip().lower()
+    return _PRESET_MODELS.get(name.partition("@")[0], name)  # an effort pinned to a version too
+
+
 def price_for(model: str | None, prices: Mapping[str, Price] | None = None) -> Price:
     """The price of a model slug, Sonar name or preset: from ``prices`` (the API's), else the
     static table; an unknown model is priced as the default preset's."""
-    name = (model or _FALLBACK).strip().lower()
-    name = _PRESET_MODELS.get(name.partition("@")[0], name)  # an effort pinned to a version too
+    name = priced_model(model)
     for table in (prices or {}, PRICES):
         price = table.get(name)
         if price is not None:

@@ -111,7 +111,11 @@ def test_holds_settle_to_their_cost_keep_an_unknown_one_and_release(guard: Budge
     guard.settle(a, 5.0)  # settled once: a second word changes nothing
     day, month = guard.standing()
     assert (day.spent, day.reserved) == (0.423456, 0.0)
-    assert (month.spent, month.cap, month.resets_at) == (0.423456, 3.0, datetime(2026, 12, 1, tzinfo=UTC))
+    assert (month.spent, month.cap, month.resets_at) == (
+        0.423456,
+        3.0,
+        datetime(2026, 12, 1, tzinfo=UTC),
+    )
     assert guard.history("search:low").runs == 2 and guard.history("search:low").most == 300_000
 
 
@@ -195,9 +199,7 @@ def test_a_run_costing_more_than_its_estimate_counts_in_full_and_stops_the_next(
         assert len(researcher.conversations()) == 1  # nothing stored
 
 
-def test_a_cancelled_research_releases_its_reservation(
-    settings: Settings, tmp_path: Path
-) -> None:
+def test_a_cancelled_research_releases_its_reservation(settings: Settings, tmp_path: Path) -> None:
     with serve(latency_ms=0, deep_research_seconds=60) as url:
         slow = _budgeted(settings, "1/day", base_url=url)
         with Researcher(slow, async_deep_research=True) as researcher:
@@ -222,7 +224,9 @@ def test_a_cancelled_research_releases_its_reservation(
             assert counted["billed_usd"] == 0.0
 
 
-def test_a_research_job_settles_its_hold_to_the_report_cost(settings: Settings, sim_url: str) -> None:
+def test_a_research_job_settles_its_hold_to_the_report_cost(
+    settings: Settings, sim_url: str
+) -> None:
     with Researcher(_budgeted(settings, "1/day"), async_deep_research=True) as researcher:
         queued = researcher.deep_research("What does asyncio.shield protect against?")
         answer = researcher.wait(queued.conversation_id, timeout=60)

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pplx_nb._caps import from_micros
-from pplx_nb._pricing import SEARCH_API_FEE, TOOL_FEES, Price, price_for
+from pplx_nb._pricing import SEARCH_API_FEE, TOOL_FEES, Price, price_for, priced_model
 from pplx_nb.budget._ledger import History
 
 __all__ = [
@@ -101,12 +101,13 @@ def estimate_run(
     prompt = math.ceil(prompt_chars / _CHARS_PER_TOKEN) + _PROMPT_OVERHEAD
     priced = [(name, price_for(name, prices)) for name in models]
     name, price = max(priced, key=lambda pair: _cost(pair[1], prompt, bound))
-    source = "/v1/models" if name.lower() in prices else "the static price table"
+    slug = priced_model(name)
+    source = "/v1/models" if slug in prices else "the static price table"
     low = _cost(price, prompt, RunShape(0, 50, 1 if bound.searches else 0, 0))
     expected = _cost(price, prompt, _EXPECTED[deep])
     high = _cost(price, prompt, bound)
     basis = [
-        f"prices from {source} for {name}",
+        f"prices from {source} for {name}" + (f" ({slug})" if slug != name.lower() else ""),
         f"{'deep research' if deep else 'search'}: at most {prompt + bound.context_tokens:,} "
         f"tokens read, {bound.output_tokens:,} written"
         + (" (max_tokens)" if max_tokens is not None else "")

@@ -10,6 +10,8 @@ unknown, or released when provably nothing was sent.
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,6 +28,9 @@ __all__ = ["BudgetGuard", "PeriodStanding", "refusal"]
 logger = get_logger("pplx_nb.budget")
 
 _WHEN = {"day": "today (UTC)", "month": "this month (UTC)"}
+HISTORY_SECONDS = 60.0
+"""How long a kind's history read from the ledger is reused: it only narrows estimates, and
+reading it for every request would double the ledger's round trips."""
 
 
 def utc_now() -> datetime:
@@ -84,14 +89,23 @@ class BudgetGuard:
         caps: the caps (``PPLX_NB_BUDGET``); at least one is set.
         ledger: the store's ledger.
         clock: the current UTC time (tests pass their own).
+        monotonic: the clock by which a history read is reused (:data:`HISTORY_SECONDS`).
     """
 
     def __init__(
-        self, caps: Caps, ledger: Ledger, *, clock: Callable[[], datetime] = utc_now
+        self,
+        caps: Caps,
+        ledger: Ledger,
+        *,
+        clock: Callable[[], datetime] = utc_now,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.caps = caps
         self.ledger = ledger
         self._clock = clock
+        self._monotonic = monotonic
+        self._histories: dict[str, tuple[float, History]] = {}
+        self._lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"BudgetGuard(caps={str(self.caps)!r}, ledger={self.ledger.where!r})"
@@ -136,8 +150,17 @@ class BudgetGuard:
             )
 
     def history(self, kind: str) -> History:
-        """The settled runs of ``kind`` in this store."""
-        return self.ledger.history(kind)
+        """The settled runs of ``kind`` in this store (read at most every
+        :data:`HISTORY_SECONDS` per kind)."""
+        now = self._monotonic()
+        with self._lock:
+            found = self._histories.get(kind)
+        if found is not None and now - found[0] < HISTORY_SECONDS:
+            return found[1]
+        history = self.ledger.history(kind)
+        with self._lock:
+            self._histories[kind] = (now, history)
+        return history
 
     def standing(self) -> list[PeriodStanding]:
         """Each capped period's cap, spent, reserved, left and reset, request first."""
