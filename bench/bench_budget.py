@@ -1,0 +1,137 @@
+"""What the budget check costs a request: on a logs folder, and shared through Redis.
+
+Times the ledger's two steps of one request — the check (:meth:`BudgetGuard.reserve`, which
+refuses or reserves) and the settlement after the answer (:meth:`BudgetGuard.settle`) — on the
+file ledger (a locked read-modify-write of ``.budget/ledger.json``) and the Redis one (one
+script call each), counts the Redis round trips of whole requests, then times whole requests to
+a simulator in another process (zero added latency) without caps and with each ledger, so the
+check's cost sits next to the request it guards. Redis is Debian's ``redis-server`` on a free
+loopback port, started here; without it the Redis rows say so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import redis.connection
+
+from bench._util import median, redis_server, scratch, simulator, table
+from pplx_nb import Settings
+from pplx_nb.api import AsyncClient, Request
+from pplx_nb.budget import BudgetGuard, CostEstimate, FileLedger, RedisLedger, parse_caps
+
+TITLE = "Budget: the cost of the check per request"
+
+RUNS = 3
+STEPS = 500
+REQUESTS = 200
+_CAPS = parse_caps("1000000/day,1000000/month")
+_ESTIMATE = CostEstimate(0.001, 0.004, 0.02, ("bench",))
+
+
+def _steps(guard: BudgetGuard) -> tuple[float, float]:
+    """Seconds per check and per settlement, over :data:`STEPS` requests one after another."""
+    checking = settling = 0.0
+    for _ in range(STEPS):
+        start = time.perf_counter()
+        hold = guard.reserve(_ESTIMATE, "search:low")
+        checked = time.perf_counter()
+        guard.settle(hold, 0.0026)
+        checking += checked - start
+        settling += time.perf_counter() - checked
+    return checking / STEPS, settling / STEPS
+
+
+@contextmanager
+def _counting() -> Iterator[list[str]]:
+    """Every command sent to Redis in the block (a pipeline is one send: one round trip)."""
+    sent: list[str] = []
+    send: Callable[..., None] = redis.connection.AbstractConnection.send_packed_command
+
+    def counted(self: Any, command: Any, check_health: bool = True) -> None:
+        sent.append("x")
+        send(self, command, check_health)
+
+    redis.connection.AbstractConnection.send_packed_command = counted  # type: ignore[method-assign]
+    try:
+        yield sent
+    finally:
+        redis.connection.AbstractConnection.send_packed_command = send  # type: ignore[method-assign]
+
+
+async def _requests(settings: Settings, guard: BudgetGuard | None, trips: list[int]) -> float:
+    question = Request(messages=[{"role": "user", "content": "asyncio.TaskGroup"}], use_cache=False)
+    async with AsyncClient(settings, budget=guard) as client:
+        await client.ask(question)  # prices fetched, history read, scripts loaded
+        with _counting() as sent:
+            start = time.perf_counter()
+            for _ in range(REQUESTS):
+                await client.ask(question)
+            took = (time.perf_counter() - start) / REQUESTS
+        trips.append(len(sent))
+        return took
+
+
+def _us(seconds: float) -> str:
+    return f"{seconds * 1e6:.0f} µs" if seconds < 1e-3 else f"{seconds * 1e3:.2f} ms"
+
+
+def run() -> str:
+    with scratch("bench-budget-") as folder, redis_server() as url, simulator() as sim:
+        guards: dict[str, Callable[[], BudgetGuard | None]] = {
+            "no caps (the default)": lambda: None,
+            "logs folder (file ledger)": lambda: BudgetGuard(_CAPS, FileLedger(Path(folder))),
+        }
+        if url is not None:
+            guards["Redis (one script per step)"] = lambda: BudgetGuard(_CAPS, RedisLedger(url))
+        settings = Settings(base_url=sim, api_key="pplx-bench", offline=False, api_style="agent")
+        steps: dict[str, list[tuple[float, float]]] = {name: [] for name in guards}
+        requests: dict[str, list[float]] = {name: [] for name in guards}
+        trips: dict[str, list[int]] = {name: [] for name in guards}
+        for _ in range(RUNS):
+            for name, make in guards.items():
+                guard = make()
+                if guard is not None:
+                    steps[name].append(_steps(guard))
+                requests[name].append(asyncio.run(_requests(settings, guard, trips[name])))
+    base = median(requests["no caps (the default)"])
+    rows = []
+    for name in guards:
+        check = median([c for c, _ in steps[name]]) if steps[name] else 0.0
+        settle = median([s for _, s in steps[name]]) if steps[name] else 0.0
+        per_request = median(requests[name])
+        round_trips = median(trips[name]) / REQUESTS if url is not None else float("nan")
+        rows.append(
+            [
+                name,
+                _us(check) if steps[name] else "—",
+                _us(settle) if steps[name] else "—",
+                f"{round_trips:.2f}" if "Redis" in name else "0",
+                f"{per_request * 1e3:.2f} ms",
+                f"{(per_request - base) * 1e3:+.2f} ms",
+            ]
+        )
+    if url is None:
+        rows.append(["Redis", "redis-server not installed", "", "", "", ""])
+    header = [
+        "ledger",
+        "the check (reserve)",
+        "the settlement",
+        "Redis round trips per request",
+        "one request to the simulator",
+        "vs no caps",
+    ]
+    return (
+        f"Median of {RUNS} interleaved runs: {STEPS:,} checks each followed by its settlement, "
+        f"called directly; then {REQUESTS} sequential answers from a simulator in another process "
+        "with no added latency (a real API answers in seconds), through `AsyncClient(budget=…)`."
+        "\n\n" + table(header, rows) + "\n\n"
+        "The check is one locked read-modify-write of `.budget/ledger.json` on a logs folder, "
+        "one `EVALSHA` on Redis (targets: ≤ 1 ms, ≤ 1 round trip); the settlement after the "
+        "answer is one more of each. Without caps nothing is read or written."
+    )
