@@ -19,7 +19,7 @@ from conftest import TEST_KEY
 from support.mcp import ROOT
 from support.redis_server import RedisServer
 
-from pplx_nb import BudgetExceeded, PplxError, Researcher, SearchOptions, Settings
+from pplx_nb import BudgetExceeded, FilesystemError, PplxError, Researcher, SearchOptions, Settings
 from pplx_nb.backends import open_backends
 from pplx_nb.budget import (
     BudgetGuard,
@@ -146,6 +146,9 @@ def test_the_file_ledger_replays_its_steps_and_ignores_a_line_cut_short(tmp_path
     guard.settle(open_hold, 0.2)  # the next step starts a fresh snapshot
     assert path.read_bytes().count(b"\n") == 1
     assert (guard.standing()[0].spent, guard.standing()[0].reserved) == (0.274, 0.0)
+    path.write_bytes(b"{not json\n")  # damaged: refused rather than counted from zero
+    with pytest.raises(FilesystemError, match="damaged"):
+        guard.reserve(_estimate(0.01), "search:low")
 
 
 # -- with the simulator ---------------------------------------------------------------------

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from pplx_nb._caps import Period
+from pplx_nb._errors import FilesystemError
 from pplx_nb._fs import atomic_write_bytes, ensure_dir, fs_errors, locked, read_bytes
 from pplx_nb._layout import Layout
 from pplx_nb._logging import get_logger
@@ -151,8 +152,15 @@ def reserve_in(
 ) -> Refusal | None:
     """:meth:`Ledger.reserve` on ``document``."""
     refusal = _refusal(document, amount, limits, now)
-    apply_reserve(document, hold, amount, now, kind, granted=refusal is None)
+    prune(document, now)
+    apply_reserve(document, hold, amount, utc_stamp(now), kind, granted=refusal is None)
     return refusal
+
+
+def utc_stamp(moment: datetime) -> str:
+    """``moment`` in UTC as ISO 8601 with milliseconds and ``Z``; it starts with its day's
+    and month's labels (:func:`day_label`, :func:`month_label`)."""
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _refusal(
@@ -172,17 +180,10 @@ def _refusal(
 
 
 def apply_reserve(
-    document: dict[str, Any],
-    hold: str,
-    amount: int,
-    now: datetime,
-    kind: str,
-    *,
-    granted: bool,
+    document: dict[str, Any], hold: str, amount: int, at: str, kind: str, *, granted: bool
 ) -> None:
-    """What a reservation checked at ``now`` changes: the document pruned, a hold still
+    """What a reservation checked at ``at`` (:func:`utc_stamp`) changes: a hold still
     reserved under the same id counted as spent, and (``granted``) the new hold."""
-    prune(document, now)
     old = document["holds"].pop(hold, None)
     if old is not None:
         _add(document, old, old["amount"], -old["amount"])
@@ -191,9 +192,9 @@ def apply_reserve(
     entry = {
         "amount": amount,
         "state": "reserved",
-        "at": now.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
-        "day": day_label(now),
-        "month": month_label(now),
+        "at": at,
+        "day": at[:10],
+        "month": at[:7],
         "kind": kind,
     }
     document["holds"][hold] = entry
@@ -306,19 +307,30 @@ class FileLedger:
         except FileNotFoundError:
             return empty(), 0, False
         lines = data.split(b"\n")
-        cut = lines.pop() != b""  # a whole file ends with a newline
+        cut = lines[-1] != b""  # a whole file ends with a newline
+        if not cut:
+            lines.pop()
+        if cut:
+            lines.pop()
         try:
             document = json.loads(lines[0]) if lines else empty()
             if not isinstance(document, dict) or set(document) != set(empty()):
                 raise ValueError("not a ledger")
-        except ValueError as exc:
-            # Refusing every request over a damaged file would stop all work; counting from
-            # zero again is said loudly instead.
-            logger.error("The spend ledger %s is damaged (%s); it starts again", self._file, exc)
-            return empty(), 0, True
-        for line in lines[1:]:
-            _replay(document, json.loads(line))
-        return document, max(len(lines) - 1, 0), cut
+            # One parse for every step: a step reads a few dozen lines, each as costly to
+            # parse alone as all of them together. Old days are pruned by the live step.
+            steps = json.loads(b"[" + b",".join(lines[1:]) + b"]")
+            for step in steps:
+                _replay(document, step)
+        except (ValueError, KeyError, TypeError) as exc:
+            # Counting from zero would let the caps be passed: refused until someone looks.
+            raise FilesystemError(
+                f"The spend ledger {self._file} is damaged ({type(exc).__name__}), so no paid "
+                "request can be checked against PPLX_NB_BUDGET. Move the file away to count "
+                "from zero again (what it held for today and this month is then forgotten), "
+                "or unset PPLX_NB_BUDGET.",
+                path=str(self._file),
+            ) from None
+        return document, len(steps), cut
 
     def _save(self, document: dict[str, Any], steps: int, cut: bool, step: list[Any]) -> None:
         if cut or steps >= self.COMPACT_AFTER or not self._file.exists():
@@ -340,9 +352,9 @@ class FileLedger:
             with locked(self._folder):
                 document, steps, cut = self._read()
                 refusal = _refusal(document, amount, limits, now)
-                granted = refusal is None
-                apply_reserve(document, hold, amount, now, kind, granted=granted)
-                at = now.astimezone(UTC).isoformat()
+                granted, at = refusal is None, utc_stamp(now)
+                prune(document, now)
+                apply_reserve(document, hold, amount, at, kind, granted=granted)
                 self._save(document, steps, cut, ["reserve", hold, amount, at, kind, granted])
                 return refusal
 
@@ -385,7 +397,7 @@ def _replay(document: dict[str, Any], step: list[Any]) -> None:
     """Apply one appended step of a :class:`FileLedger` to ``document``."""
     if step[0] == "reserve":
         _, hold, amount, at, kind, granted = step
-        apply_reserve(document, hold, amount, datetime.fromisoformat(at), kind, granted=granted)
+        apply_reserve(document, hold, amount, at, kind, granted=granted)
     else:
         _, hold, amount, counted = step
         settle_in(document, hold, amount, count=counted)
