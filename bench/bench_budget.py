@@ -13,14 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-import redis.connection
-
-from bench._util import median, redis_server, scratch, simulator, table
+from bench._util import median, redis_server, round_trips, scratch, simulator, table
 from pplx_nb import Settings
 from pplx_nb.api import AsyncClient, Request
 from pplx_nb.budget import BudgetGuard, CostEstimate, FileLedger, RedisLedger, parse_caps
@@ -39,49 +35,32 @@ def _steps(guard: BudgetGuard) -> tuple[float, float, float, float]:
     and the Redis round trips of each (counting adds a call per command sent: noise)."""
     checking = settling = 0.0
     checks = settlements = 0
-    with _counting() as sent:
+    with round_trips() as sent:
         for _ in range(STEPS):
-            before = len(sent)
+            before = sent[0]
             start = time.perf_counter()
             hold = guard.reserve(_ESTIMATE, "search:low")
             checked = time.perf_counter()
-            middle = len(sent)
+            middle = sent[0]
             guard.settle(hold, 0.0026)
             settled = time.perf_counter()
             checks += middle - before
-            settlements += len(sent) - middle
+            settlements += sent[0] - middle
             checking += checked - start
             settling += settled - checked
     return checking / STEPS, settling / STEPS, checks / STEPS, settlements / STEPS
-
-
-@contextmanager
-def _counting() -> Iterator[list[str]]:
-    """Every command sent to Redis in the block (a pipeline is one send: one round trip)."""
-    sent: list[str] = []
-    send: Callable[..., None] = redis.connection.AbstractConnection.send_packed_command
-
-    def counted(self: Any, command: Any, check_health: bool = True) -> None:
-        sent.append("x")
-        send(self, command, check_health)
-
-    redis.connection.AbstractConnection.send_packed_command = counted  # type: ignore[method-assign]
-    try:
-        yield sent
-    finally:
-        redis.connection.AbstractConnection.send_packed_command = send  # type: ignore[method-assign]
 
 
 async def _requests(settings: Settings, guard: BudgetGuard | None, trips: list[int]) -> float:
     question = Request(messages=[{"role": "user", "content": "asyncio.TaskGroup"}], use_cache=False)
     async with AsyncClient(settings, budget=guard) as client:
         await client.ask(question)  # prices fetched, history read, scripts loaded
-        with _counting() as sent:
+        with round_trips() as sent:
             start = time.perf_counter()
             for _ in range(REQUESTS):
                 await client.ask(question)
             took = (time.perf_counter() - start) / REQUESTS
-        trips.append(len(sent))
+        trips.append(sent[0])
         return took
 
 
