@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import redis
-import redis.connection
 
 from bench._util import SCRATCH, median, ratio, redis_server, round_trips, simulator, table
 from pplx_nb import Researcher
