@@ -257,6 +257,27 @@ def test_a_research_job_settles_its_hold_to_the_report_cost(
         assert day.spent == stats(sim_url)["billed_usd"]
 
 
+def test_a_refused_follow_up_or_queued_research_leaves_nothing_stored(
+    settings: Settings, sim_url: str
+) -> None:
+    with Researcher(_budgeted(settings, "0.05/day"), async_deep_research=True) as researcher:
+        first = researcher.search("What is asyncio.Event?")
+        before = researcher.history(first.conversation_id)
+        sent = stats(sim_url)["requests"]
+        with pytest.raises(BudgetExceeded):  # deep research's worst case is over $0.05
+            researcher.followup(
+                first.conversation_id, "What does asyncio.Event.wait return?", mode="research"
+            )
+        with pytest.raises(BudgetExceeded):
+            researcher.deep_research("Survey asyncio synchronisation primitives")
+        assert researcher.history(first.conversation_id) == before
+        assert [c.conversation_id for c in researcher.conversations()] == [first.conversation_id]
+        assert researcher.jobs() == []
+        assert {k: v for k, v in stats(sim_url)["requests"].items() if "models" not in k} == {
+            k: v for k, v in sent.items() if "models" not in k
+        }
+
+
 def test_memory_backends_keep_a_ledger_in_memory(settings: Settings) -> None:
     backends = open_backends(_budgeted(settings, "1/day"), memory=True)
     assert backends.budget is not None and isinstance(backends.budget.ledger, MemoryLedger)
@@ -295,7 +316,8 @@ def _assert_nothing_past_the_cap(
 ) -> None:
     counted = stats(url)
     errors = [e for t in tallies for kind in KINDS for e in t[kind]["errors"]]
-    assert errors == []  # every call was answered or refused with BUDGET_EXCEEDED
+    # Every call was answered or refused with BUDGET_EXCEEDED.
+    assert errors == [], "\n".join(errors)
     assert all(t[kind]["refused"] >= 3 for t in tallies for kind in KINDS)  # the cap was reached
     answered = {kind: sum(t[kind]["answered"] for t in tallies) for kind in KINDS}
     # A refused call sent nothing: the simulator saw exactly the calls that were answered.

@@ -448,6 +448,12 @@ class AsyncClient:
             history=history,
         )
 
+    async def check_budget(self, request: Request) -> None:
+        """BudgetExceeded when ``request``'s worst case would not fit the :attr:`budget` now;
+        nothing is reserved (sending it reserves). No budget: nothing is checked."""
+        if self.budget is not None:
+            await asyncio.to_thread(self.budget.check, await self.estimate(request))
+
     # -- plumbing -----------------------------------------------------------------------------
 
     @asynccontextmanager

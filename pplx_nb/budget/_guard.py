@@ -113,9 +113,7 @@ class BudgetGuard:
     def reserve(self, estimate: CostEstimate, kind: str, hold: str | None = None) -> str:
         """Reserve ``estimate.high`` for a request of ``kind`` under ``hold`` (default: a new
         id) and return the hold's id; BudgetExceeded when a cap would be passed."""
-        request_cap = self.caps.request
-        if request_cap is not None and to_micros(estimate.high) > to_micros(request_cap):
-            raise refusal("request", request_cap, 0.0, estimate.high, None)
+        self._check_request_cap(estimate)
         hold = hold or uuid.uuid4().hex
         limits: dict[Period, int] = {
             p: to_micros(cap) for p, cap in self.caps.periods() if p != "request"
@@ -128,6 +126,26 @@ class BudgetGuard:
             resets_at = period_bounds(refused.period, now)[1]
             raise refusal(refused.period, cap, from_micros(refused.used), estimate.high, resets_at)
         return hold
+
+    def check(self, estimate: CostEstimate) -> None:
+        """BudgetExceeded when ``estimate.high`` would not fit now; reserves nothing (a
+        request about to store its question asks first, so that a refusal leaves nothing)."""
+        self._check_request_cap(estimate)
+        if not (self.caps.day or self.caps.month):
+            return
+        now = self._clock()
+        totals = self.ledger.totals(now)
+        for period, cap in self.caps.periods():
+            if period != "request":
+                used = totals[period].used
+                if used + to_micros(estimate.high) > to_micros(cap):
+                    resets_at = period_bounds(period, now)[1]
+                    raise refusal(period, cap, from_micros(used), estimate.high, resets_at)
+
+    def _check_request_cap(self, estimate: CostEstimate) -> None:
+        cap = self.caps.request
+        if cap is not None and to_micros(estimate.high) > to_micros(cap):
+            raise refusal("request", cap, 0.0, estimate.high, None)
 
     def settle(self, hold: str, cost: float | None) -> None:
         """Settle ``hold`` to ``cost`` (USD; ``None``: unknown, its reservation stays spent).

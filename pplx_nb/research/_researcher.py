@@ -185,6 +185,7 @@ class Researcher:
         """
         turn = self._turns.new(query, "research", files, opts)
         if self._queued(wait):
+            await self._check_budget(turn)
             return self._enqueue(turn)
         return await last(self._runner.run(turn, stream=True, on_progress=on_progress))
 
@@ -211,6 +212,7 @@ class Researcher:
             raise ValidationError(f"Unknown mode {mode!r}: use 'search' or 'research'.")
         self._restore(conversation_id)
         turn = await self._turns.followup(conversation_id, query, mode, fork, files, opts)
+        await self._check_budget(turn)
         if mode == "research" and self._queued(wait):
             return self._enqueue(turn)
         ticket = self._ask(turn)
@@ -231,6 +233,7 @@ class Researcher:
         (``on_activity`` as for :meth:`astream_search`)."""
         self._restore(conversation_id)
         turn = await self._turns.followup(conversation_id, query, "search", fork, files, opts)
+        await self._check_budget(turn)
         ticket = self._ask(turn)
         # A consumer that stops early closes this generator, not the run: aclosing closes the run
         # too, so the question's ticket ends at once rather than at garbage collection.
@@ -461,6 +464,12 @@ class Researcher:
 
     def _queued(self, wait: bool | None) -> bool:
         return not wait if wait is not None else self._async
+
+    async def _check_budget(self, turn: Turn) -> None:
+        """Refuse a turn no ``PPLX_NB_BUDGET`` cap has room for before its question is stored
+        (a follow-up's, a queued job's), so the refusal leaves nothing behind. A new
+        conversation answered now needs no such check: one that fails at no cost is removed."""
+        await self._clients.current().check_budget(turn.request())
 
     def _enqueue(self, turn: Turn) -> JobStatus:
         """Store the turn's question and queue its job (a follow-up refused while busy)."""
