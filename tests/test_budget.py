@@ -278,6 +278,19 @@ def test_a_refused_follow_up_or_queued_research_leaves_nothing_stored(
         }
 
 
+def test_a_cached_answer_costs_nothing_and_leaves_the_ledger_alone(
+    settings: Settings, sim_url: str, logs_dir: Path
+) -> None:
+    with Researcher(_budgeted(settings, "1/day")) as researcher:
+        researcher.search("What is asyncio.Semaphore?")
+        ledger = (logs_dir / ".budget" / "ledger.jsonl").read_bytes()
+        spent = researcher.budget()[0].spent
+        researcher.search("What is asyncio.Semaphore?")  # the same request: from the cache
+        assert (logs_dir / ".budget" / "ledger.jsonl").read_bytes() == ledger
+        assert researcher.budget()[0].spent == spent == stats(sim_url)["billed_usd"]
+        assert stats(sim_url)["generations"] == 1
+
+
 def test_memory_backends_keep_a_ledger_in_memory(settings: Settings) -> None:
     backends = open_backends(_budgeted(settings, "1/day"), memory=True)
     assert backends.budget is not None and isinstance(backends.budget.ledger, MemoryLedger)

@@ -2,8 +2,8 @@
 
 No money is spent past what the user allowed: every paid request reserves its worst case
 (:class:`CostEstimate`'s ``high``) in its store's one ledger before it is sent, and settles to
-what it cost after. ``backends.open_budget(settings)`` opens the guard beside the store;
-without caps there is none, and no ledger is ever read or written.
+what it cost after. ``open_backends(settings).budget`` is the guard opened beside the store
+(:mod:`pplx_nb.backends`); without caps there is none, and no ledger is ever read or written.
 """
 
 from pplx_nb._caps import BUDGET_EXAMPLE, PERIODS, Caps, Period, parse_caps
