@@ -405,3 +405,21 @@ def test_a_refused_request_is_released_and_a_lost_reply_keeps_its_reservation(
         assert lost.value.code == "NETWORK_ERROR"
         day = researcher.budget()[0]
         assert (day.spent, day.reserved) == (estimate.high, 0.0)  # it may have been billed
+
+
+def test_a_run_stopped_for_an_action_counts_what_it_reported_and_a_failed_one_its_estimate(
+    settings: Settings, sim_url: str
+) -> None:
+    with Researcher(_budgeted(settings, "1/day")) as researcher:
+        inject_faults(sim_url, {"requires_action": True, "path": "/v1/agent"})
+        with pytest.raises(PplxError) as stopped:
+            researcher.search("What is asyncio.Condition?")
+        reported = getattr(stopped.value, "cost", None)
+        assert stopped.value.code == "RUN_REQUIRES_ACTION" and reported is not None
+        assert researcher.budget()[0].spent == reported.total_cost == stats(sim_url)["billed_usd"]
+        estimate = researcher.estimate("What is asyncio.Barrier?")
+        inject_faults(sim_url, {"agent_failed": True, "path": "/v1/agent"})
+        with pytest.raises(PplxError):
+            researcher.search("What is asyncio.Barrier?")
+        day = researcher.budget()[0]  # a failed run may have been billed: kept as spent
+        assert (day.spent, day.reserved) == (round(reported.total_cost + estimate.high, 6), 0.0)

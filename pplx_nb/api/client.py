@@ -20,7 +20,13 @@ import httpx2
 
 from pplx_nb import __version__
 from pplx_nb._config import Settings
-from pplx_nb._errors import APIError, APIServerError, RemoteRunFailed, SubmissionUnknown
+from pplx_nb._errors import (
+    APIError,
+    APIServerError,
+    RemoteRunFailed,
+    RunRequiresAction,
+    SubmissionUnknown,
+)
 from pplx_nb._logging import get_logger
 from pplx_nb._models import Answer
 from pplx_nb._pricing import SEARCH_API_FEE, Price, finite_cost, storable_cost
@@ -554,9 +560,10 @@ class _Bill:
     """How one paid request ended, for its budget hold.
 
     ``cost`` set (:meth:`paid`): settled to it, or kept at its reservation when the API
-    reported no cost; :meth:`leave_open`: a background run started, whose end settles it later;
-    neither, after a failure that provably sent nothing (the API refused it, or nothing
-    reached it): released; any other failure (the outcome unknown): kept as spent.
+    reported no cost (a run stopped ``requires_action``: to the cost it reported);
+    :meth:`leave_open`: a background run started, whose end settles it later; neither, after
+    a failure that provably cost nothing (the API refused it, or nothing reached it):
+    released; any other failure (a run that failed, an outcome unknown): kept as spent.
     """
 
     __slots__ = ("cost", "open", "settled")
@@ -580,14 +587,17 @@ class _Bill:
         """Settle, keep or release ``hold`` as the request ended (``error``: how it failed)."""
         if self.open:
             return
+        if isinstance(error, RunRequiresAction) and not self.settled:
+            self.cost = error.cost.total_cost if error.cost is not None else None
+            self.settled = True  # billed for the work it did before it stopped
         if self.settled or self.cost is not None:
             guard.settle(hold, self.cost)
         elif isinstance(error, APIError) and not (
-            isinstance(error, SubmissionUnknown) or outcome_unknown(error)
+            isinstance(error, SubmissionUnknown | RemoteRunFailed) or outcome_unknown(error)
         ):
-            guard.release(hold)
+            guard.release(hold)  # refused before any work: a 4xx, or never sent
         else:
-            guard.settle(hold, None)
+            guard.settle(hold, None)  # a run that failed, or an outcome unknown
 
 
 class Client:
