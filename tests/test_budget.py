@@ -19,7 +19,15 @@ from conftest import TEST_KEY
 from support.mcp import ROOT
 from support.redis_server import RedisServer
 
-from pplx_nb import BudgetExceeded, FilesystemError, PplxError, Researcher, SearchOptions, Settings
+from pplx_nb import (
+    Answer,
+    BudgetExceeded,
+    FilesystemError,
+    PplxError,
+    Researcher,
+    SearchOptions,
+    Settings,
+)
 from pplx_nb.backends import open_backends
 from pplx_nb.budget import (
     BudgetGuard,
@@ -423,3 +431,40 @@ def test_a_run_stopped_for_an_action_counts_what_it_reported_and_a_failed_one_it
             researcher.search("What is asyncio.Barrier?")
         day = researcher.budget()[0]  # a failed run may have been billed: kept as spent
         assert (day.spent, day.reserved) == (round(reported.total_cost + estimate.high, 6), 0.0)
+
+
+@pytest.mark.slow
+def test_a_worker_recovering_a_job_settles_the_hold_its_killed_predecessor_took(
+    settings: Settings, logs_dir: Path, tmp_path: Path
+) -> None:
+    with serve(latency_ms=0, deep_research_seconds=8) as url:
+        budgeted = _budgeted(settings, "1/day", base_url=url)
+        env = {
+            **_spender_env(url),
+            "CONVERSATION_LOGS_DIR": str(logs_dir),
+            "XDG_STATE_HOME": str(tmp_path / "worker-state"),
+            "PPLX_NB_JOB_LEASE_SECONDS": str(budgeted.job_lease_seconds),
+        }
+        with Researcher(budgeted, async_deep_research=False) as researcher:
+            queued = researcher.deep_research("Explain asyncio streams", wait=False)
+            assert not isinstance(queued, Answer)
+            worker = subprocess.Popen(
+                [sys.executable, "-m", "pplx_nb.worker", "--poll-interval", "0.05"], env=env
+            )
+            try:
+                deadline = time.monotonic() + 120
+                while not (status := researcher.status(queued.conversation_id)).remote_id:
+                    assert time.monotonic() < deadline, f"never submitted: {status}"
+                    time.sleep(0.05)
+                reserved = researcher.budget()[0].reserved
+                assert reserved > 0
+            finally:
+                worker.kill()  # dies holding the job and its run's reservation
+                worker.wait(timeout=60)
+            answer = researcher.wait(queued.conversation_id, timeout=120)  # recovered here
+            day = researcher.budget()[0]
+            counted = stats(url)
+            assert answer.cost is not None and counted["background_runs"] == 1  # not resent
+            assert (day.spent, day.reserved) == (answer.cost.total_cost, 0.0)
+            assert day.spent == counted["billed_usd"]
+            assert researcher.status(queued.conversation_id).attempts == 2  # it was recovered
