@@ -22,6 +22,7 @@ from pplx_nb._errors import (
     APIKeyInvalid,
     APIServerError,
     ConversationNotFound,
+    FilesystemError,
     JobInProgress,
     SubmissionUnknown,
     ValidationError,
@@ -802,3 +803,25 @@ def test_an_attempt_claimed_before_the_hand_over_adopts_the_run_instead_of_givin
     assert ctx.remote_id == "resp_1" and not ctx.submission_unfinished
     assert ctx.submitted_at is not None
     queue.heartbeat(again)  # the job is still the new attempt's
+
+
+def test_a_pending_marker_is_made_when_a_claimer_empties_its_folder_meanwhile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Three processes queueing into one folder: a claimer removes an emptied marker folder while
+    # another process makes it again, whose mkdir of the folder then meets a missing parent.
+    from pplx_nb.jobs import _index
+
+    index = _index.JobIndex(tmp_path)
+    real, raced = _index.ensure_dir, []
+
+    def racing(path: Path) -> Path:
+        if index._ready and not raced:
+            raced.append(path)
+            raise FilesystemError(f"Could not create directory {path}: No such file or directory")
+        return real(path)
+
+    monkeypatch.setattr(_index, "ensure_dir", racing)
+    marker = _index.marker_name(0, 1, "20260101-1767225600000")
+    index.add_pending(marker)
+    assert raced and index.pending_path(marker).exists()

@@ -596,6 +596,7 @@ PUBLIC_NAMES = {
     "acancel",
     "aclose",
     "adeep_research",
+    "aestimate",
     "afollowup",
     "ahealth",
     "answering_since",
@@ -607,11 +608,13 @@ PUBLIC_NAMES = {
     "attach_from_working_directory",
     "await_job",
     "aweb_search",
+    "budget",
     "cancel",
     "close",
     "conversations",
     "deep_research",
     "ensure_worker",
+    "estimate",
     "followup",
     "health",
     "history",
@@ -649,6 +652,7 @@ def test_every_sync_method_takes_what_its_async_twin_takes() -> None:
         "health": "ahealth",
         "cancel": "acancel",
         "web_search": "aweb_search",
+        "estimate": "aestimate",
     }
     for sync, async_ in twins.items():
         method, core = getattr(Researcher, sync), getattr(Researcher, async_)

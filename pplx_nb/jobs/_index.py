@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Protocol
 
+from pplx_nb._errors import FilesystemError
 from pplx_nb._fs import ensure_dir, fs_errors, real_directory
 from pplx_nb._layout import Layout
 from pplx_nb.jobs._lease import WatchedLeases
@@ -176,8 +177,10 @@ class JobIndex(WatchedLeases):
                     _make_marker(path, link)
                     return
                 except FileNotFoundError:
-                    # A claimer may remove an emptied directory between our mkdir and create.
-                    ensure_dir(Path(path).parent)
+                    # A claimer may remove an emptied directory between our mkdir and create,
+                    # or while we make it again: then the next turn makes it once more.
+                    with contextlib.suppress(FilesystemError):
+                        ensure_dir(Path(path).parent)
             _make_marker(path, link)
 
     def add_claimed(self, marker: str) -> None:

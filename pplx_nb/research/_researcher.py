@@ -40,6 +40,7 @@ from pplx_nb.research._web import WebSearcher
 if TYPE_CHECKING:
     from pplx_nb._web_results import WebResults
     from pplx_nb.api import AsyncClient
+    from pplx_nb.budget import CostEstimate, PeriodStanding
     from pplx_nb.jobs import JobQueue, JobRunner, Worker
     from pplx_nb.store import ConversationStore
 
@@ -87,7 +88,7 @@ class Researcher:
             async_deep_research = bool(self._settings.enable_async_deep_research)
         self._async = async_deep_research
         self._metrics = Metrics()
-        self._clients = ClientPool(self._settings, client)
+        self._clients = ClientPool(self._settings, client, backends.budget)
         queue = backends.job_queue(self._store)
         self._jobs = JobDesk(
             self._settings, self._store, queue, lambda: self._deep, run_here=self._async
@@ -184,6 +185,7 @@ class Researcher:
         """
         turn = self._turns.new(query, "research", files, opts)
         if self._queued(wait):
+            await self._check_budget(turn)
             return self._enqueue(turn)
         return await last(self._runner.run(turn, stream=True, on_progress=on_progress))
 
@@ -210,6 +212,7 @@ class Researcher:
             raise ValidationError(f"Unknown mode {mode!r}: use 'search' or 'research'.")
         self._restore(conversation_id)
         turn = await self._turns.followup(conversation_id, query, mode, fork, files, opts)
+        await self._check_budget(turn)
         if mode == "research" and self._queued(wait):
             return self._enqueue(turn)
         ticket = self._ask(turn)
@@ -230,6 +233,7 @@ class Researcher:
         (``on_activity`` as for :meth:`astream_search`)."""
         self._restore(conversation_id)
         turn = await self._turns.followup(conversation_id, query, "search", fork, files, opts)
+        await self._check_budget(turn)
         ticket = self._ask(turn)
         # A consumer that stops early closes this generator, not the run: aclosing closes the run
         # too, so the question's ticket ends at once rather than at garbage collection.
@@ -341,7 +345,24 @@ class Researcher:
         """
         return await self._web.search(query, max_results, save, filters)
 
+    async def aestimate(
+        self, query: str, *, mode: Mode = "search", **opts: Unpack[SearchOptions]
+    ) -> CostEstimate:
+        """What asking ``query`` in ``mode`` (``"search"`` or ``"research"``) with ``opts``
+        may cost, before anything is sent: low, expected and high (what a ``PPLX_NB_BUDGET``
+        cap reserves), with the basis of the figures. Sends nothing paid and stores nothing;
+        works without caps."""
+        turn = self._turns.new(query, mode, None, opts)
+        return await self._clients.current().estimate(turn.request())
+
+    def budget(self) -> list[PeriodStanding]:
+        """Where each ``PPLX_NB_BUDGET`` cap stands in this store's ledger (cap, spent,
+        reserved, left, when it resets), the per-request cap first; empty without caps."""
+        guard = self._clients.budget
+        return guard.standing() if guard is not None else []
+
     search = sync_twin(asearch)
+    estimate = sync_twin(aestimate)
     stream_search = sync_twin(astream_search)
     deep_research = sync_twin(adeep_research)
     followup = sync_twin(afollowup)
@@ -443,6 +464,12 @@ class Researcher:
 
     def _queued(self, wait: bool | None) -> bool:
         return not wait if wait is not None else self._async
+
+    async def _check_budget(self, turn: Turn) -> None:
+        """Refuse a turn no ``PPLX_NB_BUDGET`` cap has room for before its question is stored
+        (a follow-up's, a queued job's), so the refusal leaves nothing behind. A new
+        conversation answered now needs no such check: one that fails at no cost is removed."""
+        await self._clients.current().check_budget(turn.request())
 
     def _enqueue(self, turn: Turn) -> JobStatus:
         """Store the turn's question and queue its job (a follow-up refused while busy)."""
