@@ -408,6 +408,11 @@ MAGICS: tuple[tuple[str, str, str], ...] = (
         "conversations as a report with a bibliography (Markdown for pandoc, and HTML)",
         "%pplx_report --style ieee --file report.md",
     ),
+    (
+        "%pplx_costs",
+        "what the stored answers cost: a table and a plot; --by day, model or mode",
+        "%pplx_costs --by day --since 7d",
+    ),
     ("%pplx_config", "the settings in use; --offline / --online switch", "%pplx_config"),
     ("%pplx_help", "this list", "%pplx_help"),
 )
