@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from pplx_nb._caps import parse_caps
 from pplx_nb._errors import redact, url_without_credentials
 from pplx_nb._store_url import check_store_url
 
@@ -136,6 +137,12 @@ class Settings(BaseSettings):
         description="API requests allowed, such as 20/s or 50/min; shared by every process on "
         "the same Redis store (per process with files).",
     )
+    budget: str | None = Field(
+        None,
+        validation_alias=_env("PPLX_NB_BUDGET", "budget"),
+        description="Spend caps in USD checked before paying, such as "
+        "2/request,10/day,100/month (UTC periods); one ledger per store. Unset: no cap.",
+    )
     offline: bool | None = Field(None, validation_alias=_env("PPLX_NB_OFFLINE", "offline"))
     file_roots: Annotated[tuple[Path, ...], NoDecode] = Field(
         (), validation_alias=_env("PPLX_NB_FILE_ROOTS", "file_roots")
@@ -233,6 +240,14 @@ class Settings(BaseSettings):
                 f"PPLX_NB_RATE_LIMIT {value!r} must be a count per unit such as 20/s, 50/min or "
                 "1000/h"
             )
+        return value.strip()
+
+    @field_validator("budget")
+    @classmethod
+    def _check_budget(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        parse_caps(value)  # a ValidationError naming PPLX_NB_BUDGET, with an example
         return value.strip()
 
     @classmethod

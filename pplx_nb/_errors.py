@@ -13,6 +13,7 @@ says what to do next. Each class also derives from the builtin a user would natu
     ├── LeaseLost                              JOB_LEASE_EXPIRED    a job's worker lost its lease
     ├── CacheError                             CACHE_ERROR
     ├── MissingExtra (ImportError)             MISSING_EXTRA        an extra is not installed
+    ├── BudgetExceeded                         BUDGET_EXCEEDED      over a PPLX_NB_BUDGET cap
     └── APIError                               (status_code, retry_after, reason, request_id)
         ├── APIKeyInvalid (PermissionError)    API_KEY_INVALID      401 / 403
         ├── APIQuotaExceeded                   API_QUOTA_EXCEEDED   429 after retries
@@ -41,6 +42,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pplx_nb._redact import redact, url_without_credentials
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from pplx_nb._models import Answer, Cost, Usage
 
 __all__ = [
@@ -49,6 +52,7 @@ __all__ = [
     "APIQuotaExceeded",
     "APIServerError",
     "APITimeoutError",
+    "BudgetExceeded",
     "CacheError",
     "ConversationCorrupted",
     "ConversationNotFound",
@@ -203,6 +207,46 @@ class MissingExtra(PplxError, ImportError):
     code = "MISSING_EXTRA"
 
 
+class BudgetExceeded(PplxError):
+    """A request that would pass a ``PPLX_NB_BUDGET`` cap: refused, nothing sent or stored.
+
+    ``cap`` (USD) is the cap of ``period`` (``"request"``, ``"day"`` or ``"month"``) it would
+    pass; ``spent`` what that period had spent and reserved before it; ``estimate`` what the
+    request would reserve (its worst case); ``resets_at`` when the period starts again (UTC;
+    ``None`` for the per-request cap). One rebuilt from a stored ``{code, message}`` (a job's
+    status) has the figures in its message only.
+    """
+
+    code = "BUDGET_EXCEEDED"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        cap: float = 0.0,
+        period: str = "request",
+        spent: float = 0.0,
+        estimate: float = 0.0,
+        resets_at: datetime | None = None,
+        **details: Any,
+    ) -> None:
+        super().__init__(message, **details)
+        self.cap = cap
+        self.period = period
+        self.spent = spent
+        self.estimate = estimate
+        self.resets_at = resets_at
+
+    def _facts(self) -> dict[str, Any]:
+        return {
+            "cap": self.cap,
+            "period": self.period,
+            "spent": self.spent,
+            "estimate": self.estimate,
+            "resets_at": self.resets_at,
+        }
+
+
 class APIError(PplxError):
     """A failure talking to the Perplexity API (or the simulator).
 
@@ -340,6 +384,7 @@ _BY_CODE: dict[str, type[PplxError]] = {
         LeaseLost,
         CacheError,
         MissingExtra,
+        BudgetExceeded,
         APIError,
         APIKeyInvalid,
         APIQuotaExceeded,

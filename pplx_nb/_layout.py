@@ -10,6 +10,7 @@
     <root>/.jobs/pending/…/<marker>             the claim index: queued jobs (see jobs/_index.py)
     <root>/.jobs/claimed/<marker>               … and claimed ones
     <root>/.deleted-<conversationId>-…          a conversation being deleted
+    <root>/.budget/ledger.json                  the spend ledger (PPLX_NB_BUDGET), locked by .lock
 
 With ``PPLX_NB_STORE`` set, the same things live in one Redis database instead (:class:`RedisKeys`);
 every key starts with ``pplx_nb:`` and a conversation's keys contain its id::
@@ -22,6 +23,7 @@ every key starts with ``pplx_nb:`` and a conversation's keys contain its id::
     pplx_nb:jobs:pending / :claimed         the claim index (sorted sets)
     pplx_nb:jobs:queued                     the conversations holding a queued request (a set)
     pplx_nb:ratelimit:<window>              the shared request counter (PPLX_NB_RATE_LIMIT)
+    pplx_nb:budget:<part>                   the spend ledger (PPLX_NB_BUDGET): totals and holds
 
 Names starting with a dot never match the conversation-id pattern, so listings skip them. Temp
 files of atomic writes are ``.<name>.<pid>.<n>.tmp`` next to the file they replace.
@@ -34,11 +36,13 @@ from pathlib import Path
 
 __all__ = [
     "ANSWERING_FILE",
+    "BUDGET_DIR",
     "CLAIMED_DIR",
     "CONVERSATION_FILE",
     "CONVERSATION_PARTS",
     "INDEX_DIR",
     "JOB_FILE",
+    "LEDGER_FILE",
     "LOCK_FILE",
     "OLD_SUMMARY_FILE",
     "PENDING_DIR",
@@ -59,6 +63,8 @@ ANSWERING_FILE = ".answering"
 OLD_SUMMARY_FILE = "summary.json"
 """Where earlier versions kept the listing summary; removed on the next write."""
 INDEX_DIR = ".jobs"
+BUDGET_DIR = ".budget"
+LEDGER_FILE = "ledger.json"
 PENDING_DIR = "pending"
 CLAIMED_DIR = "claimed"
 TRASH_PREFIX = ".deleted-"
@@ -125,6 +131,16 @@ class Layout:
         """``<root>/.jobs/claimed``."""
         return self.root / INDEX_DIR / CLAIMED_DIR
 
+    @property
+    def budget(self) -> Path:
+        """``<root>/.budget``: the spend ledger's folder (its file and its lock)."""
+        return self.root / BUDGET_DIR
+
+    @property
+    def ledger_file(self) -> Path:
+        """``<root>/.budget/ledger.json``."""
+        return self.root / BUDGET_DIR / LEDGER_FILE
+
     def trash(self, conversation_id: str, tag: str) -> Path:
         """Where a conversation's folder is moved while it is deleted (``tag``: pid, counter)."""
         return self.root / f"{TRASH_PREFIX}{conversation_id}-{tag}"
@@ -156,6 +172,10 @@ class RedisKeys:
     def jobs(self, part: str) -> str:
         """``pplx_nb:jobs:<part>`` (the claim index and whatever else the queue keeps)."""
         return f"{self.prefix}:jobs:{part}"
+
+    def budget(self, part: str) -> str:
+        """``pplx_nb:budget:<part>``: the spend ledger's totals and holds."""
+        return f"{self.prefix}:budget:{part}"
 
     def rate_limit(self, window: str) -> str:
         """``pplx_nb:ratelimit:<window>``: the shared request counter of one window."""

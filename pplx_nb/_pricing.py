@@ -17,11 +17,13 @@ from pplx_nb._models import Cost, Usage
 
 __all__ = [
     "PRICES",
+    "SEARCH_API_FEE",
     "TOOL_FEES",
     "Price",
     "estimate_cost",
     "finite_cost",
     "price_for",
+    "priced_model",
     "safe_estimate",
 ]
 
@@ -64,6 +66,8 @@ TOOL_FEES: dict[str, float] = {
     "search_finance": 0.005,
 }
 """USD per Agent API tool call, by billing name."""
+SEARCH_API_FEE = 0.005
+"""USD per Search API request (``POST /search``: $5 per 1,000), whatever it returns."""
 _PRESET_MODELS = {
     "fast": "perplexity/sonar",
     "fast-search": "perplexity/sonar",
@@ -79,11 +83,16 @@ _PRESET_MODELS = {
 _FALLBACK = "openai/gpt-5-mini"
 
 
+def priced_model(model: str | None) -> str:
+    """The model whose prices price ``model``: itself, or the model a preset resolved to."""
+    name = (model or _FALLBACK).strip().lower()
+    return _PRESET_MODELS.get(name.partition("@")[0], name)  # an effort pinned to a version too
+
+
 def price_for(model: str | None, prices: Mapping[str, Price] | None = None) -> Price:
     """The price of a model slug, Sonar name or preset: from ``prices`` (the API's), else the
     static table; an unknown model is priced as the default preset's."""
-    name = (model or _FALLBACK).strip().lower()
-    name = _PRESET_MODELS.get(name.partition("@")[0], name)  # an effort pinned to a version too
+    name = priced_model(model)
     for table in (prices or {}, PRICES):
         price = table.get(name)
         if price is not None:

@@ -19,6 +19,10 @@ module is the only one that reads ``settings.store_url``. Three ship:
   it; for tests and experiments, as httpx ships ``MockTransport``. Only the parts of one
   :class:`Backends` share it: open it once and build the store and queue from that.
 
+Beside them, with ``PPLX_NB_BUDGET`` set, the store's one spend ledger and the guard over it
+(:attr:`Backends.budget`): a locked file in the logs folder, keys in the Redis database, or
+memory. Without caps there is no guard and no ledger is opened.
+
 A fourth implements the three seams in modules of its own and gets one branch in
 :func:`open_backends`; nothing that uses a store or a queue changes.
 """
@@ -31,9 +35,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pplx_nb._caps import parse_caps
 from pplx_nb._config import Settings
 from pplx_nb._fs import DEFAULT_MAX_FILE_BYTES
 from pplx_nb._memory import MemorySpace
+from pplx_nb.budget import BudgetGuard, FileLedger, Ledger, MemoryLedger, RedisLedger
 from pplx_nb.jobs import (
     AnswerLookup,
     ClaimIndex,
@@ -74,6 +80,8 @@ class Backends:
         max_job_retries: what a queue built here retries (PERPLEXITY_MAX_JOB_RETRIES).
         lease_seconds: the job lease (PPLX_NB_JOB_LEASE_SECONDS; the Redis index holds it too).
         clock: the monotonic clock by which this process judges the leases it watches.
+        budget: the spend caps checked against this store's ledger (``PPLX_NB_BUDGET``);
+            ``None`` without caps.
     """
 
     store: StoreBackend
@@ -82,6 +90,7 @@ class Backends:
     max_job_retries: int = _DEFAULT_RETRIES
     lease_seconds: float = _DEFAULT_LEASE_SECONDS
     clock: Callable[[], float] = field(default=time.monotonic, repr=False)
+    budget: BudgetGuard | None = None
 
     @property
     def location(self) -> str:
@@ -145,6 +154,7 @@ def open_backends(
             settings.job_lease_seconds if settings is not None else _DEFAULT_LEASE_SECONDS
         )
     store, statuses, index = _parts(settings, root, memory, durable, lease_seconds, clock)
+    caps = parse_caps(settings.budget if settings is not None else None)
     return Backends(
         store,
         statuses,
@@ -152,7 +162,17 @@ def open_backends(
         max_job_retries=settings.max_job_retries if settings is not None else _DEFAULT_RETRIES,
         lease_seconds=lease_seconds,
         clock=clock,
+        budget=BudgetGuard(caps, _ledger(settings, root, memory)) if caps else None,
     )
+
+
+def _ledger(settings: Settings | None, root: str | os.PathLike[str] | None, memory: bool) -> Ledger:
+    """The spend ledger beside the parts :func:`_parts` opens: the same branch on where."""
+    if memory:
+        return MemoryLedger()
+    if root is None and settings is not None and settings.store_url:
+        return RedisLedger(settings.store_url)
+    return FileLedger(_folder(settings, root))
 
 
 def _parts(
@@ -174,17 +194,20 @@ def _parts(
             RedisStatusBackend(url),
             RedisClaimIndex(url, lease_seconds=lease_seconds),
         )
-    if root is not None:
-        folder = Path(root).expanduser().absolute()
-    else:
-        assert settings is not None  # read from the environment without a root
-        folder = settings.logs_dir()
+    folder = _folder(settings, root)
     limit = settings.max_file_bytes if settings is not None else DEFAULT_MAX_FILE_BYTES
     return (
         FileBackend(folder, durable=durable, max_file_bytes=limit),
         FileStatusBackend(folder, max_file_bytes=limit),
         JobIndex(folder, clock=clock),
     )
+
+
+def _folder(settings: Settings | None, root: str | os.PathLike[str] | None) -> Path:
+    if root is not None:
+        return Path(root).expanduser().absolute()
+    assert settings is not None  # read from the environment without a root
+    return settings.logs_dir()
 
 
 def open_store(

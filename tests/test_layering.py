@@ -29,17 +29,20 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     # Citations read a store through its public methods only (a protocol), never build one.
     "cite": frozenset(),
     "sim": frozenset(),
-    # The API layer starts the offline simulator; it never sees conversations or jobs.
-    "api": frozenset({"sim"}),
+    # Spend caps, the ledger and the estimate: shared data only; the store opens the ledger.
+    "budget": frozenset(),
+    # The API layer starts the offline simulator and checks the budget it is given before
+    # paying; it never sees conversations or jobs.
+    "api": frozenset({"sim", "budget"}),
     "context": frozenset({"api"}),
     # The store and the job side never import each other: they ask each other through seams
     # (JobStates, AnswerLookup) that the backends layer fills when it opens them together.
     "store": frozenset(),
     "jobs": frozenset(),
-    "backends": frozenset({"store", "jobs"}),
+    "backends": frozenset({"store", "jobs", "budget"}),
     # `python -m pplx_nb.store migrate` opens a store at each end, as any program does.
     "store.__main__": frozenset({"store", "jobs", "backends"}),
-    "research": frozenset({"api", "context", "backends", "store", "jobs"}),
+    "research": frozenset({"api", "context", "backends", "store", "jobs", "budget"}),
     "export": frozenset({"backends", "store", "cite"}),
     # Checks a saved notebook's answers against the store it opens.
     "provenance": frozenset({"backends", "store"}),

@@ -368,8 +368,24 @@ def test_reset_clears_faults_and_counters(client: httpx2.Client) -> None:
         "background_runs": 0,
         "cancels": 0,
         "searches": 0,
+        "billed_usd": 0.0,
     }
     assert client.post("/chat/completions", json=ask()).status_code == 200
+
+
+def test_billed_usd_adds_the_costs_reported_and_a_cost_fault_overrides_them(
+    client: httpx2.Client,
+) -> None:
+    url = str(client.base_url)
+    reset(url)
+    first = client.post("/v1/agent", json={"model": "perplexity/sonar", "input": "asyncio"})
+    reported = first.json()["usage"]["cost"]["total_cost"]
+    assert stats(url)["billed_usd"] == reported > 0
+    inject_faults(url, {"cost": 7.5, "path": "/v1/agent"})
+    second = client.post("/v1/agent", json={"model": "perplexity/sonar", "input": "asyncio"})
+    assert second.json()["usage"]["cost"]["total_cost"] == 7.5
+    client.post("/search", json={"query": "asyncio"})
+    assert stats(url)["billed_usd"] == round(reported + 7.5 + 0.005, 6)
 
 
 def test_bad_faults_are_rejected(client: httpx2.Client) -> None:

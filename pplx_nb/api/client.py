@@ -11,8 +11,8 @@ response cache; the protocol adapter picked by ``Settings.api_style`` owns the w
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Callable, Mapping
-from contextlib import aclosing
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from contextlib import aclosing, asynccontextmanager
 from types import TracebackType
 from typing import Any
 
@@ -20,10 +20,10 @@ import httpx2
 
 from pplx_nb import __version__
 from pplx_nb._config import Settings
-from pplx_nb._errors import APIError, APIServerError, RemoteRunFailed
+from pplx_nb._errors import APIError, APIServerError, RemoteRunFailed, SubmissionUnknown
 from pplx_nb._logging import get_logger
 from pplx_nb._models import Answer
-from pplx_nb._pricing import Price, finite_cost, storable_cost
+from pplx_nb._pricing import SEARCH_API_FEE, Price, finite_cost, storable_cost
 from pplx_nb._redact import register_secret
 from pplx_nb._sync import sync_twin
 from pplx_nb._web_results import WebResults
@@ -41,6 +41,7 @@ from pplx_nb.api.request import Request, is_deep_research
 from pplx_nb.api.retry import RetryPolicy, outcome_unknown, unread
 from pplx_nb.api.search import parse_results, search_call
 from pplx_nb.api.sonar import SonarAdapter
+from pplx_nb.budget import BudgetGuard, CostEstimate, estimate_run, estimate_web_search
 
 __all__ = ["ActivityCallback", "AsyncClient", "Client", "RunCallback"]
 
@@ -61,6 +62,8 @@ class AsyncClient:
         transport: an ``httpx2`` transport to use instead of the network (tests).
         cache: a response cache, possibly shared; default: a private one sized by the settings.
         retry: the retry policy; default: ``Settings.max_retries`` with the standard backoff.
+        budget: the spend caps every paid request is checked against before it is sent
+            (``PPLX_NB_BUDGET``, opened beside the store); default: none, nothing checked.
     """
 
     def __init__(
@@ -70,8 +73,10 @@ class AsyncClient:
         transport: httpx2.AsyncBaseTransport | None = None,
         cache: ResponseCache | None = None,
         retry: RetryPolicy | None = None,
+        budget: BudgetGuard | None = None,
     ) -> None:
         self.settings = settings if settings is not None else Settings.from_env()
+        self.budget = budget
         endpoint = resolve_endpoint(self.settings)
         # A proxy's user:password travels as Basic auth, never in a URL that errors or logs
         # (httpx2's own request log too) could show.
@@ -167,14 +172,15 @@ class AsyncClient:
                 logger.debug("Cache hit for %s %s (model %s)", call.method, call.path, model)
                 return hit
         paid = is_deep_research(request.tier(model))
-        raw = await self._wire.send(call, self._timeout(request, model), paid=paid)
-        try:
-            parsed = self._adapter.parse(raw, request, model)
-        except APIServerError as error:
-            if paid and unread(error):  # paid for, and not the server failing
-                raise submission_unknown(self._wire.what(call), error) from error
-            raise
-        answer = await self._priced(parsed, model)
+        async with self._charged(request) as bill:
+            raw = await self._wire.send(call, self._timeout(request, model), paid=paid)
+            try:
+                parsed = self._adapter.parse(raw, request, model)
+            except APIServerError as error:
+                if paid and unread(error):  # paid for, and not the server failing
+                    raise submission_unknown(self._wire.what(call), error) from error
+                raise
+            answer = bill.paid(await self._priced(parsed, model))
         if key is not None:
             self.cache.put(key, answer, len(raw))
         return answer
@@ -202,6 +208,18 @@ class AsyncClient:
         — its events after the last one seen, else its state — never sent again; one that
         breaks before, or whose run cannot be read back, raises SubmissionUnknown.
         """
+        async with self._charged(request) as bill:
+            streamed = self._stream(request, on_activity, on_run)
+            async with aclosing(streamed) as items:
+                async for item in items:
+                    yield bill.paid(item) if isinstance(item, Answer) else item
+
+    async def _stream(
+        self,
+        request: Request,
+        on_activity: ActivityCallback | None,
+        on_run: RunCallback | None,
+    ) -> AsyncGenerator[str | Answer, None]:
         model = request.model or self.settings.model
         call = self._adapter.chat(request, model, stream=True)
         timeout = self._timeout(request, model)
@@ -238,24 +256,30 @@ class AsyncClient:
             async for item in items:
                 yield item
 
-    async def submit_background(self, request: Request) -> str:
+    async def submit_background(self, request: Request, *, hold: str | None = None) -> str:
         """Start ``request`` as a background run on the API; returns its remote id.
 
         Sent again only when the request provably never reached the API; when its outcome is
         unknown (sent, then the reply was lost, or could not be read: too large, not the API's
         format, no run id) it raises SubmissionUnknown instead.
+
+        With a :attr:`budget`, the run's worst case is reserved first under ``hold`` (a job's
+        id; default: a new one) and stays reserved once the run started: whoever reads the
+        run's end settles that hold (:meth:`BudgetGuard.settle`), in any process.
         """
         model = request.model or self.settings.model
         call = self._adapter.submit(request, model)
         timeout = self._seconds(request.timeout_ms or self.settings.timeout_ms)
-        raw = await self._wire.send(call, timeout, paid=True)
-        try:
-            remote_id = self._adapter.submitted(raw)
-        except RemoteRunFailed:
-            raise
-        except APIServerError as error:
-            # A reply that cannot be read may still mean the run started.
-            raise submission_unknown(self._wire.what(call), error) from error
+        async with self._charged(request, hold) as bill:
+            raw = await self._wire.send(call, timeout, paid=True)
+            try:
+                remote_id = self._adapter.submitted(raw)
+            except RemoteRunFailed:
+                raise
+            except APIServerError as error:
+                # A reply that cannot be read may still mean the run started.
+                raise submission_unknown(self._wire.what(call), error) from error
+            bill.leave_open()
         logger.info("Background run %s started (model %s)", remote_id, model)
         return remote_id
 
@@ -361,7 +385,9 @@ class AsyncClient:
         ``filters`` are the API's own names (:data:`~pplx_nb.api.search.SEARCH_FILTERS`).
         """
         call = search_call(query, max_results=max_results, **filters)
-        raw = await self._wire.send(call, self._seconds(self.settings.timeout_ms))
+        async with self._charged(None) as bill:
+            raw = await self._wire.send(call, self._seconds(self.settings.timeout_ms))
+            bill.cost = SEARCH_API_FEE
         label = query if isinstance(query, str) else " · ".join(query)
         return WebResults(parse_results(raw), query=label)
 
@@ -397,7 +423,58 @@ class AsyncClient:
         answer = self._adapter.polled(raw, related=related)
         return None if answer is None else await self._priced(answer, "")
 
+    async def estimate(self, request: Request) -> CostEstimate:
+        """What ``request`` may cost (low, expected, high) and why: from the model prices
+        (``GET /v1/models``, else the static table), its effort and max tokens, and what runs
+        of the same kind cost before in this store when a :attr:`budget` keeps its ledger."""
+        model = request.model or self.settings.model
+        deep = is_deep_research(request.tier(model))
+        kind = _kind(request, model)
+        history = None
+        if self.budget is not None:
+            history = await asyncio.to_thread(self.budget.history, kind)
+        try:
+            prices = await self.prices.get()
+        except Exception as exc:
+            logger.warning("Model prices unreadable (%s); using the static table", exc)
+            prices = {}
+        return estimate_run(
+            kind=kind,
+            models=(model, request.effort) if request.effort else (model,),
+            deep=deep,
+            prompt_chars=sum(len(str(m.get("content") or "")) for m in request.messages),
+            max_tokens=request.max_tokens,
+            prices=prices,
+            history=history,
+        )
+
     # -- plumbing -----------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def _charged(
+        self, request: Request | None, hold: str | None = None
+    ) -> AsyncIterator[_Bill]:
+        """The budget around one paid request (``None``: a Search API request): its worst
+        case reserved before the block, which sends it (BudgetExceeded: nothing is sent), and
+        the hold settled after it (see :class:`_Bill`). Without a budget: nothing at all."""
+        bill = _Bill()
+        guard = self.budget
+        if guard is None:
+            yield bill
+            return
+        if request is None:
+            estimate, kind = estimate_web_search(), "web_search"
+        else:
+            estimate = await self.estimate(request)
+            kind = _kind(request, request.model or self.settings.model)
+        hold = await asyncio.to_thread(guard.reserve, estimate, kind, hold)
+        try:
+            yield bill
+        except BaseException as error:
+            # Blocking, but brief: an async generator being closed may not await.
+            bill.finish(guard, hold, error)
+            raise
+        await asyncio.to_thread(bill.finish, guard, hold, None)
 
     async def _priced(self, answer: Answer, model: str) -> Answer:
         """``answer`` with its cost estimated from the model prices when the API reported
@@ -460,6 +537,53 @@ class AsyncClient:
         yield parser.finish()
 
 
+def _kind(request: Request, model: str) -> str:
+    """The kind of run ``request`` is, for the ledger's history: ``search:low``,
+    ``research:deep-research`` (by its effort, else its model)."""
+    tier = request.tier(model).lower()
+    return f"{'research' if is_deep_research(tier) else 'search'}:{tier}"
+
+
+class _Bill:
+    """How one paid request ended, for its budget hold.
+
+    ``cost`` set (:meth:`paid`): settled to it, or kept at its reservation when the API
+    reported no cost; :meth:`leave_open`: a background run started, whose end settles it later;
+    neither, after a failure that provably sent nothing (the API refused it, or nothing
+    reached it): released; any other failure (the outcome unknown): kept as spent.
+    """
+
+    __slots__ = ("cost", "open", "settled")
+
+    def __init__(self) -> None:
+        self.cost: float | None = None
+        self.settled = False
+        self.open = False
+
+    def paid(self, answer: Answer) -> Answer:
+        """Settle to ``answer``'s cost (unknown: the reservation stays spent)."""
+        self.cost = answer.cost.total_cost if answer.cost is not None else None
+        self.settled = True
+        return answer
+
+    def leave_open(self) -> None:
+        """A background run started: its hold stays reserved until the run ends."""
+        self.open = True
+
+    def finish(self, guard: BudgetGuard, hold: str, error: BaseException | None) -> None:
+        """Settle, keep or release ``hold`` as the request ended (``error``: how it failed)."""
+        if self.open:
+            return
+        if self.settled or self.cost is not None:
+            guard.settle(hold, self.cost)
+        elif isinstance(error, APIError) and not (
+            isinstance(error, SubmissionUnknown) or outcome_unknown(error)
+        ):
+            guard.release(hold)
+        else:
+            guard.settle(hold, None)
+
+
 class Client:
     """The synchronous twin of :class:`AsyncClient`, safe to call inside a running event loop.
 
@@ -474,8 +598,11 @@ class Client:
         transport: httpx2.AsyncBaseTransport | None = None,
         cache: ResponseCache | None = None,
         retry: RetryPolicy | None = None,
+        budget: BudgetGuard | None = None,
     ) -> None:
-        self._async = AsyncClient(settings, transport=transport, cache=cache, retry=retry)
+        self._async = AsyncClient(
+            settings, transport=transport, cache=cache, retry=retry, budget=budget
+        )
 
     @property
     def settings(self) -> Settings:
@@ -518,4 +645,5 @@ class Client:
     read_run = sync_twin(AsyncClient.read_run, via=_twin_of)
     cancel_background = sync_twin(AsyncClient.cancel_background, via=_twin_of)
     web_search = sync_twin(AsyncClient.web_search, via=_twin_of)
+    estimate = sync_twin(AsyncClient.estimate, via=_twin_of)
     reachable = sync_twin(AsyncClient.reachable, via=_twin_of)

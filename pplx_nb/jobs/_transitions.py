@@ -82,11 +82,12 @@ NON_RETRYABLE = frozenset(
         "CONVERSATION_CORRUPTED",
         "SUBMISSION_UNKNOWN",
         "RUN_REQUIRES_ACTION",
+        "BUDGET_EXCEEDED",
     }
 )
 """Error codes that fail a job at once: running it again would fail the same way (a run that
-stopped to wait for an action would stop again, paid for again), or (a submission whose outcome
-is unknown) might pay for a second run."""
+stopped to wait for an action would stop again, paid for again; a cap reached stays reached
+until it resets), or (a submission whose outcome is unknown) might pay for a second run."""
 
 LEASE_EXPIRED = LeaseLost.code
 

@@ -13,16 +13,27 @@ from pplx_nb._config import Settings
 
 if TYPE_CHECKING:
     from pplx_nb.api import AsyncClient, ResponseCache
+    from pplx_nb.budget import BudgetGuard
 
 __all__ = ["ClientPool"]
 
 
 class ClientPool:
-    """Hands out the client of the running event loop, or ``fixed`` for every call if given."""
+    """Hands out the client of the running event loop, or ``fixed`` for every call if given.
 
-    def __init__(self, settings: Settings, fixed: AsyncClient | None = None) -> None:
+    ``budget``: the spend caps of the store, which every client made here checks before it
+    pays (``fixed`` has its own).
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        fixed: AsyncClient | None = None,
+        budget: BudgetGuard | None = None,
+    ) -> None:
         self._settings = settings
         self._fixed = fixed
+        self.budget = fixed.budget if fixed is not None else budget
         self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncClient] = (
             weakref.WeakKeyDictionary()
         )
@@ -57,7 +68,7 @@ class ClientPool:
                 self._cache = ResponseCache(
                     ttl=self._settings.cache_ttl, max_size=self._settings.cache_max_size
                 )
-        return AsyncClient(self._settings, cache=self._cache)
+        return AsyncClient(self._settings, cache=self._cache, budget=self.budget)
 
     def close(self) -> None:
         """Close the client of every event loop used, from any thread."""

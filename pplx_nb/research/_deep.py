@@ -102,7 +102,14 @@ class DeepResearchRunner:
         started = time.perf_counter()
         # One client per job: nothing stays bound to the worker's loop after it stops.
         async with self._clients.for_job() as client:
-            remote_id, answer = await self._research(client, job, request, ctx)
+            try:
+                remote_id, answer = await self._research(client, job, request, ctx)
+            except (RemoteRunFailed, RunTimedOut):
+                # The run ended unanswered (failed, cancelled, past its deadline): what it
+                # cost is unknown, so its reservation stays spent.
+                await _settle(client, job.job_id, None)
+                raise
+            await _settle(client, job.job_id, answer)
         message = report_message(answer, job.tool, job.request, job.job_id, job.params)
         self._store_report(job, ctx, message, answer, history, remote_id)
         self._runner.record(started, answer, ok=True)
@@ -150,7 +157,9 @@ class DeepResearchRunner:
             # A run that had finished already is paid for: its report is kept.
             if ctx.remote_id is not None and ctx.cancelled():
                 related = request.return_related_questions
-                _, report = await stop_or_collect(client, ctx.remote_id, related=related)
+                _, report = await stop_or_collect(
+                    client, ctx.remote_id, related=related, hold=job.job_id
+                )
                 if report is not None:
                     self.keep_report(job.conversation_id, job.job_id, job.tool, job.request, report)
             elif ctx.unrecorded_run is not None:
@@ -225,7 +234,7 @@ class DeepResearchRunner:
         learnt its outcome (its worker died while the reply was arriving), or a reply lost now,
         ends the job with SUBMISSION_UNKNOWN, unless that attempt handed its run over since.
         """
-        conversation_id = ctx.job.conversation_id
+        conversation_id, job_id = ctx.job.conversation_id, ctx.job.job_id
         if ctx.submission_unfinished:
             handed_over = ctx.adopt_handed_over_run()
             if handed_over is not None:
@@ -236,7 +245,8 @@ class DeepResearchRunner:
                 conversation_id,
             )
         await ctx.begin_submission()
-        submission = asyncio.ensure_future(client.submit_background(request))
+        # Reserved under the job's id: whichever process reads the run's end settles it.
+        submission = asyncio.ensure_future(client.submit_background(request, hold=job_id))
         try:
             remote_id = await asyncio.shield(submission)
         except asyncio.CancelledError:
@@ -571,12 +581,29 @@ def related_questions_asked(request: JobRequest) -> bool:
 
 
 async def stop_or_collect(
-    client: AsyncClient, remote_id: str, *, related: bool
+    client: AsyncClient, remote_id: str, *, related: bool, hold: str | None = None
 ) -> tuple[bool, Answer | None]:
     """Ask the API to stop the run of a cancelled job; when it will not (the run had ended
     already, or no reply came), read the run. Returns whether the run is known to have stopped
     or ended, and its report when it had finished: that report is paid for, never dropped.
-    Bounded: never hangs."""
+    Bounded: never hangs.
+
+    ``hold``: the job's budget hold (its id), settled here: to the report's cost, released when
+    the API stopped the run (a cancelled run reports no cost), kept as spent otherwise."""
+    stopped, answer = await _stop_or_collect(client, remote_id, related)
+    if hold is not None:
+        if answer is not None:
+            await _settle(client, hold, answer)
+        elif stopped:
+            await _release(client, hold)
+        else:
+            await _settle(client, hold, None)
+    return stopped, answer
+
+
+async def _stop_or_collect(
+    client: AsyncClient, remote_id: str, related: bool
+) -> tuple[bool, Answer | None]:
     try:
         async with asyncio.timeout(client.settings.timeout_ms / 1000 * 3):
             if await client.cancel_background(remote_id, retry=True):
@@ -588,6 +615,21 @@ async def stop_or_collect(
         logger.warning("Run %s could not be read after its cancel: %s", remote_id, exc)
         return False, None
     return answer is not None, answer
+
+
+async def _settle(client: AsyncClient, hold: str, answer: Answer | None) -> None:
+    """Settle a job's budget hold to ``answer``'s cost (``None``, or no cost reported: its
+    reservation stays spent), in whichever process learnt the run's end."""
+    guard = client.budget
+    if guard is not None:
+        cost = answer.cost.total_cost if answer is not None and answer.cost is not None else None
+        await asyncio.to_thread(guard.settle, hold, cost)
+
+
+async def _release(client: AsyncClient, hold: str) -> None:
+    """Release a job's budget hold: its run was stopped before it cost anything."""
+    if client.budget is not None:
+        await asyncio.to_thread(client.budget.release, hold)
 
 
 async def _collecting(job: Job, ctx: JobContext) -> str | None:

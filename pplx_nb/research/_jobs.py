@@ -120,7 +120,10 @@ class JobDesk:
         # stop may have finished: its report is then read and kept.
         request = status.request or {}
         stopped, report = await stop_or_collect(
-            client, status.remote_id, related=related_questions_asked(request)
+            client,
+            status.remote_id,
+            related=related_questions_asked(request),
+            hold=status.job_id,
         )
         if report is not None and status.job_id is not None:
             kept = self._runner().keep_report(

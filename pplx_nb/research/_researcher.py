@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
     from pplx_nb._web_results import WebResults
     from pplx_nb.api import AsyncClient
+    from pplx_nb.budget import CostEstimate, PeriodStanding
     from pplx_nb.jobs import JobQueue, JobRunner, Worker
     from pplx_nb.store import ConversationStore
 
@@ -90,7 +91,7 @@ class Researcher:
             async_deep_research = bool(self._settings.enable_async_deep_research)
         self._async = async_deep_research
         self._metrics = Metrics()
-        self._clients = ClientPool(self._settings, client)
+        self._clients = ClientPool(self._settings, client, backends.budget)
         queue = backends.job_queue(self._store)
         self._jobs = JobDesk(
             self._settings, self._store, queue, lambda: self._deep, run_here=self._async
@@ -344,7 +345,24 @@ class Researcher:
         """
         return await self._web.search(query, max_results, save, filters)
 
+    async def aestimate(
+        self, query: str, *, mode: Mode = "search", **opts: Unpack[SearchOptions]
+    ) -> CostEstimate:
+        """What asking ``query`` in ``mode`` (``"search"`` or ``"research"``) with ``opts``
+        may cost, before anything is sent: low, expected and high (what a ``PPLX_NB_BUDGET``
+        cap reserves), with the basis of the figures. Sends nothing paid and stores nothing;
+        works without caps."""
+        turn = self._turns.new(query, mode, None, opts)
+        return await self._clients.current().estimate(turn.request())
+
+    def budget(self) -> list[PeriodStanding]:
+        """Where each ``PPLX_NB_BUDGET`` cap stands in this store's ledger (cap, spent,
+        reserved, left, when it resets), the per-request cap first; empty without caps."""
+        guard = self._clients.budget
+        return guard.standing() if guard is not None else []
+
     search = sync_twin(asearch)
+    estimate = sync_twin(aestimate)
     stream_search = sync_twin(astream_search)
     deep_research = sync_twin(adeep_research)
     followup = sync_twin(afollowup)

@@ -111,6 +111,8 @@ class AgentRequest:
     """The names of the skills it asked for: the run loads each one."""
     searches: bool = True
     """Whether the run searches: not when ``tool_choice`` rules the search out."""
+    cost: float | None = None
+    """The total cost (USD) its usage reports instead of the priced one (a fault)."""
 
     @property
     def deep(self) -> bool:

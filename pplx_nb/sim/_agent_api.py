@@ -18,6 +18,7 @@ from pplx_nb.sim._responses import (
     cancelled_event,
     failed_response,
     new_response_id,
+    reported_cost,
     requires_action_response,
     research_frames,
     response_object,
@@ -65,6 +66,7 @@ class AgentHandlers(Handlers):
             created,
             cancel_seconds=self.options.cancel_seconds,
             requires_action=requires_action,
+            billed=0.0 if failed else reported_cost(agent, answer, written=not requires_action),
         )
         if agent.store:
             remember(self.runs, ident, (run, replace(agent, prompt="")))
@@ -106,6 +108,8 @@ class AgentHandlers(Handlers):
             agent = replace(agent, skills=(*agent.skills, fault.skill_loaded))
         if fault is not None and fault.unsearched:
             agent = replace(agent, searches=False)
+        if fault is not None and fault.cost is not None:
+            agent = replace(agent, cost=fault.cost)
         answer = self._agent_answer(agent)
         failed = fault is not None and fault.agent_failed
         waits = fault is not None and fault.requires_action and not failed
@@ -114,8 +118,10 @@ class AgentHandlers(Handlers):
         created = int(time.time())
         if agent.background:
             self.background_runs += 1
+        billed = 0.0 if failed else reported_cost(agent, answer, written=not waits)
         if not failed:
             self.generations += 1
+            self.billed_usd += billed
         if agent.stream:
             frames = agent_events(
                 ident,
@@ -252,4 +258,6 @@ class AgentHandlers(Handlers):
                 "cancel.",
             )
         self.cancels += first
+        if first:  # a cancelled run reports no usage: nothing is billed for it
+            self.billed_usd -= run.billed
         return json_reply({"response_id": run.ident, "status": "cancelling"})

@@ -30,7 +30,8 @@ def inject_faults(base_url: str, *faults: dict[str, Any]) -> None:
 
     Keys: ``status``, ``retry_after``, ``retry_after_ms``, ``html``, ``hang``, ``trickle``,
     ``disconnect_after``, ``agent_failed``, ``requires_action``, ``skill_loaded`` (a skill name),
-    ``unsearched``, ``odd``, ``headers`` (added to the reply), ``path`` (substring filter),
+    ``unsearched``, ``cost`` (the total cost in USD an Agent run reports, and is billed),
+    ``odd``, ``headers`` (added to the reply), ``path`` (substring filter),
     ``times`` (default 1).
     A single request can also carry one fault as JSON in its ``X-Sim-Fault`` header.
     """
@@ -47,7 +48,9 @@ def stats(base_url: str) -> dict[str, Any]:
 
     ``requests`` per route template (``"POST /v1/agent"``), ``generations`` (answers started
     that would be billed, a cancelled run included), ``background_runs``, ``cancels`` (runs a
-    cancel was accepted for) and ``searches`` (Search API requests, billed per request).
+    cancel was accepted for), ``searches`` (Search API requests, billed per request) and
+    ``billed_usd``: the total of the costs the server reported for what it billed (a run
+    cancelled before it finished reports none and is not counted), to compare with a budget.
     """
     result: dict[str, Any] = _call(base_url, "GET", "/_sim/stats")
     return result

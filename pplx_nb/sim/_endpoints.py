@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from pplx_nb.sim._agent_api import AgentHandlers
-from pplx_nb.sim._catalog import model_list
+from pplx_nb.sim._catalog import SEARCH_API_PRICE, model_list
 from pplx_nb.sim._faults import Fault
 from pplx_nb.sim._http import Reply, Request, json_reply
 from pplx_nb.sim._search import parse_search, search_response
@@ -23,6 +23,7 @@ class Endpoints(AgentHandlers, SonarHandlers):
         """POST /search: ranked pages without an answer (billed per request)."""
         search = parse_search(parse_json_object(request.body))
         self.searches += 1
+        self.billed_usd += SEARCH_API_PRICE
         await self._delay(False)
         moment = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         return json_reply(search_response(self.corpus, search, moment))

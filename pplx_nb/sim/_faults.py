@@ -26,7 +26,8 @@ class Fault:
     research; ``skill_loaded=NAME`` has an Agent run load that skill (a
     ``response.skill.loaded`` event in its stream), as a request's ``skills`` do.
     ``unsearched`` has an Agent run answer without searching whatever its ``tool_choice`` (a
-    server that ignores it).
+    server that ignores it). ``cost=USD`` has an Agent run report that total cost (and the
+    simulator bill it), whatever it did: higher than any estimate, for budget tests.
     """
 
     status: int | None = None
@@ -40,6 +41,7 @@ class Fault:
     requires_action: bool = False
     skill_loaded: str | None = None
     unsearched: bool = False
+    cost: float | None = None
     odd: bool = False
     headers: tuple[tuple[str, str], ...] = ()
     path: str | None = None
@@ -118,6 +120,7 @@ def parse_fault(raw: Any) -> Fault:
         requires_action=bool(raw.get("requires_action", False)),
         skill_loaded=skill,
         unsearched=bool(raw.get("unsearched", False)),
+        cost=_number(raw.get("cost"), "cost", float),
         odd=bool(raw.get("odd", False)),
         headers=_headers(raw.get("headers")),
         path=path,

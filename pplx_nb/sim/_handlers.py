@@ -76,6 +76,7 @@ class Handlers:
         self.background_runs = 0
         self.cancels = 0
         self.searches = 0
+        self.billed_usd = 0.0
         self.runs: dict[str, tuple[Run, AgentRequest]] = {}
         self.async_runs: dict[str, tuple[Run, ChatRequest]] = {}
         self._answers: OrderedDict[tuple[Any, ...], Answer] = OrderedDict()
@@ -87,14 +88,17 @@ class Handlers:
         self.background_runs = 0
         self.cancels = 0
         self.searches = 0
+        self.billed_usd = 0.0
 
-    def counters(self) -> dict[str, int]:
-        """What would be billed: answers generated, background runs, cancels, searches."""
+    def counters(self) -> dict[str, int | float]:
+        """What would be billed: answers generated, background runs, cancels, searches, and
+        the USD billed (the costs reported for them; a cancelled run's given back)."""
         return {
             "generations": self.generations,
             "background_runs": self.background_runs,
             "cancels": self.cancels,
             "searches": self.searches,
+            "billed_usd": round(self.billed_usd, 6),
         }
 
     # -- answers ------------------------------------------------------------------------------

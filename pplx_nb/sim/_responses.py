@@ -26,6 +26,7 @@ __all__ = [
     "cancelled_event",
     "failed_response",
     "new_response_id",
+    "reported_cost",
     "requires_action_response",
     "research_frames",
     "response_object",
@@ -77,6 +78,7 @@ def _usage(request: AgentRequest, answer: Answer, *, written: bool = True) -> di
     input_cost = input_tokens * price.input_per_m / 1e6
     output_cost = output_tokens * price.output_per_m / 1e6
     tools_cost = sum(n * TOOL_PRICES[tool] for tool, n in calls.items())
+    total = input_cost + output_cost + tools_cost if request.cost is None else request.cost
     return {
         "input_tokens": input_tokens,
         "output_tokens": output_tokens,
@@ -90,9 +92,15 @@ def _usage(request: AgentRequest, answer: Answer, *, written: bool = True) -> di
             "output_cost": round(output_cost, 6),
             "cache_read_cost": 0.0,
             "tool_calls_cost": round(tools_cost, 6),
-            "total_cost": round(input_cost + output_cost + tools_cost, 6),
+            "total_cost": round(total, 6),
         },
     }
+
+
+def reported_cost(request: AgentRequest, answer: Answer, *, written: bool = True) -> float:
+    """The total cost (USD) a run's usage reports: what the simulator bills for it."""
+    cost: float = _usage(request, answer, written=written)["cost"]["total_cost"]
+    return cost
 
 
 def _search_item(answer: Answer) -> dict[str, Any]:

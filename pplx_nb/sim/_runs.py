@@ -40,6 +40,8 @@ class Run:
     cancel_seconds: float = 0.0
     cancel_asked: float | None = None
     requires_action: bool = False
+    billed: float = 0.0
+    """The cost (USD) the simulator billed for it: given back if it is cancelled."""
 
     def phase(self, now: float | None = None) -> Phase:
         """Where the run is at ``now`` (monotonic seconds; default: the current time)."""

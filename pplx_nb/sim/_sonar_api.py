@@ -6,7 +6,7 @@ import time
 import uuid
 from typing import Any
 
-from pplx_nb.sim._answers import Answer, is_deep
+from pplx_nb.sim._answers import Answer, is_deep, sonar_usage
 from pplx_nb.sim._faults import Fault
 from pplx_nb.sim._handlers import STREAM_PIECES, Handlers, remember
 from pplx_nb.sim._http import Reply, Request, Stream, error_reply, json_reply
@@ -24,6 +24,13 @@ _ASYNC_STATUS = {
     "failed": "FAILED",
     "cancelled": "FAILED",
 }
+
+
+def _cost(chat: ChatRequest, answer: Answer) -> float:
+    """The total cost (USD) a completion reports: what the simulator bills for it."""
+    usage = sonar_usage(chat.model, chat.prompt, answer, final=True)
+    cost: dict[str, float] = usage["cost"]  # type: ignore[assignment]  # a dict of amounts
+    return cost["total_cost"]
 
 
 class SonarHandlers(Handlers):
@@ -44,6 +51,7 @@ class SonarHandlers(Handlers):
         answer = self._chat_answer(chat)
         deep = is_deep(chat.model)
         self.generations += 1
+        self.billed_usd += _cost(chat, answer)
         created = int(time.time())
         odd = fault is not None and fault.odd
         if chat.stream:
@@ -66,6 +74,8 @@ class SonarHandlers(Handlers):
         failed = fault is not None and fault.agent_failed
         duration = self.options.deep_research_seconds if is_deep(chat.model) else 0.0
         run = self._started(Run(str(uuid.uuid4()), self._chat_answer(chat), duration, failed))
+        if not failed:
+            self.billed_usd += _cost(chat, run.answer)
         remember(self.async_runs, run.ident, (run, chat))
         return json_reply(self._async_view(run, chat, full=True, fresh=True))
 
