@@ -1,8 +1,9 @@
-"""``%pplx_costs``: what the stored answers cost, as a table and a small plot.
+"""``%pplx_costs``: what the stored answers cost, as a table and a small plot; ``%pplx_budget``:
+what each ``PPLX_NB_BUDGET`` cap has left, and when it resets.
 
-Read from the store (:meth:`Researcher.costs`), so it counts what every kernel, MCP server and
-worker on it paid for. The plot needs matplotlib (the lab extra); without it the table shows
-alone, and a line says so.
+Both read what every kernel, MCP server and worker on the store shares: the stored turns
+(:meth:`Researcher.costs`) and the store's ledger (:meth:`Researcher.budget`). The plot needs
+matplotlib (the lab extra); without it the table shows alone, and a line says so.
 """
 
 from __future__ import annotations
@@ -19,11 +20,23 @@ from pplx_nb.notebook._kernel import CellMagics, line_magic, show, show_widget
 from pplx_nb.notebook.display import notice_bundle
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     import pandas as pd
 
+    from pplx_nb._models import Answer
+    from pplx_nb.budget import CostEstimate, PeriodStanding
     from pplx_nb.notebook.display import Bundle
 
-__all__ = ["PplxSpendMagics", "costs_plot", "costs_summary"]
+__all__ = [
+    "PplxSpendMagics",
+    "add_cost_line",
+    "budget_bundle",
+    "cost_words",
+    "costs_plot",
+    "costs_summary",
+    "estimate_bundle",
+]
 
 _BAR = "#20808d"
 
@@ -69,13 +82,101 @@ class PplxSpendMagics(CellMagics):
             else:
                 show(plot)
 
+    @no_var_expand
+    @magic_arguments()
+    @output_options
+    @line_magic
+    def pplx_budget(self, line: str) -> None:
+        """What each PPLX_NB_BUDGET cap has left, and when it resets (UTC).
 
-def _usd(value: float) -> str:
-    return f"${value:,.2f}" if value >= 100 else f"${value:.4f}"
+        The caps are checked before every paid request, against one ledger per store that
+        every kernel, MCP server and worker on it shares. -o VAR stores where each cap stands
+        (Researcher.budget() in Python).
+
+        Examples:
+          %pplx_budget
+          %env PPLX_NB_BUDGET=0.50/request,5/day
+        """
+        with self._guard(line, "%pplx_budget"):
+            args = self._parse(self.pplx_budget, line)
+            standings = self.researcher.budget()
+            self._store(args, standings)
+            show(budget_bundle(standings, self.researcher.settings.budget))
+
+
+def budget_bundle(standings: Sequence[PeriodStanding], caps: str | None) -> Bundle:
+    """Each cap as a row: the cap, spent, reserved, left, when it resets; or how to set one."""
+    from pplx_nb._caps import BUDGET_EXAMPLE
+    from pplx_nb.budget._words import resets_words, usd
+
+    if not standings:
+        said = (
+            f"No budget set: PPLX_NB_BUDGET={BUDGET_EXAMPLE} (USD, periods in UTC) caps what "
+            f"is spent, checked before every paid request; `%env PPLX_NB_BUDGET={BUDGET_EXAMPLE}`"
+            " sets one in this kernel."
+        )
+        return {"text/markdown": said, "text/plain": said.replace("`", "")}
+    rows, lines = [], [f"Spend caps (PPLX_NB_BUDGET={caps}):"]
+    for standing in standings:
+        if standing.period == "request":
+            rows.append(f"| per request | {usd(standing.cap)} | | | | checked on each |")
+            lines.append(f"  per request: at most {usd(standing.cap)} each")
+            continue
+        resets = resets_words(standing.resets_at) if standing.resets_at else ""
+        figures = [usd(x) for x in (standing.cap, standing.spent, standing.reserved)]
+        rows.append(
+            f"| {standing.period} | {' | '.join(figures)} | **{usd(standing.left)}** | {resets} |"
+        )
+        lines.append(
+            f"  {standing.period}: {usd(standing.left)} left of {figures[0]} ({figures[1]} "
+            f"spent, {figures[2]} reserved); resets {resets}"
+        )
+    table = "| cap | USD | spent | reserved | left | resets |\n|---|--:|--:|--:|--:|---|\n"
+    return {
+        "text/markdown": f"**Spend caps** `PPLX_NB_BUDGET={caps}`\n\n{table}" + "\n".join(rows),
+        "text/plain": "\n".join(lines),
+    }
+
+
+def estimate_bundle(estimate: CostEstimate) -> Bundle:
+    """What a run may cost, said before it is asked: expected, worst case, and on what basis."""
+    from pplx_nb.budget._words import estimate_words
+
+    said = f"Estimated cost: {estimate_words(estimate)}"
+    basis = "; ".join(estimate.basis)
+    return {
+        "text/markdown": f"<sub>{html.escape(said)} ({html.escape(basis)})</sub>",
+        "text/plain": f"{said} ({basis}).",
+    }
+
+
+def cost_words(answer: Answer, estimate: CostEstimate) -> str:
+    """What a run cost, beside what it was estimated to cost before it ran."""
+    from pplx_nb.budget._words import estimate_words, usd
+
+    cost = answer.cost
+    if cost is None:
+        spent = "Cost unknown: the API reported none"
+    else:
+        table = " (from the price table)" if cost.estimated else ""
+        spent = f"Cost: {usd(cost.total_cost)}{table}"
+    return f"{spent}; estimated before it ran: {estimate_words(estimate)}."
+
+
+def add_cost_line(bundle: Bundle, answer: Answer, estimate: CostEstimate) -> Bundle:
+    """``bundle`` (a report) with :func:`cost_words` as its last line."""
+    said = cost_words(answer, estimate)
+    return {
+        **bundle,
+        "text/markdown": f"{bundle['text/markdown']}\n\n<sub>{html.escape(said)}</sub>",
+        "text/plain": f"{bundle['text/plain']}\n\n{said}",
+    }
 
 
 def costs_summary(frame: pd.DataFrame, by: str | None, since: str | None) -> Bundle:
     """One line: the known total, how many paid turns, how many estimated or unknown."""
+    from pplx_nb.budget._words import usd
+
     if by is None:
         total, turns = float(frame["cost_usd"].sum()), len(frame)
         estimated, unknown = int(frame["cost_estimated"].sum()), int(frame["cost_unknown"].sum())
@@ -87,7 +188,7 @@ def costs_summary(frame: pd.DataFrame, by: str | None, since: str | None) -> Bun
         said = f"No paid answers in the store{when}."
     else:
         noun = "paid turn" if turns == 1 else "paid turns"
-        said = f"{_usd(total)} spent on {turns} {noun}{when}"
+        said = f"{usd(total)} spent on {turns} {noun}{when}"
         notes = [f"{estimated} estimated from the price table"] if estimated else []
         if unknown:
             notes.append(f"{unknown} of unknown cost, not in the total")
