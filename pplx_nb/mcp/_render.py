@@ -298,7 +298,7 @@ def error_result(error: PplxError) -> CallToolResult:
 def budget_refusal(tool: str, error: BudgetExceeded) -> BudgetExceeded:
     """``error`` in the tool's words: which tool was refused, the figures, when the cap resets
     and what the client can do (the caps are the server's environment, set by its user)."""
-    from pplx_nb.budget._words import refusal_figures, usd
+    from pplx_nb._budget_words import refusal_figures, usd
 
     figures = refusal_figures(error)
     if figures is None:

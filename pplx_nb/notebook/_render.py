@@ -104,7 +104,7 @@ def notebook_message(error: PplxError) -> str:
 
 def _budget_message(error: BudgetExceeded) -> str:
     """A refusal by a ``PPLX_NB_BUDGET`` cap: the figures, when it resets, what to do."""
-    from pplx_nb.budget._words import refusal_figures, usd
+    from pplx_nb._budget_words import refusal_figures, usd
 
     figures = refusal_figures(error)
     if figures is None:

@@ -25,8 +25,8 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from pplx_nb._models import Answer
-    from pplx_nb.budget import CostEstimate, PeriodStanding
     from pplx_nb.notebook.display import Bundle
+    from pplx_nb.research import CostEstimate, PeriodStanding
 
 __all__ = [
     "PplxSpendMagics",
@@ -106,8 +106,8 @@ class PplxSpendMagics(CellMagics):
 
 def budget_bundle(standings: Sequence[PeriodStanding], caps: str | None) -> Bundle:
     """Each cap as a row: the cap, spent, reserved, left, when it resets; or how to set one."""
+    from pplx_nb._budget_words import resets_words, usd
     from pplx_nb._caps import BUDGET_EXAMPLE
-    from pplx_nb.budget._words import resets_words, usd
 
     if not standings:
         said = (
@@ -140,9 +140,9 @@ def budget_bundle(standings: Sequence[PeriodStanding], caps: str | None) -> Bund
 
 def estimate_bundle(estimate: CostEstimate) -> Bundle:
     """What a run may cost, said before it is asked: expected, worst case, and on what basis."""
-    from pplx_nb.budget._words import estimate_words
+    from pplx_nb._budget_words import estimate_words
 
-    said = f"Estimated cost: {estimate_words(estimate)}"
+    said = f"Estimated cost: {estimate_words(estimate.expected, estimate.high)}"
     basis = "; ".join(estimate.basis)
     return {
         "text/markdown": f"<sub>{html.escape(said)} ({html.escape(basis)})</sub>",
@@ -152,7 +152,7 @@ def estimate_bundle(estimate: CostEstimate) -> Bundle:
 
 def cost_words(answer: Answer, estimate: CostEstimate) -> str:
     """What a run cost, beside what it was estimated to cost before it ran."""
-    from pplx_nb.budget._words import estimate_words, usd
+    from pplx_nb._budget_words import estimate_words, usd
 
     cost = answer.cost
     if cost is None:
@@ -160,7 +160,8 @@ def cost_words(answer: Answer, estimate: CostEstimate) -> str:
     else:
         table = " (from the price table)" if cost.estimated else ""
         spent = f"Cost: {usd(cost.total_cost)}{table}"
-    return f"{spent}; estimated before it ran: {estimate_words(estimate)}."
+    before = estimate_words(estimate.expected, estimate.high)
+    return f"{spent}; estimated before it ran: {before}."
 
 
 def add_cost_line(bundle: Bundle, answer: Answer, estimate: CostEstimate) -> Bundle:
@@ -175,7 +176,7 @@ def add_cost_line(bundle: Bundle, answer: Answer, estimate: CostEstimate) -> Bun
 
 def costs_summary(frame: pd.DataFrame, by: str | None, since: str | None) -> Bundle:
     """One line: the known total, how many paid turns, how many estimated or unknown."""
-    from pplx_nb.budget._words import usd
+    from pplx_nb._budget_words import usd
 
     if by is None:
         total, turns = float(frame["cost_usd"].sum()), len(frame)

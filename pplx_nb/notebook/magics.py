@@ -73,9 +73,8 @@ from pplx_nb.notebook.display import (
 
 if TYPE_CHECKING:
     from pplx_nb._models import Answer, JobStatus, Progress
-    from pplx_nb.budget import CostEstimate
     from pplx_nb.notebook.widgets import JobMonitor
-    from pplx_nb.research import WebResults
+    from pplx_nb.research import CostEstimate, WebResults
 
 __all__ = [
     "PplxMagics",

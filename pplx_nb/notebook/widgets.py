@@ -28,8 +28,7 @@ from pplx_nb.notebook.display import answer_html, error_bundle, status_line
 
 if TYPE_CHECKING:
     from pplx_nb._models import Answer, JobStatus
-    from pplx_nb.budget import CostEstimate
-    from pplx_nb.research import Researcher
+    from pplx_nb.research import CostEstimate, Researcher
 
 __all__ = ["JobMonitor", "RelatedQuestions"]
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from pplx_nb._errors import BudgetExceeded
-from pplx_nb.budget._estimate import CostEstimate
 
 __all__ = ["estimate_words", "refusal_figures", "resets_words", "usd"]
 
@@ -50,6 +49,6 @@ def refusal_figures(error: BudgetExceeded, now: datetime | None = None) -> str |
     return said
 
 
-def estimate_words(estimate: CostEstimate) -> str:
-    """``about $0.0400, at most $1.2000``: what the ledger would reserve, and what to expect."""
-    return f"about {usd(estimate.expected)}, at most {usd(estimate.high)}"
+def estimate_words(expected: float, high: float) -> str:
+    """``about $0.0400, at most $1.2000``: what to expect of a run, and what a cap reserves."""
+    return f"about {usd(expected)}, at most {usd(high)}"
