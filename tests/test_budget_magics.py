@@ -65,7 +65,7 @@ def test_pplx_budget_shows_what_each_cap_has_left_and_when_it_resets(
         f"resets {_tomorrow()} (in "
     )
     assert lines[3].startswith(f"  month: ${3 - cost:,.2f} left of $3.00")
-    assert "| day | $0.2000 |" in shown["text/markdown"]
+    assert re.search(r">day</td><td [^>]*>&#36;0\.2000</td>", shown["text/html"])
     periods = [standing.period for standing in budgeted.user_ns["standing"]]
     assert periods == ["request", "day", "month"]
 

@@ -17,7 +17,7 @@ from IPython.core.magic import magics_class, no_var_expand
 
 from pplx_nb.notebook._input import argument, magic_arguments, output_options, unquote
 from pplx_nb.notebook._kernel import CellMagics, line_magic, show, show_widget
-from pplx_nb.notebook.display import notice_bundle
+from pplx_nb.notebook.display import NO_MATH, notice_bundle
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -39,6 +39,17 @@ __all__ = [
 ]
 
 _BAR = "#20808d"
+_CELL = "padding:2px 10px;text-align:right"
+
+
+def _amounts(text: str) -> str:
+    """``text`` as HTML whose dollars no Markdown renderer takes for TeX delimiters."""
+    return html.escape(text).replace("$", "&#36;")
+
+
+def _line(text: str) -> str:
+    """One small line of amounts, as HTML that MathJax leaves alone."""
+    return f'<p class="{NO_MATH}"><small>{_amounts(text)}</small></p>'
 
 
 @magics_class
@@ -110,30 +121,41 @@ def budget_bundle(standings: Sequence[PeriodStanding], caps: str | None) -> Bund
     from pplx_nb._caps import BUDGET_EXAMPLE
 
     if not standings:
+        example = f"PPLX_NB_BUDGET={BUDGET_EXAMPLE}"
         said = (
-            f"No budget set: PPLX_NB_BUDGET={BUDGET_EXAMPLE} (USD, periods in UTC) caps what "
-            f"is spent, checked before every paid request; `%env PPLX_NB_BUDGET={BUDGET_EXAMPLE}`"
-            " sets one in this kernel."
+            f"No budget set: {example} (USD, periods in UTC) caps what is spent, checked before "
+            "every paid request;"
         )
-        return {"text/markdown": said, "text/plain": said.replace("`", "")}
+        return {
+            "text/html": f'<p class="{NO_MATH}">{html.escape(said)} '
+            f"<code>%env {example}</code> sets one in this kernel.</p>",
+            "text/plain": f"{said} %env {example} sets one in this kernel.",
+        }
     rows, lines = [], [f"Spend caps (PPLX_NB_BUDGET={caps}):"]
     for standing in standings:
         if standing.period == "request":
-            rows.append(f"| per request | {usd(standing.cap)} | | | | checked on each |")
+            rows.append(["per request", usd(standing.cap), "", "", "", "checked on each"])
             lines.append(f"  per request: at most {usd(standing.cap)} each")
             continue
         resets = resets_words(standing.resets_at) if standing.resets_at else ""
-        figures = [usd(x) for x in (standing.cap, standing.spent, standing.reserved)]
-        rows.append(
-            f"| {standing.period} | {' | '.join(figures)} | **{usd(standing.left)}** | {resets} |"
-        )
+        figures = [usd(x) for x in (standing.cap, standing.spent, standing.reserved, standing.left)]
+        rows.append([standing.period, *figures, resets])
         lines.append(
-            f"  {standing.period}: {usd(standing.left)} left of {figures[0]} ({figures[1]} "
-            f"spent, {figures[2]} reserved); resets {resets}"
+            f"  {standing.period}: {figures[3]} left of {figures[0]} ({figures[1]} spent, "
+            f"{figures[2]} reserved); resets {resets}"
         )
-    table = "| cap | USD | spent | reserved | left | resets |\n|---|--:|--:|--:|--:|---|\n"
+    head = "".join(
+        f'<th style="{_CELL}">{name}</th>'
+        for name in ("cap", "USD", "spent", "reserved", "left", "resets")
+    )
+    body = "".join(
+        "<tr>" + "".join(f'<td style="{_CELL}">{_amounts(cell)}</td>' for cell in row) + "</tr>"
+        for row in rows
+    )
     return {
-        "text/markdown": f"**Spend caps** `PPLX_NB_BUDGET={caps}`\n\n{table}" + "\n".join(rows),
+        "text/html": f'<div class="{NO_MATH}"><p><b>Spend caps</b> '
+        f"<code>PPLX_NB_BUDGET={html.escape(caps or '')}</code></p>"
+        f"<table><tr>{head}</tr>{body}</table></div>",
         "text/plain": "\n".join(lines),
     }
 
@@ -143,11 +165,8 @@ def estimate_bundle(estimate: CostEstimate) -> Bundle:
     from pplx_nb._budget_words import estimate_words
 
     said = f"Estimated cost: {estimate_words(estimate.expected, estimate.high)}"
-    basis = "; ".join(estimate.basis)
-    return {
-        "text/markdown": f"<sub>{html.escape(said)} ({html.escape(basis)})</sub>",
-        "text/plain": f"{said} ({basis}).",
-    }
+    said += f" ({'; '.join(estimate.basis)})."
+    return {"text/html": _line(said), "text/plain": said}
 
 
 def cost_words(answer: Answer, estimate: CostEstimate) -> str:
@@ -169,7 +188,7 @@ def add_cost_line(bundle: Bundle, answer: Answer, estimate: CostEstimate) -> Bun
     said = cost_words(answer, estimate)
     return {
         **bundle,
-        "text/markdown": f"{bundle['text/markdown']}\n\n<sub>{html.escape(said)}</sub>",
+        "text/markdown": f"{bundle['text/markdown']}\n\n{_line(said)}",
         "text/plain": f"{bundle['text/plain']}\n\n{said}",
     }
 
@@ -194,7 +213,7 @@ def costs_summary(frame: pd.DataFrame, by: str | None, since: str | None) -> Bun
         if unknown:
             notes.append(f"{unknown} of unknown cost, not in the total")
         said += f" ({', '.join(notes)})." if notes else "."
-    return {"text/plain": said, "text/html": f"<p>{html.escape(said)}</p>"}
+    return {"text/plain": said, "text/html": f'<p class="{NO_MATH}">{_amounts(said)}</p>'}
 
 
 def costs_plot(frame: pd.DataFrame, by: str | None) -> Bundle | None:
