@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "ROOT",
@@ -18,6 +19,7 @@ __all__ = [
     "median",
     "ratio",
     "redis_server",
+    "round_trips",
     "scratch",
     "simulator",
     "table",
@@ -141,3 +143,22 @@ def redis_server() -> Iterator[str | None]:
         finally:
             process.terminate()
             process.wait(timeout=10)
+
+
+@contextmanager
+def round_trips() -> Iterator[list[int]]:
+    """Count the round trips redis-py makes in the block (one per command or pipeline sent)."""
+    import redis.connection
+
+    counted = [0]
+    send: Callable[..., None] = redis.connection.AbstractConnection.send_packed_command
+
+    def sending(self: Any, command: Any, check_health: bool = True) -> None:
+        counted[0] += 1
+        send(self, command, check_health)
+
+    redis.connection.AbstractConnection.send_packed_command = sending  # type: ignore[method-assign]
+    try:
+        yield counted
+    finally:
+        redis.connection.AbstractConnection.send_packed_command = send  # type: ignore[method-assign]

@@ -12,23 +12,21 @@ worker against the simulator, on Redis and on files.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import multiprocessing as mp
 import os
 import sqlite3
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from functools import partial
 from multiprocessing.synchronize import Event as EventType
 from pathlib import Path
 from typing import Any, TypeVar
 
 import redis
-import redis.connection
 
-from bench._util import SCRATCH, median, ratio, redis_server, simulator, table
+from bench._util import SCRATCH, median, ratio, redis_server, round_trips, simulator, table
 from pplx_nb import Researcher
 from pplx_nb._config import Settings
 from pplx_nb._fs import atomic_write_json
@@ -183,23 +181,6 @@ def _cycles(kind: Callable[[Path, list[str]], float], holder: Path) -> float:
 # -- round trips and end to end ----------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def _round_trips() -> Iterator[list[int]]:
-    """Count the round trips redis-py makes in the block (one per command or pipeline sent)."""
-    counted = [0]
-    send: Callable[..., None] = redis.connection.AbstractConnection.send_packed_command
-
-    def sending(self: Any, command: Any, check_health: bool = True) -> None:
-        counted[0] += 1
-        send(self, command, check_health)
-
-    redis.connection.AbstractConnection.send_packed_command = sending  # type: ignore[method-assign]
-    try:
-        yield counted
-    finally:
-        redis.connection.AbstractConnection.send_packed_command = send  # type: ignore[method-assign]
-
-
 def _trips_per_cycle(url: str) -> tuple[int, int]:
     """Round trips of one cycle (the answer's append fenced by the owner check) and of one
     progress write, after a first cycle has loaded the scripts."""
@@ -208,7 +189,7 @@ def _trips_per_cycle(url: str) -> tuple[int, int]:
     queue = _queue(url, store)
     counts = []
     for cid in _conversations(url, 2):
-        with _round_trips() as counted:
+        with round_trips() as counted:
             queue.enqueue(cid, TOOL, {"searchQuery": "q"})
             job = queue.claim("bench")
             assert job is not None
@@ -219,7 +200,7 @@ def _trips_per_cycle(url: str) -> tuple[int, int]:
     job = queue.claim("bench")
     assert job is not None
     queue.progress(job, 10, "first")
-    with _round_trips() as counted:
+    with round_trips() as counted:
         queue.progress(job, 20, "second")
     return counts[-1], counted[0]
 
@@ -241,7 +222,7 @@ def _end_to_end(sim_url: str, store_url: str | None) -> tuple[float, float]:
             warm = researcher.deep_research("How do asyncio tasks work?", wait=False)
             assert isinstance(warm, JobStatus)
             researcher.wait(warm.conversation_id, timeout=600)
-            with _round_trips() as counted:
+            with round_trips() as counted:
                 start = time.perf_counter()
                 queued = [
                     researcher.deep_research(f"How does json.dumps handle floats {n}?", wait=False)

@@ -10,7 +10,7 @@
     <root>/.jobs/pending/…/<marker>             the claim index: queued jobs (see jobs/_index.py)
     <root>/.jobs/claimed/<marker>               … and claimed ones
     <root>/.deleted-<conversationId>-…          a conversation being deleted
-    <root>/.budget/ledger.json                  the spend ledger (PPLX_NB_BUDGET), locked by .lock
+    <root>/.budget/ledger.jsonl                 the spend ledger (PPLX_NB_BUDGET), locked by .lock
 
 With ``PPLX_NB_STORE`` set, the same things live in one Redis database instead (:class:`RedisKeys`);
 every key starts with ``pplx_nb:`` and a conversation's keys contain its id::
@@ -64,7 +64,7 @@ OLD_SUMMARY_FILE = "summary.json"
 """Where earlier versions kept the listing summary; removed on the next write."""
 INDEX_DIR = ".jobs"
 BUDGET_DIR = ".budget"
-LEDGER_FILE = "ledger.json"
+LEDGER_FILE = "ledger.jsonl"
 PENDING_DIR = "pending"
 CLAIMED_DIR = "claimed"
 TRASH_PREFIX = ".deleted-"
@@ -138,7 +138,7 @@ class Layout:
 
     @property
     def ledger_file(self) -> Path:
-        """``<root>/.budget/ledger.json``."""
+        """``<root>/.budget/ledger.jsonl``."""
         return self.root / BUDGET_DIR / LEDGER_FILE
 
     def trash(self, conversation_id: str, tag: str) -> Path:

@@ -19,7 +19,7 @@ from conftest import TEST_KEY
 from support.mcp import ROOT
 from support.redis_server import RedisServer
 
-from pplx_nb import BudgetExceeded, Researcher, SearchOptions, Settings
+from pplx_nb import BudgetExceeded, FilesystemError, PplxError, Researcher, SearchOptions, Settings
 from pplx_nb.backends import open_backends
 from pplx_nb.budget import (
     BudgetGuard,
@@ -128,6 +128,27 @@ def test_a_job_reserving_again_under_its_id_keeps_the_first_run_as_spent(
     assert (day.spent, day.reserved) == (0.25, 0.25)
     guard.settle("job-1", 0.01)
     assert guard.standing()[0].spent == 0.26
+
+
+def test_the_file_ledger_replays_its_steps_and_ignores_a_line_cut_short(tmp_path: Path) -> None:
+    ledger = FileLedger(tmp_path)
+    guard = BudgetGuard(parse_caps("1/day"), ledger, clock=lambda: NOON)
+    for _ in range(FileLedger.COMPACT_AFTER + 10):  # past a compaction
+        guard.settle(guard.reserve(_estimate(0.002), "search:low"), 0.001)
+    open_hold = guard.reserve(_estimate(0.3), "research:medium", "job-7")
+    path = tmp_path / ".budget" / "ledger.jsonl"
+    lines = path.read_bytes().splitlines()
+    assert 1 < len(lines) <= FileLedger.COMPACT_AFTER  # a snapshot, then the steps since
+    with path.open("ab") as file:  # a process died while appending its step
+        file.write(b'["settle","job-7",10')
+    day = BudgetGuard(parse_caps("1/day"), FileLedger(tmp_path), clock=lambda: NOON).standing()
+    assert (day[0].spent, day[0].reserved) == (0.074, 0.3)
+    guard.settle(open_hold, 0.2)  # the next step starts a fresh snapshot
+    assert path.read_bytes().count(b"\n") == 1
+    assert (guard.standing()[0].spent, guard.standing()[0].reserved) == (0.274, 0.0)
+    path.write_bytes(b"{not json\n")  # damaged: refused rather than counted from zero
+    with pytest.raises(FilesystemError, match="damaged"):
+        guard.reserve(_estimate(0.01), "search:low")
 
 
 # -- with the simulator ---------------------------------------------------------------------
@@ -330,3 +351,22 @@ def test_three_processes_on_one_redis_never_spend_past_the_cap(
     shared = _budgeted(settings, "1/day", base_url=spend_sim, store_url=redis_url)
     _assert_nothing_past_the_cap(tallies, spend_sim, shared)
     assert all(not (home / ".budget").exists() for home in homes)
+
+
+def test_a_refused_request_is_released_and_a_lost_reply_keeps_its_reservation(
+    settings: Settings, sim_url: str
+) -> None:
+    with Researcher(_budgeted(settings, "1/day")) as researcher:
+        estimate = researcher.estimate("What is asyncio.Queue?")
+        inject_faults(sim_url, {"status": 400, "path": "/v1/agent"})
+        with pytest.raises(PplxError) as refused:
+            researcher.search("What is asyncio.Queue?")
+        assert refused.value.code == "INVALID_INPUT"
+        day = researcher.budget()[0]
+        assert (day.spent, day.reserved) == (0.0, 0.0)  # the API refused it: nothing billed
+        inject_faults(sim_url, {"disconnect_after": 0, "path": "/v1/agent", "times": 10})
+        with pytest.raises(PplxError) as lost:
+            researcher.search("What is asyncio.Queue?")
+        assert lost.value.code == "NETWORK_ERROR"
+        day = researcher.budget()[0]
+        assert (day.spent, day.reserved) == (estimate.high, 0.0)  # it may have been billed

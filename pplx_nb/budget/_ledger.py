@@ -11,18 +11,20 @@ memory and file ledgers keep, and the pure steps over it::
 
     {"days":   {"2026-11-28": [spent, reserved]},
      "months": {"2026-11": [spent, reserved]},
-     "holds":  {"<hold id>": {"amount": n, "state": "reserved"|"spent", "at": "<UTC ISO>",
+     "holds":  {"<hold id>": {"amount": n, "state": "reserved", "at": "<UTC ISO>",
                               "day": "2026-11-28", "month": "2026-11", "kind": "search:low"}},
      "kinds":  {"search:low": [runs settled, the most one cost]}}
 
-A hold counts in the day and month it was reserved in. Pruned on every write: days before today,
-months before this one, spent holds of earlier days, reserved holds of earlier months (what no
-period counts any more).
+A hold counts in the day and month it was reserved in, and leaves the document once settled
+(its amount is in those totals), so the file holds only what is in flight. Pruned on every
+reservation: days before today, months before this one, and holds of earlier months never
+settled (what no period counts any more).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -31,6 +33,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from pplx_nb._caps import Period
+from pplx_nb._errors import FilesystemError
 from pplx_nb._fs import atomic_write_bytes, ensure_dir, fs_errors, locked, read_bytes
 from pplx_nb._layout import Layout
 from pplx_nb._logging import get_logger
@@ -97,7 +100,8 @@ class Ledger(Protocol):
 
     def settle(self, hold: str, amount: int | None) -> bool:
         """Settle ``hold`` to ``amount`` spent (``None``: its reservation, the cost being
-        unknown) and count it in its kind's history; False when no reserved hold has that id."""
+        unknown) and count it in its kind's history; False when no reserved hold has that id
+        (settled already, or never reserved)."""
         ...
 
     def release(self, hold: str) -> bool:
@@ -147,31 +151,54 @@ def reserve_in(
     kind: str,
 ) -> Refusal | None:
     """:meth:`Ledger.reserve` on ``document``."""
-    old = document["holds"].get(hold)
-    if old is not None and old["state"] == "reserved":
-        _add(document, old, old["amount"], -old["amount"])
-        old["state"] = "spent"
-    day, month = day_label(now), month_label(now)
+    refusal = _refusal(document, amount, limits, now)
+    prune(document, now)
+    apply_reserve(document, hold, amount, utc_stamp(now), kind, granted=refusal is None)
+    return refusal
+
+
+def utc_stamp(moment: datetime) -> str:
+    """``moment`` in UTC as ISO 8601 with milliseconds and ``Z``; it starts with its day's
+    and month's labels (:func:`day_label`, :func:`month_label`)."""
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _refusal(
+    document: Mapping[str, Any], amount: int, limits: Mapping[Period, int], now: datetime
+) -> Refusal | None:
+    """The period whose cap ``amount`` would pass, with what it had used; ``None`` if none."""
     periods: tuple[tuple[Period, str, str], ...] = (
-        ("day", day, "days"),
-        ("month", month, "months"),
+        ("day", day_label(now), "days"),
+        ("month", month_label(now), "months"),
     )
     for period, label, table in periods:
         limit = limits.get(period)
         spent, reserved = document[table].get(label, [0, 0])
         if limit is not None and spent + reserved + amount > limit:
             return Refusal(period, spent + reserved)
+    return None
+
+
+def apply_reserve(
+    document: dict[str, Any], hold: str, amount: int, at: str, kind: str, *, granted: bool
+) -> None:
+    """What a reservation checked at ``at`` (:func:`utc_stamp`) changes: a hold still
+    reserved under the same id counted as spent, and (``granted``) the new hold."""
+    old = document["holds"].pop(hold, None)
+    if old is not None:
+        _add(document, old, old["amount"], -old["amount"])
+    if not granted:
+        return
     entry = {
         "amount": amount,
         "state": "reserved",
-        "at": now.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
-        "day": day,
-        "month": month,
+        "at": at,
+        "day": at[:10],
+        "month": at[:7],
         "kind": kind,
     }
     document["holds"][hold] = entry
     _add(document, entry, 0, amount)
-    return None
 
 
 def settle_in(document: dict[str, Any], hold: str, amount: int | None, *, count: bool) -> bool:
@@ -181,7 +208,7 @@ def settle_in(document: dict[str, Any], hold: str, amount: int | None, *, count:
         return False
     spent = entry["amount"] if amount is None else amount
     _add(document, entry, spent, -entry["amount"])
-    entry["state"], entry["amount"] = "spent", spent
+    del document["holds"][hold]  # counted in its day and month: nothing needs it any more
     if count:
         runs, most = document["kinds"].get(entry["kind"], [0, 0])
         document["kinds"][entry["kind"]] = [runs + 1, max(most, spent)]
@@ -191,13 +218,12 @@ def settle_in(document: dict[str, Any], hold: str, amount: int | None, *, count:
 def prune(document: dict[str, Any], now: datetime) -> None:
     """Drop what no period counts any more (see the module)."""
     day, month = day_label(now), month_label(now)
-    document["days"] = {k: v for k, v in document["days"].items() if k >= day}
-    document["months"] = {k: v for k, v in document["months"].items() if k >= month}
-    document["holds"] = {
-        k: v
-        for k, v in document["holds"].items()
-        if v["month"] >= month and (v["state"] == "reserved" or v["day"] >= day)
-    }
+    if any(k < day for k in document["days"]):
+        document["days"] = {k: v for k, v in document["days"].items() if k >= day}
+    if any(k < month for k in document["months"]):
+        document["months"] = {k: v for k, v in document["months"].items() if k >= month}
+        holds = document["holds"].items()
+        document["holds"] = {k: v for k, v in holds if v["month"] >= month}
 
 
 def totals_in(document: Mapping[str, Any], now: datetime) -> dict[Period, Totals]:
@@ -229,7 +255,6 @@ class MemoryLedger:
     ) -> Refusal | None:
         """See :meth:`Ledger.reserve`."""
         with self._lock:
-            prune(self._document, now)
             return reserve_in(self._document, hold, amount, limits, now, kind)
 
     def settle(self, hold: str, amount: int | None) -> bool:
@@ -254,11 +279,20 @@ class MemoryLedger:
 
 
 class FileLedger:
-    """The ledger of a logs folder: ``<root>/.budget/ledger.json``, each step one locked
-    read-modify-write (the folder's ``.lock``, ``flock``), written atomically.
+    """The ledger of a logs folder: ``<root>/.budget/ledger.jsonl``, each step one locked
+    read and one append (the folder's ``.lock``, ``flock``).
 
-    Nothing is created until the first step (a store without caps never has the folder).
+    The file is a snapshot of the document (its first line) followed by the steps taken since,
+    one JSON line each, appended with a single ``write``: ``["reserve", hold, amount, at, kind,
+    granted]`` and ``["settle", hold, amount | null, counted]``. Every :data:`COMPACT_AFTER`
+    steps the document is written again as a new snapshot (temp file + ``os.replace``), so a
+    step reads a few dozen lines and writes one; a rename per step costs milliseconds on a busy
+    disk. A last line cut short (the process died while appending) was never acknowledged and
+    is ignored, and the next step writes a fresh snapshot. Nothing is created until the first
+    step (a store without caps never has the folder).
     """
+
+    COMPACT_AFTER = 64
 
     def __init__(self, root: Path) -> None:
         layout = Layout(root)
@@ -266,60 +300,104 @@ class FileLedger:
         self._file = layout.ledger_file
         self.where = str(self._file)
 
-    def _read(self) -> dict[str, Any]:
+    def _read(self) -> tuple[dict[str, Any], int, bool]:
+        """The document, the steps after its snapshot, and whether the last line was cut."""
         try:
             data = read_bytes(self._file, _MAX_LEDGER_BYTES)
         except FileNotFoundError:
-            return empty()
+            return empty(), 0, False
+        lines = data.split(b"\n")
+        cut = lines[-1] != b""  # a whole file ends with a newline
+        if not cut:
+            lines.pop()
+        if cut:
+            lines.pop()
         try:
-            document = json.loads(data)
+            document = json.loads(lines[0]) if lines else empty()
             if not isinstance(document, dict) or set(document) != set(empty()):
                 raise ValueError("not a ledger")
-        except ValueError as exc:
-            # Refusing every request over a damaged file would stop all work; counting from
-            # zero again is said loudly instead.
-            logger.error("The spend ledger %s is damaged (%s); it starts again", self._file, exc)
-            return empty()
-        return document
+            # One parse for every step: a step reads a few dozen lines, each as costly to
+            # parse alone as all of them together. Old days are pruned by the live step.
+            steps = json.loads(b"[" + b",".join(lines[1:]) + b"]")
+            for step in steps:
+                _replay(document, step)
+        except (ValueError, KeyError, TypeError) as exc:
+            # Counting from zero would let the caps be passed: refused until someone looks.
+            raise FilesystemError(
+                f"The spend ledger {self._file} is damaged ({type(exc).__name__}), so no paid "
+                "request can be checked against PPLX_NB_BUDGET. Move the file away to count "
+                "from zero again (what it held for today and this month is then forgotten), "
+                "or unset PPLX_NB_BUDGET.",
+                path=str(self._file),
+            ) from None
+        return document, len(steps), cut
 
-    def _write(self, document: dict[str, Any]) -> None:
-        atomic_write_bytes(self._file, json.dumps(document, separators=(",", ":")).encode())
-
-    def _step(self, now: datetime | None, change: Any) -> Any:
-        with fs_errors(self._folder, "keep the spend ledger in"):
-            ensure_dir(self._folder)
-            with locked(self._folder):
-                document = self._read()
-                if now is not None:
-                    prune(document, now)
-                result = change(document)
-                if result is not False:
-                    self._write(document)
-                return result
+    def _save(self, document: dict[str, Any], steps: int, cut: bool, step: list[Any]) -> None:
+        if cut or steps >= self.COMPACT_AFTER or not self._file.exists():
+            snapshot = json.dumps(document, separators=(",", ":")) + "\n"
+            atomic_write_bytes(self._file, snapshot.encode())
+            return
+        fd = os.open(self._file, _APPEND_FLAGS)
+        try:
+            os.write(fd, (json.dumps(step, separators=(",", ":")) + "\n").encode())
+        finally:
+            os.close(fd)
 
     def reserve(
         self, hold: str, amount: int, limits: Mapping[Period, int], now: datetime, kind: str
     ) -> Refusal | None:
         """See :meth:`Ledger.reserve`."""
-        refusal: Refusal | None = self._step(
-            now, lambda d: reserve_in(d, hold, amount, limits, now, kind)
-        )
-        return refusal
+        with fs_errors(self._folder, "keep the spend ledger in"):
+            ensure_dir(self._folder)
+            with locked(self._folder):
+                document, steps, cut = self._read()
+                refusal = _refusal(document, amount, limits, now)
+                granted, at = refusal is None, utc_stamp(now)
+                prune(document, now)
+                apply_reserve(document, hold, amount, at, kind, granted=granted)
+                self._save(document, steps, cut, ["reserve", hold, amount, at, kind, granted])
+                return refusal
+
+    def _settle(self, hold: str, amount: int | None, count: bool) -> bool:
+        with fs_errors(self._folder, "keep the spend ledger in"):
+            if not self._folder.is_dir():
+                return False
+            with locked(self._folder):
+                document, steps, cut = self._read()
+                if not settle_in(document, hold, amount, count=count):
+                    return False
+                self._save(document, steps, cut, ["settle", hold, amount, count])
+                return True
 
     def settle(self, hold: str, amount: int | None) -> bool:
         """See :meth:`Ledger.settle`."""
-        return bool(self._step(None, lambda d: settle_in(d, hold, amount, count=True)))
+        return self._settle(hold, amount, True)
 
     def release(self, hold: str) -> bool:
         """See :meth:`Ledger.release`."""
-        return bool(self._step(None, lambda d: settle_in(d, hold, 0, count=False)))
+        return self._settle(hold, 0, False)
 
     def totals(self, now: datetime) -> dict[Period, Totals]:
-        """See :meth:`Ledger.totals` (read without the lock: the file is replaced whole)."""
+        """See :meth:`Ledger.totals` (read without the lock: appends are single writes)."""
         with fs_errors(self._folder, "read the spend ledger in"):
-            return totals_in(self._read(), now)
+            return totals_in(self._read()[0], now)
 
     def history(self, kind: str) -> History:
         """See :meth:`Ledger.history`."""
         with fs_errors(self._folder, "read the spend ledger in"):
-            return history_in(self._read(), kind)
+            return history_in(self._read()[0], kind)
+
+
+_APPEND_FLAGS = (
+    os.O_WRONLY | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+)
+
+
+def _replay(document: dict[str, Any], step: list[Any]) -> None:
+    """Apply one appended step of a :class:`FileLedger` to ``document``."""
+    if step[0] == "reserve":
+        _, hold, amount, at, kind, granted = step
+        apply_reserve(document, hold, amount, at, kind, granted=granted)
+    else:
+        _, hold, amount, counted = step
+        settle_in(document, hold, amount, count=counted)

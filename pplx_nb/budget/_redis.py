@@ -4,8 +4,8 @@ Keys, under the store's prefix::
 
     pplx_nb:budget:day:<YYYY-MM-DD>     hash {spent, reserved} (µUSD); expires after 3 days
     pplx_nb:budget:month:<YYYY-MM>      hash {spent, reserved}; expires after 64 days
-    pplx_nb:budget:hold:<hold id>       hash {amount, state, day, month, kind}; expires with
-                                        its month
+    pplx_nb:budget:hold:<hold id>       hash {amount, state, day, month, kind} while it is
+                                        reserved (deleted once settled; expires with its month)
     pplx_nb:budget:kinds                hash {<kind>:runs, <kind>:most}: the history of runs
 
 A reservation reads both totals, checks both caps and writes the hold in one script (one round
@@ -50,7 +50,6 @@ local old = redis.call('HMGET', KEYS[3], 'amount', 'state', 'day', 'month', 'kin
 if old[2] == 'reserved' then
   local was = tonumber(old[1]) or 0
   move(old, -was, was)
-  redis.call('HSET', KEYS[3], 'state', 'spent')
 end
 for i = 1, 2 do
   local cap = tonumber(ARGV[i + 1])
@@ -84,7 +83,7 @@ local was = tonumber(hold[1]) or 0
 local spent = tonumber(ARGV[1])
 if spent < 0 then spent = was end
 move(hold, -was, spent)
-redis.call('HSET', KEYS[1], 'state', 'spent', 'amount', spent)
+redis.call('DEL', KEYS[1])
 if ARGV[2] == '1' and hold[5] then
   redis.call('HINCRBY', KEYS[2], hold[5] .. ':runs', 1)
   local most = tonumber(redis.call('HGET', KEYS[2], hold[5] .. ':most')) or 0
