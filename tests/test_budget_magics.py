@@ -12,7 +12,7 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 from support.ipython import Run, loaded_shell
 
-from pplx_nb import Answer, JobStatus, Researcher, Settings
+from pplx_nb import Answer, BudgetExceeded, JobStatus, Researcher, Settings
 from pplx_nb._models import Message
 from pplx_nb.notebook.magics import get_researcher
 from pplx_nb.notebook.widgets import JobMonitor
@@ -155,3 +155,20 @@ def test_pplx_research_wait_says_the_cost_under_the_report(budgeted: Interactive
         + run.outputs[0]["text/plain"].split("about $", 1)[1].split(" (")[0]
         + "."
     )
+
+
+@pytest.mark.parametrize("budgeted", ["0.05/request"], indirect=True)
+def test_pplx_research_says_before_it_queues_when_a_cap_leaves_less_than_its_worst_case(
+    budgeted: InteractiveShell, sim_url: str
+) -> None:
+    run = Run(budgeted, "%%pplx_research\nCompare asyncio and trio")
+    assert isinstance(run.result, JobStatus)
+    said = run.outputs[0]["text/plain"]
+    assert said.endswith(
+        "PPLX_NB_BUDGET leaves $0.0500 per request: it may be refused (BUDGET_EXCEEDED) when it "
+        "is sent (%pplx_budget shows every cap)."
+    ), said
+    researcher = get_researcher()
+    with pytest.raises(BudgetExceeded):
+        researcher.wait(run.result.conversation_id, timeout=60)
+    assert stats(sim_url)["generations"] == 0
