@@ -61,6 +61,8 @@ OPTION_NAMES: dict[str, Names] = {
     "since": Names("since", "--since"),
     "until": Names("until", "--until"),
     "limit": Names("limit", "--limit"),
+    # Spend: Researcher.costs, %pplx_costs.
+    "by": Names(None, "--by"),
     # Citations and reports: pplx_nb.cite, perplexity_cite, %pplx_cite / %pplx_report.
     "format": Names("format", "--format"),
     "style": Names(None, "--style"),

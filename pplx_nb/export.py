@@ -11,7 +11,8 @@ Column types (``str`` columns hold NaN where a value is missing)::
                    completion_tokens Int64, cost_usd float64, n_sources int64,
                    parent_conversation_id str, reasoning_tokens Int64,
                    cached_input_tokens Int64, web_searches Int64, tool_calls Int64,
-                   tool_calls_cost_usd float64, cache_cost_usd float64, cost_unknown bool
+                   tool_calls_cost_usd float64, cache_cost_usd float64, cost_unknown bool,
+                   cost_estimated bool
     conversations  conversation_id str, created_at / updated_at datetime64[ns, UTC],
                    message_count int64, first_query str, tools object (list of str),
                    total_tokens Int64, total_cost_usd float64, job_status category,
@@ -30,6 +31,8 @@ turn that closes such a question has ``cost_unknown`` True. At the conversations
 ``total_cost_usd`` is that sum only when nothing is unknown: NaN otherwise, since the total is not
 known. ``df.total_cost_usd.sum()`` skips NaN as pandas always does; sum ``known_cost_usd`` for
 what was spent at least, and filter on ``unknown_costs > 0`` for the conversations it leaves out.
+A message whose ``cost_usd`` was worked out from the price table (the API reported none) has
+``cost_estimated`` True.
 """
 
 from __future__ import annotations
@@ -205,6 +208,7 @@ def _messages(docs: Iterable[_Doc]) -> pd.DataFrame:
     parents: list[str | None] = []
     details: list[dict[str, Any]] = []
     unknown: list[bool] = []
+    estimated: list[bool] = []
     for doc in docs:
         parent = _text(doc.document.get("parentConversationId"))
         for turn, message in enumerate(doc.document["messages"]):
@@ -226,6 +230,7 @@ def _messages(docs: Iterable[_Doc]) -> pd.DataFrame:
             parents.append(parent)
             details.append(_usage_details(usage, cost if isinstance(cost, dict) else {}))
             unknown.append(_cost_unknown(message))
+            estimated.append(isinstance(cost, dict) and cost.get("estimated") is True)
     detail = {key: [row[key] for row in details] for key in _DETAIL_TYPES}
     return pd.DataFrame(
         {
@@ -243,6 +248,7 @@ def _messages(docs: Iterable[_Doc]) -> pd.DataFrame:
             "parent_conversation_id": pd.Series(parents, dtype="str"),
             **{key: pd.Series(detail[key], dtype=kind) for key, kind in _DETAIL_TYPES.items()},
             "cost_unknown": pd.Series(unknown, dtype="bool"),
+            "cost_estimated": pd.Series(estimated, dtype="bool"),
         }
     )
 

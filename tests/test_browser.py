@@ -604,3 +604,40 @@ def test_a_saved_answer_records_where_it_came_from_and_is_checked_against_the_st
     document.write_text(json.dumps(data), encoding="utf-8")
     changed = check()
     assert changed.returncode == 1 and "changed" in changed.stdout, changed.stdout
+
+
+# Every output area's text and the math MathJax typeset in it (JupyterLab reads `$…$` as TeX).
+MONEY = """() => Array.from(document.querySelectorAll('.jp-Notebook .jp-Cell')).map(cell => ({
+  text: cell.querySelector('.jp-OutputArea')?.innerText ?? '',
+  math: cell.querySelectorAll('.jp-OutputArea mjx-container, .jp-OutputArea .MathJax').length,
+}))"""
+
+
+def test_spend_caps_and_costs_show_their_dollars_as_amounts_not_as_math(tmp_path: Path) -> None:
+    root = tmp_path / "notebooks"
+    root.mkdir()
+    write_notebook(
+        root / "budget.ipynb",
+        [
+            "%load_ext pplx_nb",
+            "%env PPLX_NB_BUDGET=0.5/request,0.02/day",
+            "%%pplx\nWhat is a coroutine?",
+            "%%pplx\nWhat is an event loop?",
+            "%pplx_budget",
+            "%pplx_costs",
+            "%%pplx_research --wait\nCompare asyncio and trio",
+        ],
+    )
+    with _chromium_on_lab(root, _offline(tmp_path)) as (lab, browser):
+        page = _lab_page(browser, lab.notebook_url("budget.ipynb"))
+        _run_all_and_wait(page, 120)
+        time.sleep(1)  # MathJax typesets after the outputs are attached
+        cells = page.evaluate(MONEY)
+        refused, standing, spent, research = (cells[i]["text"] for i in (3, 4, 5, 6))
+        assert "BUDGET_EXCEEDED" in refused and "of today's (UTC) cap of $0.0200" in refused
+        assert re.search(r"day\s+\$0\.0200\s+\$0\.\d{4}\s+\$0\.00\s+\$0\.\d{4}", standing), standing
+        assert re.search(r"\$0\.\d{4} spent on 1 paid turn\.", spent), spent
+        assert re.search(r"Estimated cost: about \$0\.\d{4}, at most \$0\.\d{4}", research)
+        assert "BUDGET_EXCEEDED" in research
+        assert [cell["math"] for cell in cells] == [0] * len(cells), cells
+        page.screenshot(path=str(ARTIFACTS / "budget.png"))

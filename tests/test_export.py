@@ -52,6 +52,7 @@ MESSAGE_COLUMNS = [
     "tool_calls_cost_usd",
     "cache_cost_usd",
     "cost_unknown",
+    "cost_estimated",
 ]
 CONVERSATION_COLUMNS = [
     "conversation_id",

@@ -42,7 +42,8 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "backends": frozenset({"store", "jobs", "budget"}),
     # `python -m pplx_nb.store migrate` opens a store at each end, as any program does.
     "store.__main__": frozenset({"store", "jobs", "backends"}),
-    "research": frozenset({"api", "context", "backends", "store", "jobs", "budget"}),
+    # Researcher.costs reads the spend as the export reads the store: one DataFrame of turns.
+    "research": frozenset({"api", "context", "backends", "store", "jobs", "budget", "export"}),
     "export": frozenset({"backends", "store", "cite"}),
     # Checks a saved notebook's answers against the store it opens.
     "provenance": frozenset({"backends", "store"}),

@@ -421,7 +421,8 @@ def test_research_wait_blocks_with_a_progress_bar(shell: InteractiveShell) -> No
     ]
     assert bars, "a progress bar is shown while waiting"
     assert "%pplx_followup --research" in run.last["text/markdown"]
-    assert len({*run.ids[:-2], run.ids[-1]}) == 1 and run.ids[-2] is None
+    assert run.outputs[0]["text/plain"].startswith("Estimated cost: about $")
+    assert len({*run.ids[1:-2], run.ids[-1]}) == 1 and run.ids[-2] is None
 
 
 def test_followup_in_research_mode_queues_a_job_on_the_same_conversation(

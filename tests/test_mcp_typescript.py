@@ -537,3 +537,59 @@ def test_a_search_result_links_its_conversation_as_a_resource_the_client_reads(
     assert f"CONVERSATION_NOT_FOUND: Conversation {UNKNOWN_ID}" in unknown["error"]["message"]
     assert bad["result"] is None and bad["error"]["code"] == -32602
     assert "VALIDATION_ERROR" in bad["error"]["message"], bad["error"]
+
+
+def test_a_tool_refused_by_the_budget_is_an_is_error_result_with_the_figures(
+    tmp_path: Path, sim_url: str
+) -> None:
+    from pplx_nb.sim import stats
+
+    calls = [
+        {"name": "perplexity_search", "arguments": {"query": "What is a coroutine?"}, "save": "a"},
+        {"name": "perplexity_deep_research", "arguments": {"query": "Compare asyncio and trio"}},
+        {"name": "perplexity_search", "arguments": {"query": "How do I cancel a task?"}},
+        {
+            "name": "perplexity_search_followup",
+            "arguments": {"conversationId": "${a}", "query": "How is it awaited?"},
+        },
+    ]
+    plan = _stdio_plan(
+        tmp_path,
+        calls,
+        PPLX_NB_OFFLINE="0",
+        PERPLEXITY_API_KEY="pplx-budget-test-key",
+        PERPLEXITY_BASE_URL=sim_url,
+        PPLX_NB_BUDGET="0.05/request,0.02/day",
+    )
+    report = drive(plan, tmp_path)
+
+    assert report["connectError"] is None, report["connectError"]
+    answered, research, search, followup = (entry["result"] for entry in report["results"])
+    assert not answered.get("isError"), _text(answered)
+    first = answered["structuredContent"]["cost"]["totalCost"]
+    billed = stats(sim_url)["billed_usd"]
+    assert first <= billed <= 0.02
+
+    for refused in (research, search, followup):
+        assert refused["isError"] is True and "structuredContent" not in refused
+    said = _text(research)
+    assert re.match(
+        r"BUDGET_EXCEEDED: `perplexity_deep_research` was refused: it could cost up to "
+        r"\$0\.\d{4}, over the per-request cap of \$0\.0500 \(PPLX_NB_BUDGET\)\. Nothing was "
+        r"sent\. Use perplexity_search rather than deep research",
+        said,
+    ), said
+    # What the ledger had counted when it refused is what the simulator billed before then:
+    # the first answer, and for the follow-up also its question's rewrite.
+    for tool, refused, spent in (
+        ("perplexity_search", search, first),
+        ("perplexity_search_followup", followup, billed),
+    ):
+        said = _text(refused)
+        assert said.startswith(f"BUDGET_EXCEEDED: `{tool}` was refused: it could cost up to $")
+        assert f"and ${spent:.4f} of today's (UTC) cap of $0.0200 is spent or reserved" in said
+        assert f"leaving ${0.02 - spent:.4f}" in said
+        assert re.search(
+            r"The day's cap resets at \d{4}-\d{2}-\d{2} 00:00 UTC \(in [^)]+\)\.", said
+        )
+        assert "Wait until then, or ask the user to raise the day's cap in PPLX_NB_BUDGET" in said

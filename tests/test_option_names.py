@@ -17,6 +17,7 @@ from pplx_nb.api.search import SEARCH_FILTERS
 from pplx_nb.notebook._cite import PplxCiteMagics
 from pplx_nb.notebook._input import parse_argstring, search_opts, web_opts
 from pplx_nb.notebook._lookback import PplxLookbackMagics
+from pplx_nb.notebook._spend import PplxSpendMagics
 from pplx_nb.notebook.magics import PplxMagics
 
 
@@ -70,7 +71,7 @@ def test_every_option_the_api_takes_is_in_the_table() -> None:
 
 MAGICS: list[Any] = [
     getattr(cls, name)
-    for cls in (PplxMagics, PplxLookbackMagics, PplxCiteMagics)
+    for cls in (PplxMagics, PplxLookbackMagics, PplxCiteMagics, PplxSpendMagics)
     for name in dir(cls)
     if name.startswith("pplx") and hasattr(getattr(cls, name), "parser")
 ]

@@ -33,12 +33,13 @@ from pplx_nb.mcp._schemas import (
 if TYPE_CHECKING:
     from pydantic import ValidationError as PydanticValidationError
 
-    from pplx_nb._errors import PplxError
+    from pplx_nb._errors import BudgetExceeded, PplxError
     from pplx_nb._models import Answer, Conversation, ConversationSummary, JobStatus
     from pplx_nb._web_results import WebResults
 
 __all__ = [
     "answer_result",
+    "budget_refusal",
     "cancel_result",
     "conversation_link",
     "error_result",
@@ -291,6 +292,37 @@ def error_result(error: PplxError) -> CallToolResult:
     return CallToolResult(
         content=[TextContent(type="text", text=f"{error.code}: {error.message}")],
         is_error=True,
+    )
+
+
+def budget_refusal(tool: str, error: BudgetExceeded) -> BudgetExceeded:
+    """``error`` in the tool's words: which tool was refused, the figures, when the cap resets
+    and what the client can do (the caps are the server's environment, set by its user)."""
+    from pplx_nb._budget_words import refusal_figures, usd
+
+    figures = refusal_figures(error)
+    if figures is None:
+        return error
+    cap = "per-request cap" if error.period == "request" else f"{error.period}'s cap"
+    steps = [] if error.period == "request" else ["wait until then"]
+    if "deep_research" in tool:
+        steps.append(
+            "use perplexity_search rather than deep research (or a lower reasoning_effort)"
+        )
+    steps.append(
+        f"ask the user to raise the {cap}"
+        + (f" above {usd(error.estimate)}" if error.period == "request" else "")
+        + " in PPLX_NB_BUDGET (the server's environment)"
+    )
+    todo = ", or ".join([", ".join(steps[:-1]), steps[-1]] if len(steps) > 1 else steps)
+    return type(error)(
+        f"`{tool}` was refused: {figures} {todo[0].upper()}{todo[1:]}.",
+        cap=error.cap,
+        period=error.period,
+        spent=error.spent,
+        estimate=error.estimate,
+        resets_at=error.resets_at,
+        **error.details,
     )
 
 

@@ -40,7 +40,7 @@ from pydantic import ValidationError as PydanticValidationError
 
 from pplx_nb import __version__
 from pplx_nb._config import Settings
-from pplx_nb._errors import PplxError, ValidationError
+from pplx_nb._errors import BudgetExceeded, PplxError, ValidationError
 from pplx_nb._option_names import worded
 from pplx_nb.mcp._backend import Backend
 from pplx_nb.mcp._resources import (
@@ -252,8 +252,11 @@ def _root_cause(exc: BaseException) -> BaseException | None:
 
 
 def _error_result(name: str, cause: BaseException) -> CallToolResult:
-    from pplx_nb.mcp._render import error_result, validation_message
+    from pplx_nb.mcp._render import budget_refusal, error_result, validation_message
 
+    if isinstance(cause, BudgetExceeded):
+        logger.info("Tool %s refused by PPLX_NB_BUDGET (%s cap)", name, cause.period)
+        return error_result(budget_refusal(name, cause))
     if isinstance(cause, PplxError):
         logger.info("Tool %s failed: %s", name, cause.code)
         return error_result(_in_tool_words(cause))

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from pplx_nb._cancel import cancel_outcome, cancelled_now
-from pplx_nb._errors import ConversationNotFound, JobInProgress, PplxError
+from pplx_nb._errors import BudgetExceeded, ConversationNotFound, JobInProgress, PplxError
 from pplx_nb._markdown import escape, web_url
 from pplx_nb._option_names import worded
 from pplx_nb.notebook._icons import icon
@@ -93,11 +93,34 @@ def notebook_message(error: PplxError) -> str:
             f"Conversation {cid} has a research job that is {state}. `%pplx_wait {cid}` "
             "waits for it to end (`%pplx_jobs` lists the jobs); then follow up."
         )
+    if isinstance(error, BudgetExceeded):
+        return _budget_message(error)
     message = _IN_A_NOTEBOOK.sub("", worded(error, "notebook"))
     message = _TOOL.sub(lambda m: f"`{MAGIC_FOR_TOOL[m.group(1)]}`", message)
     for state, words in _STATES.items():
         message = re.sub(rf"\b{state}\b", words, message)
     return message
+
+
+def _budget_message(error: BudgetExceeded) -> str:
+    """A refusal by a ``PPLX_NB_BUDGET`` cap: the figures, when it resets, what to do."""
+    from pplx_nb._budget_words import refusal_figures, usd
+
+    figures = refusal_figures(error)
+    if figures is None:
+        return f"{error.message} `%pplx_budget` shows where each cap stands."
+    cheaper = "ask in a cheaper mode (`%%pplx` rather than `%%pplx_research`, or `--effort low`)"
+    if error.period == "request":
+        todo = (
+            f"{cheaper[0].upper()}{cheaper[1:]}, or raise the per-request cap above "
+            f"{usd(error.estimate)} (`%env PPLX_NB_BUDGET=...`)."
+        )
+    else:
+        todo = (
+            f"Wait until then, raise the {error.period}'s cap (`%env PPLX_NB_BUDGET=...`), or "
+            f"{cheaper}."
+        )
+    return f"This request was refused: {figures} {todo} `%pplx_budget` shows every cap."
 
 
 _HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
@@ -408,6 +431,12 @@ MAGICS: tuple[tuple[str, str, str], ...] = (
         "conversations as a report with a bibliography (Markdown for pandoc, and HTML)",
         "%pplx_report --style ieee --file report.md",
     ),
+    (
+        "%pplx_costs",
+        "what the stored answers cost: a table and a plot; --by day, model or mode",
+        "%pplx_costs --by day --since 7d",
+    ),
+    ("%pplx_budget", "what each PPLX_NB_BUDGET cap has left, and when it resets", "%pplx_budget"),
     ("%pplx_config", "the settings in use; --offline / --online switch", "%pplx_config"),
     ("%pplx_help", "this list", "%pplx_help"),
 )

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from pplx_nb._models import Answer, Conversation, JobStatus, Progress, Source
 
 __all__ = [
+    "NO_MATH",
     "Bundle",
     "answer_bundle",
     "answer_html",
@@ -61,6 +62,10 @@ __all__ = [
 ]
 
 Bundle = dict[str, str]
+
+NO_MATH = "tex2jax_ignore mathjax_ignore"
+"""Classes that keep MathJax (JupyterLab, the classic notebook) from reading text between two
+``$`` as TeX: amounts in dollars stay amounts."""
 
 _HEADING = re.compile(r"^(#{1,6})(\s)", re.M)
 # A dunder name, perhaps dotted (object.__getattr__), not inside a URL or a word.
@@ -427,7 +432,7 @@ def notice_bundle(code: str, message: str) -> Bundle:
         for index, part in enumerate(spans)
     )
     return {
-        "text/html": f'<div style="{_ERROR_STYLE}">{icon("warning")} '
+        "text/html": f'<div class="{NO_MATH}" style="{_ERROR_STYLE}">{icon("warning")} '
         f"<b>{html.escape(code)}</b> {rich}</div>",
         "text/plain": f"{code}: {''.join(spans)}",
     }

@@ -14,6 +14,7 @@ from pplx_nb.notebook._cite import PplxCiteMagics
 from pplx_nb.notebook._kernel import Shown, is_terminal, register_exit, show
 from pplx_nb.notebook._lookback import PplxLookbackMagics
 from pplx_nb.notebook._render import loaded_bundle
+from pplx_nb.notebook._spend import PplxSpendMagics
 from pplx_nb.notebook.magics import PplxMagics
 
 __all__ = ["load_ipython_extension", "unload_ipython_extension"]
@@ -29,7 +30,9 @@ _DISPLAYED_TYPES = (
 def load_ipython_extension(ipython: Any) -> None:
     """Register the magics and the rich display of results on ``ipython``; say who answers."""
     magics = PplxMagics(ipython)
-    ipython.register_magics(magics, PplxLookbackMagics(ipython), PplxCiteMagics(ipython))
+    ipython.register_magics(
+        magics, PplxLookbackMagics(ipython), PplxCiteMagics(ipython), PplxSpendMagics(ipython)
+    )
     register_exit()
     if is_terminal(ipython):
         _quiet_after_magics(ipython, magics.shown)
@@ -102,7 +105,7 @@ def _quiet_after_magics(ipython: Any, shown: Shown) -> None:
 def unload_ipython_extension(ipython: Any) -> None:
     """Remove what :func:`load_ipython_extension` registered."""
     magics = ipython.magics_manager.registry.pop("PplxMagics", None)
-    for other in ("PplxLookbackMagics", "PplxCiteMagics"):
+    for other in ("PplxLookbackMagics", "PplxCiteMagics", "PplxSpendMagics"):
         ipython.magics_manager.registry.pop(other, None)
     for kind in ("line", "cell"):
         table = ipython.magics_manager.magics[kind]

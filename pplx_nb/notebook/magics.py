@@ -61,6 +61,7 @@ from pplx_nb.notebook._render import (
     jobs_frame,
     web_results_bundle,
 )
+from pplx_nb.notebook._spend import add_cost_line, estimate_bundle
 from pplx_nb.notebook._views import ProgressView, StreamView
 from pplx_nb.notebook.display import (
     answer_bundle,
@@ -73,7 +74,7 @@ from pplx_nb.notebook.display import (
 if TYPE_CHECKING:
     from pplx_nb._models import Answer, JobStatus, Progress
     from pplx_nb.notebook.widgets import JobMonitor
-    from pplx_nb.research import WebResults
+    from pplx_nb.research import CostEstimate, WebResults
 
 __all__ = [
     "PplxMagics",
@@ -193,7 +194,7 @@ class PplxMagics(CellMagics):
                 )
             )
 
-    def _queued_job(self, status: JobStatus) -> None:
+    def _queued_job(self, status: JobStatus, estimate: CostEstimate | None = None) -> None:
         if self.widgets_live:
             from pplx_nb.notebook.widgets import JobMonitor
 
@@ -202,6 +203,7 @@ class PplxMagics(CellMagics):
                 self.researcher,
                 interval=float(self.monitor_interval),
                 status=status,
+                estimate=estimate,
             )
             show_widget(monitor)
             self.monitors[status.conversation_id] = monitor
@@ -225,10 +227,12 @@ class PplxMagics(CellMagics):
         debug: bool,
         interrupted: str = "Stopped. Run the cell again to retry.",
         report_above: bool = False,
+        estimate: CostEstimate | None = None,
     ) -> Answer | JobStatus:
         """Block on ``call`` with a progress bar; on Ctrl-C say ``interrupted`` (what goes on).
 
         ``report_above``: a live monitor above shows the report, so only a line says it is done.
+        ``estimate``: what the run was expected to cost, said under the report beside its cost.
         """
         from pplx_nb._models import Answer
 
@@ -247,6 +251,8 @@ class PplxMagics(CellMagics):
             view.close(done_bundle(result, elapsed=view.elapsed), self._origin(result))
         else:
             answered = answer_bundle(result, elapsed=view.elapsed, research=True)
+            if estimate is not None:
+                answered = add_cost_line(answered, result, estimate)
             view.close(answered, self._origin(result))
         return result
 
@@ -316,30 +322,49 @@ class PplxMagics(CellMagics):
             args = self._parse(self.pplx_research, line)
             forget()
             query = self._question(args.words, cell, args.raw)
+            estimate = self._estimate(query, search_opts(args))
             result = self._research(
                 args,
                 lambda wait, on_progress: self.researcher.deep_research(
                     query, wait=wait, files=args.file, on_progress=on_progress, **search_opts(args)
                 ),
+                estimate,
             )
             return self._finish(args, result)
         return None
+
+    def _estimate(self, query: str, opts: dict[str, Any]) -> CostEstimate | None:
+        """Show what a deep research on ``query`` may cost before it is queued; ``None`` when
+        it cannot be told (the question's own error, if any, comes when it is asked)."""
+        try:
+            estimate = self.researcher.estimate(query, mode="research", **opts)
+            standings = self.researcher.budget()
+        except PplxError:
+            return None
+        show(estimate_bundle(estimate, standings))
+        return estimate
 
     def _research(
         self,
         args: argparse.Namespace,
         ask: Callable[[bool, Callable[[Progress], object] | None], Answer | JobStatus],
+        estimate: CostEstimate | None = None,
     ) -> Answer | JobStatus:
+        """Ask for deep research, blocking or queued; with ``estimate``, what it was expected
+        to cost shows beside what it cost once it ends here."""
         from pplx_nb._models import JobStatus
 
         if args.wait or not self.researcher.async_deep_research:
             result = self._blocking(
-                "Researching", lambda on_progress: ask(True, on_progress), debug=args.debug
+                "Researching",
+                lambda on_progress: ask(True, on_progress),
+                debug=args.debug,
+                estimate=estimate,
             )
         else:
             result = ask(False, None)
             if isinstance(result, JobStatus):
-                self._queued_job(result)
+                self._queued_job(result, estimate)
         remember(result.conversation_id)
         return result
 

@@ -23,11 +23,12 @@ from pplx_nb._markdown import close_markdown
 from pplx_nb.notebook._cite import provenance_of
 from pplx_nb.notebook._icons import IconName, icon
 from pplx_nb.notebook._render import markdown_to_html
+from pplx_nb.notebook._spend import cost_words
 from pplx_nb.notebook.display import answer_html, error_bundle, status_line
 
 if TYPE_CHECKING:
     from pplx_nb._models import Answer, JobStatus
-    from pplx_nb.research import Researcher
+    from pplx_nb.research import CostEstimate, Researcher
 
 __all__ = ["JobMonitor", "RelatedQuestions"]
 
@@ -66,6 +67,8 @@ class JobMonitor(widgets.VBox):  # type: ignore[misc]
         interval: seconds between status reads.
         start: start polling now (tests pass False and call :meth:`refresh`).
         status: the job's status already known (as it was queued), shown until the first read.
+        estimate: what the job was estimated to cost when it was queued, shown beside what it
+            cost once it completes.
     """
 
     def __init__(
@@ -76,8 +79,10 @@ class JobMonitor(widgets.VBox):  # type: ignore[misc]
         interval: float = 0.5,
         start: bool = True,
         status: JobStatus | None = None,
+        estimate: CostEstimate | None = None,
     ) -> None:
         self.conversation_id = conversation_id
+        self.estimate = estimate
         self.researcher = _researcher(researcher)
         self.interval = interval
         self.status: JobStatus | None = None
@@ -250,6 +255,9 @@ class JobMonitor(widgets.VBox):  # type: ignore[misc]
         self.bar.description = "100%"
         self.bar.bar_style = "success"
         self.report.value = answer_html(answer, research=True)
+        if self.estimate is not None:
+            said = html.escape(cost_words(answer, self.estimate))
+            self.report.value += f'<p style="opacity:0.7"><small>{said}</small></p>'
 
     def _show_error(self, error: BaseException) -> None:
         self.error = error

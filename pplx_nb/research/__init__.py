@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from pplx_nb._options import SEARCH_OPTIONS
 from pplx_nb._web_results import WebResults
+from pplx_nb.budget import CostEstimate, PeriodStanding
 from pplx_nb.research._researcher import Researcher, job_runner
 from pplx_nb.research._turns import DEEP_RESEARCH_MODEL, MAX_QUERY_CHARS, SYSTEM_PROMPT, Mode
 
@@ -31,7 +32,9 @@ __all__ = [
     "MAX_QUERY_CHARS",
     "SEARCH_OPTIONS",
     "SYSTEM_PROMPT",
+    "CostEstimate",
     "Mode",
+    "PeriodStanding",
     "Researcher",
     "WebResults",
     "job_runner",

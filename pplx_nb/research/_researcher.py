@@ -28,6 +28,7 @@ from pplx_nb.backends import Backends, open_backends
 from pplx_nb.research import _health
 from pplx_nb.research._answers import stored_answer
 from pplx_nb.research._clients import ClientPool
+from pplx_nb.research._costs import CostsBy, Since, costs_frame
 from pplx_nb.research._deep import DeepResearchRunner
 from pplx_nb.research._guard import AnswerGuard, Ticket
 from pplx_nb.research._jobs import JobDesk
@@ -38,6 +39,8 @@ from pplx_nb.research._turns import Mode, Turn, TurnBuilder
 from pplx_nb.research._web import WebSearcher
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from pplx_nb._web_results import WebResults
     from pplx_nb.api import AsyncClient
     from pplx_nb.budget import CostEstimate, PeriodStanding
@@ -406,6 +409,23 @@ class Researcher:
     def conversations(self, **filters: Any) -> list[ConversationSummary]:
         """Stored conversations, newest first (filters: since, until, tool, model, text, limit)."""
         return self._store.list(**filters)
+
+    def costs(self, *, by: CostsBy | None = None, since: Since | None = None) -> pd.DataFrame:
+        """What the answers in the store cost, as a pandas DataFrame (the notebook extra).
+
+        Read from the store, so it counts every kernel's, MCP server's and worker's answers.
+        ``by=None``: one row per paid turn, oldest first: ``timestamp`` (UTC),
+        ``conversation_id``, ``turn``, ``mode`` (``search``, ``research``, ``web``),
+        ``model``, ``cost_usd``, ``cost_estimated`` (worked out from the price table: the API
+        reported none) and ``cost_unknown`` (a run that was or may have been paid for and
+        reported no cost: a cancelled deep research; its ``cost_usd`` is NaN). ``by="day"``
+        (UTC), ``"model"`` or ``"mode"``: one row per group with ``cost_usd`` (the known costs'
+        sum), ``turns``, ``estimated_costs`` and ``unknown_costs``.
+
+        ``since``: only turns answered from then on: a datetime (UTC when it has no zone), a
+        date, or text such as ``"2026-11-01"`` or ``"7d"`` (also ``12h``, ``2w``).
+        """
+        return costs_frame(self._store, by=by, since=since)
 
     def metrics(self) -> dict[str, Any]:
         """Request counts, latency p50/p95/p99 in ms, API calls, tokens, cost."""
