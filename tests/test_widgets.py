@@ -6,6 +6,7 @@ import threading
 from typing import Any
 
 from pplx_nb import Answer, JobStatus, Researcher
+from pplx_nb.notebook._icons import icon
 from pplx_nb.notebook.widgets import JobMonitor, RelatedQuestions
 from pplx_nb.sim import inject_faults
 
@@ -158,6 +159,8 @@ def test_a_job_cancelled_before_it_ran_says_nothing_was_billed(
     assert monitor.refresh() is True
     assert monitor.bar.value == 0 and monitor.bar.bar_style == ""
     assert repr(monitor).endswith(": cancelled · nothing billed: no run had started")
+    # The state shows the cancelled icon, not its name before the words that say it.
+    assert monitor.state.value.startswith(f"{icon('cancelled')} cancelled")
 
 
 def test_a_displayed_monitor_publishes_its_last_state_as_its_saved_text(

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from pplx_nb._budget_words import usd
 from pplx_nb._caps import Caps, Period, from_micros, period_bounds, to_micros
 from pplx_nb._errors import BudgetExceeded, PplxError
 from pplx_nb._logging import get_logger
@@ -51,10 +52,6 @@ class PeriodStanding:
     resets_at: datetime | None
 
 
-def _usd(amount: float) -> str:
-    return f"${amount:,.2f}" if amount >= 1 or amount == 0 else f"${amount:.4f}"
-
-
 def refusal(
     period: Period, cap: float, spent: float, estimate: float, resets_at: datetime | None
 ) -> BudgetExceeded:
@@ -62,16 +59,16 @@ def refusal(
     ``cap``, which had ``spent`` (and reserved) before it."""
     if period == "request":
         message = (
-            f"This request could cost up to {_usd(estimate)}, over the per-request cap of "
-            f"{_usd(cap)} (PPLX_NB_BUDGET); it was not sent. Pick a cheaper mode or effort "
+            f"This request could cost up to {usd(estimate)}, over the per-request cap of "
+            f"{usd(cap)} (PPLX_NB_BUDGET); it was not sent. Pick a cheaper mode or effort "
             "(or a lower max_tokens), or raise the per-request cap in PPLX_NB_BUDGET."
         )
     else:
         when = f"{resets_at:%Y-%m-%d %H:%M} UTC" if resets_at else "the next period"
         message = (
-            f"This request could cost up to {_usd(estimate)}, and {_WHEN[period]} "
-            f"{_usd(spent)} of the {period}'s cap of {_usd(cap)} is spent or reserved "
-            f"(PPLX_NB_BUDGET), leaving {_usd(max(cap - spent, 0.0))}; it was not sent. "
+            f"This request could cost up to {usd(estimate)}, and {_WHEN[period]} "
+            f"{usd(spent)} of the {period}'s cap of {usd(cap)} is spent or reserved "
+            f"(PPLX_NB_BUDGET), leaving {usd(max(cap - spent, 0.0))}; it was not sent. "
             f"Wait until the cap resets at {when}, raise PPLX_NB_BUDGET, or pick a cheaper "
             "mode or effort."
         )
