@@ -12,7 +12,7 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 from support.ipython import Run, loaded_shell
 
-from pplx_nb import Answer, BudgetExceeded, JobStatus, Researcher, Settings
+from pplx_nb import Answer, JobStatus, Researcher, Settings
 from pplx_nb._models import Message
 from pplx_nb.notebook.magics import get_researcher
 from pplx_nb.notebook.widgets import JobMonitor
@@ -158,17 +158,14 @@ def test_pplx_research_wait_says_the_cost_under_the_report(budgeted: Interactive
 
 
 @pytest.mark.parametrize("budgeted", ["0.05/request"], indirect=True)
-def test_pplx_research_says_before_it_queues_when_a_cap_leaves_less_than_its_worst_case(
+def test_a_queued_pplx_research_no_cap_has_room_for_is_refused_before_it_is_queued(
     budgeted: InteractiveShell, sim_url: str
 ) -> None:
     run = Run(budgeted, "%%pplx_research\nCompare asyncio and trio")
-    assert isinstance(run.result, JobStatus)
-    said = run.outputs[0]["text/plain"]
-    assert said.endswith(
-        "PPLX_NB_BUDGET leaves $0.0500 per request: it may be refused (BUDGET_EXCEEDED) when it "
-        "is sent (%pplx_budget shows every cap)."
-    ), said
+    assert run.outputs[0]["text/plain"].startswith("Estimated cost: about $")
+    said = _refusal(run)
+    assert "over the per-request cap of $0.0500 (PPLX_NB_BUDGET). Nothing was sent." in said
     researcher = get_researcher()
-    with pytest.raises(BudgetExceeded):
-        researcher.wait(run.result.conversation_id, timeout=60)
-    assert stats(sim_url)["generations"] == 0
+    assert researcher.conversations() == [], "a refused research stores no question"
+    billed = stats(sim_url)
+    assert (billed["generations"], billed["background_runs"]) == (0, 0)

@@ -160,24 +160,13 @@ def budget_bundle(standings: Sequence[PeriodStanding], caps: str | None) -> Bund
     }
 
 
-def estimate_bundle(estimate: CostEstimate, standings: Sequence[PeriodStanding] = ()) -> Bundle:
-    """What a run may cost, said before it is asked: expected, worst case, and on what basis;
-    and, when a cap in ``standings`` leaves less than the worst case, that the run may be
-    refused when it is sent (the check itself happens then, against the ledger as it is)."""
-    from pplx_nb._budget_words import estimate_words, usd
+def estimate_bundle(estimate: CostEstimate) -> Bundle:
+    """What a run may cost, said before it is asked: expected, worst case, and on what basis.
+    (A run no cap has room for is refused right after, before it is queued.)"""
+    from pplx_nb._budget_words import estimate_words
 
     said = f"Estimated cost: {estimate_words(estimate.expected, estimate.high)}"
     said += f" ({'; '.join(estimate.basis)})."
-    short = [s for s in standings if s.left < estimate.high]
-    if short:
-        left = ", ".join(
-            f"{usd(s.left)} {'per request' if s.period == 'request' else f'this {s.period}'}"
-            for s in short
-        )
-        said += (
-            f" PPLX_NB_BUDGET leaves {left}: it may be refused (BUDGET_EXCEEDED) when it is "
-            "sent (%pplx_budget shows every cap)."
-        )
     return {"text/html": _line(said), "text/plain": said}
 
 

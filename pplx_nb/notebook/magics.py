@@ -338,10 +338,9 @@ class PplxMagics(CellMagics):
         it cannot be told (the question's own error, if any, comes when it is asked)."""
         try:
             estimate = self.researcher.estimate(query, mode="research", **opts)
-            standings = self.researcher.budget()
         except PplxError:
             return None
-        show(estimate_bundle(estimate, standings))
+        show(estimate_bundle(estimate))
         return estimate
 
     def _research(

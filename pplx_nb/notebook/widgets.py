@@ -233,8 +233,9 @@ class JobMonitor(widgets.VBox):  # type: ignore[misc]
         """A cancel the user asked for: a neutral bar at the progress reached, what it cost."""
         self.cancelled = True
         self.bar.bar_style = ""
+        mark = icon(_STATE_ICONS["cancelled"])
         self.state.value = (
-            f"{icon(_STATE_ICONS['cancelled'])} {html.escape(_cancelled_line(status, self.bar.value))} "
+            f"{mark} {html.escape(_cancelled_line(status, self.bar.value))} "
             f'<span style="opacity:0.7">· {_elapsed(status):.0f} s</span>'
         )
         self.report.value = (
