@@ -141,19 +141,24 @@ def test_search_options_type_every_checked_option_on_every_asking_method() -> No
     their async and streaming twins: the TypedDict names exactly the options checked at run
     time (an unknown one is still refused there, with the valid names)."""
     import inspect
-    from typing import Unpack, get_type_hints
+    import sys
+    from typing import Unpack
 
     from pplx_nb import Researcher, SearchOptions
 
     assert SearchOptions.__optional_keys__ == SEARCH_OPTIONS
+    where = vars(sys.modules[Researcher.__module__])
+    # Only this annotation: return types such as CostEstimate are imported for type checkers.
     taking = {
         name
         for name, method in inspect.getmembers(Researcher, callable)
         if not name.startswith("_")
         and "opts" in inspect.signature(method).parameters
-        and get_type_hints(method, include_extras=True)["opts"] == Unpack[SearchOptions]
+        and eval(inspect.signature(method).parameters["opts"].annotation, where)
+        == Unpack[SearchOptions]
     }
     asking = {"search", "stream_search", "deep_research", "followup", "stream_followup", "retry"}
+    asking |= {"estimate"}  # what a run may cost takes the options that price it
     assert taking == asking | {f"a{name}" for name in asking}
 
 

@@ -612,6 +612,7 @@ PUBLIC_NAMES = {
     "cancel",
     "close",
     "conversations",
+    "costs",
     "deep_research",
     "ensure_worker",
     "estimate",
