@@ -26,14 +26,27 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 from urllib.parse import quote, urlsplit
 
 if TYPE_CHECKING:
     from pplx_nb._models import JobStatus, Source
 
+
+class Cites(Protocol):
+    """What resolving a citation marker reads of a source: its URL and search-result ids (a
+    :class:`~pplx_nb._models.Source`, or a stored source read without building one)."""
+
+    @property
+    def url(self) -> str: ...
+
+    @property
+    def ids(self) -> list[int] | None: ...
+
+
 __all__ = [
     "CITATION",
+    "Cites",
     "cited_and_consulted",
     "cited_sources",
     "close_markdown",
@@ -118,6 +131,10 @@ def markdown_link(label: str, url: str, title: str | None = None) -> str:
 
 def _parts(text: str) -> Iterator[tuple[str, bool]]:
     """``text`` cut into pieces, each with whether it is code (see :data:`_CODE`)."""
+    if "`" not in text and "~" not in text:  # no fence or code span can start: all prose
+        if text:
+            yield text, False
+        return
     start = 0
     for match in _CODE.finditer(text):
         if match.start() > start:
@@ -279,7 +296,7 @@ def _same_page(url: str) -> str:
     return url.split("#", 1)[0].rstrip("/")
 
 
-def _by_id(sources: Sequence[Source]) -> dict[int, int] | None:
+def _by_id(sources: Sequence[Cites]) -> dict[int, int] | None:
     """The position of the source each search-result id names, or ``None`` when the ids cannot
     be used: a source has none (stored before ids were kept) or one id names two pages."""
     positions: dict[int, int] = {}
@@ -292,20 +309,19 @@ def _by_id(sources: Sequence[Source]) -> dict[int, int] | None:
     return positions
 
 
-def _resolver(sources: Sequence[Source]) -> Callable[[re.Match[str]], int | None]:
+def _resolver(sources: Sequence[Cites]) -> Callable[[re.Match[str]], int | None]:
     """A function giving the position in ``sources`` of the source a :data:`CITATION` match
     names, if any."""
     by_id = _by_id(sources)
 
     def cited(match: re.Match[str]) -> int | None:
-        url = match.group("url")
+        number, web, _, url = match.groups()  # one call: a store's export resolves thousands
         if url is not None:
             same = [i for i, s in enumerate(sources) if s.url == url] or [
                 i for i, s in enumerate(sources) if _same_page(s.url) == _same_page(url)
             ]
             return same[0] if same else None
-        number = match.group("number")
-        ident = int(number) if number is not None else int(match.group("web")) + 1
+        ident = int(number) if number is not None else int(web) + 1
         if by_id is not None:
             return by_id.get(ident)
         return ident - 1 if 1 <= ident <= len(sources) else None
@@ -313,7 +329,7 @@ def _resolver(sources: Sequence[Source]) -> Callable[[re.Match[str]], int | None
     return cited
 
 
-def cited_sources(text: str, sources: Sequence[Source]) -> list[int]:
+def cited_sources(text: str, sources: Sequence[Cites]) -> list[int]:
     """The positions in ``sources`` that ``text`` cites outside code, in order, each once."""
     cited = _resolver(sources)
     found: dict[int, None] = {}
@@ -362,7 +378,7 @@ def link_citations(text: str, sources: Sequence[Source], *, titles: bool = False
     return replace_citations(text, sources, link)
 
 
-def cited_and_consulted(sources: Sequence[Source], text: str | None) -> tuple[list[int], list[int]]:
+def cited_and_consulted(sources: Sequence[Cites], text: str | None) -> tuple[list[int], list[int]]:
     """(cited, never cited) positions; all count as cited when the text cites none of them."""
     everything = list(range(len(sources)))
     cited = set(cited_sources(text, sources)) if text is not None else set()

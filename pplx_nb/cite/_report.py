@@ -235,9 +235,7 @@ def _cited_references(
 ) -> list[Reference]:
     """The references the report cites, in the order it first cites them."""
     chosen = [
-        cite
-        for conversation in conversations
-        for cite in conversation_cites(conversation, consulted=True)
+        answer for conversation in conversations for answer in conversation_cites(conversation)
     ]
     return references(chosen, book, consulted=options.consulted)
 
