@@ -145,9 +145,49 @@ def _parts(text: str) -> Iterator[tuple[str, bool]]:
         yield text[start:], False
 
 
-def outside_code(text: str, change: Callable[[str], str]) -> str:
-    """``text`` with ``change`` applied to its prose; fenced code and code spans stay as is."""
-    return "".join(part if code else change(part) for part, code in _parts(text))
+def outside_code(text: str, change: Callable[[str], str], *, sure: bool = False) -> str:
+    """``text`` with ``change`` applied to its prose; fenced code and code spans stay as is.
+
+    ``sure``: code is only what every Markdown reader takes for code (a code span within one
+    line; a fenced block whose fences both start their line and whose closing fence is there),
+    and the rest is prose: for a change that must reach all a reader could take for prose.
+    """
+    if not sure:
+        return "".join(part if code else change(part) for part, code in _parts(text))
+    out: list[str] = []
+    start = position = 0
+    while match := _CODE.search(text, position):
+        if _surely_code(match, _paragraph_before(text, start, match.start())):
+            out += [change(text[start : match.start()]), match.group(0)]
+            start = position = match.end()
+        else:  # its opening is text: code may begin after it
+            position = match.start() + 1
+    return "".join([*out, change(text[start:])])
+
+
+_BLANK_LINE = re.compile(r"\n[ \t>]*\n")
+
+
+def _paragraph_before(text: str, start: int, end: int) -> str:
+    """The text from ``start`` to ``end`` since its last blank line."""
+    blanks = [blank.end() for blank in _BLANK_LINE.finditer(text, start, end)]
+    return text[blanks[-1] if blanks else start : end]
+
+
+def _surely_code(match: re.Match[str], before: str) -> bool:
+    """Whether code :data:`_CODE` matched, after the text ``before`` it in its paragraph, is
+    code to every reader (see :func:`outside_code`)."""
+    code = match.group(0)
+    if match.group("ticks") is None:  # a fenced block
+        if code[0] not in "`~":
+            return False  # indented or quoted: a list or quote may take it for text
+        fence = len(code) - len(code.lstrip(code[0]))
+        head, _, last = code.rpartition("\n")
+        closing = last.rstrip()
+        return bool(head) and len(closing) >= fence and closing == code[0] * len(closing)
+    # A code span on one line, unless a backtick before it in its paragraph could pair with
+    # one of its own for another reader (an escaped backslash before it, a span over lines).
+    return "\n" not in code and "`" not in before
 
 
 def _defuse_prose(text: str) -> str:

@@ -194,18 +194,6 @@ def test_pandoc_renders_no_live_html_from_answers_thinking_or_title(
         assert "alert(1)" in rendered  # shown as text
 
 
-def _render(pandoc: str, markdown: Path) -> str:
-    run = subprocess.run(
-        [pandoc, "--citeproc", "--standalone", markdown.name, "-t", "html"],
-        cwd=markdown.parent,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
-    return run.stdout
-
-
 def test_python_arguments_of_the_wrong_type_are_validation_errors(
     store: ConversationStore, tmp_path: Path
 ) -> None:
@@ -292,3 +280,65 @@ def test_a_url_is_one_line_in_every_format(store: ConversationStore) -> None:
     ris = cite.to_ris([cid], store=store).splitlines()
     assert sum(line.startswith("TY  - ") for line in ris) == 3
     assert sum(line.startswith("ER  - ") for line in ris) == 3
+
+
+# TeX an answer may hold, in every place pandoc reads Markdown: prose, math, an environment,
+# text a careless reader would take for code (a span over two lines, a fence never closed, an
+# indented or quoted fence) and the question; each names a file or macro of its own.
+_TEX_ATTACKS = [
+    r"Prose \input{/etc/passwd} and \write18{touch pwned1}.",
+    r"Math $\input{pwned2}$ and $$\def\pwnedthree{x}$$ and \(\input{pwned4}\).",
+    "\\begin{verbatim}pwned5\\end{verbatim} and \\newcommand{\\pwnedsix}{x}",
+    "- a list `span\n- \\input{pwned7}` over two lines",
+    "# Heading `open\n\\input{pwned8}`",
+    "```\n\\input{pwned9}\n",  # a fence never closed (pandoc: text)
+    "> ```\n\\input{pwned10}\n> ```",
+    "Escaped \\\\input{pwned11} and \\$\\input{pwned12}\\$ and [link](https://example.org/\\input{pwned13})",
+]
+
+
+def test_pandoc_writes_no_tex_of_an_answer_into_latex(
+    store: ConversationStore, tmp_path: Path
+) -> None:
+    """``pandoc report.md -o report.pdf`` goes through LaTeX, which would run a command of an
+    answer (read a file, write one, run a program with shell escape): none may reach it as
+    TeX, and every one still reads as written."""
+    pandoc = _pandoc()
+    answer = "\n\n".join([*_TEX_ATTACKS, "Cited [1].", "Code `\\input{kept}` stays code."])
+    cid = store.create(
+        [
+            Message(role="user", content=r"Question \input{pwned14} $\def\pwnedfifteen{x}$?"),
+            Message(
+                role="assistant",
+                content=answer,
+                thinking=r"Thinking \input{pwned16}",
+                sources=[Source(url="https://example.org/a", title=r"Title \input{pwned17}")],
+                timestamp="2026-11-20T10:00:00Z",
+            ),
+        ]
+    ).conversation_id
+    report = cite.to_report(
+        store, [cid], tmp_path / "report.md", title=r"Report \input{pwned18}", thinking=True
+    )
+    latex = _render(pandoc, report.markdown, "latex")
+    # Code blocks are verbatim (shown, never run): what is left must hold no command of ours.
+    live = re.sub(r"\\begin\{verbatim\}\n.*?\n\\end\{verbatim\}", "", latex, flags=re.DOTALL)
+    assert re.findall(r"\\(?:input|write18)(?![a-z])|\\pwned|\\begin\{verbatim\}pwned", live) == []
+    assert "pwned9" in live and "pwned18" in live  # the answer and title are there, as text
+    html = _render(pandoc, report.markdown, "html")
+    shown = [r"\input{/etc/passwd}", r"\write18{touch pwned1}", r"$\input{pwned2}$",
+             r"\input{pwned11}", r"\begin{verbatim}pwned5\end{verbatim}", r"\input{pwned14}",
+             r"\input{pwned16}", r"\input{pwned18}", r"<code>\input{kept}</code>"]  # fmt: skip
+    assert [text for text in shown if text not in html] == []
+
+
+def _render(pandoc: str, markdown: Path, to: str = "html") -> str:
+    run = subprocess.run(
+        [pandoc, "--citeproc", "--standalone", markdown.name, "-t", to],
+        cwd=markdown.parent,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return run.stdout
