@@ -6,15 +6,17 @@ an arXiv id. BibTeX and RIS are written from the same item (:mod:`pplx_nb._citat
 every format says the same thing about a page.
 
 A page is one reference however often it is cited: sources are compared by canonical URL
-(:func:`canonical_url`). Its key is site + year + first title word (``python2024asyncio``), with
-a letter on a clash (``python2024asynciob``), handed out in the order pages were first cited —
-over a whole store, an older page keeps its key when newer conversations arrive, and the same
-page has the same key in every export from one store.
+(:func:`canonical_url`). Its key is site + year + first title word and a tag of three letters
+drawn from its canonical URL (``python2024asyncio-kqx``): the page's own, so it is the same in
+every export — of an answer, a conversation or a store — and stays when conversations are added
+or deleted. (A key could not be both that stable and left without a tag until a clash: a page
+holding the plain stem whose conversation is deleted would hand it to a page that had a suffix.)
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import re
 import unicodedata
 from collections.abc import Iterable, Iterator, Sequence
@@ -48,6 +50,7 @@ __all__ = [
     "conversation_cites",
     "csl_item",
     "key_stem",
+    "page_key",
     "references",
     "to_csl_json_dict",
 ]
@@ -278,7 +281,7 @@ def _ascii_word(text: str) -> str:
 
 
 def key_stem(item: CslItem) -> str:
-    """A readable key without its clash suffix: site + year + first title word
+    """A readable key without its tag (:func:`page_key`): site + year + first title word
     (``python2024asyncio``); ``nd`` when the page has no date."""
     site = _ascii_word(_site(_split(item["URL"]).hostname or "")) or "web"
     issued = item.get("issued")
@@ -393,7 +396,9 @@ def conversation_cites(conversation: Conversation) -> Iterator[Citing]:
 
 @dataclass
 class KeyBook:
-    """Keys by canonical URL, handed out in the order pages are first seen."""
+    """Keys by canonical URL: each page's stem and tag (:func:`page_key`); should two pages of
+    one export draw the same key (1 in 17,576 for two pages of one stem), the page seen later
+    takes one more letter of its tag."""
 
     _keys: dict[str, str] = field(default_factory=dict)
     _taken: set[str] = field(default_factory=set)
@@ -403,11 +408,10 @@ class KeyBook:
         found = self._keys.get(canonical)
         if found is not None:
             return found
-        stem = key_stem(item)
-        key, clash = stem, 0
+        key, letters = page_key(canonical, item), _TAG_LETTERS
         while key in self._taken:
-            clash += 1
-            key = stem + _letters(clash)
+            letters += 1
+            key = page_key(canonical, item, letters)
         self._keys[canonical] = key
         self._taken.add(key)
         return key
@@ -425,13 +429,19 @@ class KeyBook:
                     self.key(canonical, csl_item(source, "", accessed=answer.accessed))
 
 
-def _letters(n: int) -> str:
-    """The n-th clash suffix: 1 → ``b``, 25 → ``z``, 26 → ``ba`` (``a`` is the unsuffixed key)."""
-    letters = ""
-    while n:
-        n, digit = divmod(n, 26)
-        letters = "abcdefghijklmnopqrstuvwxyz"[digit] + letters
-    return letters
+_TAG_LETTERS = 3
+_ALPHABET = "abcdefghijklmnopqrstuvwxyz"
+
+
+def page_key(canonical: str, item: CslItem, letters: int = _TAG_LETTERS) -> str:
+    """The key of the page at ``canonical``: its :func:`key_stem`, a hyphen, and ``letters``
+    letters drawn from a hash of ``canonical`` (``python2024coroutines-kqx``)."""
+    number = int.from_bytes(hashlib.sha256(canonical.encode("utf-8")).digest())
+    tag = []
+    for _ in range(letters):  # 256 bits hold 54 letters (after them, the tag goes on in a's)
+        number, digit = divmod(number, 26)
+        tag.append(_ALPHABET[digit])
+    return f"{key_stem(item)}-{''.join(tag)}"
 
 
 def references(
