@@ -365,15 +365,16 @@ def answer_citing(
     if not sources:
         return None
     cited, rest = cited_and_consulted(sources, text)
-    web = _WEB.match
     return Citing(
-        conversation_id,
-        turn,
-        accessed,
-        sources,
-        [i for i in cited if web(sources[i].url)],
-        [i for i in rest if web(sources[i].url)],
+        conversation_id, turn, accessed, sources, _web(sources, cited), _web(sources, rest)
     )
+
+
+def _web(sources: Sequence[Page], positions: list[int]) -> list[int]:
+    """The ``positions`` of ``sources`` that are http(s) pages."""
+    if all(sources[i].url.startswith(("https://", "http://")) for i in positions):
+        return positions  # as almost always: no pattern to match
+    return [i for i in positions if _WEB.match(sources[i].url)]
 
 
 def cited_in(conversation_id: str, turn: int, message: Message) -> Citing | None:
@@ -460,9 +461,10 @@ def references(
     found: dict[str, tuple[CslItem, dict[tuple[str, int], None]]] = {}
     for answer in answers:
         spot = (answer.conversation_id, answer.turn)
+        sources = answer.sources
         for positions, listed in ((answer.cited, True), (answer.consulted, consulted)):
             for index in positions:
-                source = answer.sources[index]
+                source = sources[index]
                 canonical = canonical_url(source.url)
                 item: CslItem | None = None
                 if canonical not in known:

@@ -35,7 +35,7 @@ from pplx_nb._references import (
     conversation_cites,
     references,
 )
-from pplx_nb.cite._documents import Stored, stored_cites
+from pplx_nb.cite._documents import Stored, cycles_uncollected, stored_cites
 from pplx_nb.cite._report import STYLES, Report, ReportOptions, write_report
 
 __all__ = [
@@ -246,13 +246,14 @@ def _read_cites(store: ConversationSource) -> list[Stored]:
     """Every conversation of ``store`` read for its references (:mod:`._documents`), oldest
     first; unreadable ones are skipped with a warning, as every bulk reader of the store does."""
     conversations: list[Stored] = []
-    for conversation_id, document in store.documents(None):
-        if isinstance(document, ConversationNotFound):
-            continue  # deleted while listing
-        if isinstance(document, PplxError):
-            logger.warning("Skipping conversation %s: %s", conversation_id, document)
-            continue
-        conversations.append(stored_cites(conversation_id, document))
+    with cycles_uncollected():
+        for conversation_id, document in store.documents(None):
+            if isinstance(document, ConversationNotFound):
+                continue  # deleted while listing
+            if isinstance(document, PplxError):
+                logger.warning("Skipping conversation %s: %s", conversation_id, document)
+                continue
+            conversations.append(stored_cites(conversation_id, document))
     conversations.sort(key=lambda c: (c.created_at, c.conversation_id))
     return conversations
 
