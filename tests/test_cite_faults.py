@@ -173,20 +173,12 @@ def test_pandoc_renders_no_live_html_from_answers_thinking_or_title(
     thinking, the question, a failure's message and the report's title must reach it as text."""
     pandoc = _pandoc()
     attack = "<script>alert(1)</script><img src=x onerror=alert(2)>[x](javascript:alert(3))"
-    cid = store.create(
-        [
-            Message(role="user", content=f"Question {attack}?"),
-            Message(
-                role="assistant",
-                content=f"Answer {attack} [1].",
-                thinking=f"Thinking {attack}",
-                sources=[Source(url="https://example.org/a", title=f"Title {attack}")],
-                timestamp="2026-11-20T10:00:00Z",
-            ),
-        ]
-    ).conversation_id
-    report = cite.to_report(
-        store, [cid], tmp_path / "report.md", title=f"Report {attack}", thinking=True
+    report = _report_of(
+        store,
+        tmp_path,
+        question=f"Question {attack}?",
+        answer=f"Answer {attack} [1].",
+        hostile=attack,
     )
     for rendered in (_render(pandoc, report.markdown), report.html.read_text("utf-8")):
         assert "<script" not in rendered
@@ -306,31 +298,53 @@ def test_pandoc_writes_no_tex_of_an_answer_into_latex(
     TeX, and every one still reads as written."""
     pandoc = _pandoc()
     answer = "\n\n".join([*_TEX_ATTACKS, "Cited [1].", "Code `\\input{kept}` stays code."])
-    cid = store.create(
-        [
-            Message(role="user", content=r"Question \input{pwned14} $\def\pwnedfifteen{x}$?"),
-            Message(
-                role="assistant",
-                content=answer,
-                thinking=r"Thinking \input{pwned16}",
-                sources=[Source(url="https://example.org/a", title=r"Title \input{pwned17}")],
-                timestamp="2026-11-20T10:00:00Z",
-            ),
-        ]
-    ).conversation_id
-    report = cite.to_report(
-        store, [cid], tmp_path / "report.md", title=r"Report \input{pwned18}", thinking=True
+    report = _report_of(
+        store,
+        tmp_path,
+        question=r"Question \input{pwned14} $\def\pwnedfifteen{x}$?",
+        answer=answer,
+        hostile=r"\input{pwned}",
     )
     latex = _render(pandoc, report.markdown, "latex")
     # Code blocks are verbatim (shown, never run): what is left must hold no command of ours.
     live = re.sub(r"\\begin\{verbatim\}\n.*?\n\\end\{verbatim\}", "", latex, flags=re.DOTALL)
     assert re.findall(r"\\(?:input|write18)(?![a-z])|\\pwned|\\begin\{verbatim\}pwned", live) == []
-    assert "pwned9" in live and "pwned18" in live  # the answer and title are there, as text
+    assert "pwned9" in live and r"Report \textbackslash" in live  # all there, as text
     html = _render(pandoc, report.markdown, "html")
-    shown = [r"\input{/etc/passwd}", r"\write18{touch pwned1}", r"$\input{pwned2}$",
-             r"\input{pwned11}", r"\begin{verbatim}pwned5\end{verbatim}", r"\input{pwned14}",
-             r"\input{pwned16}", r"\input{pwned18}", r"<code>\input{kept}</code>"]  # fmt: skip
+    shown = [
+        r"\input{/etc/passwd}",
+        r"\write18{touch pwned1}",
+        r"$\input{pwned2}$",
+        r"\input{pwned11}",
+        r"\begin{verbatim}pwned5\end{verbatim}",
+        r"\input{pwned14}",
+        r"Thinking \input{pwned}",
+        r"Report \input{pwned}",
+        r"<code>\input{kept}</code>",
+    ]
     assert [text for text in shown if text not in html] == []
+
+
+def _report_of(
+    store: ConversationStore, tmp_path: Path, *, question: str, answer: str, hostile: str
+) -> cite.Report:
+    """The report, with its thinking, of one question and its answer whose thinking, source
+    title and report title hold ``hostile``."""
+    cid = store.create(
+        [
+            Message(role="user", content=question),
+            Message(
+                role="assistant",
+                content=answer,
+                thinking=f"Thinking {hostile}",
+                sources=[Source(url="https://example.org/a", title=f"Title {hostile}")],
+                timestamp="2026-11-20T10:00:00Z",
+            ),
+        ]
+    ).conversation_id
+    return cite.to_report(
+        store, [cid], tmp_path / "report.md", title=f"Report {hostile}", thinking=True
+    )
 
 
 def _render(pandoc: str, markdown: Path, to: str = "html") -> str:
