@@ -418,7 +418,7 @@ def _html(
         inner = _PLACEHOLDERS.sub(cite, inner)
         body.append(f"<section>\n<h2>{html.escape(section.heading)}</h2>\n{inner}\n</section>")
     entries = []
-    # Keys are lower-case ASCII (key_stem), as citeproc-py keeps them.
+    # Keys are lower-case ASCII letters, digits and a hyphen (page_key), as citeproc-py keeps them.
     for entry, key in zip(bibliography.bibliography(), bibliography.keys, strict=True):
         reference = by_key[key]
         shown = _linked("".join(str(p) for p in _flatten(entry)), reference)
