@@ -372,9 +372,13 @@ def answer_citing(
 
 def _web(sources: Sequence[Page], positions: list[int]) -> list[int]:
     """The ``positions`` of ``sources`` that are http(s) pages."""
-    if all(sources[i].url.startswith(("https://", "http://")) for i in positions):
-        return positions  # as almost always: no pattern to match
-    return [i for i in positions if _WEB.match(sources[i].url)]
+    for i in positions:
+        if not sources[i].url.startswith(_HTTP):
+            return [i for i in positions if _WEB.match(sources[i].url)]
+    return positions  # as almost always: no pattern to match
+
+
+_HTTP = ("https://", "http://")
 
 
 def cited_in(conversation_id: str, turn: int, message: Message) -> Citing | None:

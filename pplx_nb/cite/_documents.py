@@ -74,13 +74,13 @@ def _pages(sources: list[Any]) -> Sequence[_Page] | None:
     for source in sources:
         if type(source) is not dict:
             return None
-        get = source.get
-        url, title, date, ids = get("url"), get("title"), get("date"), get("ids")
+        url, title, date = source.get("url"), source.get("title"), source.get("date")
+        ids = source.get("ids")
         if (
             type(url) is not str
-            or not (title is None or type(title) is str)
-            or not (date is None or type(date) is str)
-            or not (ids is None or (type(ids) is list and all(type(i) is int for i in ids)))
+            or (title is not None and type(title) is not str)
+            or (date is not None and type(date) is not str)
+            or (ids is not None and not (type(ids) is list and all(type(i) is int for i in ids)))
         ):
             return None
         pages.append(_Page(url, title, date, ids))
