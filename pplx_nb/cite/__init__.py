@@ -6,7 +6,8 @@ one reference with one key everywhere in a store (:mod:`._references`). Three sc
 answer, one conversation, or a store (all of it, chosen ids, or the filters of
 :meth:`ConversationStore.list`). Formats are written by the field's libraries
 (:mod:`._formats`); reports (:mod:`._report`) are Markdown with pandoc citations and a ``.bib``
-beside them, or self-contained HTML with the bibliography rendered by citeproc-py.
+beside them, or self-contained HTML with the bibliography rendered by citeproc-py. A store is
+read for what its references need alone (:mod:`._documents`), without building every message.
 
 Sources an answer only consulted (its "Also consulted" list) are left out unless
 ``consulted=True``.
@@ -137,7 +138,7 @@ def collect(source: Citable, **options: Unpack[CiteOptions]) -> list[Reference]:
         if filters:
             chosen = [s.conversation_id for s in store.list(**filters)]  # type: ignore[arg-type]
         everything = _read_cites(store)
-        if chosen is None:  # one pass: the keys are handed out in the store's order
+        if chosen is None:  # one pass: keys over the whole store (a clash goes oldest first)
             return references(_all(everything), consulted=consulted)
         book = _book(everything)
         wanted = set(chosen)
