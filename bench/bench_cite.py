@@ -11,6 +11,7 @@ Every alternative runs in the same process on the same data:
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 import subprocess
@@ -134,6 +135,7 @@ def _report_rows(store: ConversationStore, ids: list[str], folder: Path, pandoc:
 
 def run() -> str:
     pandoc = shutil.which("pandoc")
+    load = os.getloadavg()[0]
     with scratch("cite-") as folder:
         root = Path(folder)
         start = time.perf_counter()
@@ -144,4 +146,6 @@ def run() -> str:
         ids = _fill(small, 13, 50, 4)
         sections = [_export_rows(big, pandoc), _report_rows(small, ids, root, pandoc)]
     note = "" if pandoc else " pandoc is not installed: its rows are missing."
-    return "\n\n".join(sections) + f"\n\n<sub>Store filled in {filled:.0f} s.{note}</sub>"
+    # The machine is shared: how busy it was says how far the wall times stretched.
+    busy = f" Load average {load:.1f} → {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores."
+    return "\n\n".join(sections) + f"\n\n<sub>Store filled in {filled:.0f} s.{busy}{note}</sub>"

@@ -26,14 +26,27 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 from urllib.parse import quote, urlsplit
 
 if TYPE_CHECKING:
     from pplx_nb._models import JobStatus, Source
 
+
+class Cites(Protocol):
+    """What resolving a citation marker reads of a source: its URL and search-result ids (a
+    :class:`~pplx_nb._models.Source`, or a stored source read without building one)."""
+
+    @property
+    def url(self) -> str: ...
+
+    @property
+    def ids(self) -> list[int] | None: ...
+
+
 __all__ = [
     "CITATION",
+    "Cites",
     "cited_and_consulted",
     "cited_sources",
     "close_markdown",
@@ -118,6 +131,10 @@ def markdown_link(label: str, url: str, title: str | None = None) -> str:
 
 def _parts(text: str) -> Iterator[tuple[str, bool]]:
     """``text`` cut into pieces, each with whether it is code (see :data:`_CODE`)."""
+    if "`" not in text and "~" not in text:  # no fence or code span can start: all prose
+        if text:
+            yield text, False
+        return
     start = 0
     for match in _CODE.finditer(text):
         if match.start() > start:
@@ -128,9 +145,49 @@ def _parts(text: str) -> Iterator[tuple[str, bool]]:
         yield text[start:], False
 
 
-def outside_code(text: str, change: Callable[[str], str]) -> str:
-    """``text`` with ``change`` applied to its prose; fenced code and code spans stay as is."""
-    return "".join(part if code else change(part) for part, code in _parts(text))
+def outside_code(text: str, change: Callable[[str], str], *, sure: bool = False) -> str:
+    """``text`` with ``change`` applied to its prose; fenced code and code spans stay as is.
+
+    ``sure``: code is only what every Markdown reader takes for code (a code span within one
+    line; a fenced block whose fences both start their line and whose closing fence is there),
+    and the rest is prose: for a change that must reach all a reader could take for prose.
+    """
+    if not sure:
+        return "".join(part if code else change(part) for part, code in _parts(text))
+    out: list[str] = []
+    start = position = 0
+    while match := _CODE.search(text, position):
+        if _surely_code(match, _paragraph_before(text, start, match.start())):
+            out += [change(text[start : match.start()]), match.group(0)]
+            start = position = match.end()
+        else:  # its opening is text: code may begin after it
+            position = match.start() + 1
+    return "".join([*out, change(text[start:])])
+
+
+_BLANK_LINE = re.compile(r"\n[ \t>]*\n")
+
+
+def _paragraph_before(text: str, start: int, end: int) -> str:
+    """The text from ``start`` to ``end`` since its last blank line."""
+    blanks = [blank.end() for blank in _BLANK_LINE.finditer(text, start, end)]
+    return text[blanks[-1] if blanks else start : end]
+
+
+def _surely_code(match: re.Match[str], before: str) -> bool:
+    """Whether code :data:`_CODE` matched, after the text ``before`` it in its paragraph, is
+    code to every reader (see :func:`outside_code`)."""
+    code = match.group(0)
+    if match.group("ticks") is None:  # a fenced block
+        if code[0] not in "`~":
+            return False  # indented or quoted: a list or quote may take it for text
+        fence = len(code) - len(code.lstrip(code[0]))
+        head, _, last = code.rpartition("\n")
+        closing = last.rstrip()
+        return bool(head) and len(closing) >= fence and closing == code[0] * len(closing)
+    # A code span on one line, unless a backtick before it in its paragraph could pair with
+    # one of its own for another reader (an escaped backslash before it, a span over lines).
+    return "\n" not in code and "`" not in before
 
 
 def _defuse_prose(text: str) -> str:
@@ -279,7 +336,7 @@ def _same_page(url: str) -> str:
     return url.split("#", 1)[0].rstrip("/")
 
 
-def _by_id(sources: Sequence[Source]) -> dict[int, int] | None:
+def _by_id(sources: Sequence[Cites]) -> dict[int, int] | None:
     """The position of the source each search-result id names, or ``None`` when the ids cannot
     be used: a source has none (stored before ids were kept) or one id names two pages."""
     positions: dict[int, int] = {}
@@ -292,20 +349,19 @@ def _by_id(sources: Sequence[Source]) -> dict[int, int] | None:
     return positions
 
 
-def _resolver(sources: Sequence[Source]) -> Callable[[re.Match[str]], int | None]:
+def _resolver(sources: Sequence[Cites]) -> Callable[[re.Match[str]], int | None]:
     """A function giving the position in ``sources`` of the source a :data:`CITATION` match
     names, if any."""
     by_id = _by_id(sources)
 
     def cited(match: re.Match[str]) -> int | None:
-        url = match.group("url")
+        number, web, _, url = match.groups()  # one call: a store's export resolves thousands
         if url is not None:
             same = [i for i, s in enumerate(sources) if s.url == url] or [
                 i for i, s in enumerate(sources) if _same_page(s.url) == _same_page(url)
             ]
             return same[0] if same else None
-        number = match.group("number")
-        ident = int(number) if number is not None else int(match.group("web")) + 1
+        ident = int(number) if number is not None else int(web) + 1
         if by_id is not None:
             return by_id.get(ident)
         return ident - 1 if 1 <= ident <= len(sources) else None
@@ -313,7 +369,7 @@ def _resolver(sources: Sequence[Source]) -> Callable[[re.Match[str]], int | None
     return cited
 
 
-def cited_sources(text: str, sources: Sequence[Source]) -> list[int]:
+def cited_sources(text: str, sources: Sequence[Cites]) -> list[int]:
     """The positions in ``sources`` that ``text`` cites outside code, in order, each once."""
     cited = _resolver(sources)
     found: dict[int, None] = {}
@@ -362,7 +418,7 @@ def link_citations(text: str, sources: Sequence[Source], *, titles: bool = False
     return replace_citations(text, sources, link)
 
 
-def cited_and_consulted(sources: Sequence[Source], text: str | None) -> tuple[list[int], list[int]]:
+def cited_and_consulted(sources: Sequence[Cites], text: str | None) -> tuple[list[int], list[int]]:
     """(cited, never cited) positions; all count as cited when the text cites none of them."""
     everything = list(range(len(sources)))
     cited = set(cited_sources(text, sources)) if text is not None else set()

@@ -6,21 +6,23 @@ an arXiv id. BibTeX and RIS are written from the same item (:mod:`pplx_nb._citat
 every format says the same thing about a page.
 
 A page is one reference however often it is cited: sources are compared by canonical URL
-(:func:`canonical_url`). Its key is site + year + first title word (``python2024asyncio``), with
-a letter on a clash (``python2024asynciob``), handed out in the order pages were first cited —
-over a whole store, an older page keeps its key when newer conversations arrive, and the same
-page has the same key in every export from one store.
+(:func:`canonical_url`). Its key is site + year + first title word and a tag of three letters
+drawn from its canonical URL (``python2024asyncio-kqx``): the page's own, so it is the same in
+every export — of an answer, a conversation or a store — and stays when conversations are added
+or deleted. (A key could not be both that stable and left without a tag until a clash: a page
+holding the plain stem whose conversation is deleted would hand it to a page that had a suffix.)
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import re
 import unicodedata
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
-from typing import Any, Literal, NotRequired, TypedDict
+from typing import Any, Literal, NamedTuple, NotRequired, Protocol, TypedDict
 from urllib.parse import (
     SplitResult,
     parse_qsl,
@@ -32,25 +34,45 @@ from urllib.parse import (
 )
 
 from pplx_nb._markdown import cited_and_consulted
-from pplx_nb._models import Answer, Conversation, Message, Source
+from pplx_nb._models import Answer, Conversation, Message
 
 __all__ = [
-    "Cited",
+    "Citing",
     "CslDate",
     "CslItem",
     "KeyBook",
+    "Page",
     "Reference",
+    "answer_citing",
     "answer_references",
     "canonical_url",
     "cited_in",
     "conversation_cites",
     "csl_item",
     "key_stem",
+    "page_key",
     "references",
     "to_csl_json_dict",
 ]
 
 CslType = Literal["webpage", "article-journal", "article"]
+
+
+class Page(Protocol):
+    """What a reference reads of a source: a :class:`~pplx_nb._models.Source`, or a stored
+    source read without building one (a store's export reads thousands)."""
+
+    @property
+    def url(self) -> str: ...
+
+    @property
+    def title(self) -> str | None: ...
+
+    @property
+    def date(self) -> str | None: ...
+
+    @property
+    def ids(self) -> list[int] | None: ...
 
 
 class CslDate(TypedDict):
@@ -259,7 +281,7 @@ def _ascii_word(text: str) -> str:
 
 
 def key_stem(item: CslItem) -> str:
-    """A readable key without its clash suffix: site + year + first title word
+    """A readable key without its tag (:func:`page_key`): site + year + first title word
     (``python2024asyncio``); ``nd`` when the page has no date."""
     site = _ascii_word(_site(_split(item["URL"]).hostname or "")) or "web"
     issued = item.get("issued")
@@ -272,7 +294,7 @@ def key_stem(item: CslItem) -> str:
     return f"{site}{year}{first[:20]}"
 
 
-def csl_item(source: Source, key: str, *, accessed: str | None = None) -> CslItem:
+def csl_item(source: Page, key: str, *, accessed: str | None = None) -> CslItem:
     """``source`` as a CSL item with citation key ``key``.
 
     ``accessed`` is when the answer citing it was given (ISO 8601); the page's own date, when
@@ -319,46 +341,69 @@ class Reference:
     """``(conversation id, turn)`` of each answer citing it (the turn is the message's index)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Cited:
-    """A source as one answer cites it: where, and whether the text cites it or the answer only
-    consulted it ("Also consulted")."""
+class Citing(NamedTuple):
+    """One answer's sources as references read them: where and when it was given, its sources,
+    and the positions of those its text cites (all of them when it cites none) and of those it
+    only consulted ("Also consulted").
 
-    source: Source
+    A source whose URL is not an http(s) page (``javascript:``, ``data:``, ``file:``) is in
+    neither list: it is no reference, so no export or report carries it as a link."""
+
     conversation_id: str
     turn: int
     accessed: str | None
-    consulted_only: bool
+    sources: Sequence[Page]
+    cited: list[int]
+    consulted: list[int]
 
 
-def cited_in(
-    conversation_id: str, turn: int, message: Message, *, consulted: bool = False
-) -> Iterator[Cited]:
-    """The sources of one answer: those its text cites (all of them when it cites none), and
-    with ``consulted`` the ones it only consulted as well.
-
-    A source whose URL is not an http(s) page (``javascript:``, ``data:``, ``file:``) is no
-    reference: it is not cited, so no export or report carries it as a link."""
-    sources = message.sources or []
-    if message.role != "assistant" or not sources or message.unanswered is not None:
-        return
-    cited, rest = cited_and_consulted(sources, message.content)
-    consulted_only = set(rest)
-    for index in cited + (rest if consulted else []):
-        if _WEB.match(sources[index].url):
-            when = message.timestamp
-            yield Cited(sources[index], conversation_id, turn, when, index in consulted_only)
+def answer_citing(
+    conversation_id: str, turn: int, sources: Sequence[Page], text: str, accessed: str | None
+) -> Citing | None:
+    """The :class:`Citing` of the answer ``text`` given at ``accessed`` (``None`` without
+    sources)."""
+    if not sources:
+        return None
+    cited, rest = cited_and_consulted(sources, text)
+    return Citing(
+        conversation_id, turn, accessed, sources, _web(sources, cited), _web(sources, rest)
+    )
 
 
-def conversation_cites(conversation: Conversation, *, consulted: bool = False) -> Iterator[Cited]:
+def _web(sources: Sequence[Page], positions: list[int]) -> list[int]:
+    """The ``positions`` of ``sources`` that are http(s) pages."""
+    for i in positions:
+        if not sources[i].url.startswith(_HTTP):
+            return [i for i in positions if _WEB.match(sources[i].url)]
+    return positions  # as almost always: no pattern to match
+
+
+_HTTP = ("https://", "http://")
+
+
+def cited_in(conversation_id: str, turn: int, message: Message) -> Citing | None:
+    """The sources of the answer ``message`` (``None`` for other turns, a question left
+    without an answer, or an answer without sources)."""
+    if message.role != "assistant" or message.unanswered is not None:
+        return None
+    return answer_citing(
+        conversation_id, turn, message.sources or [], message.content, message.timestamp
+    )
+
+
+def conversation_cites(conversation: Conversation) -> Iterator[Citing]:
     """Every answer's sources in ``conversation``, in order."""
     for turn, message in enumerate(conversation.messages):
-        yield from cited_in(conversation.conversation_id, turn, message, consulted=consulted)
+        citing = cited_in(conversation.conversation_id, turn, message)
+        if citing is not None:
+            yield citing
 
 
 @dataclass
 class KeyBook:
-    """Keys by canonical URL, handed out in the order pages are first seen."""
+    """Keys by canonical URL: each page's stem and tag (:func:`page_key`); should two pages of
+    one export draw the same key (1 in 17,576 for two pages of one stem), the page seen later
+    takes one more letter of its tag."""
 
     _keys: dict[str, str] = field(default_factory=dict)
     _taken: set[str] = field(default_factory=set)
@@ -368,11 +413,10 @@ class KeyBook:
         found = self._keys.get(canonical)
         if found is not None:
             return found
-        stem = key_stem(item)
-        key, clash = stem, 0
+        key, letters = page_key(canonical, item), _TAG_LETTERS
         while key in self._taken:
-            clash += 1
-            key = stem + _letters(clash)
+            letters += 1
+            key = page_key(canonical, item, letters)
         self._keys[canonical] = key
         self._taken.add(key)
         return key
@@ -380,50 +424,63 @@ class KeyBook:
     def __contains__(self, canonical: object) -> bool:
         return canonical in self._keys
 
-    def learn(self, cites: Iterable[Cited]) -> None:
-        """Give a key to each page in ``cites`` not seen yet, in order."""
-        for cite in cites:
-            canonical = canonical_url(cite.source.url)
-            if canonical not in self._keys:
-                self.key(canonical, csl_item(cite.source, "", accessed=cite.accessed))
+    def learn(self, answers: Iterable[Citing]) -> None:
+        """Give a key to each page the ``answers`` cite or consulted not seen yet, in order."""
+        for answer in answers:
+            for index in answer.cited + answer.consulted:
+                source = answer.sources[index]
+                canonical = canonical_url(source.url)
+                if canonical not in self._keys:
+                    self.key(canonical, csl_item(source, "", accessed=answer.accessed))
 
 
-def _letters(n: int) -> str:
-    """The n-th clash suffix: 1 → ``b``, 25 → ``z``, 26 → ``ba`` (``a`` is the unsuffixed key)."""
-    letters = ""
-    while n:
-        n, digit = divmod(n, 26)
-        letters = "abcdefghijklmnopqrstuvwxyz"[digit] + letters
-    return letters
+_TAG_LETTERS = 3
+_ALPHABET = "abcdefghijklmnopqrstuvwxyz"
+
+
+def page_key(canonical: str, item: CslItem, letters: int = _TAG_LETTERS) -> str:
+    """The key of the page at ``canonical``: its :func:`key_stem`, a hyphen, and ``letters``
+    letters drawn from a hash of ``canonical`` (``python2024coroutines-kqx``)."""
+    number = int.from_bytes(hashlib.sha256(canonical.encode("utf-8")).digest())
+    tag = []
+    for _ in range(letters):  # 256 bits hold 54 letters (after them, the tag goes on in a's)
+        number, digit = divmod(number, 26)
+        tag.append(_ALPHABET[digit])
+    return f"{key_stem(item)}-{''.join(tag)}"
 
 
 def references(
-    cites: Iterable[Cited], book: KeyBook | None = None, *, consulted: bool = False
+    answers: Iterable[Citing], book: KeyBook | None = None, *, consulted: bool = False
 ) -> list[Reference]:
-    """One :class:`Reference` per page the answers in ``cites`` cite (and, with ``consulted``,
-    only consulted), in the order first cited.
+    """One :class:`Reference` per page the ``answers`` cite (and, with ``consulted``, only
+    consulted), in the order first cited.
 
-    ``book`` holds the keys; every page in ``cites`` (consulted ones too) takes its key in it in
-    order, so one pass over a whole store gives each page its store-wide key. Without a book,
-    keys are handed out over ``cites`` alone.
+    ``book`` holds the keys; every page of the ``answers`` (consulted ones too) takes its key in
+    it in order, so one pass over a whole store gives each page its store-wide key. Without a
+    book, keys are handed out over ``answers`` alone.
     """
     book = book or KeyBook()
-    found: dict[str, tuple[CslItem, list[tuple[str, int]]]] = {}
-    for cite in cites:
-        canonical = canonical_url(cite.source.url)
-        item: CslItem | None = None
-        if canonical not in book:
-            item = csl_item(cite.source, "", accessed=cite.accessed)
-            book.key(canonical, item)
-        if cite.consulted_only and not consulted:
-            continue
-        entry = found.get(canonical)
-        if entry is None:
-            item = item or csl_item(cite.source, "", accessed=cite.accessed)
-            entry = found[canonical] = (item, [])
-        spot = (cite.conversation_id, cite.turn)
-        if spot not in entry[1]:
-            entry[1].append(spot)
+    known = book._keys  # read in the loop below for every source of every answer
+    # The turns citing a page as dict keys: ordered, and each added once without a search.
+    found: dict[str, tuple[CslItem, dict[tuple[str, int], None]]] = {}
+    for answer in answers:
+        spot = (answer.conversation_id, answer.turn)
+        sources = answer.sources
+        for positions, listed in ((answer.cited, True), (answer.consulted, consulted)):
+            for index in positions:
+                source = sources[index]
+                canonical = canonical_url(source.url)
+                item: CslItem | None = None
+                if canonical not in known:
+                    item = csl_item(source, "", accessed=answer.accessed)
+                    book.key(canonical, item)
+                if not listed:
+                    continue
+                entry = found.get(canonical)
+                if entry is None:
+                    item = item or csl_item(source, "", accessed=answer.accessed)
+                    entry = found[canonical] = (item, {})
+                entry[1][spot] = None
     result: list[Reference] = []
     for canonical, (item, where) in found.items():
         item["id"] = key = book.key(canonical, item)
@@ -433,10 +490,6 @@ def references(
 
 def answer_references(answer: Answer, *, consulted: bool = False) -> list[Reference]:
     """The references of one answer (keys over its sources alone), accessed now."""
-    message = Message(role="assistant", content=answer.text, sources=answer.sources)
     accessed = datetime.now(UTC).isoformat()
-    cites = (
-        Cited(c.source, c.conversation_id, c.turn, accessed, c.consulted_only)
-        for c in cited_in(answer.conversation_id or "", -1, message, consulted=True)
-    )
-    return references(cites, consulted=consulted)
+    citing = answer_citing(answer.conversation_id or "", -1, answer.sources, answer.text, accessed)
+    return references([citing] if citing else [], consulted=consulted)

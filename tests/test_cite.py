@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from pathlib import Path
 
 import jsonschema
@@ -77,7 +78,7 @@ def test_a_source_becomes_a_csl_item_with_its_identifiers() -> None:
     assert web["container_title"] == "docs.python.org"
     assert web["issued"] == {"date_parts": [[2024, 5, 17]]}
     assert "accessed" in web
-    assert web["id"] == "python2024coroutines"
+    assert web["id"] == "python2024coroutines-rrh"
     assert article["type"] == "article-journal"
     assert article["DOI"] == "10.1145/3368089.3409741"
     assert "container_title" not in article  # doi.org only redirects
@@ -87,7 +88,7 @@ def test_a_source_becomes_a_csl_item_with_its_identifiers() -> None:
     assert preprint["issued"] == {"date_parts": [[2021, 1, 5]]}
 
 
-def test_keys_are_readable_suffixed_on_a_clash_and_the_same_page_is_one_reference() -> None:
+def test_keys_are_readable_tagged_by_their_page_and_the_same_page_is_one_reference() -> None:
     answer = Answer(
         text="[1] [2] [3] [4]",
         sources=[
@@ -98,7 +99,11 @@ def test_keys_are_readable_suffixed_on_a_clash_and_the_same_page_is_one_referenc
         ],
     )
     keys = [r.key for r in cite.collect(answer)]
-    assert keys == ["python2024coroutines", "python2024coroutinesb", "python2024coroutinesc"]
+    assert keys == [
+        "python2024coroutines-rrh",
+        "python2024coroutines-irk",
+        "python2024coroutines-uwf",
+    ]
 
 
 def test_a_page_keeps_its_key_across_conversations_and_as_the_store_grows(
@@ -110,10 +115,9 @@ def test_a_page_keeps_its_key_across_conversations_and_as_the_store_grows(
     second = _conversation(store, "q2", _answer_message("[1] [2]", rival, ASYNCIO_AGAIN))
     whole = {r.canonical: r.key for r in cite.collect(store)}
     alone = {r.canonical: r.key for r in cite.collect([second], store=store)}
-    assert alone == {k: whole[k] for k in alone}
-    assert whole[canonical_url(ASYNCIO.url)] == "python2024coroutines"
-    assert whole[canonical_url(rival.url)] == "python2024coroutinesb"
-    # A newer conversation citing a page with the same stem takes the next letter.
+    assert alone == whole
+    assert whole[canonical_url(ASYNCIO.url)] == "python2024coroutines-rrh"
+    # A newer conversation citing a page with the same stem moves no key.
     _conversation(
         store,
         "q3",
@@ -125,7 +129,48 @@ def test_a_page_keeps_its_key_across_conversations_and_as_the_store_grows(
     assert {k: grown[k] for k in whole} == whole
     assert len(set(grown.values())) == 3
     cited = {r.key: r.cited_by for r in cite.collect(store)}
-    assert cited["python2024coroutines"] == ((first, 1), (second, 1))
+    assert cited["python2024coroutines-rrh"] == ((first, 1), (second, 1))
+
+
+def _keys(text: str) -> dict[str, str]:
+    """Each BibTeX entry's URL and key."""
+    return {e.fields_dict["url"].value: e.key for e in parse_string(text).entries}
+
+
+def test_deleting_an_older_conversation_moves_no_key(logs_dir: Path) -> None:
+    """The pages left keep the keys they had, in a store's export and in a conversation's."""
+    store = open_store(root=logs_dir)
+    pages = [
+        Source(url=f"https://docs.python.org/3/{name}", title="Coroutines", date="2024")
+        for name in ("older", "newer", "later", "last")
+    ]
+    older = _conversation(store, "q1", _answer_message("[1] [2]", pages[0], pages[1]))
+    newer = _conversation(store, "q2", _answer_message("[1] [2] [3]", *pages[1:]))
+    before = _keys(cite.to_bibtex(store))
+    assert len(set(before.values())) == 4
+    store.delete(older)
+    after = _keys(cite.to_bibtex(store))
+    assert after == {url: before[url] for url in after}
+    assert set(after) == {p.url for p in pages[1:]}
+    assert _keys(cite.to_bibtex([newer], store=store)) == after
+
+
+def test_two_pages_drawing_the_same_key_get_two_keys() -> None:
+    """Three letters of a hash tell about 17,576 pages of one stem apart: should two draw the
+    same, the one seen later takes a fourth letter (and both stay readable)."""
+    seen: dict[str, Source] = {}
+    for n in range(2000):
+        source = Source(url=f"https://example.org/{n}", title="Same", date="2024")
+        key = cite.collect(Answer(text="[1]", sources=[source]))[0].key
+        if key in seen:
+            pair = [seen[key], source]
+            break
+        seen[key] = source
+    else:
+        pytest.fail("no two of 2,000 pages drew the same three letters")
+    keys = [r.key for r in cite.collect(Answer(text="[1] [2]", sources=pair))]
+    assert keys[0] == key and keys[1] != key
+    assert re.fullmatch(r"example2024same-[a-z]{4}", keys[1])
 
 
 def test_only_cited_sources_unless_consulted_is_asked(logs_dir: Path) -> None:
@@ -253,5 +298,5 @@ def test_ris_reads_back_with_rispy() -> None:
 def test_an_answer_writes_its_own_bibtex() -> None:
     answer = Answer(text="Only [1] is cited.", sources=[ASYNCIO, QUEUES])
     entries = parse_string(answer.to_bibtex()).entries
-    assert [e.key for e in entries] == ["python2024coroutines"]
+    assert [e.key for e in entries] == ["python2024coroutines-rrh"]
     assert len(parse_string(answer.to_bibtex(consulted=True)).entries) == 2

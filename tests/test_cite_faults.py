@@ -93,7 +93,8 @@ def test_an_answer_holding_placeholder_text_is_reported_as_written(
     cid = _conversation(store, "Literal PPLXCITE0X and PPLXCITE7X, cited [1].", source)
     report = cite.to_report(store, [cid], tmp_path / "report.md")
     markdown = report.markdown.read_text("utf-8")
-    assert "Literal PPLXCITE0X and PPLXCITE7X, cited [@examplendpage]." in markdown
+    key = cite.collect(store)[0].key
+    assert f"Literal PPLXCITE0X and PPLXCITE7X, cited [@{key}]." in markdown
     assert "Literal PPLXCITE0X and PPLXCITE7X, cited <span" in report.html.read_text("utf-8")
 
 
@@ -172,38 +173,18 @@ def test_pandoc_renders_no_live_html_from_answers_thinking_or_title(
     thinking, the question, a failure's message and the report's title must reach it as text."""
     pandoc = _pandoc()
     attack = "<script>alert(1)</script><img src=x onerror=alert(2)>[x](javascript:alert(3))"
-    cid = store.create(
-        [
-            Message(role="user", content=f"Question {attack}?"),
-            Message(
-                role="assistant",
-                content=f"Answer {attack} [1].",
-                thinking=f"Thinking {attack}",
-                sources=[Source(url="https://example.org/a", title=f"Title {attack}")],
-                timestamp="2026-11-20T10:00:00Z",
-            ),
-        ]
-    ).conversation_id
-    report = cite.to_report(
-        store, [cid], tmp_path / "report.md", title=f"Report {attack}", thinking=True
+    report = _report_of(
+        store,
+        tmp_path,
+        question=f"Question {attack}?",
+        answer=f"Answer {attack} [1].",
+        hostile=attack,
     )
     for rendered in (_render(pandoc, report.markdown), report.html.read_text("utf-8")):
         assert "<script" not in rendered
         assert "<img" not in rendered
         assert 'href="javascript:' not in rendered
         assert "alert(1)" in rendered  # shown as text
-
-
-def _render(pandoc: str, markdown: Path) -> str:
-    run = subprocess.run(
-        [pandoc, "--citeproc", "--standalone", markdown.name, "-t", "html"],
-        cwd=markdown.parent,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
-    return run.stdout
 
 
 def test_python_arguments_of_the_wrong_type_are_validation_errors(
@@ -292,3 +273,87 @@ def test_a_url_is_one_line_in_every_format(store: ConversationStore) -> None:
     ris = cite.to_ris([cid], store=store).splitlines()
     assert sum(line.startswith("TY  - ") for line in ris) == 3
     assert sum(line.startswith("ER  - ") for line in ris) == 3
+
+
+# TeX an answer may hold, in every place pandoc reads Markdown: prose, math, an environment,
+# text a careless reader would take for code (a span over two lines, a fence never closed, an
+# indented or quoted fence) and the question; each names a file or macro of its own.
+_TEX_ATTACKS = [
+    r"Prose \input{/etc/passwd} and \write18{touch pwned1}.",
+    r"Math $\input{pwned2}$ and $$\def\pwnedthree{x}$$ and \(\input{pwned4}\).",
+    "\\begin{verbatim}pwned5\\end{verbatim} and \\newcommand{\\pwnedsix}{x}",
+    "- a list `span\n- \\input{pwned7}` over two lines",
+    "# Heading `open\n\\input{pwned8}`",
+    "```\n\\input{pwned9}\n",  # a fence never closed (pandoc: text)
+    "> ```\n\\input{pwned10}\n> ```",
+    "Escaped \\\\input{pwned11} and \\$\\input{pwned12}\\$ and [link](https://example.org/\\input{pwned13})",
+]
+
+
+def test_pandoc_writes_no_tex_of_an_answer_into_latex(
+    store: ConversationStore, tmp_path: Path
+) -> None:
+    """``pandoc report.md -o report.pdf`` goes through LaTeX, which would run a command of an
+    answer (read a file, write one, run a program with shell escape): none may reach it as
+    TeX, and every one still reads as written."""
+    pandoc = _pandoc()
+    answer = "\n\n".join([*_TEX_ATTACKS, "Cited [1].", "Code `\\input{kept}` stays code."])
+    report = _report_of(
+        store,
+        tmp_path,
+        question=r"Question \input{pwned14} $\def\pwnedfifteen{x}$?",
+        answer=answer,
+        hostile=r"\input{pwned}",
+    )
+    latex = _render(pandoc, report.markdown, "latex")
+    # Code blocks are verbatim (shown, never run): what is left must hold no command of ours.
+    live = re.sub(r"\\begin\{verbatim\}\n.*?\n\\end\{verbatim\}", "", latex, flags=re.DOTALL)
+    assert re.findall(r"\\(?:input|write18)(?![a-z])|\\pwned|\\begin\{verbatim\}pwned", live) == []
+    assert "pwned9" in live and r"Report \textbackslash" in live  # all there, as text
+    html = _render(pandoc, report.markdown, "html")
+    shown = [
+        r"\input{/etc/passwd}",
+        r"\write18{touch pwned1}",
+        r"$\input{pwned2}$",
+        r"\input{pwned11}",
+        r"\begin{verbatim}pwned5\end{verbatim}",
+        r"\input{pwned14}",
+        r"Thinking \input{pwned}",
+        r"Report \input{pwned}",
+        r"<code>\input{kept}</code>",
+    ]
+    assert [text for text in shown if text not in html] == []
+
+
+def _report_of(
+    store: ConversationStore, tmp_path: Path, *, question: str, answer: str, hostile: str
+) -> cite.Report:
+    """The report, with its thinking, of one question and its answer whose thinking, source
+    title and report title hold ``hostile``."""
+    cid = store.create(
+        [
+            Message(role="user", content=question),
+            Message(
+                role="assistant",
+                content=answer,
+                thinking=f"Thinking {hostile}",
+                sources=[Source(url="https://example.org/a", title=f"Title {hostile}")],
+                timestamp="2026-11-20T10:00:00Z",
+            ),
+        ]
+    ).conversation_id
+    return cite.to_report(
+        store, [cid], tmp_path / "report.md", title=f"Report {hostile}", thinking=True
+    )
+
+
+def _render(pandoc: str, markdown: Path, to: str = "html") -> str:
+    run = subprocess.run(
+        [pandoc, "--citeproc", "--standalone", markdown.name, "-t", to],
+        cwd=markdown.parent,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return run.stdout

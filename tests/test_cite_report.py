@@ -90,7 +90,7 @@ def test_pandoc_renders_a_report_of_three_conversations_with_every_citation_reso
     report = cite.to_report(store, three, tmp_path / "out" / "report.md", style="ieee")
     assert report.sections == 3  # the failed question is left out
     markdown = report.markdown.read_text("utf-8")
-    keys = set(re.findall(r"@([a-z0-9]+)", markdown))
+    keys = set(re.findall(r"@([a-z0-9-]+)", markdown))
     assert len(keys) == 4  # tasks, study, paper, queues: the consulted-only page is not cited
     bib = parse_string(report.bibliography.read_text("utf-8"))
     assert {entry.key for entry in bib.entries} == keys
@@ -103,7 +103,7 @@ def test_pandoc_renders_a_report_of_three_conversations_with_every_citation_reso
         check=True,
     )
     assert "WARNING" not in run.stderr, run.stderr
-    entries = re.findall(r'<div id="ref-([a-z0-9]+)" class="csl-entry"', run.stdout)
+    entries = re.findall(r'<div id="ref-([a-z0-9-]+)" class="csl-entry"', run.stdout)
     assert sorted(entries) == sorted(keys)
     shown = re.sub(r"<[^>]+>", "", run.stdout)
     assert "Attention [1], [3]." in shown  # "[1][2]" became one citation of two sources

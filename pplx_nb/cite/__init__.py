@@ -6,7 +6,8 @@ one reference with one key everywhere in a store (:mod:`._references`). Three sc
 answer, one conversation, or a store (all of it, chosen ids, or the filters of
 :meth:`ConversationStore.list`). Formats are written by the field's libraries
 (:mod:`._formats`); reports (:mod:`._report`) are Markdown with pandoc citations and a ``.bib``
-beside them, or self-contained HTML with the bibliography rendered by citeproc-py.
+beside them, or self-contained HTML with the bibliography rendered by citeproc-py. A store is
+read for what its references need alone (:mod:`._documents`), without building every message.
 
 Sources an answer only consulted (its "Also consulted" list) are left out unless
 ``consulted=True``.
@@ -26,7 +27,7 @@ from pplx_nb._logging import get_logger
 from pplx_nb._models import Answer, Conversation, ConversationSummary
 from pplx_nb._option_names import option_error
 from pplx_nb._references import (
-    Cited,
+    Citing,
     CslItem,
     KeyBook,
     Reference,
@@ -35,6 +36,7 @@ from pplx_nb._references import (
     conversation_cites,
     references,
 )
+from pplx_nb.cite._documents import Stored, cycles_uncollected, stored_cites
 from pplx_nb.cite._report import STYLES, Report, ReportOptions, write_report
 
 __all__ = [
@@ -135,15 +137,15 @@ def collect(source: Citable, **options: Unpack[CiteOptions]) -> list[Reference]:
         chosen: list[str] | None = None
         if filters:
             chosen = [s.conversation_id for s in store.list(**filters)]  # type: ignore[arg-type]
-        conversations = _read(store, None)
-        if chosen is None:  # one pass: the keys are handed out in the store's order
-            return references(_cites(conversations), consulted=consulted)
-        book = _book(conversations)
+        everything = _read_cites(store)
+        if chosen is None:  # one pass: keys over the whole store (a clash goes oldest first)
+            return references(_all(everything), consulted=consulted)
+        book = _book(everything)
         wanted = set(chosen)
-        chosen_ones = [c for c in conversations if c.conversation_id in wanted]
-        return references(_cites(chosen_ones), book, consulted=consulted)
+        chosen_ones = [c for c in everything if c.conversation_id in wanted]
+        return references(_all(chosen_ones), book, consulted=consulted)
     conversations = _conversations(source, store)
-    keys = _book(_read(store, None)) if store is not None else None
+    keys = _book(_read_cites(store)) if store is not None else None
     return references(_cites(conversations), keys, consulted=consulted)
 
 
@@ -207,10 +209,10 @@ def to_report(
             "path",
             path,
         )
-    everything = _read(store, None)
+    book = _book(_read_cites(store))
     options = ReportOptions(style, title, thinking, failed, consulted, force)
     chosen = _read(store, list(dict.fromkeys(conversation_ids)))
-    return write_report(chosen, Path(path), options, _book(everything))
+    return write_report(chosen, Path(path), options, book)
 
 
 def _check_store(store: object, name: str) -> None:
@@ -222,17 +224,39 @@ def _check_store(store: object, name: str) -> None:
         )
 
 
-def _cites(conversations: Iterable[Conversation]) -> Iterator[Cited]:
-    """Every source of every answer, those only consulted marked so."""
+def _cites(conversations: Iterable[Conversation]) -> Iterator[Citing]:
+    """The sources of every answer."""
     for conversation in conversations:
-        yield from conversation_cites(conversation, consulted=True)
+        yield from conversation_cites(conversation)
 
 
-def _book(conversations: Iterable[Conversation]) -> KeyBook:
+def _all(conversations: Iterable[Stored]) -> Iterator[Citing]:
+    """The sources of every answer of the stored ``conversations``."""
+    for conversation in conversations:
+        yield from conversation.answers
+
+
+def _book(conversations: Iterable[Stored]) -> KeyBook:
     """The keys of every page in ``conversations`` (oldest first), each cited or consulted."""
     book = KeyBook()
-    book.learn(_cites(conversations))
+    book.learn(_all(conversations))
     return book
+
+
+def _read_cites(store: ConversationSource) -> list[Stored]:
+    """Every conversation of ``store`` read for its references (:mod:`._documents`), oldest
+    first; unreadable ones are skipped with a warning, as every bulk reader of the store does."""
+    conversations: list[Stored] = []
+    with cycles_uncollected():
+        for conversation_id, document in store.documents(None):
+            if isinstance(document, ConversationNotFound):
+                continue  # deleted while listing
+            if isinstance(document, PplxError):
+                logger.warning("Skipping conversation %s: %s", conversation_id, document)
+                continue
+            conversations.append(stored_cites(conversation_id, document))
+    conversations.sort(key=lambda c: (c.created_at, c.conversation_id))
+    return conversations
 
 
 def _conversations(
@@ -268,22 +292,12 @@ def _conversations(
     return result
 
 
-def _read(store: ConversationSource, ids: Sequence[str] | None) -> list[Conversation]:
-    """The conversations of ``store`` (those of ``ids``, or all), oldest first.
-
-    A missing or unreadable id is its error; reading all, unreadable conversations are skipped
-    with a warning, as every bulk reader of the store does.
-    """
+def _read(store: ConversationSource, ids: Sequence[str]) -> list[Conversation]:
+    """The conversations of ``store`` named by ``ids``; a missing or unreadable one is its
+    error."""
     conversations: list[Conversation] = []
-    for conversation_id, document in store.documents(ids):
-        if isinstance(document, ConversationNotFound) and ids is None:
-            continue  # deleted while listing
+    for _, document in store.documents(ids):
         if isinstance(document, PplxError):
-            if ids is not None:
-                raise document
-            logger.warning("Skipping conversation %s: %s", conversation_id, document)
-            continue
+            raise document
         conversations.append(Conversation.model_validate(document))
-    if ids is None:
-        conversations.sort(key=lambda c: (c.created_at, c.conversation_id))
     return conversations

@@ -235,9 +235,7 @@ def _cited_references(
 ) -> list[Reference]:
     """The references the report cites, in the order it first cites them."""
     chosen = [
-        cite
-        for conversation in conversations
-        for cite in conversation_cites(conversation, consulted=True)
+        answer for conversation in conversations for answer in conversation_cites(conversation)
     ]
     return references(chosen, book, consulted=options.consulted)
 
@@ -319,7 +317,7 @@ def _markdown(title: str, sections: Sequence[_Section], bib: str, csl: str) -> s
     date = datetime.now(UTC).date().isoformat()
     front = [
         "---",
-        f"title: {_yaml_string(_no_attributes(escape(title)))}",  # pandoc reads it as Markdown
+        f"title: {_yaml_string(_no_tex(_no_attributes(escape(title))))}",  # read as Markdown
         f"date: {date}",
         f"bibliography: {bib}",
         f"csl: {csl}",
@@ -351,8 +349,31 @@ def _no_attributes(text: str) -> str:
 
 
 def _for_pandoc(markdown: str) -> str:
-    """A section's Markdown with nothing pandoc would read as attributes or raw output."""
-    return outside_code(_BRACED_FENCE.sub(r"\1", markdown), _no_attributes)
+    """A section's Markdown with nothing pandoc would read as attributes, raw output or TeX."""
+    return outside_code(
+        outside_code(_BRACED_FENCE.sub(r"\1", markdown), _no_attributes), _no_tex, sure=True
+    )
+
+
+# Pandoc's Markdown passes a backslash command (\input{...}, \def, \begin{...}) to LaTeX as
+# raw TeX and $...$ as math, which LaTeX runs when the report becomes a PDF. In web text a
+# backslash before anything but ASCII punctuation or a space escapes nothing (it prints), so
+# it is written escaped, and so is every dollar sign: the text reads as before, and no TeX of
+# an answer reaches LaTeX. Code is left alone: pandoc writes it for LaTeX as text.
+_TEX = re.compile(r"\\(.?)|\$", re.DOTALL)
+_ESCAPABLE = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
+
+
+def _no_tex(prose: str) -> str:
+    def one(match: re.Match[str]) -> str:
+        after = match.group(1)
+        if after is None:
+            return r"\$"
+        if not after or after.isspace() or after in _ESCAPABLE:
+            return match.group(0)
+        return "\\\\" + after
+
+    return _TEX.sub(one, prose)
 
 
 def _yaml_string(text: str) -> str:
@@ -397,7 +418,7 @@ def _html(
         inner = _PLACEHOLDERS.sub(cite, inner)
         body.append(f"<section>\n<h2>{html.escape(section.heading)}</h2>\n{inner}\n</section>")
     entries = []
-    # Keys are lower-case ASCII (key_stem), as citeproc-py keeps them.
+    # Keys are lower-case ASCII letters, digits and a hyphen (page_key), as citeproc-py keeps them.
     for entry, key in zip(bibliography.bibliography(), bibliography.keys, strict=True):
         reference = by_key[key]
         shown = _linked("".join(str(p) for p in _flatten(entry)), reference)

@@ -357,10 +357,11 @@ class FileBackend:
 
     def read(self, conversation_id: str) -> bytes:
         """The bytes of conversation.json."""
-        directory = self.directory(conversation_id)
+        # Plain strings, not Path objects: a store's export reads every conversation.
+        directory = self._layout.folder_str(validate_conversation_id(conversation_id))
         if not real_directory(directory):
             raise not_found(conversation_id, self.root)
-        path = directory / CONVERSATION_FILE
+        path = os.path.join(directory, CONVERSATION_FILE)
         # In a folder that is there, a missing file is one being rewritten in place (the
         # TypeScript server removes it first) or being created: read again while that lasts.
         return read_settled(
