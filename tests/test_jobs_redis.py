@@ -152,8 +152,9 @@ def test_a_progress_write_waits_while_another_process_holds_the_conversation_loc
     with counting(monkeypatch) as trips, RedisLock(redis_url, KEYS.conversation(cid, "lock")):
         writer = threading.Thread(target=queue.progress, args=(job, 70, "while locked"))
         writer.start()
-        # Several tries to take the lock: the writer is waiting for it, not writing past it.
-        poll_until(lambda: trips.commands.count("EVAL") >= 3, 30, 0.01, what="lock attempts")
+        # The write refused, then several tries to take the lock (each a script call): the
+        # writer is waiting for it, not writing past it.
+        poll_until(lambda: trips.commands.count("EVALSHA") >= 4, 30, 0.01, what="lock attempts")
         assert queue.status(cid) == before
     writer.join(timeout=30)
     status = queue.status(cid)

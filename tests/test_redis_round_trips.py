@@ -91,3 +91,48 @@ def test_a_progress_write_is_one_round_trip(
     status = queue.status(conversation_id)
     assert status is not None and status.progress is not None
     assert (status.progress.percentage, status.progress.message) == (24, "step 4")
+
+
+def test_a_connection_the_server_closed_is_opened_again_not_an_error(
+    redis_url: str, logs_dir: Path
+) -> None:
+    import redis
+
+    store, queue = _parts(redis_url, logs_dir)
+    first, second = (
+        store.create([Message(role="user", content=f"question {n}")]).conversation_id
+        for n in range(2)
+    )
+    _cycle(store, queue, first)
+    # Every client connection of this database but the one asking (the server restarted, or
+    # its idle timeout closed them).
+    raw = redis.Redis.from_url(redis_url)
+    assert raw.client_kill_filter(_type="normal", skipme=True) >= 1
+    job = _cycle(store, queue, second)
+    status = queue.status(second)
+    assert status is not None and status.status == "completed" and status.job_id == job.job_id
+
+
+def test_a_threads_connection_closes_when_the_thread_ends(redis_url: str, logs_dir: Path) -> None:
+    import threading
+
+    import redis
+    from support.waiting import poll_until
+
+    store, queue = _parts(redis_url, logs_dir)
+    raw = redis.Redis.from_url(redis_url)
+
+    def own() -> int:
+        """Connections whose last command ran a script: each thread's own (redis-py's pool
+        sends no script here)."""
+        return sum(client["cmd"] == "evalsha" for client in raw.client_list())
+
+    ids = [store.create([Message(role="user", content=f"q{n}")]).conversation_id for n in range(5)]
+    before = own()
+    threads = [threading.Thread(target=_cycle, args=(store, queue, cid)) for cid in ids]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert all(queue.status(cid).status == "completed" for cid in ids)  # type: ignore[union-attr]
+    poll_until(lambda: own() <= before, 30, 0.05, what="the threads' connections closed")
