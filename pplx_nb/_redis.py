@@ -38,6 +38,7 @@ __all__ = [
     "Scripts",
     "client",
     "command",
+    "pairs",
     "redis_errors",
     "run_script",
 ]
@@ -277,7 +278,7 @@ class RedisLock:
                 url_without_credentials(self.url),
             )
         self.token = token
-        self.read = None if len(found) < 3 else (_pairs(found[1]), list(found[2]))
+        self.read = None if len(found) < 3 else (pairs(found[1]), list(found[2]))
 
     @property
     def _ttl_ms(self) -> int:
@@ -362,6 +363,6 @@ _HELD = threading.local()
 :meth:`HeldLocks.token` answers from."""
 
 
-def _pairs(flat: list[bytes]) -> dict[bytes, bytes]:
+def pairs(flat: list[bytes]) -> dict[bytes, bytes]:
     """A hash as a script returns it (field, value, field, value, ...) as a dict."""
     return dict(zip(flat[::2], flat[1::2], strict=True))

@@ -50,7 +50,7 @@ from pplx_nb._fs import CONVERSATION_ID_RE, validate_conversation_id
 from pplx_nb._layout import RedisKeys
 from pplx_nb._logging import get_logger
 from pplx_nb._models import JobRecord, JobState, JobStatus
-from pplx_nb._redis import HeldLocks, RedisLock, Scripts, client, redis_errors
+from pplx_nb._redis import HeldLocks, RedisLock, Scripts, client, command, redis_errors
 from pplx_nb.jobs._backend import Outcome, StatusView, Step, StepsAtOnce
 from pplx_nb.jobs._codec import encode, parse_record, parse_state, parse_status
 from pplx_nb.jobs._index import ClaimIndex
@@ -273,7 +273,7 @@ class RedisStatusBackend:
         """Whether the conversation is stored (its meta hash exists)."""
         key = self._key(conversation_id, "meta")
         with redis_errors(self.url, "read"):
-            return bool(self._redis.exists(key))
+            return bool(command(self.url, "EXISTS", key))
 
     def conversation_ids(self) -> list[str]:
         """Every stored conversation's id (the store's index)."""
@@ -357,7 +357,7 @@ class RedisStatusBackend:
         """Whether a queued request is stored."""
         key = self._key(conversation_id, "job")
         with redis_errors(self.url, "read"):
-            return bool(self._redis.exists(key))
+            return bool(command(self.url, "EXISTS", key))
 
     def queued_ids(self) -> list[str]:
         """The conversations listed in ``pplx_nb:jobs:queued`` (deleted ones are pruned)."""
@@ -387,7 +387,7 @@ class RedisStatusBackend:
     def _get(self, conversation_id: str, part: str) -> bytes | None:
         key = self._key(conversation_id, part)
         with redis_errors(self.url, "read a job status in"):
-            return cast(bytes | None, self._redis.get(key))
+            return cast(bytes | None, command(self.url, "GET", key))
 
     def _write(self, conversation_id: str, part: str, value: bytes | None) -> None:
         """Set (or with ``None`` delete) one part, checking this thread's lock token if any."""

@@ -44,7 +44,7 @@ from pplx_nb._errors import FilesystemError, PplxError, url_without_credentials
 from pplx_nb._fs import CONVERSATION_ID_RE, id_from_ms, validate_conversation_id
 from pplx_nb._layout import RedisKeys
 from pplx_nb._models import now_iso
-from pplx_nb._redis import HeldLocks, RedisLock, Scripts, client, redis_errors
+from pplx_nb._redis import HeldLocks, RedisLock, Scripts, client, command, pairs, redis_errors
 from pplx_nb.store import _answering as answering
 from pplx_nb.store._answering import AnsweringMarker
 from pplx_nb.store._document import (
@@ -65,7 +65,7 @@ from pplx_nb.store._redis_meta import (
     header_fields,
     summary_of_meta,
 )
-from pplx_nb.store._redis_scripts import APPEND, CREATE, REPLACE, UNDO
+from pplx_nb.store._redis_scripts import APPEND, CREATE, READ, REPLACE, UNDO
 
 if TYPE_CHECKING:
     import redis
@@ -429,7 +429,7 @@ class RedisBackend:
 
         with self._errors("read a conversation in"):
             try:
-                raw = self._redis.get(self._key(conversation_id, "answering"))
+                raw = command(self.url, "GET", self._key(conversation_id, "answering"))
             except redis.ResponseError as exc:
                 if not _wrong_type(exc):
                     raise
@@ -456,22 +456,23 @@ class RedisBackend:
             if not meta:
                 raise not_found(conversation_id, self.shown_url)
             return meta, lines
+        keys = [self._key(conversation_id, part) for part in ("meta", "messages")]
         with self._errors("read a conversation in"):
-            pipe = self._redis.pipeline(transaction=True)
-            pipe.hgetall(self._key(conversation_id, "meta"))
-            pipe.lrange(self._key(conversation_id, "messages"), 0, -1)
-            found = self._replies(pipe, "read a conversation in")
+            found = self._checked(self._scripts.run(READ, keys, []), "read a conversation in")
         meta = self._reply(conversation_id, "meta", found[0])
         if not meta:
             raise not_found(conversation_id, self.shown_url)
-        return meta, self._reply(conversation_id, "messages", found[1])
+        return pairs(meta), self._reply(conversation_id, "messages", found[1])
 
     def _replies(self, pipe: redis.client.Pipeline, doing: str) -> list[Any]:
         """The replies of ``pipe``, each key of another type than the store writes left in
         place as its error (see :meth:`_reply`); any other refusal is FILESYSTEM_ERROR."""
+        return self._checked(pipe.execute(raise_on_error=False), doing)
+
+    def _checked(self, found: list[Any], doing: str) -> list[Any]:
+        """``found`` (replies, errors among them) unless an error is not a key's wrong type."""
         import redis
 
-        found: list[Any] = pipe.execute(raise_on_error=False)
         for reply in found:
             if isinstance(reply, redis.ResponseError) and not _wrong_type(reply):
                 with self._errors(doing):
@@ -494,7 +495,7 @@ class RedisBackend:
         """Whether the conversation's meta hash is stored."""
         key = self._key(validate_conversation_id(conversation_id), "meta")
         with self._errors("read"):
-            return bool(self._redis.exists(key))
+            return bool(command(self.url, "EXISTS", key))
 
     def ids(self) -> list[str]:
         """Every conversation id in the index, newest first."""
