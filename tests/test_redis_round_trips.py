@@ -1,5 +1,5 @@
 """Round trips to Redis per job transition, counted exactly (a counting connection, not a timer):
-a whole job cycle in 8 (at most 10), a progress write in one. Each round trip crosses the network
+a whole job cycle in 7 (at most 10), a progress write in one. Each round trip crosses the network
 to the server, so these counts are what a team's workers pay on every job."""
 
 from __future__ import annotations
@@ -65,8 +65,8 @@ def test_a_job_cycle_makes_at_most_10_round_trips(
     _cycle(store, queue, first)  # scripts loaded, clients connected
     trips.reset()
     _cycle(store, queue, second)
-    # Queue 1, claim 3 (pop, read, write), the fenced append 3, complete 1 (budget: 10).
-    assert trips.count == 8, trips.commands
+    # Queue 1, claim 2 (pop with the read, write), the fenced append 3, complete 1 (budget: 10).
+    assert trips.count == 7, trips.commands
     status = queue.status(second)
     assert status is not None and status.status == "completed" and status.attempts == 1
     assert queue.pending_count() == 0

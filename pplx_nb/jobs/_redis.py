@@ -53,7 +53,7 @@ from pplx_nb._models import JobRecord, JobState, JobStatus
 from pplx_nb._redis import HeldLocks, RedisLock, Scripts, client, command, redis_errors
 from pplx_nb.jobs._backend import Outcome, StatusView, Step, StepsAtOnce
 from pplx_nb.jobs._codec import encode, parse_record, parse_state, parse_status
-from pplx_nb.jobs._index import ClaimIndex
+from pplx_nb.jobs._index import ClaimIndex, conversation_of
 
 if TYPE_CHECKING:
     import redis
@@ -91,6 +91,21 @@ redis.call('zadd', KEYS[2], now + tonumber(ARGV[1]), popped[1])
 return popped[1]
 """
 )
+
+_CLAIM_VIEW = (
+    _CLAIM.removesuffix("return popped[1]\n")
+    + """
+local base = ARGV[2] .. string.sub(popped[1], -22) .. ':'
+local status, job = redis.pcall('get', base .. 'status'), redis.pcall('get', base .. 'job')
+if type(status) == 'table' and status.err or type(job) == 'table' and job.err then
+  return {popped[1]}
+end
+return {popped[1], redis.call('exists', base .. 'meta'), status, job}
+"""
+)
+""":data:`_CLAIM`, then read what :data:`_VIEW` reads for the marker's conversation (its id
+the marker's last 22 characters, its keys built from the base ``ARGV[2]``): the marker alone
+if a key holds another type of value (the locked way reads it again and says so)."""
 
 _ADD_CLAIMED = _NOW_MS + "redis.call('zadd', KEYS[1], now + tonumber(ARGV[2]), ARGV[1]) return 1"
 
@@ -575,6 +590,38 @@ class RedisSteps:
         statuses.remember(conversation_id, raw)
         found = None if not job else parse_record(job, statuses._where(conversation_id, "job"))
         return StatusView(conversation_id, where, bool(present), raw, found, bool(live))
+
+    def claim_next(self) -> tuple[str, StatusView | None] | None:
+        """Claim the next marker and read its conversation's status and request, in one
+        script (see :class:`~pplx_nb.jobs._backend.StepsAtOnce`)."""
+        statuses, index = self._statuses, self._index
+        keys, args = (
+            [index.pending_key, index.claimed_key],
+            [index.lease_ms, statuses.keys.conversation_base],
+        )
+        while True:
+            with redis_errors(statuses.url, "claim a job in"):
+                found = statuses._scripts.run(_CLAIM_VIEW, keys, args)
+            if found is None:
+                return None
+            marker = index._decoded(bytes(found[0]), index.claimed_key)
+            if marker is not None:
+                return marker, self._claimed_view(marker, found[1:])
+
+    def _claimed_view(self, marker: str, found: list[Any]) -> StatusView | None:
+        """The view :data:`_CLAIM_VIEW` read (``None``: read it again the usual way)."""
+        conversation_id = conversation_of(marker)
+        if not found or not CONVERSATION_ID_RE.match(conversation_id):
+            return None
+        present, raw, job = found
+        statuses = self._statuses
+        try:
+            record = None if not job else parse_record(job, statuses._where(conversation_id, "job"))
+        except ConversationCorrupted:
+            return None  # read again where the error is reported
+        statuses.remember(conversation_id, raw)
+        where = statuses._where(conversation_id, "status")
+        return StatusView(conversation_id, where, bool(present), raw, record)
 
     def unread(self, conversation_id: str) -> StatusView:
         """A view that read nothing (see :attr:`Step.idle`)."""
