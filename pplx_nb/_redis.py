@@ -35,10 +35,9 @@ __all__ = [
     "KEY_PREFIX",
     "HeldLocks",
     "RedisLock",
-    "Scripts",
     "client",
     "command",
-    "pairs",
+    "hash_reply",
     "redis_errors",
     "run_script",
 ]
@@ -192,17 +191,6 @@ def run_script(url: str, source: str, keys: list[str], args: list[Any]) -> Any:
         return command(url, "EVALSHA", digest, len(keys), *keys, *args)
 
 
-class Scripts:
-    """Lua scripts run on ``url`` through :func:`run_script`."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-
-    def run(self, source: str, keys: list[str], args: list[Any]) -> Any:
-        """The reply of ``source`` run with ``keys`` and ``args``."""
-        return run_script(self.url, source, keys, args)
-
-
 _ACQUIRE = """
 local taken = 0
 if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
@@ -278,7 +266,7 @@ class RedisLock:
                 url_without_credentials(self.url),
             )
         self.token = token
-        self.read = None if len(found) < 3 else (pairs(found[1]), list(found[2]))
+        self.read = None if len(found) < 3 else (hash_reply(found[1]), list(found[2]))
 
     @property
     def _ttl_ms(self) -> int:
@@ -363,6 +351,6 @@ _HELD = threading.local()
 :meth:`HeldLocks.token` answers from."""
 
 
-def pairs(flat: list[bytes]) -> dict[bytes, bytes]:
+def hash_reply(flat: list[bytes]) -> dict[bytes, bytes]:
     """A hash as a script returns it (field, value, field, value, ...) as a dict."""
     return dict(zip(flat[::2], flat[1::2], strict=True))
