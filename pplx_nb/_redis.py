@@ -200,6 +200,7 @@ elseif redis.call('type', KEYS[1]).ok ~= 'string' or redis.call('pttl', KEYS[1])
   taken = 2
 end
 if taken == 0 or #KEYS == 1 then return {taken} end
+if #KEYS == 2 then return {taken, redis.call('exists', KEYS[2])} end
 local hash, list = redis.call('type', KEYS[2]).ok, redis.call('type', KEYS[3]).ok
 if (hash ~= 'hash' and hash ~= 'none') or (list ~= 'list' and list ~= 'none') then
   return {taken}
@@ -210,7 +211,8 @@ return {taken, redis.call('hgetall', KEYS[2]), redis.call('lrange', KEYS[3], 0, 
 another, 2 taken over from a key no live holder can have left (every lock of ours carries an
 expiry, so one without, or a key of another type, would block every writer forever). Once taken,
 the hash ``KEYS[2]`` and the list ``KEYS[3]`` when given (a conversation's meta and messages)
-are read in the same round trip, unless either holds another type of value."""
+are read in the same round trip, unless either holds another type of value; with ``KEYS[2]``
+alone, whether it exists."""
 _RELEASE = """
 if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
 return 0
@@ -239,10 +241,13 @@ class RedisLock:
         self.token: str | None = None
         self.read: tuple[dict[bytes, bytes], list[bytes]] | None = None
         """What :meth:`acquire` read with the lock: the hash as a dict and the list."""
+        self.found: bool | None = None
+        """Whether the one key :meth:`acquire` was given to look at exists."""
 
     def acquire(self, *read: str) -> None:
         """Take the lock, waiting up to ``timeout`` seconds; with ``read`` (a hash's key and a
-        list's), read both in the same round trip (:attr:`read`)."""
+        list's), read both in the same round trip (:attr:`read`); with one key, whether it
+        exists (:attr:`found`)."""
         token = uuid.uuid4().hex
         deadline = time.monotonic() + self.timeout
         pause = 0.002
@@ -267,6 +272,7 @@ class RedisLock:
             )
         self.token = token
         self.read = None if len(found) < 3 else (hash_reply(found[1]), list(found[2]))
+        self.found = bool(found[1]) if len(found) == 2 else None
 
     @property
     def _ttl_ms(self) -> int:

@@ -93,6 +93,30 @@ def test_a_progress_write_is_one_round_trip(
     assert (status.progress.percentage, status.progress.message) == (24, "step 4")
 
 
+def test_holding_a_conversations_lock_is_two_round_trips_and_a_missing_one_refused(
+    redis_url: str, logs_dir: Path, trips: RoundTrips
+) -> None:
+    import redis
+
+    from pplx_nb._errors import ConversationNotFound
+    from pplx_nb._layout import RedisKeys
+
+    store, _ = _parts(redis_url, logs_dir)
+    conversation_id = store.create([Message(role="user", content="q")]).conversation_id
+    with store.locked(conversation_id):
+        pass  # scripts loaded, clients connected
+    trips.reset()
+    with store.locked(conversation_id):
+        pass
+    # Taken with whether the conversation exists, then let go.
+    assert trips.count == 2, trips.commands
+    store.delete(conversation_id)
+    with pytest.raises(ConversationNotFound), store.locked(conversation_id):
+        pass
+    lock = RedisKeys().conversation(conversation_id, "lock")
+    assert not redis.Redis.from_url(redis_url).exists(lock)  # let go of when refused
+
+
 def test_a_connection_the_server_closed_is_opened_again_not_an_error(
     redis_url: str, logs_dir: Path
 ) -> None:

@@ -9,17 +9,17 @@ Keys (see :class:`~pplx_nb._layout.RedisKeys`)::
     pplx_nb:jobs:pending         sorted set: queued markers, all scored 0
     pplx_nb:jobs:claimed         sorted set: claimed markers, scored by their lease deadline
 
-The claim index is a sorted set and a few Lua scripts rather than a Stream with a consumer group.
-Markers (:func:`~pplx_nb.jobs._index.marker_name`) already sort as priority, then enqueue time,
-and members of equal score are ordered by their bytes, so ``ZPOPMIN`` on a set scored 0 is
+The claim index is a sorted set and a few Lua scripts rather than a Stream with a consumer
+group. Markers (:func:`~pplx_nb.jobs._index.marker_name`) already sort as priority, then enqueue
+time, and members of equal score are ordered by their bytes, so ``ZPOPMIN`` on a set scored 0 is
 "highest priority, then oldest" in one command; a Stream is FIFO only, would need one stream per
-priority, and its pending-entries list cannot hold a job's lease across a requeue. A claim is one
-script that pops the first pending marker and adds it to ``claimed`` with a deadline of the
+priority, and its pending-entries list cannot hold a job's lease across a requeue. A claim is
+one script that pops the first pending marker and adds it to ``claimed`` with a deadline of the
 server's ``TIME`` plus the lease, so exactly one caller gets each marker and no machine's clock
-matters; it reads the job's status and request in the same script. Every write a worker makes to its job renews the deadline in a script that first checks
-it has not passed (by the server's clock again): a worker whose lease ran out is refused
-(``JOB_LEASE_EXPIRED``) even before another process recovers the job, and recovery looks only at
-markers whose deadline has passed.
+matters; it reads the job's status and request in the same script. Every write a worker makes to
+its job renews the deadline in a script that first checks it has not passed (by the server's
+clock again): a worker whose lease ran out is refused (``JOB_LEASE_EXPIRED``) even before
+another process recovers the job, and recovery looks only at markers whose deadline has passed.
 
 As with files, markers are hints: the statuses decide, and a status write made while this
 process holds the conversation's lock checks in the same script that the lock is still its own

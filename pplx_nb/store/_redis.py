@@ -388,8 +388,10 @@ class RedisBackend:
     def locked(self, conversation_id: str) -> Iterator[None]:
         """The conversation's lock, the one :meth:`append` takes (CONVERSATION_NOT_FOUND
         without the conversation). Nothing is read with it: what the block does may not."""
-        with self._locks.hold(self._key(validate_conversation_id(conversation_id), "lock")):
-            if not self.exists(conversation_id):
+        validate_conversation_id(conversation_id)
+        lock_key, meta_key = (self._key(conversation_id, part) for part in ("lock", "meta"))
+        with self._locks.hold(lock_key, meta_key) as lock:  # whether it exists: same round trip
+            if not lock.found:
                 raise not_found(conversation_id, self.shown_url)
             yield
 
