@@ -712,9 +712,9 @@ def _redis_section(
         "lock's scripts go by digest instead of sending their source. JSON and pydantic work "
         "per transition is the same on both backends (the status read parsed once, the one "
         "written encoded once). What remains is the server's: inside a cycle a script costs "
-        "redis-server 49–85 µs of CPU (3–9 µs in a tight loop of the same script: on this "
-        "shared 2-core machine each command wakes it cold), and it runs on the same two "
-        "cores. What Redis buys: workers on any machine that reaches the server, leases on "
-        "the server's clock.",
+        "redis-server 27–85 µs of CPU as the load varies (a progress write's 20 µs in a tight "
+        "loop, a script that only returns 2–3 µs: each runs several commands and checks), on "
+        "the same two cores. What Redis buys: workers on any machine that reaches the "
+        "server, leases on the server's clock.",
         "### Files and SQLite",
     ]
