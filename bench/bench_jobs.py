@@ -267,11 +267,8 @@ def _end_to_end(sim_url: str, store_url: str | None) -> tuple[float, float, floa
             assert isinstance(warm, JobStatus)
             researcher.wait(warm.conversation_id, timeout=600)
             with _round_trips() as counted:
-                start, mine, server = (
-                    time.perf_counter(),
-                    time.process_time(),
-                    _server_cpu(store_url),
-                )
+                start = time.perf_counter()
+                mine, server = time.process_time(), _server_cpu(store_url)
                 queued = [
                     researcher.deep_research(f"How does json.dumps handle floats {n}?", wait=False)
                     for n in range(END_TO_END_JOBS)

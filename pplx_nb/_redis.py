@@ -35,6 +35,7 @@ __all__ = [
     "KEY_PREFIX",
     "HeldLocks",
     "RedisLock",
+    "Scripts",
     "client",
     "command",
     "hash_reply",
@@ -189,6 +190,18 @@ def run_script(url: str, source: str, keys: list[str], args: list[Any]) -> Any:
     except redis.exceptions.NoScriptError:
         command(url, "SCRIPT", "LOAD", source)
         return command(url, "EVALSHA", digest, len(keys), *keys, *args)
+
+
+class Scripts:
+    """Lua scripts run on ``url`` through :func:`run_script` (for a backend that keeps its URL
+    beside them)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def run(self, source: str, keys: list[str], args: list[Any]) -> Any:
+        """The reply of ``source`` run with ``keys`` and ``args``."""
+        return run_script(self.url, source, keys, args)
 
 
 _ACQUIRE = """
