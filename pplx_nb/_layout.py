@@ -163,7 +163,13 @@ class RedisKeys:
         """``pplx_nb:conv:<id>:<part>``; ``part`` is one of :data:`CONVERSATION_PARTS`."""
         if part not in CONVERSATION_PARTS:
             raise KeyError(part)
-        return f"{self.prefix}:conv:{conversation_id}:{part}"
+        return f"{self.conversation_base}{conversation_id}:{part}"
+
+    @property
+    def conversation_base(self) -> str:
+        """``pplx_nb:conv:``, what every key of a conversation starts with (for a script that
+        builds them from the id)."""
+        return f"{self.prefix}:conv:"
 
     def all_of(self, conversation_id: str) -> list[str]:
         """Every key the conversation may have (to delete or migrate it whole)."""

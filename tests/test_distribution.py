@@ -36,7 +36,16 @@ _NETWORK = {
     "UV_DEFAULT_INDEX",
     "UV_EXTRA_INDEX_URL",
 }
-EXTRAS_ONLY = {"ipython", "ipywidgets", "pandas", "numpy", "redis", "jupyterlab", "matplotlib"}
+EXTRAS_ONLY = {
+    "ipython",
+    "ipywidgets",
+    "pandas",
+    "numpy",
+    "redis",
+    "hiredis",
+    "jupyterlab",
+    "matplotlib",
+}
 """Distributions that come with an extra (or with one of its packages), never with the core."""
 
 

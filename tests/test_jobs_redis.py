@@ -152,13 +152,38 @@ def test_a_progress_write_waits_while_another_process_holds_the_conversation_loc
     with counting(monkeypatch) as trips, RedisLock(redis_url, KEYS.conversation(cid, "lock")):
         writer = threading.Thread(target=queue.progress, args=(job, 70, "while locked"))
         writer.start()
-        # Several tries to take the lock: the writer is waiting for it, not writing past it.
-        poll_until(lambda: trips.commands.count("EVAL") >= 3, 30, 0.01, what="lock attempts")
+        # The write refused, then several tries to take the lock (each a script call): the
+        # writer is waiting for it, not writing past it.
+        poll_until(lambda: trips.commands.count("EVALSHA") >= 4, 30, 0.01, what="lock attempts")
         assert queue.status(cid) == before
     writer.join(timeout=30)
     status = queue.status(cid)
     assert status is not None and status.progress is not None
     assert status.progress.message == "while locked" and status.worker_id == "w"
+
+
+@pytest.mark.parametrize("damage", ["a list", "not JSON"])
+def test_a_claimed_job_whose_status_is_damaged_is_reported_and_the_next_one_claimed(
+    redis_url: str, logs_dir: Path, caplog: pytest.LogCaptureFixture, damage: str
+) -> None:
+    raw = redis.Redis.from_url(redis_url)
+    queue = open_backends(Settings(store_url=redis_url)).job_queue()
+    store = _store(redis_url, logs_dir)
+    damaged, fine = _ask(store), _ask(store)
+    queue.enqueue(damaged, "t", {})
+    queue.enqueue(fine, "t", {})
+    status_key = KEYS.conversation(damaged, "status")
+    raw.delete(status_key)
+    if damage == "a list":
+        raw.rpush(status_key, "x")
+    else:
+        raw.set(status_key, b"{not json")
+    with caplog.at_level(logging.ERROR, logger="pplx_nb.jobs"):
+        job = queue.claim("w")
+    assert job is not None and job.conversation_id == fine
+    assert f"Job {damaged} cannot be claimed" in caplog.text
+    claimed = [m.decode() for m in raw.zrange(KEYS.jobs("claimed"), 0, -1)]
+    assert any(marker.endswith(damaged) for marker in claimed)  # recovery keeps reporting it
 
 
 def test_a_marker_that_is_not_text_is_dropped_and_the_queue_goes_on(

@@ -1,5 +1,5 @@
 """Round trips to Redis per job transition, counted exactly (a counting connection, not a timer):
-a whole job cycle in 8 (at most 10), a progress write in one. Each round trip crosses the network
+a whole job cycle in 7 (at most 10), a progress write in one. Each round trip crosses the network
 to the server, so these counts are what a team's workers pay on every job."""
 
 from __future__ import annotations
@@ -65,8 +65,8 @@ def test_a_job_cycle_makes_at_most_10_round_trips(
     _cycle(store, queue, first)  # scripts loaded, clients connected
     trips.reset()
     _cycle(store, queue, second)
-    # Queue 1, claim 3 (pop, read, write), the fenced append 3, complete 1 (budget: 10).
-    assert trips.count == 8, trips.commands
+    # Queue 1, claim 2 (pop with the read, write), the fenced append 3, complete 1 (budget: 10).
+    assert trips.count == 7, trips.commands
     status = queue.status(second)
     assert status is not None and status.status == "completed" and status.attempts == 1
     assert queue.pending_count() == 0
@@ -91,3 +91,72 @@ def test_a_progress_write_is_one_round_trip(
     status = queue.status(conversation_id)
     assert status is not None and status.progress is not None
     assert (status.progress.percentage, status.progress.message) == (24, "step 4")
+
+
+def test_holding_a_conversations_lock_is_two_round_trips_and_a_missing_one_refused(
+    redis_url: str, logs_dir: Path, trips: RoundTrips
+) -> None:
+    import redis
+
+    from pplx_nb._errors import ConversationNotFound
+    from pplx_nb._layout import RedisKeys
+
+    store, _ = _parts(redis_url, logs_dir)
+    conversation_id = store.create([Message(role="user", content="q")]).conversation_id
+    with store.locked(conversation_id):
+        pass  # scripts loaded, clients connected
+    trips.reset()
+    with store.locked(conversation_id):
+        pass
+    # Taken with whether the conversation exists, then let go.
+    assert trips.count == 2, trips.commands
+    store.delete(conversation_id)
+    with pytest.raises(ConversationNotFound), store.locked(conversation_id):
+        pass
+    lock = RedisKeys().conversation(conversation_id, "lock")
+    assert not redis.Redis.from_url(redis_url).exists(lock)  # let go of when refused
+
+
+def test_a_connection_the_server_closed_is_opened_again_not_an_error(
+    redis_url: str, logs_dir: Path
+) -> None:
+    import redis
+
+    store, queue = _parts(redis_url, logs_dir)
+    first, second = (
+        store.create([Message(role="user", content=f"question {n}")]).conversation_id
+        for n in range(2)
+    )
+    _cycle(store, queue, first)
+    # Every client connection of this database but the one asking (the server restarted, or
+    # its idle timeout closed them).
+    raw = redis.Redis.from_url(redis_url)
+    assert raw.client_kill_filter(_type="normal", skipme=True) >= 1
+    job = _cycle(store, queue, second)
+    status = queue.status(second)
+    assert status is not None and status.status == "completed" and status.job_id == job.job_id
+
+
+def test_a_threads_connection_closes_when_the_thread_ends(redis_url: str, logs_dir: Path) -> None:
+    import threading
+
+    import redis
+    from support.waiting import poll_until
+
+    store, queue = _parts(redis_url, logs_dir)
+    raw = redis.Redis.from_url(redis_url)
+
+    def own() -> int:
+        """Connections whose last command ran a script: each thread's own (redis-py's pool
+        sends no script here)."""
+        return sum(client["cmd"] == "evalsha" for client in raw.client_list())
+
+    ids = [store.create([Message(role="user", content=f"q{n}")]).conversation_id for n in range(5)]
+    before = own()
+    threads = [threading.Thread(target=_cycle, args=(store, queue, cid)) for cid in ids]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert all(queue.status(cid).status == "completed" for cid in ids)  # type: ignore[union-attr]
+    poll_until(lambda: own() <= before, 30, 0.05, what="the threads' connections closed")

@@ -35,14 +35,13 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Literal
 
 from pplx_nb._config import Settings, parse_rate
 from pplx_nb._errors import APITimeoutError, PplxError, url_without_credentials
 from pplx_nb._layout import RedisKeys
 from pplx_nb._logging import get_logger
-from pplx_nb._redis import client as redis_client
-from pplx_nb._redis import redis_errors
+from pplx_nb._redis import redis_errors, run_script
 from pplx_nb.api.retry import RATE_LIMIT_WAIT, retry_after_seconds, seconds_until_date
 
 __all__ = [
@@ -423,17 +422,7 @@ class RedisThrottle(Throttle):
         self.where = f"every process on {url_without_credentials(url)}"
         keys = RedisKeys()
         name = f"{self.window[0]}/{self.window[1] * 1000:.0f}ms" if self.window else "none"
-        self.keys = (keys.rate_limit(name), keys.rate_limit("hold"))
-        self._scripts: tuple[Any, Any] | None = None
-
-    def _script(self, which: int) -> Any:
-        if self._scripts is None:
-            connection = redis_client(self.url)
-            self._scripts = (
-                connection.register_script(_RESERVE),
-                connection.register_script(_HOLD),
-            )
-        return self._scripts[which]
+        self.keys = [keys.rate_limit(name), keys.rate_limit("hold")]
 
     async def _reserve(self, max_wait: float, *, past_hold: bool = False) -> _Turn:
         return await asyncio.to_thread(self.reserve, max_wait, past_hold=past_hold)
@@ -445,8 +434,8 @@ class RedisThrottle(Throttle):
         args = [count, round(period * 1e6), round(min(max_wait, _MAX_AHEAD) * 1e6)]
         limits = [round(_MAX_AHEAD * 1e6), round(MAX_HOLD * 1e6), 1 if past_hold else 0]
         with redis_errors(self.url, "pace API requests through"):
-            granted, wait, cause, at, repaired = self._script(0)(
-                keys=self.keys, args=[*args, *limits]
+            granted, wait, cause, at, repaired = run_script(
+                self.url, _RESERVE, self.keys, [*args, *limits]
             )
         if repaired:
             damaged = [
@@ -467,7 +456,7 @@ class RedisThrottle(Throttle):
         """Hold every process's requests for ``seconds`` (at most MAX_HOLD) from now (blocking)."""
         length = round(min(max(seconds, 0.0), MAX_HOLD) * 1e6)
         with redis_errors(self.url, "share a rate-limit pause through"):
-            self._script(1)(keys=self.keys[1:], args=[length, round(MAX_HOLD * 1e6)])
+            run_script(self.url, _HOLD, self.keys[1:], [length, round(MAX_HOLD * 1e6)])
 
 
 _throttles: dict[tuple[int, str, str | None, str | None], Throttle] = {}

@@ -17,7 +17,7 @@ from pplx_nb._errors import LeaseLost
 from pplx_nb._fs import CONVERSATION_ID_RE
 from pplx_nb._models import JobRecord, JobStatus, now_iso
 from pplx_nb.jobs import _transitions as transitions
-from pplx_nb.jobs._backend import IndexMove, Step, StepsAtOnce
+from pplx_nb.jobs._backend import IndexMove, StatusView, Step, StepsAtOnce
 from pplx_nb.jobs._index import ClaimIndex, conversation_of
 from pplx_nb.jobs._job import Job
 
@@ -53,14 +53,23 @@ class AtOnce:
             check_idle(conversation_id)  # raises, naming the state it reads now
         return status if outcome == "done" else None
 
-    def take(self, marker: str, worker_id: str) -> Job | Literal[False] | None:
-        """:meth:`_take` in one read and one checked write where the backend offers it: the
-        job, ``None`` when it is not to be had, ``False`` when it must be taken under the
-        lock (anything but a pending job with its request, or a check that failed)."""
+    def claim_next(self) -> tuple[str, StatusView | None] | None:
+        """The next marker, claimed, and its conversation read in the same round trip (see
+        :meth:`StepsAtOnce.claim_next`)."""
+        return self._steps.claim_next()
+
+    def take(
+        self, marker: str, worker_id: str, view: StatusView | None = None
+    ) -> Job | Literal[False] | None:
+        """:meth:`_take` in one read and one checked write where the backend offers it (no
+        read when ``view``, read with the claim, is given): the job, ``None`` when it is not to
+        be had, ``False`` when it must be taken under the lock (anything but a pending job with
+        its request, or a check that failed)."""
         steps, conversation_id = self._steps, conversation_of(marker)
         if not CONVERSATION_ID_RE.match(conversation_id):
             return False
-        view = steps.view(conversation_id, record=True)
+        if view is None or view.conversation_id != conversation_id:
+            view = steps.view(conversation_id, record=True)
         status, record = view.status, view.record
         if (
             status is None

@@ -248,6 +248,11 @@ class StepsAtOnce(Protocol):
         (:attr:`Step.idle`)."""
         ...
 
+    def claim_next(self) -> tuple[str, StatusView | None] | None:
+        """:meth:`ClaimIndex.claim_next`, with a view of the marker's conversation read in the
+        same step (its request too) when it could be; ``None`` when nothing is pending."""
+        ...
+
 
 @runtime_checkable
 class JoinsIndex(Protocol):

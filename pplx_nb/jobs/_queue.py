@@ -47,7 +47,7 @@ from pplx_nb._models import (
 from pplx_nb.jobs import _events as events
 from pplx_nb.jobs import _transitions as transitions
 from pplx_nb.jobs._at_once import GONE, PAST_LEASE, AtOnce, Change, claimed
-from pplx_nb.jobs._backend import AnswerLookup, JobStatusBackend, JoinsIndex
+from pplx_nb.jobs._backend import AnswerLookup, JobStatusBackend, JoinsIndex, StatusView
 from pplx_nb.jobs._events import logger, result_meta_of
 from pplx_nb.jobs._index import PRIORITY_MAX, ClaimIndex, conversation_of, marker_name
 from pplx_nb.jobs._job import Job
@@ -283,9 +283,10 @@ class JobQueue:
         The index decides between racing claimants; the winner then re-reads the status
         under the conversation lock and flips it from ``pending`` to ``in_progress``.
         """
-        while (marker := self._index.claim_next()) is not None:
+        while (popped := self._claim_next()) is not None:
+            marker, view = popped
             try:
-                job = self._take(marker, worker_id)
+                job = self._take(marker, worker_id, view)
             except PplxError as exc:
                 # The marker stays claimed, so recover_stale keeps reporting the damaged job.
                 logger.error("Job %s cannot be claimed: %s", conversation_of(marker), exc)
@@ -295,8 +296,15 @@ class JobQueue:
                 return job
         return None
 
-    def _take(self, marker: str, worker_id: str) -> Job | None:
-        taken = self._at_once.take(marker, worker_id) if self._at_once else False
+    def _claim_next(self) -> tuple[str, StatusView | None] | None:
+        """The next marker claimed from the index, with its status when read in the same step."""
+        if self._at_once is not None:
+            return self._at_once.claim_next()
+        marker = self._index.claim_next()
+        return None if marker is None else (marker, None)
+
+    def _take(self, marker: str, worker_id: str, view: StatusView | None = None) -> Job | None:
+        taken = self._at_once.take(marker, worker_id, view) if self._at_once else False
         if taken is not False:
             return taken
         conversation_id = conversation_of(marker)

@@ -9,17 +9,17 @@ Keys (see :class:`~pplx_nb._layout.RedisKeys`)::
     pplx_nb:jobs:pending         sorted set: queued markers, all scored 0
     pplx_nb:jobs:claimed         sorted set: claimed markers, scored by their lease deadline
 
-The claim index is a sorted set and a few Lua scripts rather than a Stream with a consumer group.
-Markers (:func:`~pplx_nb.jobs._index.marker_name`) already sort as priority, then enqueue time,
-and members of equal score are ordered by their bytes, so ``ZPOPMIN`` on a set scored 0 is
+The claim index is a sorted set and a few Lua scripts rather than a Stream with a consumer
+group. Markers (:func:`~pplx_nb.jobs._index.marker_name`) already sort as priority, then enqueue
+time, and members of equal score are ordered by their bytes, so ``ZPOPMIN`` on a set scored 0 is
 "highest priority, then oldest" in one command; a Stream is FIFO only, would need one stream per
-priority, and its pending-entries list cannot hold a job's lease across a requeue. A claim is one
-script that pops the first pending marker and adds it to ``claimed`` with a deadline of the
+priority, and its pending-entries list cannot hold a job's lease across a requeue. A claim is
+one script that pops the first pending marker and adds it to ``claimed`` with a deadline of the
 server's ``TIME`` plus the lease, so exactly one caller gets each marker and no machine's clock
-matters. Every write a worker makes to its job renews the deadline in a script that first checks
-it has not passed (by the server's clock again): a worker whose lease ran out is refused
-(``JOB_LEASE_EXPIRED``) even before another process recovers the job, and recovery looks only at
-markers whose deadline has passed.
+matters; it reads the job's status and request in the same script. Every write a worker makes to
+its job renews the deadline in a script that first checks it has not passed (by the server's
+clock again): a worker whose lease ran out is refused (``JOB_LEASE_EXPIRED``) even before
+another process recovers the job, and recovery looks only at markers whose deadline has passed.
 
 As with files, markers are hints: the statuses decide, and a status write made while this
 process holds the conversation's lock checks in the same script that the lock is still its own
@@ -50,10 +50,22 @@ from pplx_nb._fs import CONVERSATION_ID_RE, validate_conversation_id
 from pplx_nb._layout import RedisKeys
 from pplx_nb._logging import get_logger
 from pplx_nb._models import JobRecord, JobState, JobStatus
-from pplx_nb._redis import HeldLocks, RedisLock, Scripts, client, redis_errors
+from pplx_nb._redis import HeldLocks, RedisLock, client, command, redis_errors, run_script
 from pplx_nb.jobs._backend import Outcome, StatusView, Step, StepsAtOnce
 from pplx_nb.jobs._codec import encode, parse_record, parse_state, parse_status
-from pplx_nb.jobs._index import ClaimIndex
+from pplx_nb.jobs._index import ClaimIndex, conversation_of
+from pplx_nb.jobs._redis_scripts import (
+    ADD_CLAIMED,
+    AGE,
+    APPLY,
+    CLAIM,
+    CLAIM_VIEW,
+    EXPIRED,
+    GUARDED_WRITE,
+    RENEW,
+    REQUEUE,
+    VIEW,
+)
 
 if TYPE_CHECKING:
     import redis
@@ -68,119 +80,6 @@ _REMEMBERED = 4096
 """Statuses a backend remembers (the last it wrote or read per conversation) for
 :meth:`RedisSteps.view` without a round trip."""
 
-_NOW_MS = "local t = redis.call('time') local now = t[1] * 1000 + math.floor(t[2] / 1000)\n"
-
-_GUARDED_WRITE = """
-if ARGV[1] ~= '' and redis.call('get', KEYS[1]) ~= ARGV[1] then return -1 end
-if ARGV[2] == 'set' then
-  redis.call('set', KEYS[2], ARGV[3])
-  if KEYS[3] then redis.call('sadd', KEYS[3], ARGV[4]) end
-else
-  redis.call('del', KEYS[2])
-  if KEYS[3] then redis.call('srem', KEYS[3], ARGV[4]) end
-end
-return 1
-"""
-
-_CLAIM = (
-    _NOW_MS
-    + """
-local popped = redis.call('zpopmin', KEYS[1])
-if #popped == 0 then return false end
-redis.call('zadd', KEYS[2], now + tonumber(ARGV[1]), popped[1])
-return popped[1]
-"""
-)
-
-_ADD_CLAIMED = _NOW_MS + "redis.call('zadd', KEYS[1], now + tonumber(ARGV[2]), ARGV[1]) return 1"
-
-_RENEW = (
-    _NOW_MS
-    + """
-local deadline = redis.call('zscore', KEYS[1], ARGV[1])
-if not deadline or tonumber(deadline) < now then return 0 end
-redis.call('zadd', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
-return 1
-"""
-)
-
-_REQUEUE = """
-redis.call('zrem', KEYS[2], ARGV[1])
-redis.call('zadd', KEYS[1], 0, ARGV[1])
-return 1
-"""
-
-_VIEW = (
-    _NOW_MS
-    + """
-local live = 0
-if ARGV[2] ~= '' then
-  local deadline = redis.call('zscore', KEYS[4], ARGV[2])
-  if deadline and tonumber(deadline) >= now then live = 1 end
-end
-local record = false
-if ARGV[1] == '1' then record = redis.call('get', KEYS[3]) end
-return {redis.call('exists', KEYS[1]), redis.call('get', KEYS[2]), record, live}
-"""
-)
-"""Whether the conversation exists (``KEYS[1]`` its meta), its status, its request if ``ARGV[1]``
-is 1, and whether the marker ``ARGV[2]`` is claimed with its lease not yet passed."""
-
-_APPLY = """
-local holder = redis.pcall('get', KEYS[1])
-if ARGV[1] ~= '' then
-  if holder ~= ARGV[1] then return 0 end
-elseif type(holder) == 'string' and redis.call('pttl', KEYS[1]) ~= -1 then
-  return 0
-end
-if redis.call('exists', KEYS[2]) == 0 then return -3 end
-local stored = redis.call('get', KEYS[3])
-if ARGV[2] == 'idle' then
-  if stored then
-    local ok, found = pcall(cjson.decode, stored)
-    if not ok or type(found) ~= 'table' or type(found.attempts or 0) ~= 'number' then return -2 end
-    if found.status == 'pending' or found.status == 'in_progress' then return -5 end
-    local ended = {completed = true, failed = true, cancelled = true}
-    if type(found.status) ~= 'string' or not ended[found.status] then return -2 end
-  end
-elseif ARGV[2] == '1' then
-  if stored ~= ARGV[3] then return -2 end
-elseif stored then
-  return -2
-end
-if ARGV[8] == '1' then
-  local t = redis.call('time')
-  local now = t[1] * 1000 + math.floor(t[2] / 1000)
-  local deadline = redis.call('zscore', KEYS[7], ARGV[10])
-  if not deadline or tonumber(deadline) < now then return -4 end
-  redis.call('zadd', KEYS[7], now + tonumber(ARGV[11]), ARGV[10])
-end
-redis.call('set', KEYS[3], ARGV[4])
-if ARGV[5] == 'set' then
-  redis.call('set', KEYS[4], ARGV[6])
-  redis.call('sadd', KEYS[5], ARGV[7])
-elseif ARGV[5] == 'del' then
-  redis.call('del', KEYS[4])
-  redis.call('srem', KEYS[5], ARGV[7])
-end
-if ARGV[9] == 'pending' then
-  redis.call('zadd', KEYS[6], 0, ARGV[10])
-elseif ARGV[9] == 'requeue' then
-  redis.call('zrem', KEYS[7], ARGV[10])
-  redis.call('zadd', KEYS[6], 0, ARGV[10])
-elseif ARGV[9] == 'drop' then
-  redis.call('zrem', KEYS[6], ARGV[10])
-  redis.call('zrem', KEYS[7], ARGV[10])
-end
-return 1
-"""
-"""One transition at once (see :class:`RedisSteps`). KEYS: the lock, meta, status, job, the
-queued set, pending, claimed. ARGV: this thread's lock token or '', whether a status was read
-(1/0, or 'idle': any status but one of an active job will do) and its bytes, the new status,
-'set'/'del'/'' for the request and its bytes, the conversation id, whether to renew the lease
-(1/0), the index move, the marker, the lease (ms).
-Returns 1 written, 0 locked by another, -2 changed (or unreadable), -3 gone, -4 lease passed,
--5 an active job there."""
 _OUTCOMES: dict[int, Outcome] = {
     1: "done",
     0: "locked",
@@ -189,10 +88,6 @@ _OUTCOMES: dict[int, Outcome] = {
     -4: "lease",
     -5: "busy",
 }
-
-_EXPIRED = _NOW_MS + "return {now, redis.call('zrangebyscore', KEYS[1], '-inf', '(' .. now)}"
-
-_AGE = _NOW_MS + "return {now, redis.call('zscore', KEYS[1], ARGV[1]) or false}"
 
 
 class RedisStatusBackend:
@@ -217,7 +112,6 @@ class RedisStatusBackend:
         self.keys = keys or RedisKeys()
         self.shown_url = url_without_credentials(url)
         self._locks = HeldLocks(url, ttl=lock_seconds, timeout=lock_timeout)
-        self._scripts = Scripts(url)
         self._seen: dict[str, bytes | None] = {}
         self._seen_lock = threading.Lock()
 
@@ -273,7 +167,7 @@ class RedisStatusBackend:
         """Whether the conversation is stored (its meta hash exists)."""
         key = self._key(conversation_id, "meta")
         with redis_errors(self.url, "read"):
-            return bool(self._redis.exists(key))
+            return bool(command(self.url, "EXISTS", key))
 
     def conversation_ids(self) -> list[str]:
         """Every stored conversation's id (the store's index)."""
@@ -357,7 +251,7 @@ class RedisStatusBackend:
         """Whether a queued request is stored."""
         key = self._key(conversation_id, "job")
         with redis_errors(self.url, "read"):
-            return bool(self._redis.exists(key))
+            return bool(command(self.url, "EXISTS", key))
 
     def queued_ids(self) -> list[str]:
         """The conversations listed in ``pplx_nb:jobs:queued`` (deleted ones are pruned)."""
@@ -387,7 +281,7 @@ class RedisStatusBackend:
     def _get(self, conversation_id: str, part: str) -> bytes | None:
         key = self._key(conversation_id, part)
         with redis_errors(self.url, "read a job status in"):
-            return cast(bytes | None, self._redis.get(key))
+            return cast(bytes | None, command(self.url, "GET", key))
 
     def _write(self, conversation_id: str, part: str, value: bytes | None) -> None:
         """Set (or with ``None`` delete) one part, checking this thread's lock token if any."""
@@ -399,7 +293,7 @@ class RedisStatusBackend:
             args.append(conversation_id)
         self.forget(conversation_id)
         with redis_errors(self.url, "write a job status in"):
-            written = self._scripts.run(_GUARDED_WRITE, keys, args)
+            written = run_script(self.url, GUARDED_WRITE, keys, args)
         if written != 1:
             raise FilesystemError(
                 f"The job of conversation {conversation_id} was not updated in the Redis store "
@@ -424,14 +318,13 @@ class RedisClaimIndex:
         keys = keys or RedisKeys()
         self.pending_key = self._pending = keys.jobs("pending")
         self.claimed_key = self._claimed = keys.jobs("claimed")
-        self._scripts = Scripts(url)
 
     def __repr__(self) -> str:
         return f"RedisClaimIndex(url={self.location!r})"
 
     def _run(self, doing: str, source: str, keys: list[str], args: list[Any]) -> Any:
         with redis_errors(self.url, doing):
-            return self._scripts.run(source, keys, args)
+            return run_script(self.url, source, keys, args)
 
     def add_pending(self, marker: str, link: str | None = None) -> None:
         """``ZADD pending 0 marker``."""
@@ -440,7 +333,7 @@ class RedisClaimIndex:
 
     def add_claimed(self, marker: str) -> None:
         """Add ``marker`` to ``claimed`` with a fresh lease."""
-        self._run("index a job in", _ADD_CLAIMED, [self._claimed], [marker, self.lease_ms])
+        self._run("index a job in", ADD_CLAIMED, [self._claimed], [marker, self.lease_ms])
 
     def claim_next(self) -> str | None:
         """Pop the first pending marker into ``claimed``, its deadline by the server's clock.
@@ -450,7 +343,7 @@ class RedisClaimIndex:
         """
         while True:
             found = self._run(
-                "claim a job in", _CLAIM, [self._pending, self._claimed], [self.lease_ms]
+                "claim a job in", CLAIM, [self._pending, self._claimed], [self.lease_ms]
             )
             if found is None:
                 return None
@@ -460,7 +353,7 @@ class RedisClaimIndex:
 
     def requeue(self, marker: str) -> None:
         """Move ``marker`` from ``claimed`` back to ``pending``."""
-        self._run("requeue a job in", _REQUEUE, [self._pending, self._claimed], [marker])
+        self._run("requeue a job in", REQUEUE, [self._pending, self._claimed], [marker])
 
     def drop(self, marker: str) -> None:
         """Remove ``marker`` from both sets."""
@@ -493,7 +386,7 @@ class RedisClaimIndex:
 
     def recoverable(self, claimed: list[str]) -> list[str]:
         """The claimed markers whose deadline has passed by the server's clock."""
-        _, expired = self._run("read the job index in", _EXPIRED, [self._claimed], [])
+        _, expired = self._run("read the job index in", EXPIRED, [self._claimed], [])
         decoded = (self._decoded(bytes(raw), self._claimed) for raw in expired)
         return [marker for marker in decoded if marker is not None]
 
@@ -519,18 +412,18 @@ class RedisClaimIndex:
     def renew(self, marker: str, heartbeat: str | None) -> bool:
         """Push the deadline a lease ahead unless it has passed (or the marker is not claimed)."""
         renewed = self._run(
-            "renew a job's lease in", _RENEW, [self._claimed], [marker, self.lease_ms]
+            "renew a job's lease in", RENEW, [self._claimed], [marker, self.lease_ms]
         )
         return bool(renewed)
 
     def held(self, marker: str) -> bool:
         """Whether ``marker`` is claimed and its deadline has not passed."""
-        now, deadline = self._run("read the job index in", _AGE, [self._claimed], [marker])
+        now, deadline = self._run("read the job index in", AGE, [self._claimed], [marker])
         return deadline is not None and float(deadline) >= int(now)
 
     def lease_age(self, marker: str, heartbeat: str | None) -> float:
         """Seconds since the last renewal, by the server's clock (0 when not claimed)."""
-        now, deadline = self._run("read the job index in", _AGE, [self._claimed], [marker])
+        now, deadline = self._run("read the job index in", AGE, [self._claimed], [marker])
         if deadline is None:
             return 0.0
         return max(0.0, (int(now) - float(deadline) + self.lease_ms) / 1000)
@@ -569,12 +462,45 @@ class RedisSteps:
             self._index.claimed_key,
         ]
         with redis_errors(statuses.url, "read a job status in"):
-            present, raw, job, live = statuses._scripts.run(
-                _VIEW, keys, ["1" if record else "0", marker or ""]
+            present, raw, job, live = run_script(
+                statuses.url, VIEW, keys, ["1" if record else "0", marker or ""]
             )
         statuses.remember(conversation_id, raw)
         found = None if not job else parse_record(job, statuses._where(conversation_id, "job"))
         return StatusView(conversation_id, where, bool(present), raw, found, bool(live))
+
+    def claim_next(self) -> tuple[str, StatusView | None] | None:
+        """Claim the next marker and read its conversation's status and request, in one
+        script (see :class:`~pplx_nb.jobs._backend.StepsAtOnce`)."""
+        statuses, index = self._statuses, self._index
+        keys, args = (
+            [index.pending_key, index.claimed_key],
+            [index.lease_ms, statuses.keys.conversation_base],
+        )
+        while True:
+            with redis_errors(statuses.url, "claim a job in"):
+                found = run_script(statuses.url, CLAIM_VIEW, keys, args)
+            if found is None:
+                return None
+            marker = index._decoded(bytes(found[0]), index.claimed_key)
+            if marker is not None:
+                return marker, self._claimed_view(marker, found[1:])
+
+    def _claimed_view(self, marker: str, found: list[Any]) -> StatusView | None:
+        """The view :data:`~pplx_nb.jobs._redis_scripts.CLAIM_VIEW` read with the claim
+        (``None``: read it again the usual way)."""
+        conversation_id = conversation_of(marker)
+        if not found or not CONVERSATION_ID_RE.match(conversation_id):
+            return None
+        present, raw, job = found
+        statuses = self._statuses
+        try:
+            record = None if not job else parse_record(job, statuses._where(conversation_id, "job"))
+        except ConversationCorrupted:
+            return None  # read again where the error is reported
+        statuses.remember(conversation_id, raw)
+        where = statuses._where(conversation_id, "status")
+        return StatusView(conversation_id, where, bool(present), raw, record)
 
     def unread(self, conversation_id: str) -> StatusView:
         """A view that read nothing (see :attr:`Step.idle`)."""
@@ -607,7 +533,7 @@ class RedisSteps:
             self._index.lease_ms,
         ]
         with redis_errors(statuses.url, "write a job status in"):
-            outcome = _OUTCOMES[int(statuses._scripts.run(_APPLY, keys, args))]
+            outcome = _OUTCOMES[int(run_script(statuses.url, APPLY, keys, args))]
         if outcome == "done":
             statuses.remember(cid, raw)
         elif outcome != "lease":

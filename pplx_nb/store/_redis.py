@@ -44,7 +44,15 @@ from pplx_nb._errors import FilesystemError, PplxError, url_without_credentials
 from pplx_nb._fs import CONVERSATION_ID_RE, id_from_ms, validate_conversation_id
 from pplx_nb._layout import RedisKeys
 from pplx_nb._models import now_iso
-from pplx_nb._redis import HeldLocks, RedisLock, Scripts, client, redis_errors
+from pplx_nb._redis import (
+    HeldLocks,
+    RedisLock,
+    client,
+    command,
+    hash_reply,
+    redis_errors,
+    run_script,
+)
 from pplx_nb.store import _answering as answering
 from pplx_nb.store._answering import AnsweringMarker
 from pplx_nb.store._document import (
@@ -65,7 +73,7 @@ from pplx_nb.store._redis_meta import (
     header_fields,
     summary_of_meta,
 )
-from pplx_nb.store._redis_scripts import APPEND, CREATE, REPLACE, UNDO
+from pplx_nb.store._redis_scripts import APPEND, CREATE, READ, REPLACE, UNDO
 
 if TYPE_CHECKING:
     import redis
@@ -106,7 +114,6 @@ class RedisBackend:
         self.lock_timeout = lock_timeout
         self._next_ms = 0
         self._locks = HeldLocks(url, ttl=lock_seconds, timeout=lock_timeout)
-        self._scripts = Scripts(url)
 
     def __repr__(self) -> str:
         return f"RedisBackend(url={self.shown_url!r})"
@@ -186,7 +193,7 @@ class RedisBackend:
         ]
         args = [int(conversation_id[9:]), conversation_id, len(fields), *flat, *lines]
         with self._errors("store a conversation in"):
-            return bool(self._scripts.run(CREATE, keys, args))
+            return bool(run_script(self.url, CREATE, keys, args))
 
     def append(
         self,
@@ -266,7 +273,7 @@ class RedisBackend:
         release = release and bool(token)
         args: list[Any] = [token, length, *fields.values(), int(release), *lines]
         with self._errors("append to a conversation in"):
-            result = self._scripts.run(APPEND, keys, args)
+            result = run_script(self.url, APPEND, keys, args)
         self._refused(cid, result, "Nothing was appended to")
         if release and lock is not None:
             lock.token = None  # the script let go of it
@@ -336,14 +343,14 @@ class RedisBackend:
         pairs = [part for field in fields.items() for part in field]
         args: list[Any] = [self._locks.token(keys[0]), length, index, old, new, *pairs]
         with self._errors("replace a message in"):
-            result = self._scripts.run(REPLACE, keys, args)
+            result = run_script(self.url, REPLACE, keys, args)
         self._refused(cid, result, "Nothing was replaced in")
 
     def _undo(self, conversation_id: str, length: int, old: dict[str, bytes]) -> None:
         """Put the list and fields back as they were before an append whose ``then`` failed."""
         pairs = [part for field in old.items() for part in field]
         with self._errors("undo an append in"):
-            self._scripts.run(UNDO, self._write_keys(conversation_id)[1:], [length, *pairs])
+            run_script(self.url, UNDO, self._write_keys(conversation_id)[1:], [length, *pairs])
 
     def check_writable(self, conversation_id: str | None = None) -> None:
         """FILESYSTEM_ERROR naming the URL unless the server takes writes now.
@@ -381,8 +388,10 @@ class RedisBackend:
     def locked(self, conversation_id: str) -> Iterator[None]:
         """The conversation's lock, the one :meth:`append` takes (CONVERSATION_NOT_FOUND
         without the conversation). Nothing is read with it: what the block does may not."""
-        with self._locks.hold(self._key(validate_conversation_id(conversation_id), "lock")):
-            if not self.exists(conversation_id):
+        validate_conversation_id(conversation_id)
+        lock_key, meta_key = (self._key(conversation_id, part) for part in ("lock", "meta"))
+        with self._locks.hold(lock_key, meta_key) as lock:  # whether it exists: same round trip
+            if not lock.found:
                 raise not_found(conversation_id, self.shown_url)
             yield
 
@@ -429,7 +438,7 @@ class RedisBackend:
 
         with self._errors("read a conversation in"):
             try:
-                raw = self._redis.get(self._key(conversation_id, "answering"))
+                raw = command(self.url, "GET", self._key(conversation_id, "answering"))
             except redis.ResponseError as exc:
                 if not _wrong_type(exc):
                     raise
@@ -456,22 +465,23 @@ class RedisBackend:
             if not meta:
                 raise not_found(conversation_id, self.shown_url)
             return meta, lines
+        keys = [self._key(conversation_id, part) for part in ("meta", "messages")]
         with self._errors("read a conversation in"):
-            pipe = self._redis.pipeline(transaction=True)
-            pipe.hgetall(self._key(conversation_id, "meta"))
-            pipe.lrange(self._key(conversation_id, "messages"), 0, -1)
-            found = self._replies(pipe, "read a conversation in")
+            found = self._checked(run_script(self.url, READ, keys, []), "read a conversation in")
         meta = self._reply(conversation_id, "meta", found[0])
         if not meta:
             raise not_found(conversation_id, self.shown_url)
-        return meta, self._reply(conversation_id, "messages", found[1])
+        return hash_reply(meta), self._reply(conversation_id, "messages", found[1])
 
     def _replies(self, pipe: redis.client.Pipeline, doing: str) -> list[Any]:
         """The replies of ``pipe``, each key of another type than the store writes left in
         place as its error (see :meth:`_reply`); any other refusal is FILESYSTEM_ERROR."""
+        return self._checked(pipe.execute(raise_on_error=False), doing)
+
+    def _checked(self, found: list[Any], doing: str) -> list[Any]:
+        """``found`` (replies, errors among them) unless an error is not a key's wrong type."""
         import redis
 
-        found: list[Any] = pipe.execute(raise_on_error=False)
         for reply in found:
             if isinstance(reply, redis.ResponseError) and not _wrong_type(reply):
                 with self._errors(doing):
@@ -494,7 +504,7 @@ class RedisBackend:
         """Whether the conversation's meta hash is stored."""
         key = self._key(validate_conversation_id(conversation_id), "meta")
         with self._errors("read"):
-            return bool(self._redis.exists(key))
+            return bool(command(self.url, "EXISTS", key))
 
     def ids(self) -> list[str]:
         """Every conversation id in the index, newest first."""

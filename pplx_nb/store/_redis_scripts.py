@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pplx_nb.store._document import SUMMARY_KEY
 
-__all__ = ["APPEND", "CREATE", "REPLACE", "UNDO"]
+__all__ = ["APPEND", "CREATE", "READ", "REPLACE", "UNDO"]
 
 _CHUNK = 1000
 """Messages pushed per RPUSH inside a script (Lua's ``unpack`` has a stack limit)."""
@@ -64,3 +64,7 @@ return 1
 """
 """Put the messages list ``KEYS[2]`` back to its first ``ARGV[1]`` entries and the meta fields
 that follow (name, value, ...) into ``KEYS[1]``: an append whose next step failed, undone."""
+
+READ = "return {redis.pcall('hgetall', KEYS[1]), redis.pcall('lrange', KEYS[2], 0, -1)}"
+"""A conversation's meta hash (field, value, ...) and messages, read at once; a key of another
+type is its error in the reply, as in a pipeline's."""
