@@ -21,8 +21,21 @@ from pplx_nb.notebook._icons import icon
 ROOT = Path(__file__).resolve().parent.parent
 BINDER = ROOT / "binder"
 QUICKSTART = "notebooks/01-quickstart.ipynb"
+# Binder clones the repository: nothing gitignored is there (.cache alone holds the tests' npm
+# packages and the TypeScript server's build, some 30,000 files).
 _NOT_COPIED = shutil.ignore_patterns(
-    ".git", ".venv", "*.egg-info", "__pycache__", ".*_cache", "conversation-logs", "bench", "tests"
+    ".git",
+    ".venv",
+    ".venv-pythons",
+    ".cache",
+    "build",
+    "dist",
+    "*.egg-info",
+    "__pycache__",
+    ".*_cache",
+    "conversation-logs",
+    "bench",
+    "tests",
 )
 
 
