@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.writers import append_until_killed, forks
 
 import pplx_nb
 from pplx_nb import (
@@ -847,15 +848,28 @@ def test_writer_killed_mid_write_never_corrupts_or_loses_acknowledged_appends(
     conversation_id = conversation.conversation_id
     acknowledged: list[str] = []
     rng = random.Random(1234)
+    context = forks()
     for round_ in range(50):
-        process = spawn(APPENDER, Path(store.location), conversation_id, f"r{round_}", 1_000_000)
-        assert process.stdout is not None
-        assert process.stdout.readline().strip() == "ready"
+        acks, writer_end = context.Pipe(duplex=False)
+        process = context.Process(
+            target=append_until_killed,
+            args=(str(store.location), conversation_id, f"r{round_}", writer_end),
+        )
+        process.start()
+        writer_end.close()
+        assert acks.poll(60) and acks.recv_bytes() == b"ready"
         time.sleep(rng.uniform(0.0, 0.04))
-        process.send_signal(signal.SIGKILL)
-        out, _ = process.communicate(timeout=60)
-        assert process.returncode == -signal.SIGKILL
-        acknowledged += out.split()
+        process.kill()
+        process.join(60)
+        assert process.exitcode == -signal.SIGKILL
+        while acks.poll(60):
+            try:
+                acknowledged.append(acks.recv_bytes().decode())
+            except EOFError:
+                break
+        else:
+            pytest.fail("the killed writer's pipe stayed open")
+        acks.close()
 
         document = json.loads(conversation_file(store, conversation_id).read_bytes())
         contents = {m["content"] for m in document["messages"]}
