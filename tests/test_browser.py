@@ -99,12 +99,44 @@ def _wait_kernel_idle(page: Any, timeout_ms: int) -> None:
     )
 
 
-def test_notebook_streams_cited_answer_and_job_completes_while_kernel_idle(
-    tmp_path: Path,
-) -> None:
-    executable = _require_browser()
+@pytest.fixture(scope="module")
+def playwright() -> Iterator[Any]:
+    """One playwright driver for the module's tests (each start takes seconds)."""
+    _require_browser()
     from playwright.sync_api import sync_playwright
 
+    with sync_playwright() as driver:
+        yield driver
+
+
+def _launch(playwright: Any, **options: Any) -> Any:
+    """A headless chromium (Debian's) started by ``playwright``."""
+    return playwright.chromium.launch(
+        executable_path=chromium_path(), headless=True, args=CHROMIUM_ARGS, **options
+    )
+
+
+@pytest.fixture(scope="module")
+def shared_chromium(playwright: Any) -> Iterator[Any]:
+    browser = _launch(playwright)
+    try:
+        yield browser
+    finally:
+        browser.close()
+
+
+@pytest.fixture
+def browser(shared_chromium: Any) -> Iterator[Any]:
+    """The module's chromium; every page a test opened (each in its own context) is closed
+    after the test, so no JupyterLab page of an earlier test runs beside the next one."""
+    yield shared_chromium
+    for context in shared_chromium.contexts:
+        context.close()
+
+
+def test_notebook_streams_cited_answer_and_job_completes_while_kernel_idle(
+    tmp_path: Path, browser: Any
+) -> None:
     root = tmp_path / "notebooks"
     root.mkdir()
     write_notebook(root / "demo.ipynb", CELLS)
@@ -116,46 +148,40 @@ def test_notebook_streams_cited_answer_and_job_completes_while_kernel_idle(
         "PPLX_NB_SIM_LATENCY_MS": "1000",
         "CONVERSATION_LOGS_DIR": str(tmp_path / "conversation-logs"),
     }
-    with running_lab(root, env) as lab, sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=executable, headless=True, args=CHROMIUM_ARGS
+    with running_lab(root, env) as lab:
+        page = browser.new_page(viewport={"width": 1280, "height": 1100})
+        page.goto(lab.notebook_url("demo.ipynb"))
+        _wait_kernel_idle(page, 60_000)
+        page.evaluate("window.jupyterapp.commands.execute('application:toggle-left-area')")
+        page.evaluate(WATCH_STREAM)
+        page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
+
+        answer = page.locator(".jp-Notebook .jp-Cell").nth(1)
+        answer.locator('.jp-RenderedMarkdown a[href*="docs.python.org"]').first.wait_for(
+            timeout=30_000
         )
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 1100})
-            page.goto(lab.notebook_url("demo.ipynb"))
-            _wait_kernel_idle(page, 60_000)
-            page.evaluate("window.jupyterapp.commands.execute('application:toggle-left-area')")
-            page.evaluate(WATCH_STREAM)
-            page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
+        text = answer.locator(".jp-OutputArea").inner_text()
+        assert "Conversation" in text and "%pplx_followup" in text
+        assert "Sources" in text
+        assert "▌" not in text, "the streamed text was not replaced by the final answer"
+        assert answer.locator(".jp-RenderedMarkdown").count() == 1, "one display, updated"
+        _assert_streamed(page.evaluate("window.pplxStream"), text)
+        _screenshot_partial(page, ARTIFACTS / "streamed-partial.png")
 
-            answer = page.locator(".jp-Notebook .jp-Cell").nth(1)
-            answer.locator('.jp-RenderedMarkdown a[href*="docs.python.org"]').first.wait_for(
-                timeout=30_000
-            )
-            text = answer.locator(".jp-OutputArea").inner_text()
-            assert "Conversation" in text and "%pplx_followup" in text
-            assert "Sources" in text
-            assert "▌" not in text, "the streamed text was not replaced by the final answer"
-            assert answer.locator(".jp-RenderedMarkdown").count() == 1, "one display, updated"
-            _assert_streamed(page.evaluate("window.pplxStream"), text)
-            _screenshot_partial(page, ARTIFACTS / "streamed-partial.png")
+        samples = _follow_job(page, timeout=45)
+        moving = [s for s in samples if s["kernel"] == "idle" and 0 < (s["width"] or 0) < 100]
+        assert moving, f"the bar never moved while the kernel was idle: {samples}"
+        final = samples[-1]
+        assert final["width"] == 100 and final["report"], final
+        assert final["kernel"] == "idle"
+        free = page.locator(".jp-Notebook .jp-Cell").nth(3).locator(".jp-OutputArea")
+        assert "kernel is free" in free.inner_text()
 
-            samples = _follow_job(page, timeout=45)
-            moving = [s for s in samples if s["kernel"] == "idle" and 0 < (s["width"] or 0) < 100]
-            assert moving, f"the bar never moved while the kernel was idle: {samples}"
-            final = samples[-1]
-            assert final["width"] == 100 and final["report"], final
-            assert final["kernel"] == "idle"
-            free = page.locator(".jp-Notebook .jp-Cell").nth(3).locator(".jp-OutputArea")
-            assert "kernel is free" in free.inner_text()
-
-            page.evaluate("document.querySelector('.jp-WindowedPanel-outer')?.scrollTo(0, 0)")
-            time.sleep(0.5)
-            SCREENSHOT.parent.mkdir(exist_ok=True)
-            SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-            page.screenshot(path=str(SCREENSHOT))
-        finally:
-            browser.close()
+        page.evaluate("document.querySelector('.jp-WindowedPanel-outer')?.scrollTo(0, 0)")
+        time.sleep(0.5)
+        SCREENSHOT.parent.mkdir(exist_ok=True)
+        SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SCREENSHOT))
 
 
 def _assert_streamed(seen: dict[str, Any], final: str) -> None:
@@ -226,21 +252,12 @@ def _outputs(page: Any, index: int) -> str:
 
 
 @contextmanager
-def _chromium_on_lab(root: Path, env: dict[str, str]) -> Iterator[tuple[Lab, Any]]:
-    """A JupyterLab serving ``root`` offline (``env`` added) and a headless chromium."""
-    executable = _require_browser()
-    from playwright.sync_api import sync_playwright
-
+def _chromium_on_lab(browser: Any, root: Path, env: dict[str, str]) -> Iterator[tuple[Lab, Any]]:
+    """A JupyterLab serving ``root`` offline (``env`` added), and the module's chromium."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     logs = {"PPLX_NB_OFFLINE": "1", "CONVERSATION_LOGS_DIR": str(root.parent / "logs")}
-    with running_lab(root, {**logs, **env}) as lab, sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=executable, headless=True, args=CHROMIUM_ARGS
-        )
-        try:
-            yield lab, browser
-        finally:
-            browser.close()
+    with running_lab(root, {**logs, **env}) as lab:
+        yield lab, browser
 
 
 # fontconfig as installed, less every colour font: the page is drawn as on a desktop without an
@@ -314,10 +331,9 @@ TRUSTED = """() => {
 EMOJI = re.compile("[\U0001f000-\U0001faff\u2300-\u23ff\u2600-\u27bf\u2b00-\u2bff\ufe0f]")
 
 
-def test_outputs_draw_no_missing_glyph_box_without_an_emoji_font(tmp_path: Path) -> None:
-    executable = _require_browser()
-    from playwright.sync_api import sync_playwright
-
+def test_outputs_draw_no_missing_glyph_box_without_an_emoji_font(
+    tmp_path: Path, playwright: Any
+) -> None:
     root = tmp_path / "notebooks"
     root.mkdir()
     write_notebook(root / "glyphs.ipynb", GLYPH_CELLS)
@@ -327,13 +343,9 @@ def test_outputs_draw_no_missing_glyph_box_without_an_emoji_font(tmp_path: Path)
     fonts.write_text(NO_EMOJI_FONTS)
     env = _offline(tmp_path)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with running_lab(root, env) as lab, sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=executable,
-            headless=True,
-            args=CHROMIUM_ARGS,
-            env={**os.environ, "FONTCONFIG_FILE": str(fonts)},
-        )
+    with running_lab(root, env) as lab:
+        # A chromium of its own: fontconfig is read from the environment it starts in.
+        browser = _launch(playwright, env={**os.environ, "FONTCONFIG_FILE": str(fonts)})
         try:
             # Saved outputs of a notebook never run here are untrusted: JupyterLab sanitizes them.
             page = _lab_page(browser, lab.notebook_url("saved.ipynb"))
@@ -372,7 +384,7 @@ def test_outputs_draw_no_missing_glyph_box_without_an_emoji_font(tmp_path: Path)
 
 
 def test_a_cancelled_job_and_an_interrupted_wait_read_as_what_the_user_did(
-    tmp_path: Path,
+    tmp_path: Path, browser: Any
 ) -> None:
     root = tmp_path / "notebooks"
     root.mkdir()
@@ -393,7 +405,7 @@ def test_a_cancelled_job_and_an_interrupted_wait_read_as_what_the_user_did(
         ],
     )
     slow = {"PPLX_NB_SIM_DEEP_RESEARCH_SECONDS": "120", "PPLX_NB_SIM_LATENCY_MS": "100"}
-    with _chromium_on_lab(root, slow) as (lab, browser):
+    with _chromium_on_lab(browser, root, slow) as (lab, browser):
         page = _lab_page(browser, lab.notebook_url("cancel.ipynb"))
         page.evaluate("window.jupyterapp.shell.currentWidget.content.activeCellIndex = 0")
         page.evaluate(RUN_NEXT)
@@ -433,12 +445,12 @@ def test_a_cancelled_job_and_an_interrupted_wait_read_as_what_the_user_did(
         page.screenshot(path=str(ARTIFACTS / "interrupted.png"), clip=_clip(page))
 
 
-def test_notebook_02_reopened_shows_how_its_jobs_ended(tmp_path: Path) -> None:
+def test_notebook_02_reopened_shows_how_its_jobs_ended(tmp_path: Path, browser: Any) -> None:
     root = tmp_path / "notebooks"
     root.mkdir()
     source = _ROOT / "notebooks" / "02-deep-research-async.ipynb"
     (root / "02.ipynb").write_text(source.read_text(encoding="utf-8"), encoding="utf-8")
-    with _chromium_on_lab(root, {}) as (lab, browser):
+    with _chromium_on_lab(browser, root, {}) as (lab, browser):
         page = _lab_page(browser, lab.notebook_url("02.ipynb"))
         queued = page.locator(".jp-Notebook .jp-Cell").nth(3).locator(".jp-OutputArea")
         queued.get_by_text("Research job").first.wait_for(timeout=30_000)
@@ -491,10 +503,7 @@ def _lab_page(browser: Any, url: str) -> Any:
     return page
 
 
-def test_notebook_02_runs_twice_and_an_error_shows_in_a_box(tmp_path: Path) -> None:
-    executable = _require_browser()
-    from playwright.sync_api import sync_playwright
-
+def test_notebook_02_runs_twice_and_an_error_shows_in_a_box(tmp_path: Path, browser: Any) -> None:
     root = tmp_path / "notebooks"
     root.mkdir()
     source = _ROOT / "notebooks" / "02-deep-research-async.ipynb"
@@ -509,42 +518,36 @@ def test_notebook_02_runs_twice_and_an_error_shows_in_a_box(tmp_path: Path) -> N
     )
     env = _offline(tmp_path)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with running_lab(root, env) as lab, sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=executable, headless=True, args=CHROMIUM_ARGS
-        )
-        try:
-            page = _lab_page(browser, lab.notebook_url("02.ipynb"))
-            page.evaluate("window.jupyterapp.commands.execute('notebook:clear-all-cell-outputs')")
-            _run_all_and_wait(page, 120)
-            prompts = _run_all_and_wait(page, 120)
-            notebook = page.locator(".jp-Notebook").inner_text()
-            for stuck in ("TIMEOUT_ERROR", "JOB_IN_PROGRESS", "None · None", "PPLX_ERROR"):
-                assert stuck not in notebook, f"{stuck} after the second Run All"
-            assert "perplexity_deep_research · " in notebook
-            assert notebook.count("report is in its monitor above") >= 1, "no report twice"
-            assert all(re.fullmatch(r"\[\d+\]:", p) for p in prompts), prompts
-            monitor = page.locator(".pplx-job-monitor").first
-            monitor.scroll_into_view_if_needed()
-            monitor.get_by_text("completed").first.wait_for(timeout=30_000)
-            time.sleep(0.5)
-            page.screenshot(path=str(ARTIFACTS / "rerun-02.png"))
+    with running_lab(root, env) as lab:
+        page = _lab_page(browser, lab.notebook_url("02.ipynb"))
+        page.evaluate("window.jupyterapp.commands.execute('notebook:clear-all-cell-outputs')")
+        _run_all_and_wait(page, 120)
+        prompts = _run_all_and_wait(page, 120)
+        notebook = page.locator(".jp-Notebook").inner_text()
+        for stuck in ("TIMEOUT_ERROR", "JOB_IN_PROGRESS", "None · None", "PPLX_ERROR"):
+            assert stuck not in notebook, f"{stuck} after the second Run All"
+        assert "perplexity_deep_research · " in notebook
+        assert notebook.count("report is in its monitor above") >= 1, "no report twice"
+        assert all(re.fullmatch(r"\[\d+\]:", p) for p in prompts), prompts
+        monitor = page.locator(".pplx-job-monitor").first
+        monitor.scroll_into_view_if_needed()
+        monitor.get_by_text("completed").first.wait_for(timeout=30_000)
+        time.sleep(0.5)
+        page.screenshot(path=str(ARTIFACTS / "rerun-02.png"))
 
-            page = _lab_page(browser, lab.notebook_url("errors.ipynb"))
-            _run_all_and_wait(page, 60)
-            boxes = page.locator(".jp-OutputArea-output div[style*='border-left']")
-            boxes.nth(1).wait_for(timeout=30_000)
-            missing, refused = boxes.nth(0), boxes.nth(1)
-            assert "CONVERSATION_NOT_FOUND" in missing.inner_text()
-            assert missing.locator("code", has_text="%pplx_conversations").count() == 1
-            assert "`" not in missing.inner_text() + refused.inner_text()
-            assert "perplexity_search" not in missing.inner_text()
-            assert "give a Python variable name" in refused.inner_text()
-            page.evaluate("document.querySelector('.jp-WindowedPanel-outer')?.scrollTo(0, 0)")
-            time.sleep(0.3)
-            page.screenshot(path=str(ARTIFACTS / "error-box.png"), clip=_clip(page))
-        finally:
-            browser.close()
+        page = _lab_page(browser, lab.notebook_url("errors.ipynb"))
+        _run_all_and_wait(page, 60)
+        boxes = page.locator(".jp-OutputArea-output div[style*='border-left']")
+        boxes.nth(1).wait_for(timeout=30_000)
+        missing, refused = boxes.nth(0), boxes.nth(1)
+        assert "CONVERSATION_NOT_FOUND" in missing.inner_text()
+        assert missing.locator("code", has_text="%pplx_conversations").count() == 1
+        assert "`" not in missing.inner_text() + refused.inner_text()
+        assert "perplexity_search" not in missing.inner_text()
+        assert "give a Python variable name" in refused.inner_text()
+        page.evaluate("document.querySelector('.jp-WindowedPanel-outer')?.scrollTo(0, 0)")
+        time.sleep(0.3)
+        page.screenshot(path=str(ARTIFACTS / "error-box.png"), clip=_clip(page))
 
 
 def _clip(page: Any, height: float = 420) -> dict[str, float]:
@@ -554,7 +557,7 @@ def _clip(page: Any, height: float = 420) -> dict[str, float]:
 
 
 def test_a_saved_answer_records_where_it_came_from_and_is_checked_against_the_store(
-    tmp_path: Path,
+    tmp_path: Path, browser: Any
 ) -> None:
     import json
     import subprocess
@@ -567,7 +570,7 @@ def test_a_saved_answer_records_where_it_came_from_and_is_checked_against_the_st
     path = root / "cite.ipynb"
     write_notebook(path, ["%load_ext pplx_nb", "%%pplx\nHow do I cancel an asyncio task?"])
     logs = root.parent / "logs"
-    with _chromium_on_lab(root, {}) as (lab, browser):
+    with _chromium_on_lab(browser, root, {}) as (lab, browser):
         page = _lab_page(browser, lab.notebook_url("cite.ipynb"))
         _run_all_and_wait(page, 120)
         page.locator(".jp-Notebook .jp-Cell").nth(1).get_by_text("Sources").first.wait_for(

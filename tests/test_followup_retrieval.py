@@ -21,6 +21,7 @@ import pytest
 
 from pplx_nb import Message, Settings, context
 from pplx_nb.api import AsyncClient, Request
+from pplx_nb.context import _rewrite
 from pplx_nb.sim import inject_faults, stats
 
 DIALOGUES = Path(__file__).parent / "data" / "followup_dialogues.json"
@@ -106,25 +107,35 @@ def test_areformulate_rejects_an_answer_in_place_of_a_query(settings: Settings) 
     assert rewritten == context.reformulate("How can I check whether it was cancelled?", _history())
 
 
+@pytest.fixture
+def short_deadline(monkeypatch: pytest.MonkeyPatch) -> float:
+    """The model's deadline for a rewrite cut to 0.5 s, so a test waits that long, not 5 s."""
+    assert _rewrite._MODEL_DEADLINE_MS <= 5_000, "a follow-up would wait too long for its query"
+    monkeypatch.setattr(_rewrite, "_MODEL_DEADLINE_MS", 500)
+    return 0.5
+
+
 def test_areformulate_falls_back_fast_when_the_model_call_fails(
-    settings: Settings, caplog: pytest.LogCaptureFixture
+    settings: Settings, caplog: pytest.LogCaptureFixture, short_deadline: float
 ) -> None:
     # The client would retry three times, waiting the 8 s the server asks for before each.
     inject_faults(settings.base_url, {"status": 500, "retry_after": 8, "times": 10})
     started = time.monotonic()
     with caplog.at_level(logging.WARNING, logger="pplx_nb.context"):
         rewritten = _reformulate_with(settings, use_model=True)
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < short_deadline + 5  # not after the first 8 s pause
     assert rewritten == context.reformulate("How can I check whether it was cancelled?", _history())
     assert "reformulation by model failed" in caplog.text
 
 
-def test_areformulate_falls_back_when_the_model_call_hangs(settings: Settings) -> None:
+def test_areformulate_falls_back_when_the_model_call_hangs(
+    settings: Settings, short_deadline: float
+) -> None:
     slow = settings.model_copy(update={"timeout_ms": 60_000})
     inject_faults(settings.base_url, {"hang": 60, "times": 10})
     started = time.monotonic()
     rewritten = _reformulate_with(slow, use_model=True)
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < short_deadline + 5  # not when the 60 s hang ends
     assert rewritten == context.reformulate("How can I check whether it was cancelled?", _history())
 
 

@@ -94,12 +94,23 @@ def unit(module: str) -> str:
     return SHARED if parts[1].startswith("_") else parts[1]
 
 
-def edges() -> Iterator[Edge]:
+@cache
+def tree(module: str) -> ast.Module:
+    """The syntax tree of ``module``, parsed once for all the tests (they only read it)."""
+    return ast.parse(modules()[module].read_text(encoding="utf-8"))
+
+
+@cache
+def edges() -> tuple[Edge, ...]:
     """Every import of a pplx_nb module, anywhere in any module of pplx_nb."""
+    return tuple(_edges())
+
+
+def _edges() -> Iterator[Edge]:
     known = modules()
     for importer, path in known.items():
         package = importer if path.name == "__init__.py" else importer.rpartition(".")[0]
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(tree(importer)):
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     if alias.name.startswith("pplx_nb"):
@@ -184,10 +195,9 @@ def test_the_checker_sees_lazy_relative_and_private_imports() -> None:
 
 def _attributes(module: str, names: frozenset[str]) -> list[str]:
     """Where ``module`` reads one of the attributes ``names`` (``x.locked``, ``x.check_idle``)."""
-    tree = ast.parse(modules()[module].read_text(encoding="utf-8"))
     return [
         f"{module}:{node.lineno} .{node.attr}"
-        for node in ast.walk(tree)
+        for node in ast.walk(tree(module))
         if isinstance(node, ast.Attribute) and node.attr in names
     ]
 
@@ -223,8 +233,8 @@ def test_no_method_takes_a_flag_saying_the_lock_is_held() -> None:
     # (enqueue_locked, append_locked, close_question_locked), never a flag's other branch.
     flags = [
         f"{module}:{node.lineno} {node.arg}"
-        for module, path in modules().items()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        for module in modules()
+        for node in ast.walk(tree(module))
         if isinstance(node, ast.arg) and node.arg == "lock_held"
     ]
     assert flags == []

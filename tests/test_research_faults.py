@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -768,10 +769,24 @@ def test_a_failed_enqueue_rolls_back_completely(
             "conversation.json",
         ]
         assert _queue(r).recover_stale() == 0 and _queue(r).pending_count() == 0
-        worker = Worker(_queue(r), job_runner(r), concurrency=1, poll_interval=0.05)
+        # A worker that has looked at the queue three times found nothing to take.
+        queue = _queue(r)
+        real_claim = queue.claim
+        claimed: list[object] = []
+        looked = threading.Event()
+
+        def claim(worker_id: str) -> object:
+            claimed.append(real_claim(worker_id))
+            if len(claimed) >= 3:
+                looked.set()
+            return claimed[-1]
+
+        monkeypatch.setattr(queue, "claim", claim)
+        worker = Worker(queue, job_runner(r), concurrency=1, poll_interval=0.05)
         worker.start()
-        time.sleep(0.5)
+        assert looked.wait(60), "the worker never polled the queue"
         worker.stop()
+        assert set(claimed) == {None}
         follow = r.followup(cid, "and how do I wait for it?")
     assert isinstance(follow, Answer)
     assert _billed(sim_url)[1] == 0

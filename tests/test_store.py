@@ -10,16 +10,18 @@ import random
 import re
 import shutil
 import signal
-import subprocess
 import sys
 import threading
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from multiprocessing.connection import Connection
+from multiprocessing.context import ForkServerProcess
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support import writers
 
 import pplx_nb
 from pplx_nb import (
@@ -752,51 +754,26 @@ def test_a_held_lock_times_out_with_a_filesystem_error(store: ConversationStore)
         pass  # released when the holder leaves
 
 
-APPENDER = """
-import sys
-from pplx_nb.backends import open_store
-from pplx_nb.store import FileBackend
-store = open_store(root=sys.argv[1])
-conversation_id, tag, count = sys.argv[2], sys.argv[3], int(sys.argv[4])
-print("ready", flush=True)
-for n in range(count):
-    store.append(conversation_id, {"role": "user", "content": f"{tag}-{n}"})
-    print(f"{tag}-{n}", flush=True)
-"""
-
-CREATOR = """
-import sys
-from pplx_nb.backends import open_store
-from pplx_nb.store import FileBackend
-store = open_store(root=sys.argv[1])
-for _ in range(int(sys.argv[2])):
-    print(store.create([{"role": "user", "content": "hi"}]).conversation_id, flush=True)
-"""
-
-
-def spawn(script: str, *args: object) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-c", script, *map(str, args)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def finish(process: subprocess.Popen[str]) -> list[str]:
-    out, err = process.communicate(timeout=240)
-    assert process.returncode == 0, err
-    return out.split()
+def _finish(started: list[tuple[ForkServerProcess, Connection]]) -> list[str]:
+    """The acknowledgements of writers started together, once each has ended well."""
+    lines = []
+    for process, acks in started:
+        lines += writers.received(acks)
+        process.join(60)
+        assert process.exitcode == 0
+    return lines
 
 
 @pytest.mark.slow
 def test_append_from_eight_processes_loses_nothing(store: ConversationStore) -> None:
     conversation = store.create([user("shared by eight processes")])
-    processes = [
-        spawn(APPENDER, Path(store.location), conversation.conversation_id, f"p{tag}", 100)
+    started = [
+        writers.start(
+            writers.append, str(store.location), conversation.conversation_id, f"p{tag}", 100
+        )
         for tag in range(8)
     ]
-    acknowledged = [line for p in processes for line in finish(p) if line != "ready"]
+    acknowledged = [line for line in _finish(started) if line != "ready"]
 
     path = conversation_file(store, conversation.conversation_id)
     document = json.loads(path.read_bytes())
@@ -830,8 +807,7 @@ def test_a_burst_of_creates_does_not_retry_the_ids_it_already_took(
 
 @pytest.mark.slow
 def test_create_from_eight_processes_gives_distinct_ids(store: ConversationStore) -> None:
-    processes = [spawn(CREATOR, Path(store.location), 200) for _ in range(8)]
-    ids = [line for p in processes for line in finish(p)]
+    ids = _finish([writers.start(writers.create, str(store.location), 200) for _ in range(8)])
     assert len(ids) == 1600
     assert len(set(ids)) == 1600
     assert sorted(store.ids()) == sorted(ids)
@@ -848,14 +824,19 @@ def test_writer_killed_mid_write_never_corrupts_or_loses_acknowledged_appends(
     acknowledged: list[str] = []
     rng = random.Random(1234)
     for round_ in range(50):
-        process = spawn(APPENDER, Path(store.location), conversation_id, f"r{round_}", 1_000_000)
-        assert process.stdout is not None
-        assert process.stdout.readline().strip() == "ready"
+        process, acks = writers.start(
+            writers.append, str(store.location), conversation_id, f"r{round_}", 1_000_000
+        )
+        assert acks.poll(60) and acks.recv_bytes() == b"ready"
+        # Killed at a random point of the appends after its first: a forked writer's first
+        # append is slower than an interpreter's (its pages are copied as it touches them).
+        assert acks.poll(60)
+        acknowledged.append(acks.recv_bytes().decode())
         time.sleep(rng.uniform(0.0, 0.04))
-        process.send_signal(signal.SIGKILL)
-        out, _ = process.communicate(timeout=60)
-        assert process.returncode == -signal.SIGKILL
-        acknowledged += out.split()
+        process.kill()
+        process.join(60)
+        assert process.exitcode == -signal.SIGKILL
+        acknowledged += writers.received(acks, timeout=60)
 
         document = json.loads(conversation_file(store, conversation_id).read_bytes())
         contents = {m["content"] for m in document["messages"]}
