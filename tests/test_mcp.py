@@ -18,7 +18,8 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, ExitStack
 from itertools import pairwise
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import anyio
 import pytest
@@ -498,6 +499,37 @@ def _wait_for_job(mcp: McpClient, cid: str) -> CallToolResult:
         if job["status"] == "completed" or time.monotonic() > deadline:
             return history
         time.sleep(0.2)
+
+
+class _CompletingAsRead:
+    """A conversation whose queued follow-up completes between the first read and the second:
+    the first read of either sees it running, the second its new answer stored."""
+
+    def __init__(self) -> None:
+        self.completed = False
+
+    def _after_first_read(self) -> bool:
+        completed, self.completed = self.completed, True
+        return completed
+
+    def status(self, conversation_id: str) -> Any:
+        state = "completed" if self._after_first_read() else "in_progress"
+        return SimpleNamespace(status=state, progress=None, to_json_dict=lambda: {"status": state})
+
+    def history(self, conversation_id: str, include_system: bool = False) -> Any:
+        text = "the follow-up's report" if self._after_first_read() else "the first report"
+        answer = SimpleNamespace(answer_text=text)
+        return SimpleNamespace(
+            messages=[answer], last_answer=lambda: answer, to_json_dict=lambda: {}
+        )
+
+
+def test_a_history_read_as_its_job_completes_never_shows_the_earlier_report_as_done() -> None:
+    from pplx_nb.mcp._histories import _entry
+
+    entry = _entry(cast(Researcher, _CompletingAsRead()), "c1", False)
+    assert (entry.status, entry.report) != ("completed", "the first report")
+    assert entry.status == "in_progress" and entry.report is None
 
 
 def test_async_deep_research_answers_at_once_and_history_shows_it_completed(

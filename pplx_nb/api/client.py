@@ -662,4 +662,5 @@ class Client:
     cancel_background = sync_twin(AsyncClient.cancel_background, via=_twin_of)
     web_search = sync_twin(AsyncClient.web_search, via=_twin_of)
     estimate = sync_twin(AsyncClient.estimate, via=_twin_of)
+    check_budget = sync_twin(AsyncClient.check_budget, via=_twin_of)
     reachable = sync_twin(AsyncClient.reachable, via=_twin_of)

@@ -30,8 +30,10 @@ _RUNNING = ("pending", "in_progress")
 
 def _entry(researcher: Researcher, conversation_id: str, include_system: bool) -> HistoryEntry:
     try:
-        conversation = researcher.history(conversation_id, include_system=include_system)
+        # The status first: a job stores its answer before it is marked completed, so a
+        # status read as completed is never paired with the turns from before its answer.
         status = researcher.status(conversation_id)
+        conversation = researcher.history(conversation_id, include_system=include_system)
     except PplxError as exc:
         return HistoryEntry(status="error", error={"code": exc.code, "message": exc.message})
     state = status.status if status is not None else "answered"

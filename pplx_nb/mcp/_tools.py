@@ -314,8 +314,9 @@ class Tools:
         """A conversation's turns, preceded by its job status if one ran."""
 
         def read(researcher: Researcher) -> CallToolResult:
-            conversation = researcher.history(conversationId, include_system=includeSystemPrompt)
+            # The status first, as in read_histories: never "completed" beside older turns.
             status = researcher.status(conversationId)
+            conversation = researcher.history(conversationId, include_system=includeSystemPrompt)
             answering = researcher.answering_since(conversationId)
             path = researcher.store.conversation_location(conversationId)
             return history_result(conversation, path, status, answering)
