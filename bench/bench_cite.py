@@ -4,7 +4,8 @@ Every alternative runs in the same process on the same data:
 
 - the references of 10,000 conversations (20,000 answers citing 3,000 distinct pages) as BibTeX,
   CSL-JSON and RIS with ``pplx_nb.cite``, against pandoc converting the same CSL-JSON to biblatex
-  (``pandoc -f csljson -t biblatex``), when pandoc is installed;
+  (``pandoc -f csljson -t biblatex``), when pandoc is installed, and the store's part of an
+  export alone (every document read and decoded by ``store.documents()``);
 - a report of 25 questions citing 50 references: ``cite.to_report`` (Markdown, ``.bib`` and
   the HTML rendered by citeproc-py) against ``pandoc --citeproc`` rendering the Markdown it wrote.
 """
@@ -22,6 +23,7 @@ from bench._util import median, ratio, scratch, table, timed
 from pplx_nb import cite
 from pplx_nb._models import Message, Source
 from pplx_nb.backends import open_store
+from pplx_nb.cite._documents import cycles_uncollected
 from pplx_nb.store import ConversationStore
 
 TITLE = "Citations and reports"
@@ -70,6 +72,14 @@ def _export_rows(store: ConversationStore, pandoc: str | None) -> str:
                 ratio(took, base),
             ]
         )
+    took = median(timed(lambda: _read_all(store), repeat=3))
+    rows.append(
+        [
+            "the store's part: `store.documents()` reading every document",
+            f"{took:.2f} s",
+            ratio(took, base),
+        ]
+    )
     if pandoc is not None:
         csl = cite.to_csl_json(store)
 
@@ -97,6 +107,13 @@ def _export_rows(store: ConversationStore, pandoc: str | None) -> str:
         f"20,000 answers citing {count:,} distinct pages (5 sources each); keys over the whole "
         "store. Median of 3.\n\n" + table(["export", "median", "vs BibTeX"], rows)
     )
+
+
+def _read_all(store: ConversationStore) -> None:
+    """Every document read and decoded, as an export reads them, and nothing more."""
+    with cycles_uncollected():
+        for _ in store.documents():
+            pass
 
 
 def _report_rows(store: ConversationStore, ids: list[str], folder: Path, pandoc: str | None) -> str:

@@ -913,6 +913,80 @@ def test_a_message_line_holding_more_than_one_message_is_corrupted(
         assert path.read_bytes() == damaged
 
 
+def _outcome(data: bytes) -> object:
+    from pplx_nb.store._document import parse
+
+    try:
+        return json.dumps(parse(data, "20250124-1706102400123", "the document"))  # key order too
+    except ConversationCorrupted as exc:
+        return str(exc)
+
+
+def test_a_document_decoded_once_reads_as_one_decoded_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A canonical document's header line and messages are decoded once each, not the whole
+    document and then its header again: whatever the bytes, the same document or error."""
+    from pplx_nb.store import _document
+
+    cid = "20250124-1706102400123"
+    answer = {
+        "role": "assistant",
+        "content": "a [1] \U0001f600",
+        "sources": [{"url": "https://a.b/"}],
+    }
+    messages = [user('q \u00e9 \\ "x"'), answer]
+    good = _document.new_document(cid, "2025-01-24T15:00:00Z", messages, {})
+    head, rest = good.split(b"\n", 1)
+    cases = [good[:cut] for cut in range(len(good))]
+    for snippet in (b"]", b",", b"}", b"{", b'"', b"\n", b" ", b"\\", b'], "x": [1', b"\xff"):
+        cases += [good[:at] + snippet + good[at:] for at in range(len(good))]
+    cases += [
+        good.replace(b'"messageCount": 2', b'"messageCount": 3'),
+        good.replace(b"{", b"{, ", 1),
+        b'{, "messages": [\n' + rest,
+        good.replace(b"{", b'{"messages": 1, ', 1),
+        good.replace(b"{", b'{"messag\\u0065s": 1, ', 1),
+        good.replace(head, head.replace(b", ", b" , ")),
+        b'{"messages": [' + b"\n" + rest,
+        b'{"messages": [\n]}\n',
+        b'{"a": {"b": 1, "messages": [\n1]}, "messages": [2\n]}\n',
+        good.decode().encode("utf-16"),
+        good.replace(b"q ", b"\\ud800 "),
+        b"{" + b"[" * 100_000 + b', "messages": [\n]}\n',
+    ]
+    once = [_outcome(case) for case in cases]
+    monkeypatch.setattr(_document, "_decoded_once", lambda data: None)
+    assert once == [_outcome(case) for case in cases]
+    assert sum(o.startswith("{") for o in once) > len(good)  # many damaged ones still parse
+
+
+def test_a_bulk_read_gives_each_damaged_conversation_the_error_of_reading_it_alone(
+    store: ConversationStore,
+) -> None:
+    damages = [
+        (b"\n]}\n", b"\n]"),
+        (b'"role": "user"', b'"role": "robot"'),
+        (b'"answer"}', b'"answer"}, {"role": "user", "content": "two"}'),
+        (b'"answer"}', b'"answer"}], "x": [1'),
+        (b'"conversationId": "', b'"conversationId": "20240101-1704067200000", "was": "'),
+    ]
+    ids = []
+    for damage in damages:
+        cid = store.create([user("question"), assistant("answer")]).conversation_id
+        path = conversation_file(store, cid)
+        path.write_bytes(path.read_bytes().replace(*damage, 1))
+        ids.append(cid)
+    fine = store.create([user("question"), assistant("answer")]).conversation_id
+    read = dict(store.documents())
+    assert read[fine] == store.read_raw(fine)
+    for cid in ids:
+        with pytest.raises(ConversationCorrupted) as caught:
+            store.read_raw(cid)
+        assert str(read[cid]) == str(caught.value)
+        assert str(conversation_file(store, cid)) in str(read[cid])
+
+
 def test_messages_that_do_not_validate_on_first_use_are_corrupted() -> None:
     from pplx_nb.store._lazy import LazyConversation
 

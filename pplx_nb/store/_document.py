@@ -65,6 +65,9 @@ TAIL = b"\n]}\n"
 """How every canonical document ends: a file cut short does not."""
 _EMPTY_REST = TAIL[1:]
 _ROLES = frozenset(("system", "user", "assistant"))
+_DECODER = json.JSONDecoder()
+_BARE_HEAD = '{"messages": ['
+_LAST_KEY = ', "messages": ['
 
 
 class Canonical(NamedTuple):
@@ -237,15 +240,13 @@ def last_role(data: bytes, conversation_id: str, where: str) -> str | None:
 
 def parse(data: bytes, conversation_id: str, where: str) -> dict[str, Any]:
     """Decode a whole document and check its shape; CONVERSATION_CORRUPTED says what is wrong."""
-    try:
-        document = json.loads(data)
-    except (ValueError, RecursionError) as exc:
-        raise corrupted(conversation_id, where, f"not valid JSON ({exc})") from exc
-    if not isinstance(document, dict):
-        raise corrupted(conversation_id, where, "the top level is not a JSON object")
-    messages = document.get("messages")
-    if not isinstance(messages, list):
-        raise corrupted(conversation_id, where, '"messages" is missing or not a list')
+    decoded = _decoded_once(data)
+    if decoded is None:
+        document = _decoded(data, conversation_id, where)
+        canonical = split(data)
+    else:
+        document, canonical = decoded
+    messages = document["messages"]
     for number, message in enumerate(messages):
         if (
             not isinstance(message, dict)
@@ -257,8 +258,64 @@ def parse(data: bytes, conversation_id: str, where: str) -> dict[str, Any]:
                 where,
                 f"message {number} lacks a role (system|user|assistant) or a string content",
             )
-    check_lines(split(data), document, len(messages), conversation_id, where)
+    check_lines(canonical, document, len(messages), conversation_id, where)
     return document
+
+
+def _decoded(data: bytes, conversation_id: str, where: str) -> dict[str, Any]:
+    """``data`` decoded whole: an object with a list of messages, else CONVERSATION_CORRUPTED."""
+    try:
+        document = json.loads(data)
+    except (ValueError, RecursionError) as exc:
+        raise corrupted(conversation_id, where, f"not valid JSON ({exc})") from exc
+    if not isinstance(document, dict):
+        raise corrupted(conversation_id, where, "the top level is not a JSON object")
+    if not isinstance(document.get("messages"), list):
+        raise corrupted(conversation_id, where, '"messages" is missing or not a list')
+    return document
+
+
+def _decoded_once(data: bytes) -> tuple[dict[str, Any], Canonical | None] | None:
+    """A canonical document decoded with each byte read once, and its :func:`split`; ``None``
+    when ``data`` is not plainly canonical, for :func:`_decoded` to judge.
+
+    :func:`split` decodes the header line on its own, and a bulk read decoded it twice, the
+    whole document then the line. Here the header line is decoded as an object and the list of
+    messages from the ``[`` that ends it: when both end where a canonical document puts them,
+    the document is exactly their union (the list is the top-level object's last value), as
+    ``json.loads`` would give it. Anything else, valid or not, takes the ordinary way.
+    """
+    span = body(data)
+    if span is None or not data.startswith(b"{"):
+        return None
+    try:
+        # As json.loads decodes bytes that start with "{" and a byte other than 0.
+        text = data.decode("utf-8", "surrogatepass")
+        newline = text.find("\n")
+        head = text[:newline]
+        if head == _BARE_HEAD:
+            fields: dict[str, Any] = {}
+        elif head.endswith(_LAST_KEY):
+            decoded = _DECODER.decode(head[: -len(_LAST_KEY)] + "}")
+            # An object of one key or more, so that the comma before "messages" separates two
+            # members, as it must in the whole document; one naming "messages" goes the
+            # ordinary way.
+            if type(decoded) is not dict or not decoded or "messages" in decoded:
+                return None
+            fields = decoded
+        else:
+            return None
+        messages, end = _DECODER.raw_decode(text, newline - 1)
+    except (ValueError, RecursionError):
+        return None
+    if end != len(text) - len("}\n"):
+        return None  # the list closed before the document's last line
+    start, stop = span
+    count = data.count(b"\n", start, stop) + 1 if stop > start else 0
+    canonical = Canonical(fields, data, start, stop, count)
+    return {**fields, "messages": messages}, (
+        canonical if fields.get("messageCount") == count else None
+    )
 
 
 def check_lines(

@@ -79,6 +79,7 @@ _T = TypeVar("_T")
 _DIR_MODE = 0o700
 _trash_counter = itertools.count()
 _TEMP_OF = (CONVERSATION_FILE, OLD_SUMMARY_FILE)
+_IN_FOLDER = os.sep + CONVERSATION_FILE
 
 
 def not_found(conversation_id: str, root: Path | str) -> ConversationNotFound:
@@ -123,6 +124,9 @@ class FileBackend:
         self.durable = durable
         self.max_file_bytes = max_file_bytes
         self._layout = Layout(root)
+        # Paths are joined as text onto this: bulk readers ask for one per conversation, and
+        # pathlib's parsing, or even os.path.join, cost a good part of reading the document.
+        self._prefix = os.path.join(str(root), "")
         # Where this backend's next id search starts: a burst of creates (faster than one per
         # millisecond) would otherwise retry every id the burst already took, each time.
         self._next_ms = 0
@@ -136,13 +140,11 @@ class FileBackend:
 
     def location(self, conversation_id: str) -> str:
         """The conversation's directory as a string."""
-        # Joined as text: bulk readers ask for it once per conversation, and pathlib's parsing
-        # cost more than reading the document.
-        return os.path.join(str(self.root), validate_conversation_id(conversation_id))
+        return self._prefix + validate_conversation_id(conversation_id)
 
     def document_location(self, conversation_id: str) -> str:
         """The conversation.json path as a string."""
-        return os.path.join(self.location(conversation_id), CONVERSATION_FILE)
+        return self.location(conversation_id) + _IN_FOLDER
 
     # -- writing --------------------------------------------------------------------------------
 
@@ -358,10 +360,10 @@ class FileBackend:
     def read(self, conversation_id: str) -> bytes:
         """The bytes of conversation.json."""
         # Plain strings, not Path objects: a store's export reads every conversation.
-        directory = self._layout.folder_str(validate_conversation_id(conversation_id))
+        directory = self.location(conversation_id)
         if not real_directory(directory):
             raise not_found(conversation_id, self.root)
-        path = os.path.join(directory, CONVERSATION_FILE)
+        path = directory + _IN_FOLDER
         # In a folder that is there, a missing file is one being rewritten in place (the
         # TypeScript server removes it first) or being created: read again while that lasts.
         return read_settled(
@@ -427,10 +429,10 @@ class FileBackend:
     def summary(self, conversation_id: str) -> dict[str, Any]:
         """The light summary: from the header line when its summary is current, else computed."""
         # Plain strings, not Path objects: list() calls this for every conversation.
-        directory = self._layout.folder_str(validate_conversation_id(conversation_id))
+        directory = self.location(conversation_id)
         if not real_directory(directory):
             raise not_found(conversation_id, self.root)
-        path = os.path.join(directory, CONVERSATION_FILE)
+        path = directory + _IN_FOLDER
         first = self._head(conversation_id, path)
         fields = None if first is None else header(first)
         summary = None if fields is None else summary_of_header(fields)

@@ -10,7 +10,6 @@ patiently by the store.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -168,13 +167,17 @@ def _document(
     if isinstance(read, PplxError):
         raise read
     if read is not None:
-        where = backend.document_location(conversation_id)
-        with contextlib.suppress(ConversationCorrupted):  # perhaps caught mid-rewrite
-            document = parse(read, conversation_id, where)
-            if document.get("conversationId") != conversation_id:
-                raise misplaced(document.get("conversationId"), conversation_id, where)
-            document.pop(SUMMARY_KEY, None)
-            return document
+        try:
+            # No file name for its errors: none is raised here (reading again names the file),
+            # and a bulk read would otherwise build one for every conversation.
+            document = parse(read, conversation_id, "")
+        except ConversationCorrupted:
+            pass  # perhaps caught mid-rewrite
+        else:
+            if document.get("conversationId") == conversation_id:
+                document.pop(SUMMARY_KEY, None)
+                return document
+    # Read patiently: the error of a document still damaged, or naming another conversation.
     return reread(conversation_id)
 
 
