@@ -616,7 +616,9 @@ MONEY = """() => Array.from(document.querySelectorAll('.jp-Notebook .jp-Cell')).
 }))"""
 
 
-def test_spend_caps_and_costs_show_their_dollars_as_amounts_not_as_math(tmp_path: Path) -> None:
+def test_spend_caps_and_costs_show_their_dollars_as_amounts_not_as_math(
+    tmp_path: Path, browser: Any
+) -> None:
     root = tmp_path / "notebooks"
     root.mkdir()
     write_notebook(
@@ -631,7 +633,7 @@ def test_spend_caps_and_costs_show_their_dollars_as_amounts_not_as_math(tmp_path
             "%%pplx_research --wait\nCompare asyncio and trio",
         ],
     )
-    with _chromium_on_lab(root, _offline(tmp_path)) as (lab, browser):
+    with _chromium_on_lab(browser, root, _offline(tmp_path)) as (lab, browser):
         page = _lab_page(browser, lab.notebook_url("budget.ipynb"))
         _run_all_and_wait(page, 120)
         time.sleep(1)  # MathJax typesets after the outputs are attached

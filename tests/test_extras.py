@@ -208,6 +208,6 @@ def test_citations_need_no_extra_and_a_report_names_the_pip_line(tmp_path: Path)
             print(exc)
         """,
     )
-    assert lines[0] == "@online{pythonndasyncio,"
+    assert lines[0] == "@online{pythonndasyncio-jla,"
     assert "pip install 'pplx_nb[notebook]'" in lines[1] and "citeproc" in lines[1]
     assert not (tmp_path / "r.md").exists()
